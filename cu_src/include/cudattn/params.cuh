@@ -1,0 +1,26 @@
+// Kernel parameters, passed BY VALUE as the single kernel argument.
+// Mirrored field for field by cudattn/_params.py (ctypes); change both together.
+#pragma once
+
+struct FwdParams {
+    const void* q;
+    const void* k;
+    const void* v;
+    void* o;
+    float* lse;  // (B, Hq, Sq) float32, contiguous; written only when write_lse != 0
+
+    // Element strides (64-bit) in (batch, seq, head) order; the head-dim axis has unit stride.
+    long long q_stride_b, q_stride_s, q_stride_h;
+    long long k_stride_b, k_stride_s, k_stride_h;
+    long long v_stride_b, v_stride_s, v_stride_h;
+    long long o_stride_b, o_stride_s, o_stride_h;
+
+    int batch, seqlen_q, seqlen_k, heads_q, heads_kv;
+    int group;          // heads_q / heads_kv: query head h reads kv head h / group
+    int head_dim;       // the real D; the kernel's tile width may be larger (zero padded)
+    int causal_offset;  // seqlen_k - seqlen_q: query i sees key j iff j <= i + causal_offset
+    float scale_log2;   // softmax scale * log2(e); nonzero, either sign
+    int num_m_blocks;
+    int write_lse;
+    int pad_;
+};

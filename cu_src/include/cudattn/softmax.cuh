@@ -1,0 +1,101 @@
+// Online softmax over S tiles held in mma accumulator fragments, in the exp2 domain.
+// Each thread owns 2 rows per 16-row fragment (g and g+8); a row is spread over the 4 lanes of
+// a quad, so row reductions are two xor-shuffles. The running row sum stays per-thread (partial)
+// until finish(), which is valid because every lane of a quad applies the same rescale factor.
+#pragma once
+#include "cudattn/ptx.cuh"
+
+namespace cudattn {
+
+template <int MF>
+struct OnlineSoftmax {
+    float m_log2[MF][2];   // running max of scaled scores (score * scale_log2), -inf if none yet
+    float sum[MF][2];      // per-thread partial row sums of exp2(scaled - m_log2)
+
+    __device__ __forceinline__ void init() {
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                m_log2[mf][h] = -CUDATTN_INF;
+                sum[mf][h] = 0.f;
+            }
+    }
+
+    // The tile's row maxima of scaled scores, folded into m_log2. Scaling is monotonic, so the
+    // max of scaled scores is the scaled max of raw scores (the min when the scale is negative):
+    // the reduction runs on raw scores and only its result is multiplied.
+    template <bool NEG, int NF>
+    __device__ __forceinline__ void update_max(const float (&s)[MF][NF][4], float scale_log2) {
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float x = s[mf][0][2 * h];
+#pragma unroll
+                for (int nf = 0; nf < NF; ++nf) {
+                    x = NEG ? fminf(x, fminf(s[mf][nf][2 * h], s[mf][nf][2 * h + 1]))
+                            : fmaxf(x, fmaxf(s[mf][nf][2 * h], s[mf][nf][2 * h + 1]));
+                }
+                float y = __shfl_xor_sync(0xffffffffu, x, 1);
+                x = NEG ? fminf(x, y) : fmaxf(x, y);
+                y = __shfl_xor_sync(0xffffffffu, x, 2);
+                x = NEG ? fminf(x, y) : fmaxf(x, y);
+                m_new[mf][h] = fmaxf(m_log2[mf][h], x * scale_log2);  // masked: +-inf * scale = -inf
+            }
+    }
+    float m_new[MF][2];
+
+    // Turns s into P = exp2(s*scale_log2 - m) in place, and rescales the output accumulators
+    // o[MF][DF][4] by exp2(m_old - m_new). A row with no visible key so far keeps m = -inf and
+    // uses 0 as its offset, so that exp2(-inf - -inf) never makes a NaN.
+    template <int NF, int DF>
+    __device__ __forceinline__ void rescale_and_exponentiate(float (&s)[MF][NF][4], float (&o)[MF][DF][4],
+                                                             float scale_log2, bool neg) {
+        if (neg)
+            update_max<true>(s, scale_log2);
+        else
+            update_max<false>(s, scale_log2);
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float m_use = (m_new[mf][h] == -CUDATTN_INF) ? 0.f : m_new[mf][h];
+                const float alpha = exp2_approx(m_log2[mf][h] - m_use);
+                m_log2[mf][h] = m_new[mf][h];
+                float rs = 0.f;
+#pragma unroll
+                for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                        const float p = exp2_approx(fmaf(s[mf][nf][2 * h + j], scale_log2, -m_use));
+                        s[mf][nf][2 * h + j] = p;
+                        rs += p;
+                    }
+                sum[mf][h] = fmaf(sum[mf][h], alpha, rs);
+#pragma unroll
+                for (int df = 0; df < DF; ++df) {
+                    o[mf][df][2 * h] *= alpha;
+                    o[mf][df][2 * h + 1] *= alpha;
+                }
+            }
+    }
+
+    // Completes the row sums across the quad; returns 1/sum (0 for an empty row) in inv and the
+    // natural-log LSE (-inf for an empty row) in lse.
+    __device__ __forceinline__ void finish(float (&inv)[MF][2], float (&lse)[MF][2]) {
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float l = sum[mf][h];
+                l += __shfl_xor_sync(0xffffffffu, l, 1);
+                l += __shfl_xor_sync(0xffffffffu, l, 2);
+                const bool empty = !(l > 0.f);
+                inv[mf][h] = empty ? 0.f : __frcp_rn(l);
+                lse[mf][h] = empty ? -CUDATTN_INF : (m_log2[mf][h] + log2f(l)) * 0.6931471805599453f;
+            }
+    }
+};
+
+}  // namespace cudattn
