@@ -1,0 +1,16 @@
+"""cudattn: fused scaled-dot-product attention for Python on NVIDIA GPUs, with no framework underneath.
+
+Kernels are CUDA C++ compiled at run time by NVRTC for the device's exact arch, cached on disk,
+and launched through the driver API. Importing makes no CUDA call.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from . import reference
+from ._api import attention
+from ._array import DeviceArray, to_device, to_host
+from ._errors import CudaError
+
+__all__ = ["attention", "reference", "DeviceArray", "to_device", "to_host", "CudaError", "__version__"]

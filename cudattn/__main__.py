@@ -1,0 +1,4 @@
+from cudattn._cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,93 @@
+"""`cudattn.attention`: adapt operands -> validate -> plan -> get kernel -> launch (-> copy back)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _array, _device, _kernels, _launch, _plan, _stream
+from ._validate import validate
+
+
+def attention(q, k, v, *, causal=False, scale=None, layout="bshd", return_lse=False, q_descale=None,
+              k_descale=None, v_descale=None, out_dtype=None, num_splits=None, out=None, stream=None):
+    """Fused scaled-dot-product attention: ``softmax(scale · q kᵀ) v`` per head.
+
+    Layouts: ``"bshd"`` (default, as FlashAttention) q ``(B, Sq, Hq, D)``, k/v ``(B, Sk, Hkv, D)``;
+    ``"bhsd"`` (as torch SDPA) ``(B, H, S, D)``. Any strides with a unit-stride last axis.
+    GQA/MQA: ``Hq % Hkv == 0``; query head ``h`` reads kv head ``h // (Hq // Hkv)``.
+
+    ``causal=True`` is aligned to the bottom right (FlashAttention >= 2.1): query ``i`` sees key
+    ``j`` iff ``j <= i + Sk - Sq``. This differs from torch SDPA's ``is_causal`` (top-left) when
+    ``Sq != Sk``. A query row that sees no key gets output 0 and LSE ``-inf``.
+
+    ``scale`` defaults to ``1/sqrt(D)``. ``return_lse=True`` also returns the float32 log-sum-exp
+    ``(B, Hq, Sq)`` (natural log of the row sum of ``exp(scale · q kᵀ)``).
+
+    NumPy inputs (float16 or ml_dtypes.bfloat16) give a NumPy result, synchronously. Device
+    inputs (a cudattn DeviceArray, or anything with ``__cuda_array_interface__`` / ``__dlpack__``
+    on a CUDA device: CuPy, PyTorch, JAX, Numba) give a DeviceArray, computed asynchronously on
+    ``stream`` (None: cudattn's stream for the device; or an int handle, a cuda.core Stream, or
+    any object with ``__cuda_stream__``), with no copies.
+
+    FP8 inputs, the descales, ``num_splits`` and a different ``out_dtype`` arrive in later releases
+    and raise NotImplementedError until then.
+    """
+    if type(q) is np.ndarray and type(k) is np.ndarray and type(v) is np.ndarray:
+        from ._host import attention_host
+
+        return attention_host(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse,
+                              q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype,
+                              num_splits=num_splits, out=out, stream=stream)
+    _check_not_mixed(q, k, v)
+    device_id = _array.device_id_of(q)
+    device = _device.get_device(device_id)
+    sref = _stream.as_stream(stream, device)
+    qa = _array.as_device_array(q, name="q", stream_handle=sref.handle)
+    ka = _array.as_device_array(k, name="k", stream_handle=sref.handle)
+    va = _array.as_device_array(v, name="v", stream_handle=sref.handle)
+    oa = None if out is None else _array.as_device_array(out, name="out", stream_handle=sref.handle)
+    for name, a in (("k", ka), ("v", va), ("out", oa)):
+        if a is not None and a.device_id != device_id:
+            raise ValueError(f"{name} is on device {a.device_id} but q is on device {device_id}; "
+                             "all operands must be on one device")
+    problem = validate(qa, ka, va, causal=causal, scale=scale, layout=layout, return_lse=return_lse,
+                       q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype,
+                       num_splits=num_splits, out=oa, host=False)
+    return run_device(problem, qa, ka, va, oa, device, device_id, sref)
+
+
+def run_device(problem, qa, ka, va, oa, device, device_id, sref):
+    """Launch one validated problem on device arrays; returns out (and lse) as DeviceArrays."""
+    props = _device.device_properties(device_id)
+    plan = _plan.make_plan(problem, props.max_shared_memory_per_block_optin)
+    kernel = _kernels.get_kernel(plan.variant, device, device_id, props.arch)
+    if oa is None:
+        oa = _array.empty(_out_shape(problem), problem.out_dtype, device=device, stream=sref)
+        o_geom = _plan.contiguous_geom(problem)
+    else:
+        o_geom = problem.out_strides
+    lse = None
+    if problem.return_lse:
+        lse = _array.empty((problem.batch, problem.heads_q, problem.seqlen_q), np.float32, device=device, stream=sref)
+    params = _plan.make_params(problem, plan, qa.ptr, ka.ptr, va.ptr, oa.ptr, 0 if lse is None else lse.ptr, o_geom)
+    _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
+    return (oa, lse) if problem.return_lse else oa
+
+
+def _out_shape(problem) -> tuple[int, int, int, int]:
+    if problem.layout == "bshd":
+        return (problem.batch, problem.seqlen_q, problem.heads_q, problem.head_dim)
+    return (problem.batch, problem.heads_q, problem.seqlen_q, problem.head_dim)
+
+
+def _check_not_mixed(q, k, v) -> None:
+    host = [isinstance(x, np.ndarray) for x in (q, k, v)]
+    if any(host):
+        names = ", ".join(n for n, h in zip("qkv", host) if h)
+        raise TypeError(f"q, k, v must all be NumPy arrays or all device arrays; {names} "
+                        f"{'is' if sum(host) == 1 else 'are'} NumPy and the rest are not "
+                        "(copy with cudattn.to_device or to_host first)")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not _array.is_device_array_like(x):
+            raise TypeError(f"{name} must be a NumPy array or a device array (DeviceArray, or an object with "
+                            f"__cuda_array_interface__ or __dlpack__); got {type(x).__name__}")

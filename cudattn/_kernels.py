@@ -1,0 +1,66 @@
+"""Kernel registry: CUDA sources (package data) -> NVRTC cubin (disk cache) -> loaded per device.
+
+Variants are compiled on first use, never at import; `compile_variant` needs no GPU, so the CLI's
+`cache warm` and CI build every variant for any arch ahead of time.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import threading
+
+import nvrtc_cache
+
+from . import _traits
+from ._traits import Variant
+
+# Options that change the binary; each one is part of the cache key (nvrtc_cache hashes them).
+_BASE_OPTIONS = ("-lineinfo",)
+
+
+@functools.lru_cache(maxsize=None)
+def sources() -> tuple[str, dict[str, str]]:
+    """The kernel source and its headers, read from the installed `cu_src` package."""
+    root = importlib.resources.files("cu_src")
+    source = root.joinpath(_traits.KERNEL_SOURCE).read_text(encoding="utf-8")
+    inc = root.joinpath("include", "cudattn")
+    headers = {
+        f"cudattn/{entry.name}": entry.read_text(encoding="utf-8")
+        for entry in sorted(inc.iterdir(), key=lambda e: e.name)
+        if entry.name.endswith(".cuh")
+    }
+    return source, headers
+
+
+def options_for(variant: Variant) -> list[str]:
+    return [*_BASE_OPTIONS, *(f"-D{k}={v}" for k, v in variant.defines().items())]
+
+
+def compile_variant(variant: Variant, arch: str, cache: nvrtc_cache.Cache | None = None) -> nvrtc_cache.CompileResult:
+    source, headers = sources()
+    return nvrtc_cache.compile(source, name=_traits.KERNEL_SOURCE, headers=headers, options=options_for(variant),
+                               arch=arch, cache=cache)
+
+
+_loaded: dict = {}
+_loaded_lock = threading.Lock()
+
+
+def get_kernel(variant: Variant, device, device_id: int, arch: str):
+    """The loaded kernel for this variant on `device`. The first call compiles (or reads the disk
+    cache) and loads; later calls are one dict lookup, since hashing the sources for the cache key
+    would cost more than the launch itself."""
+    key = (variant, device_id)
+    kernel = _loaded.get(key)
+    if kernel is None:
+        from ._launch import load_kernel
+
+        with _loaded_lock:
+            kernel = _loaded.get(key)
+            if kernel is None:
+                res = compile_variant(variant, arch)
+                kernel = load_kernel(res.cubin, _traits.KERNEL_NAME, device=device, key=res.key,
+                                     dynamic_smem=variant.smem_bytes)
+                _loaded[key] = kernel
+    return kernel

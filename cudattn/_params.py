@@ -1,0 +1,35 @@
+"""ctypes mirror of `FwdParams` in cu_src/include/cudattn/params.cuh (keep the two in step).
+
+The kernel takes this struct by value as its only argument; tests compare the layout with the
+header's field list so that a change on one side cannot slip through.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+_c_ptr = ctypes.c_uint64
+_c_i64 = ctypes.c_int64
+_c_i32 = ctypes.c_int32
+
+
+class FwdParams(ctypes.Structure):
+    _fields_ = [
+        ("q", _c_ptr),
+        ("k", _c_ptr),
+        ("v", _c_ptr),
+        ("o", _c_ptr),
+        ("lse", _c_ptr),
+        ("q_stride_b", _c_i64), ("q_stride_s", _c_i64), ("q_stride_h", _c_i64),
+        ("k_stride_b", _c_i64), ("k_stride_s", _c_i64), ("k_stride_h", _c_i64),
+        ("v_stride_b", _c_i64), ("v_stride_s", _c_i64), ("v_stride_h", _c_i64),
+        ("o_stride_b", _c_i64), ("o_stride_s", _c_i64), ("o_stride_h", _c_i64),
+        ("batch", _c_i32), ("seqlen_q", _c_i32), ("seqlen_k", _c_i32), ("heads_q", _c_i32), ("heads_kv", _c_i32),
+        ("group", _c_i32),
+        ("head_dim", _c_i32),
+        ("causal_offset", _c_i32),
+        ("scale_log2", ctypes.c_float),
+        ("num_m_blocks", _c_i32),
+        ("write_lse", _c_i32),
+        ("pad_", _c_i32),
+    ]

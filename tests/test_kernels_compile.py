@@ -1,0 +1,81 @@
+"""CPU: every kernel variant compiles for sm_80, sm_89 and sm_90a without register spills, and
+its SASS has the instructions it was written for. NVRTC needs no GPU."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import nvrtc_cache
+from cudattn import _kernels, _traits
+from cudattn._params import FwdParams
+
+ARCHS = ("sm_80", "sm_89", "sm_90a")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return nvrtc_cache.Cache(tmp_path_factory.mktemp("nvrtc"))
+
+
+def _variants():
+    seen = []
+    for arch in ARCHS:
+        for v in _traits.all_variants(arch):
+            seen.append(pytest.param(arch, v, id=f"{arch}-{v.describe().replace(' ', '-')}"))
+    return seen
+
+
+@pytest.mark.parametrize("arch,variant", _variants())
+def test_variant_compiles_without_spills(cache, arch, variant):
+    res = _kernels.compile_variant(variant, arch, cache=cache)
+    assert res.cubin[:4] == b"\x7fELF"
+    rep = res.ptxas[_traits.KERNEL_NAME]
+    assert rep.spill_stores == 0 and rep.spill_loads == 0, f"{variant.describe()} spills on {arch}: {rep}"
+    assert rep.stack_bytes == 0, f"{variant.describe()} uses a stack frame on {arch}: {rep}"
+    assert variant.smem_bytes <= _traits.ARCH_SMEM_LIMIT[arch]
+    # Registers x threads x min blocks must fit the 64K register file, or the launch bound lied.
+    assert rep.registers * variant.threads * variant.tiles.min_blocks <= 65536
+
+
+def _cuobjdump():
+    try:
+        import cuda.pathfinder as pf
+
+        return pf.find_nvidia_binary_utility("cuobjdump")
+    except Exception:
+        return shutil.which("cuobjdump")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_sass_uses_tensor_cores_and_no_local_memory(cache, arch, tmp_path):
+    tool = _cuobjdump()
+    if tool is None:
+        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+    variant = _traits.select("float16", 128, True, _traits.ARCH_SMEM_LIMIT[arch])
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(_kernels.compile_variant(variant, arch, cache=cache).cubin)
+    sass = subprocess.run([tool, "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
+    assert "HMMA.16816.F32" in sass, "mma.sync m16n8k16 with fp32 accumulation expected"
+    assert "LDSM" in sass and "LDGSTS" in sass, "ldmatrix and cp.async expected"
+    assert not re.search(r"\b(LDL|STL)\b", sass), "local memory traffic in the kernel"
+
+
+def test_params_struct_matches_header():
+    """The ctypes mirror has the header's fields, in order, at the C layout's size."""
+    _, headers = _kernels.sources()
+    body = headers["cudattn/params.cuh"].split("struct FwdParams {", 1)[1].split("};", 1)[0]
+    body = re.sub(r"//[^\n]*", "", body)
+    names = []
+    for decl in body.split(";"):
+        decl = decl.strip()
+        if not decl:
+            continue
+        first, *more = decl.split(",")  # "long long a, b, c": the type precedes the first name only
+        names += [first.split()[-1].lstrip("*")] + [m.strip() for m in more]
+    assert names == [f[0] for f in FwdParams._fields_]
+    assert ctypes.sizeof(FwdParams) == 184
