@@ -1,0 +1,769 @@
+"""`DeviceArray`: a strided view of device memory, and the ways in and out of it.
+
+- :func:`as_device_array` wraps a foreign device array with zero copies: a
+  ``DeviceArray`` (returned as is), anything with ``__dlpack__`` on a CUDA device
+  (preferred: it carries bfloat16, which PyTorch's CUDA Array Interface refuses),
+  else anything with ``__cuda_array_interface__`` (v2 or v3).
+- :func:`empty` allocates (stream-ordered, from the device's memory pool, through
+  cuda.core); :func:`to_device` / :func:`to_host` copy to and from NumPy (large
+  copies through reusable pinned staging chunks, see below);
+  :func:`memset` / :meth:`DeviceArray.fill_nan` write bit patterns (tests poison
+  outputs with NaN).
+
+A ``DeviceArray`` exports ``__cuda_array_interface__`` (v3) and
+``__dlpack__``/``__dlpack_device__``, so PyTorch, CuPy, JAX and Numba take it
+without copies. Dtype rules at the borders:
+
+========================  ==========================  ==========================
+dtype                     DLPack out                  CUDA Array Interface out
+========================  ==========================  ==========================
+float16                   (kDLFloat, 16)              ``<f2``
+bfloat16                  (kDLBfloat, 16)             none: the property raises
+                                                      ``AttributeError``, so
+                                                      consumers fall back to DLPack
+float8_e4m3fn             as uint8 (kDLUInt, 8)       as uint8 ``|u1``
+========================  ==========================  ==========================
+
+CAI has no bfloat16 type code. ``"<V2"`` would be accepted by nobody usefully
+(CuPy and Numba have no bfloat16; PyTorch's CAI import rejects void types), so
+a bfloat16 array does not pretend: ``hasattr(a, "__cuda_array_interface__")`` is
+False and ``torch.from_dlpack(a)`` is the way in.
+
+Streams. Each array remembers ``stream_handle``: the stream its contents are
+being produced on (where it was allocated or copied, or the consumer stream it was
+imported on), or ``None`` when unknown. ``__dlpack__(stream=s)`` makes ``s`` wait
+for that stream (an event, no host blocking); ``__cuda_array_interface__``
+reports it as ``"stream"`` so CAI v3 consumers do the same. Code that writes an
+array on another stream should update ``stream_handle``.
+
+Importing this module makes no CUDA call; wrapping a foreign array makes none
+either, except ``cuPointerGetAttribute`` to learn the device of a CAI pointer
+(CAI does not say) and the stream synchronisation described above.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import numbers
+import os
+import threading
+import warnings
+
+import ml_dtypes
+import numpy as np
+from cuda.bindings import driver
+
+from . import _dlpack
+from ._device import _ensure_init, get_device
+from ._dlpack import kDLCUDA, kDLCUDAManaged
+from ._errors import check
+from ._stream import CU_STREAM_LEGACY, as_stream, core_stream, stream_wait
+
+__all__ = [
+    "DeviceArray",
+    "as_device_array",
+    "empty",
+    "is_device_array_like",
+    "memset",
+    "device_id_of",
+    "nan_pattern",
+    "stream_of",
+    "to_device",
+    "to_host",
+]
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+FP8_E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
+
+# Quiet-NaN bit patterns, one element wide (float8_e4m3fn has no inf; 0x7F is its NaN).
+_NAN_BITS: dict[np.dtype, int] = {
+    np.dtype(np.float16): 0x7E00,
+    BF16: 0x7FC0,
+    np.dtype(np.float32): 0x7FC00000,
+    FP8_E4M3: 0x7F,
+}
+
+_CUDA_DEVICE_TYPES = (kDLCUDA, kDLCUDAManaged)
+_DLPACK_DEVICE_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA host (pinned)", 4: "OpenCL", 7: "Vulkan", 8: "Metal",
+                        10: "ROCm", 11: "ROCm host", 13: "CUDA managed", 14: "oneAPI"}  # fmt: skip
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides = []
+    acc = itemsize
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _span(shape, strides, itemsize) -> tuple[int, int]:
+    """Byte offsets ``[lo, hi)`` relative to ``ptr`` that the view touches (``(0, 0)`` if empty)."""
+    if 0 in shape:
+        return 0, 0
+    lo = hi = 0
+    for n, s in zip(shape, strides):
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
+    return lo, hi + itemsize
+
+
+def _is_dense(shape, strides, itemsize) -> bool:
+    """True when the view covers its span exactly once: no gaps and no overlap, in any axis order."""
+    dims = sorted((abs(s), n) for n, s in zip(shape, strides) if n != 1)
+    expect = itemsize
+    for s, n in dims:
+        if s != expect:
+            return False
+        expect *= n
+    return True
+
+
+class DeviceArray:
+    """A strided n-d view of device memory.
+
+    Attributes
+    ----------
+    ptr : int
+        Device address of element ``[0, 0, ...]``.
+    shape : tuple[int, ...]
+    strides : tuple[int, ...]
+        In **bytes**, like NumPy; may be negative or zero.
+    dtype : numpy.dtype
+        Includes ``ml_dtypes.bfloat16`` and ``ml_dtypes.float8_e4m3fn``.
+    device_id : int
+    owner : object
+        What keeps the memory alive: the cuda.core ``Buffer`` cudattn allocated,
+        or the foreign array (or DLPack tensor) it wraps; ``None`` for a bare pointer.
+    stream_handle : int | None
+        Stream the contents are produced on (see the module docstring).
+    readonly : bool
+    """
+
+    __slots__ = ("ptr", "shape", "strides", "dtype", "device_id", "owner", "stream_handle", "readonly", "__weakref__")
+
+    def __init__(
+        self,
+        ptr: int,
+        shape,
+        dtype,
+        strides=None,
+        *,
+        device_id: int,
+        owner: object = None,
+        stream_handle: int | None = None,
+        readonly: bool = False,
+    ):
+        self.ptr = int(ptr)
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+        if strides is None:
+            self.strides = _c_strides(self.shape, self.dtype.itemsize)
+        else:
+            self.strides = tuple(int(s) for s in strides)
+            if len(self.strides) != len(self.shape):
+                raise ValueError(f"strides {self.strides} and shape {self.shape} differ in length")
+        if any(n < 0 for n in self.shape):
+            raise ValueError(f"negative dimension in shape {self.shape}")
+        self.device_id = int(device_id)
+        self.owner = owner
+        self.stream_handle = stream_handle
+        self.readonly = bool(readonly)
+
+    # ------------------------------------------------------------------ basic facts
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the elements (``size * itemsize``), not of the span a strided view covers."""
+        return self.size * self.dtype.itemsize
+
+    @property
+    def is_c_contiguous(self) -> bool:
+        expect = self.dtype.itemsize
+        for n, s in zip(reversed(self.shape), reversed(self.strides)):
+            if n != 1 and s != expect:
+                return False
+            expect *= n
+        return True
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d DeviceArray")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return (
+            f"DeviceArray(shape={self.shape}, dtype={self.dtype}, strides={self.strides}, "
+            f"ptr={self.ptr:#x}, device_id={self.device_id})"
+        )
+
+    # ------------------------------------------------------------------ views
+
+    def _derive(self, ptr: int, shape, strides, dtype=None) -> DeviceArray:
+        return DeviceArray(
+            ptr,
+            shape,
+            self.dtype if dtype is None else dtype,
+            strides,
+            device_id=self.device_id,
+            owner=self.owner,
+            stream_handle=self.stream_handle,
+            readonly=self.readonly,
+        )
+
+    def __getitem__(self, key) -> DeviceArray:
+        """Basic indexing (ints, slices with any step, ``...``, ``None``) → a view; no data moves.
+
+        The view's layout is computed by NumPy on a stand-in array that points at
+        the same (device) address and is never read.
+        """
+        if not isinstance(key, tuple):
+            key = (key,)
+        for k in key:
+            if not (k is None or k is Ellipsis or isinstance(k, (slice, numbers.Integral))) or isinstance(k, bool):
+                raise TypeError(
+                    f"DeviceArray supports basic indexing only (ints, slices, ..., None), not {type(k).__name__}"
+                )
+        if Ellipsis not in key:
+            key = key + (Ellipsis,)  # integer indexing then still yields a (0-d) view, never a read
+        base = self.ptr if self.ptr else 1 << 40  # NumPy treats a NULL data pointer as "allocate"
+        v = _stand_in(base, self.shape, self.strides, self.dtype.itemsize)[key]
+        new_ptr = v.__array_interface__["data"][0] - base + self.ptr if v.size else self.ptr
+        return self._derive(new_ptr, v.shape, v.strides)
+
+    def transpose(self, *axes) -> DeviceArray:
+        """Permute axes (reverse them when none are given), as ``numpy.transpose``; a view."""
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        if not axes:
+            axes = tuple(reversed(range(self.ndim)))
+        axes = tuple(int(a) % self.ndim if self.ndim else int(a) for a in axes)
+        if sorted(axes) != list(range(self.ndim)):
+            raise ValueError(f"axes {axes} are not a permutation of {self.ndim} axes")
+        return self._derive(self.ptr, tuple(self.shape[a] for a in axes), tuple(self.strides[a] for a in axes))
+
+    @property
+    def T(self) -> DeviceArray:
+        return self.transpose()
+
+    def view(self, dtype) -> DeviceArray:
+        """The same bytes as another dtype of the same itemsize (e.g. float8_e4m3fn as uint8)."""
+        dtype = np.dtype(dtype)
+        if dtype.itemsize != self.dtype.itemsize:
+            raise ValueError(f"view({dtype}) needs itemsize {self.dtype.itemsize}, not {dtype.itemsize}")
+        return self._derive(self.ptr, self.shape, self.strides, dtype)
+
+    # ------------------------------------------------------------------ interchange
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        if self.dtype == BF16:
+            raise AttributeError(
+                "bfloat16 has no CUDA Array Interface type code; exchange this array through DLPack "
+                "(torch.from_dlpack, cupy.from_dlpack, jax.dlpack.from_dlpack)"
+            )
+        typestr = "|u1" if self.dtype == FP8_E4M3 else self.dtype.str
+        s = self.stream_handle
+        return {
+            "version": 3,
+            "shape": self.shape,
+            "typestr": typestr,
+            "data": (self.ptr, self.readonly),
+            "strides": None if self.is_c_contiguous else self.strides,
+            "descr": [("", typestr)],
+            "mask": None,
+            # v3: the consumer must order its work after this stream; 0 is not allowed there.
+            "stream": (CU_STREAM_LEGACY if s == 0 else s) if s is not None else None,
+        }
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (kDLCUDA, self.device_id)
+
+    def __dlpack__(self, stream=None, *, max_version=None, dl_device=None, copy=None):
+        """Export as a DLPack ``"dltensor"`` capsule (zero copy; FP8 goes out as uint8).
+
+        ``stream`` is the consumer's stream: ``None`` (legacy default stream), 1
+        (legacy), 2 (per-thread), a ``CUstream`` handle, or -1 (no ordering). Unless it
+        is -1, the consumer stream is made to wait for :attr:`stream_handle` (an
+        event; the host does not block). ``max_version`` is accepted and answered with
+        a legacy capsule, as the protocol allows.
+        """
+        if dl_device is not None and tuple(dl_device) != (kDLCUDA, self.device_id):
+            raise BufferError(
+                f"cannot export to DLPack device {tuple(dl_device)}: the data lives on (kDLCUDA, {self.device_id})"
+            )
+        if copy:
+            raise BufferError("DeviceArray.__dlpack__ exports views only (copy=True is not supported)")
+        if stream is not None and (isinstance(stream, bool) or not isinstance(stream, int)):
+            raise TypeError(f"stream must be an int or None, not {type(stream).__name__}")
+        producer = self.stream_handle
+        if stream != -1 and producer is not None:
+            consumer = CU_STREAM_LEGACY if stream is None or stream == 0 else stream
+            if consumer != producer:
+                get_device(self.device_id)
+                stream_wait(consumer, producer)
+        return _dlpack.to_capsule(
+            self.ptr, self.shape, self.strides, self.dtype, (kDLCUDA, self.device_id), self
+        )
+
+    # ------------------------------------------------------------------ conveniences
+
+    def copy_to_host(self, *, stream=None) -> np.ndarray:
+        """Synchronous copy to a new NumPy array (see :func:`to_host`)."""
+        return to_host(self, stream=stream)
+
+    def fill_nan(self, *, stream=None) -> DeviceArray:
+        """Overwrite every element with a quiet NaN (asynchronous on ``stream``); returns self."""
+        try:
+            pattern = _NAN_BITS[self.dtype]
+        except KeyError:
+            raise TypeError(f"fill_nan: no NaN bit pattern for dtype {self.dtype}") from None
+        memset(self, pattern, stream=stream)
+        return self
+
+    def memset(self, pattern: int, *, stream=None) -> DeviceArray:
+        """Write the ``itemsize``-wide bit ``pattern`` over every element; returns self."""
+        memset(self, pattern, stream=stream)
+        return self
+
+
+class _ArrayInterface:
+    __slots__ = ("__array_interface__",)
+
+    def __init__(self, iface: dict):
+        self.__array_interface__ = iface
+
+
+def _stand_in(base: int, shape, strides, itemsize: int) -> np.ndarray:
+    """A NumPy array describing the view at address ``base`` without owning or reading it."""
+    iface = {"version": 3, "data": (base, True), "shape": shape, "strides": strides, "typestr": f"|V{itemsize}"}
+    return np.asarray(_ArrayInterface(iface))
+
+
+# ---------------------------------------------------------------------- wrapping foreign arrays
+
+
+def is_device_array_like(obj) -> bool:
+    """Cheap test: is ``obj`` a device array cudattn can wrap (NumPy arrays and scalars: no)?"""
+    t = type(obj)
+    if t is DeviceArray:
+        return True
+    if t is np.ndarray or isinstance(obj, (np.ndarray, np.generic, numbers.Number, str, bytes)):
+        return False
+    dev = getattr(obj, "__dlpack_device__", None)
+    if dev is not None and hasattr(obj, "__dlpack__"):
+        try:
+            if dev()[0] in _CUDA_DEVICE_TYPES:
+                return True
+        except Exception:
+            pass
+    try:
+        obj.__cuda_array_interface__
+    except AttributeError:
+        return False
+    except Exception:  # e.g. PyTorch raises TypeError for bfloat16: still a CUDA array
+        return True
+    return True
+
+
+def device_id_of(obj, *, name: str = "array") -> int:
+    """Device ordinal of a device array, without wrapping it (DLPack device, else the CAI pointer's device)."""
+    if isinstance(obj, DeviceArray):
+        return obj.device_id
+    dev = getattr(obj, "__dlpack_device__", None)
+    if dev is not None and hasattr(obj, "__dlpack__"):
+        dev_type, dev_id = dev()
+        if dev_type in _CUDA_DEVICE_TYPES:
+            return int(dev_id)
+    if _has_cai(obj):
+        ptr = obj.__cuda_array_interface__["data"][0]
+        return _pointer_device(int(ptr or 0))
+    return as_device_array(obj, name=name).device_id  # raises the right TypeError
+
+
+def stream_of(arr) -> int | None:
+    """The stream handle ``arr``'s contents are produced on (``DeviceArray.stream_handle``), or None."""
+    return getattr(arr, "stream_handle", None)
+
+
+def _pointer_device(ptr: int) -> int:
+    """Device ordinal owning ``ptr`` (a driver query; tests replace this function)."""
+    if not ptr:  # empty arrays may carry NULL: take the current device
+        return get_device().device_id
+    _ensure_init()
+    return int(
+        check(
+            driver.cuPointerGetAttribute(driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr),
+            "cuPointerGetAttribute(DEVICE_ORDINAL)",
+        )
+    )
+
+
+def as_device_array(obj, *, stream_handle: int | None = None, name: str = "array") -> DeviceArray:
+    """Wrap ``obj`` as a :class:`DeviceArray` without copying.
+
+    ``stream_handle`` is the stream the caller will use the data on. DLPack
+    producers are asked to order their pending writes before it (``__dlpack__(stream=...)``);
+    for a CAI v3 producer that names a ``"stream"``, ``stream_handle`` is made to
+    wait on it (an event). With ``stream_handle=None`` no ordering is arranged
+    (DLPack producers are told the legacy default stream, per the protocol).
+    ``name`` is the argument name used in error messages.
+    """
+    if type(obj) is DeviceArray or isinstance(obj, DeviceArray):
+        return obj
+    if isinstance(obj, np.ndarray):
+        raise TypeError(f"{name}: a NumPy array is host memory, not a device array")
+    dlpack = getattr(obj, "__dlpack__", None)
+    dlpack_device = getattr(obj, "__dlpack_device__", None)
+    # CAI is looked at only when DLPack is absent or fails: building the interface
+    # dict costs PyTorch tens of microseconds, and it refuses bfloat16 anyway.
+    if dlpack is not None and dlpack_device is not None:
+        dev_type, _ = dlpack_device()
+        if dev_type in _CUDA_DEVICE_TYPES:
+            try:
+                return _from_dlpack(obj, dlpack, stream_handle, name)
+            except (BufferError, NotImplementedError):
+                if not _has_cai(obj):
+                    raise
+                # e.g. a dtype the producer cannot export through DLPack: try CAI below
+        elif not _has_cai(obj):
+            where = _DLPACK_DEVICE_NAMES.get(dev_type, f"device type {dev_type}")
+            raise TypeError(
+                f"{name}: {type(obj).__name__} lives on a {where} device (DLPack device {dev_type}); "
+                "a device array must be in CUDA device memory (pass host data as a NumPy array)"
+            )
+    if _has_cai(obj):
+        try:
+            cai = obj.__cuda_array_interface__
+        except Exception as e:
+            raise TypeError(f"{name}: {type(obj).__name__}.__cuda_array_interface__ failed: {e}") from e
+        return _from_cai(obj, cai, stream_handle, name)
+    raise TypeError(
+        f"{name}: expected a NumPy array or a CUDA device array (a cudattn DeviceArray, or an object with "
+        f"__cuda_array_interface__ or __dlpack__), got {type(obj).__name__}"
+    )
+
+
+def _has_cai(obj) -> bool:
+    try:
+        return hasattr(obj, "__cuda_array_interface__")
+    except Exception:  # PyTorch bfloat16: the property raises TypeError
+        return False
+
+
+def _from_dlpack(obj, dlpack, stream_handle, name) -> DeviceArray:
+    # DLPack consumer stream: None means "legacy default" by the protocol, and 0 is
+    # not allowed (ambiguous), so the legacy default stream is sent as 1.
+    consumer = None if stream_handle is None else (CU_STREAM_LEGACY if stream_handle == 0 else stream_handle)
+    try:
+        capsule = dlpack(stream=consumer, max_version=(1, 0))
+    except TypeError:  # producers from before DLPack 1.0 take no max_version
+        capsule = dlpack(stream=consumer)
+    t = _dlpack.from_capsule(capsule, producer=obj)
+    if t.device_type not in _CUDA_DEVICE_TYPES:
+        raise TypeError(f"{name}: DLPack tensor is on device type {t.device_type}, not CUDA")
+    return DeviceArray(
+        t.ptr,
+        t.shape,
+        t.dtype,
+        t.strides,
+        device_id=t.device_id,
+        owner=t.owner,
+        stream_handle=stream_handle,
+        readonly=t.readonly,
+    )
+
+
+def _cai_dtype(typestr: str, name: str) -> np.dtype:
+    try:
+        dtype = np.dtype(typestr)
+    except TypeError:
+        raise TypeError(f"{name}: unsupported CUDA Array Interface typestr {typestr!r}") from None
+    if dtype.kind == "V" or dtype.hasobject:
+        raise TypeError(
+            f"{name}: CUDA Array Interface typestr {typestr!r} is not a numeric type "
+            "(bfloat16 cannot cross CAI: pass such arrays through DLPack)"
+        )
+    if dtype.byteorder == ">":
+        raise TypeError(f"{name}: big-endian typestr {typestr!r} is not supported")
+    return dtype
+
+
+def _from_cai(obj, cai: dict, stream_handle, name) -> DeviceArray:
+    try:
+        shape = tuple(int(n) for n in cai["shape"])
+        typestr = cai["typestr"]
+        ptr, readonly = cai["data"]
+    except (KeyError, TypeError, ValueError) as e:
+        raise TypeError(f"{name}: malformed __cuda_array_interface__ ({e!r})") from None
+    if cai.get("mask") is not None:
+        raise TypeError(f"{name}: masked CUDA arrays are not supported")
+    dtype = _cai_dtype(typestr, name)
+    strides = cai.get("strides")
+    if strides is not None:
+        strides = tuple(int(s) for s in strides)
+    ptr = int(ptr or 0)
+    device_id = _pointer_device(ptr)
+    producer = cai.get("stream") if cai.get("version", 0) >= 3 else None
+    if producer is not None and stream_handle is not None:
+        producer = int(producer)
+        if producer == 0:
+            producer = CU_STREAM_LEGACY
+        consumer = CU_STREAM_LEGACY if stream_handle == 0 else stream_handle
+        if producer != consumer:
+            get_device(device_id)
+            stream_wait(consumer, producer)
+    return DeviceArray(
+        ptr, shape, dtype, strides, device_id=device_id, owner=obj, stream_handle=stream_handle, readonly=bool(readonly)
+    )
+
+
+# ---------------------------------------------------------------------- allocation and copies
+
+
+def _shape_tuple(shape) -> tuple[int, ...]:
+    if isinstance(shape, numbers.Integral):
+        shape = (shape,)
+    shape = tuple(int(n) for n in shape)
+    if any(n < 0 for n in shape):
+        raise ValueError(f"shape must be non-negative, got {shape}")
+    return shape
+
+
+def empty(shape, dtype, *, device=None, stream=None) -> DeviceArray:
+    """A new C-contiguous :class:`DeviceArray`, uninitialised.
+
+    Allocated stream-ordered on ``stream`` from the device's default memory
+    resource (cuda.core's pool-backed ``DeviceMemoryResource``), and freed,
+    stream-ordered on the same stream, when the last reference goes.
+    ``device``: ordinal, cuda.core Device, or None (current/0).
+    """
+    dtype = np.dtype(dtype)
+    shape = _shape_tuple(shape)
+    dev = get_device(device)
+    ref = as_stream(stream, dev.device_id)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes == 0:
+        return DeviceArray(0, shape, dtype, device_id=dev.device_id, stream_handle=ref.handle)
+    buf = dev.allocate(nbytes, stream=core_stream(ref, dev))
+    return DeviceArray(int(buf.handle), shape, dtype, device_id=dev.device_id, owner=buf, stream_handle=ref.handle)
+
+
+def to_device(array, *, device=None, stream=None) -> DeviceArray:
+    """Copy host data into a new C-contiguous :class:`DeviceArray` (asynchronous on ``stream``).
+
+    The host array may be reused as soon as this returns: from pageable memory the
+    driver stages the bytes before returning.
+    """
+    a = np.asarray(array)
+    if a.dtype.hasobject:
+        raise TypeError("to_device: object arrays cannot be copied to the device")
+    if not a.flags.c_contiguous:
+        a = a.copy(order="C")
+    out = empty(a.shape, a.dtype, device=device, stream=stream)
+    if a.nbytes:
+        _copy_h2d(out.ptr, a.ctypes.data, a.nbytes, out.stream_handle, out.device_id)
+    return out
+
+
+def _stream_for(arr: DeviceArray, stream) -> int:
+    """Stream to act on ``arr``: the given one, else the array's own, else the library stream.
+
+    A given stream other than the array's own first waits for the array's stream
+    (an event), so that the copy or memset sees the array's pending writes.
+    """
+    own = arr.stream_handle
+    if stream is None:
+        return own if own is not None else as_stream(None, arr.device_id).handle
+    h = as_stream(stream, arr.device_id).handle
+    if own is not None and own != h:
+        stream_wait(h, own)
+    return h
+
+
+def to_host(arr, *, stream=None) -> np.ndarray:
+    """Copy a device array into a new NumPy array; returns when the copy is done.
+
+    Works for any strided view: the covering byte span is copied and the view
+    rebuilt on the host. ``stream`` defaults to the array's own stream (else the
+    library stream of its device).
+    """
+    arr = as_device_array(arr, name="arr")
+    get_device(arr.device_id)
+    h = _stream_for(arr, stream)
+    if arr.size == 0:
+        return np.empty(arr.shape, arr.dtype)
+    itemsize = arr.dtype.itemsize
+    if arr.is_c_contiguous:
+        out = np.empty(arr.shape, arr.dtype)
+        _copy_d2h(out.ctypes.data, arr.ptr, arr.nbytes, h, arr.device_id)
+        return out
+    lo, hi = _span(arr.shape, arr.strides, itemsize)
+    raw = np.empty(hi - lo, np.uint8)
+    _copy_d2h(raw.ctypes.data, arr.ptr + lo, hi - lo, h, arr.device_id)
+    view = np.ndarray(arr.shape, arr.dtype, buffer=raw, offset=-lo, strides=arr.strides)
+    return view.copy()  # C order
+
+
+# ---------------------------------------------------------------------- pinned staging
+#
+# Pageable host memory cannot be DMA'd: the driver bounces it through its own
+# staging buffers, one chunk at a time. cudattn does that bouncing itself for
+# large copies, through two reusable pinned chunks per device, so that the host
+# memcpy of one chunk overlaps the DMA of the other. Each chunk has an event
+# recorded after its DMA; a chunk is refilled only after its event completes, so
+# a copy may return while its last DMAs are still in flight (H2D stays
+# asynchronous). CUDATTN_PINNED_STAGING=0 turns it off (then plain pageable copies).
+
+STAGING_CHUNK = 8 << 20  # bytes per pinned chunk
+STAGING_MIN = 1 << 20  # copies smaller than this go direct from/to pageable memory
+_staging_enabled = os.environ.get("CUDATTN_PINNED_STAGING", "1") != "0"
+_staging_lock = threading.Lock()
+_staging: dict[int, _Staging | None] = {}  # device id -> pool (None: pinned allocation failed, don't retry)
+
+
+class _Staging:
+    """Two pinned chunks and their "DMA done" events, for one device; used under ``lock``."""
+
+    def __init__(self, chunk: int):
+        self.lock = threading.Lock()
+        self.chunk = chunk
+        self.ptrs: list[int] = []
+        self.events: list = []
+        self.pending = [False, False]
+        try:
+            for _ in range(2):
+                self.ptrs.append(
+                    int(check(driver.cuMemHostAlloc(chunk, driver.CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc"))
+                )
+                self.events.append(
+                    check(driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    def wait(self, i: int) -> None:
+        if self.pending[i]:
+            check(driver.cuEventSynchronize(self.events[i]), "cuEventSynchronize(staging)")
+            self.pending[i] = False
+
+    def close(self) -> None:  # only used when construction fails; pools otherwise live with the process
+        for e in self.events:
+            driver.cuEventDestroy(e)
+        for p in self.ptrs:
+            driver.cuMemFreeHost(p)
+        self.events, self.ptrs = [], []
+
+
+def _get_staging(device_id: int) -> _Staging | None:
+    st = _staging.get(device_id, False)
+    if st is not False:
+        return st
+    with _staging_lock:
+        st = _staging.get(device_id, False)
+        if st is False:
+            try:
+                st = _Staging(STAGING_CHUNK)
+            except Exception as e:  # e.g. pinned memory exhausted: fall back to pageable copies
+                warnings.warn(f"cudattn: no pinned staging buffers ({e}); using pageable copies", RuntimeWarning, 2)
+                st = None
+            _staging[device_id] = st
+    return st
+
+
+def _copy_h2d(dst: int, src: int, nbytes: int, stream: int, device_id: int) -> None:
+    """Host ``src`` -> device ``dst``, ordered on ``stream``; returns before the DMA ends (``src`` reusable)."""
+    st = _get_staging(device_id) if _staging_enabled and nbytes >= STAGING_MIN else None
+    if st is None:
+        check(driver.cuMemcpyHtoDAsync(dst, src, nbytes, stream), "cuMemcpyHtoDAsync")
+        return
+    with st.lock:
+        for k, off in enumerate(range(0, nbytes, st.chunk)):
+            i = k & 1
+            n = min(st.chunk, nbytes - off)
+            st.wait(i)
+            ctypes.memmove(st.ptrs[i], src + off, n)
+            check(driver.cuMemcpyHtoDAsync(dst + off, st.ptrs[i], n, stream), "cuMemcpyHtoDAsync")
+            check(driver.cuEventRecord(st.events[i], stream), "cuEventRecord(staging)")
+            st.pending[i] = True
+
+
+def _copy_d2h(dst: int, src: int, nbytes: int, stream: int, device_id: int) -> None:
+    """Device ``src`` -> host ``dst``, ordered on ``stream``; returns when ``dst`` holds the data."""
+    st = _get_staging(device_id) if _staging_enabled and nbytes >= STAGING_MIN else None
+    if st is None:
+        check(driver.cuMemcpyDtoHAsync(dst, src, nbytes, stream), "cuMemcpyDtoHAsync")
+        check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
+        return
+    with st.lock:
+        prev = None  # (chunk index, offset, size) whose DMA is in flight
+        for k, off in enumerate(range(0, nbytes, st.chunk)):
+            i = k & 1
+            n = min(st.chunk, nbytes - off)
+            st.wait(i)
+            check(driver.cuMemcpyDtoHAsync(st.ptrs[i], src + off, n, stream), "cuMemcpyDtoHAsync")
+            check(driver.cuEventRecord(st.events[i], stream), "cuEventRecord(staging)")
+            st.pending[i] = True
+            if prev is not None:  # drain the previous chunk while this one is in flight
+                j, poff, pn = prev
+                st.wait(j)
+                ctypes.memmove(dst + poff, st.ptrs[j], pn)
+            prev = (i, off, n)
+        j, poff, pn = prev
+        st.wait(j)
+        ctypes.memmove(dst + poff, st.ptrs[j], pn)
+
+
+def nan_pattern(dtype) -> int:
+    """The quiet-NaN bit pattern :meth:`DeviceArray.fill_nan` writes for ``dtype``."""
+    try:
+        return _NAN_BITS[np.dtype(dtype)]
+    except KeyError:
+        raise TypeError(f"no NaN bit pattern for dtype {np.dtype(dtype)}") from None
+
+
+def memset(arr: DeviceArray, pattern: int, *, stream=None) -> None:
+    """Write the ``itemsize``-wide bit ``pattern`` over every element (asynchronous on ``stream``).
+
+    ``cuMemsetD8/D16/D32Async`` over the array's byte span, so the view must be
+    dense (no gaps, no overlap; any axis order). 8-byte elements only take
+    ``pattern=0``.
+    """
+    itemsize = arr.dtype.itemsize
+    if arr.size == 0:
+        return
+    if not _is_dense(arr.shape, arr.strides, itemsize):
+        raise ValueError("memset needs a dense array (its elements must cover their byte span exactly once)")
+    pattern = int(pattern)
+    if pattern < 0 or pattern >= 1 << (8 * itemsize):
+        raise ValueError(f"pattern {pattern:#x} does not fit in {itemsize} byte(s)")
+    get_device(arr.device_id)
+    h = _stream_for(arr, stream)
+    arr.stream_handle = h  # the contents are now produced on h
+    lo, hi = _span(arr.shape, arr.strides, itemsize)
+    dst = arr.ptr + lo
+    n = arr.size
+    if pattern == 0 or itemsize == 1:  # pattern is one byte wide, or zero
+        check(driver.cuMemsetD8Async(dst, pattern, hi - lo, h), "cuMemsetD8Async")
+    elif itemsize == 2:
+        check(driver.cuMemsetD16Async(dst, pattern, n, h), "cuMemsetD16Async")
+    elif itemsize == 4:
+        check(driver.cuMemsetD32Async(dst, pattern, n, h), "cuMemsetD32Async")
+    else:
+        raise TypeError(f"memset: a non-zero pattern needs 1-, 2- or 4-byte elements, not {itemsize}")

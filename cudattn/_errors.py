@@ -1,0 +1,87 @@
+"""`CudaError` and the one checker for cuda.bindings' ``(err, *values)`` results.
+
+Every driver call in cudattn goes through :func:`check`, in the style of
+cuda.core's ``handle_return``: on success it hands back the values (``None`` for
+none, the value itself for one, a tuple for several); on failure it raises
+:class:`CudaError` carrying the driver's error name (``CUDA_ERROR_OUT_OF_MEMORY``)
+and the name of the call that failed, so an error report says what failed where.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CudaError", "check"]
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver call failed.
+
+    Attributes
+    ----------
+    name : str
+        The driver's error name, e.g. ``"CUDA_ERROR_OUT_OF_MEMORY"``.
+    code : int
+        The numeric ``CUresult``.
+    call : str
+        What was being done: the driver call, with any detail the caller gave.
+    """
+
+    def __init__(self, name: str, code: int, call: str, description: str = ""):
+        self.name = name
+        self.code = int(code)
+        self.call = call
+        self.description = description
+        msg = f"{call} failed: {name} ({self.code})"
+        if description:
+            msg += f": {description}"
+        super().__init__(msg)
+
+    def __reduce__(self):  # keep the exception picklable (multiprocessing, pytest-xdist)
+        return (type(self), (self.name, self.code, self.call, self.description))
+
+
+def _describe(err) -> tuple[str, str]:
+    """(name, description) of a failed result; never raises."""
+    name = ""
+    description = ""
+    try:
+        from cuda.bindings import driver
+
+        if isinstance(err, driver.CUresult):
+            e, s = driver.cuGetErrorName(err)
+            if e == 0 and s:
+                name = s.decode() if isinstance(s, bytes) else str(s)
+            e, s = driver.cuGetErrorString(err)
+            if e == 0 and s:
+                description = s.decode() if isinstance(s, bytes) else str(s)
+    except Exception:  # driver library missing or deinitialised: fall back to the enum's own name
+        pass
+    if not name:
+        name = getattr(err, "name", None) or f"CUresult {int(err)}"
+    return name, description
+
+
+def check(result, what: str):
+    """Unwrap a cuda.bindings result ``(err, *values)``; raise :class:`CudaError` on failure.
+
+    ``what`` names the call (``"cuMemAllocAsync"``, or with detail:
+    ``"cuLaunchKernel(fill_kernel)"``); it appears in the message.
+
+    Returns ``None`` when the call returns no values, the value when it returns
+    one, and the tuple of values otherwise. A bare error code (not a tuple) is
+    accepted too.
+    """
+    if type(result) is tuple:
+        err = result[0]
+        if err == 0:
+            n = len(result)
+            if n == 1:
+                return None
+            if n == 2:
+                return result[1]
+            return result[1:]
+    else:
+        err = result
+        if err == 0:
+            return None
+    name, description = _describe(err)
+    raise CudaError(name, int(err), what, description)
