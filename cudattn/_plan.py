@@ -26,12 +26,14 @@ def make_plan(problem: Problem, smem_limit: int) -> Plan:
     variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit)
     bm = variant.tiles.block_m
     num_m = -(-problem.seqlen_q // bm)
-    if problem.heads_q > _MAX_GRID_YZ or problem.batch > _MAX_GRID_YZ:
+    # Must match the kernel's reading of blockIdx (fwd_sm80.cuh): causal puts m last (longest first).
+    grid = (problem.heads_q, problem.batch, num_m) if problem.causal else (num_m, problem.heads_q, problem.batch)
+    if grid[1] > _MAX_GRID_YZ or grid[2] > _MAX_GRID_YZ:
         raise ValueError(
-            f"batch ({problem.batch}) and heads_q ({problem.heads_q}) must each be at most {_MAX_GRID_YZ} "
-            "(CUDA grid limit); split the call along that axis"
+            f"batch ({problem.batch}), heads_q ({problem.heads_q}) and, for causal, the {num_m} blocks of "
+            f"{bm} query rows must each be at most {_MAX_GRID_YZ} (CUDA grid limit); split the call"
         )
-    return Plan(variant, (num_m, problem.heads_q, problem.batch), (variant.threads, 1, 1), variant.smem_bytes, num_m)
+    return Plan(variant, grid, (variant.threads, 1, 1), variant.smem_bytes, num_m)
 
 
 def contiguous_geom(problem: Problem) -> TensorGeom:

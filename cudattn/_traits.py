@@ -36,14 +36,21 @@ class Tiles:
     min_blocks: int  # __launch_bounds__ minimum blocks per SM (caps registers at 64K / (threads * min))
 
 
-# Preferred tiles per tile width, fastest first; the first whose shared memory fits is used.
-# Chosen so that every variant compiles without register spills (tests/test_kernels_compile.py).
+# Preferred tiles per (tile width, causal), fastest first; the first whose shared memory fits is
+# used. Every variant compiles without register spills (tests/test_kernels_compile.py); the
+# choices come from benchmarks/tune_tiles.py on an H200 (see benchmarks/NOTES.md).
+_FALLBACK_256 = (Tiles(64, 64, 4, 2, 1), Tiles(64, 32, 4, 2, 1))
 _CANDIDATES = {
-    32: (Tiles(128, 128, 4, 2, 2),),
-    64: (Tiles(128, 64, 4, 2, 2),),
-    128: (Tiles(128, 48, 4, 2, 2),),
-    192: (Tiles(128, 64, 8, 2, 1), Tiles(64, 64, 4, 2, 1), Tiles(64, 32, 4, 2, 1)),
-    256: (Tiles(128, 64, 8, 2, 1), Tiles(64, 64, 4, 2, 1), Tiles(64, 32, 4, 2, 1)),
+    (32, False): (Tiles(128, 128, 4, 2, 2),),
+    (32, True): (Tiles(64, 64, 4, 2, 2),),
+    (64, False): (Tiles(128, 128, 4, 2, 2), Tiles(128, 64, 4, 2, 2)),
+    (64, True): (Tiles(64, 64, 4, 2, 2),),
+    (128, False): (Tiles(128, 48, 4, 2, 2),),
+    (128, True): (Tiles(128, 48, 4, 2, 2),),
+    (192, False): (Tiles(128, 64, 8, 2, 1),) + _FALLBACK_256,
+    (192, True): (Tiles(128, 64, 8, 2, 1),) + _FALLBACK_256,
+    (256, False): (Tiles(128, 64, 8, 2, 1),) + _FALLBACK_256,
+    (256, True): (Tiles(128, 64, 8, 2, 1),) + _FALLBACK_256,
 }
 
 
@@ -92,7 +99,7 @@ def tile_dim_for(head_dim: int) -> int:
 def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int) -> Variant:
     name = dtype if isinstance(dtype, str) else DTYPE_NAMES[np.dtype(dtype)]
     d = tile_dim_for(head_dim)
-    for tiles in _CANDIDATES[d]:
+    for tiles in _CANDIDATES[(d, bool(causal))]:
         v = Variant(name, d, bool(causal), tiles)
         if v.smem_bytes <= smem_limit:
             return v

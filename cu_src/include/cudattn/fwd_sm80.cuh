@@ -37,9 +37,13 @@ struct FwdSm80 {
         T* sV = sK + STAGES * BN * D;
 
         const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-        // Causal blocks near the bottom see the most keys: launch them first for a shorter tail.
-        const int m_block = CAUSAL ? (p.num_m_blocks - 1 - (int)blockIdx.x) : (int)blockIdx.x;
-        const int hq = blockIdx.y, b = blockIdx.z, hkv = hq / p.group;
+        // Grid: (m, head, batch), so neighbouring blocks share one head's K/V in L2. Causal: (head,
+        // batch, m) with m reversed, so that the scheduler starts every head's longest blocks (the
+        // bottom rows see the most keys) before any shorter one: a longest-first order, short tail.
+        const int m_block = CAUSAL ? (p.num_m_blocks - 1 - (int)blockIdx.z) : (int)blockIdx.x;
+        const int hq = CAUSAL ? blockIdx.x : blockIdx.y;
+        const int b = CAUSAL ? blockIdx.y : blockIdx.z;
+        const int hkv = hq / p.group;
         const int m_start = m_block * BM;
         const int rows_valid = min(BM, p.seqlen_q - m_start);
         const int chunks_valid = p.head_dim / 8;

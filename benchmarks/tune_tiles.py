@@ -1,0 +1,73 @@
+"""Try tile configurations of the portable kernel on one shape, against torch's flash backend.
+
+    python benchmarks/tune_tiles.py --shape 4x8x2048x256 --causal --tiles 128x64w8s2,64x32w4s2
+
+Each `BMxBNwWARPSsSTAGES[mMINBLOCKS]` is forced (by replacing the traits' candidates for the
+shape's tile width in this process only), checked once against the flash backend's output,
+and timed with the same method as bench_vs_torch.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import cudattn
+from cudattn import _kernels, _traits
+
+from bench_vs_torch import _sets, time_fn
+
+
+def parse_tiles(spec: str) -> _traits.Tiles:
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(?:m(\d+))?", spec)
+    if not m:
+        raise SystemExit(f"bad tiles {spec!r}: want BMxBNwWARPSsSTAGES[mMIN]")
+    bm, bn, w, s, mb = m.groups()
+    return _traits.Tiles(int(bm), int(bn), int(w), int(s), int(mb) if mb else (2 if int(w) == 4 else 1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", required=True)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--tiles", required=True)
+    ap.add_argument("--iters", type=int, default=20)
+    args = ap.parse_args()
+    B, H, S, D = map(int, args.shape.split("x"))
+    dt = getattr(torch, args.dtype)
+    sets = _sets(B, H, S, D, dt, torch.cuda.get_device_properties(0).L2_cache_size)
+    stream = torch.cuda.current_stream()
+    flops = 4.0 * B * H * S * S * D / (2 if args.causal else 1)
+
+    def flash(q, k, v):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
+
+    ref = flash(*sets[0]).float()
+    t_flash = time_fn(flash, sets, args.iters)
+    print(f"{args.shape} {args.dtype} causal={args.causal}: flash {flops / t_flash / 1e9:.1f} TFLOP/s")
+    d = _traits.tile_dim_for(D)
+    for spec in args.tiles.split(","):
+        _traits._CANDIDATES[(d, args.causal)] = (parse_tiles(spec),)
+        _kernels._loaded.clear()
+        ours = lambda q, k, v: cudattn.attention(q, k, v, causal=args.causal, layout="bhsd", stream=stream)
+        try:
+            out = torch.from_dlpack(ours(*sets[0])).float()
+            err = (out - ref).abs().max().item()
+            t = time_fn(ours, sets, args.iters)
+        except Exception as e:  # a config that does not fit or compile: say so and go on
+            print(f"  {spec:14} failed: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            continue
+        res = _kernels.compile_variant(_traits.select(dt is torch.bfloat16 and "bfloat16" or "float16", D,
+                                                      args.causal, 232448), "sm_90a").ptxas[_traits.KERNEL_NAME]
+        print(f"  {spec:14} {flops / t / 1e9:7.1f} TFLOP/s  {t_flash / t:5.2f}x flash  max|diff| {err:.2e}  "
+              f"regs {res.registers} spill {res.spill_stores}")
+
+
+if __name__ == "__main__":
+    main()
