@@ -32,7 +32,7 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", return_lse=Fa
     FP8 inputs, the descales, ``num_splits`` and a different ``out_dtype`` arrive in later releases
     and raise NotImplementedError until then.
     """
-    if type(q) is np.ndarray and type(k) is np.ndarray and type(v) is np.ndarray:
+    if isinstance(q, np.ndarray) and isinstance(k, np.ndarray) and isinstance(v, np.ndarray):
         from ._host import attention_host
 
         return attention_host(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse,

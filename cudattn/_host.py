@@ -16,6 +16,11 @@ def attention_host(q, k, v, *, causal, scale, layout, return_lse, q_descale, k_d
                    num_splits, out, stream):
     kw = dict(causal=causal, scale=scale, layout=layout, return_lse=return_lse, q_descale=q_descale,
               k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype, num_splits=num_splits)
+    # The data is copied to the device anyway, so any NumPy strides and alignment are fine: make
+    # the copies' source contiguous here (a no-op for contiguous input) rather than refusing views.
+    if type(q) is not np.ndarray or type(k) is not np.ndarray or type(v) is not np.ndarray:
+        validate(q, k, v, **kw, out=out, host=True)  # subclasses (masked arrays): refused by their own rule
+    q, k, v = np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v)
     validate(q, k, v, **kw, out=out, host=True)  # every argument error before any GPU work
     from ._api import run_device
 

@@ -434,3 +434,27 @@ def test_resolve_out_dtype():
         _dtypes.resolve_out_dtype(np.float16, FP8)
     with pytest.raises(TypeError, match="^out_dtype=int8 is not an attention output dtype"):
         _dtypes.resolve_out_dtype(np.int8, BF16)
+
+
+def test_host_path_accepts_numpy_views_and_refuses_masked_arrays_before_gpu_work(monkeypatch):
+    """NumPy data is copied to the device anyway: misaligned or strided views are made contiguous,
+    while a masked array is still refused (its mask would be ignored) before anything touches CUDA."""
+    import cudattn
+    from cudattn import _host
+
+    seen = {}
+
+    def no_gpu(*a, **k):
+        seen["reached_gpu"] = True
+        raise RuntimeError("stop before the GPU")
+
+    monkeypatch.setattr(_host._device, "get_device", no_gpu)
+    base = np.zeros((1, 8, 2, 66), np.float16) + 1
+    q = base[..., 1:65]  # misaligned pointer and rows: fine for NumPy input
+    with pytest.raises(RuntimeError, match="stop before the GPU"):
+        cudattn.attention(q, q, q)
+    assert seen.pop("reached_gpu")
+    m = np.ma.masked_array(np.ones((1, 8, 2, 64), np.float16))
+    with pytest.raises(TypeError, match="mask"):
+        cudattn.attention(m, m, m)
+    assert "reached_gpu" not in seen
