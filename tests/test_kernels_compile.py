@@ -4,6 +4,7 @@ its SASS has the instructions it was written for. NVRTC needs no GPU."""
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import shutil
 import subprocess
@@ -42,24 +43,27 @@ def test_variant_compiles_without_spills(cache, arch, variant):
     assert rep.registers * variant.threads * variant.tiles.min_blocks <= 65536
 
 
-def _cuobjdump():
+def _tool(name):
     try:
         import cuda.pathfinder as pf
 
-        return pf.find_nvidia_binary_utility("cuobjdump")
+        return pf.find_nvidia_binary_utility(name) or shutil.which(name)
     except Exception:
-        return shutil.which("cuobjdump")
+        return shutil.which(name)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_sass_uses_tensor_cores_and_no_local_memory(cache, arch, tmp_path):
-    tool = _cuobjdump()
-    if tool is None:
-        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+    tool, disasm = _tool("cuobjdump"), _tool("nvdisasm")
+    if tool is None or disasm is None:
+        pytest.skip("cuobjdump/nvdisasm not installed (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
     variant = _traits.select("float16", 128, True, _traits.ARCH_SMEM_LIMIT[arch])
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(_kernels.compile_variant(variant, arch, cache=cache).cubin)
-    sass = subprocess.run([tool, "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
+    env = dict(os.environ, NVDISASM_PATH=os.path.dirname(disasm))  # cuobjdump -sass runs nvdisasm
+    proc = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    sass = proc.stdout
     assert "HMMA.16816.F32" in sass, "mma.sync m16n8k16 with fp32 accumulation expected"
     assert "LDSM" in sass and "LDGSTS" in sass, "ldmatrix and cp.async expected"
     assert not re.search(r"\b(LDL|STL)\b", sass), "local memory traffic in the kernel"
