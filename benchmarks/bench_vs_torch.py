@@ -94,6 +94,7 @@ def main(argv=None):
     overhead = host_overhead(stream)
     print(f"\nhost overhead of one warm attention() call on device arrays (call -> launch returned), median: "
           f"{overhead['cudattn_devicearray_us']:.1f} us (cudattn DeviceArray), "
+          f"{overhead['cudattn_devicearray_out_us']:.1f} us (DeviceArray with out=), "
           f"{overhead['torch_tensor_us']:.1f} us (torch tensors via DLPack); torch SDPA call: {overhead['torch_sdpa_us']:.1f} us")
     if args.json:
         with open(args.json, "w") as fh:
@@ -105,7 +106,9 @@ def host_overhead(stream, n=2000):
     q = torch.randn(1, 1, 128, 64, device="cuda", dtype=torch.float16)
     qd = cudattn.to_device(q.cpu().numpy())
     out = {}
+    od = cudattn.attention(qd, qd, qd, stream=stream)
     for key, fn in (("cudattn_devicearray_us", lambda: cudattn.attention(qd, qd, qd, stream=stream)),
+                    ("cudattn_devicearray_out_us", lambda: cudattn.attention(qd, qd, qd, out=od, stream=stream)),
                     ("torch_tensor_us", lambda: cudattn.attention(q, q, q, layout="bhsd", stream=stream)),
                     ("torch_sdpa_us", lambda: F.scaled_dot_product_attention(q, q, q))):
         for _ in range(50):

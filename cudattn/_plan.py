@@ -22,7 +22,22 @@ class Plan:
     num_m_blocks: int
 
 
+_plans: dict = {}
+
+
 def make_plan(problem: Problem, smem_limit: int) -> Plan:
+    """The plan for this problem's shape (memoised: on the hot path a repeated shape is one lookup)."""
+    key = (problem.dtype, problem.head_dim, problem.causal, problem.seqlen_q, problem.heads_q, problem.batch,
+           smem_limit)
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) > 4096:  # many distinct shapes (variable lengths): keep the table bounded
+            _plans.clear()
+        plan = _plans[key] = _make_plan(problem, smem_limit)
+    return plan
+
+
+def _make_plan(problem: Problem, smem_limit: int) -> Plan:
     variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit)
     bm = variant.tiles.block_m
     num_m = -(-problem.seqlen_q // bm)

@@ -32,15 +32,35 @@ def _variants():
 
 
 @pytest.mark.parametrize("arch,variant", _variants())
-def test_variant_compiles_without_spills(cache, arch, variant):
+def test_variant_compiles_without_spills(cache, arch, variant, tmp_path):
     res = _kernels.compile_variant(variant, arch, cache=cache)
     assert res.cubin[:4] == b"\x7fELF"
-    rep = res.ptxas[_traits.KERNEL_NAME]
-    assert rep.spill_stores == 0 and rep.spill_loads == 0, f"{variant.describe()} spills on {arch}: {rep}"
-    assert rep.stack_bytes == 0, f"{variant.describe()} uses a stack frame on {arch}: {rep}"
     assert variant.smem_bytes <= _traits.ARCH_SMEM_LIMIT[arch]
+    rep = res.ptxas.get(_traits.KERNEL_NAME)
+    if rep is None:
+        # Some NVRTC builds (seen: 13.0 on the GPU machines) intermittently return an empty log
+        # for -Xptxas=-v; read the same facts off the cubin instead.
+        registers, local = _resource_usage(res.cubin, tmp_path)
+        assert local == 0, f"{variant.describe()} uses {local} B of local memory (spills/stack) on {arch}"
+    else:
+        assert rep.spill_stores == 0 and rep.spill_loads == 0, f"{variant.describe()} spills on {arch}: {rep}"
+        assert rep.stack_bytes == 0, f"{variant.describe()} uses a stack frame on {arch}: {rep}"
+        registers = rep.registers
     # Registers x threads x min blocks must fit the 64K register file, or the launch bound lied.
-    assert rep.registers * variant.threads * variant.tiles.min_blocks <= 65536
+    assert registers * variant.threads * variant.tiles.min_blocks <= 65536
+
+
+def _resource_usage(cubin: bytes, tmp_path) -> tuple[int, int]:
+    """(registers, local-memory bytes) of the kernel, from `cuobjdump -res-usage`."""
+    tool = _tool("cuobjdump")
+    if tool is None:
+        pytest.skip("NVRTC gave no ptxas report and cuobjdump is not installed")
+    path = tmp_path / "k.cubin"
+    path.write_bytes(cubin)
+    text = subprocess.run([tool, "-res-usage", str(path)], check=True, capture_output=True, text=True).stdout
+    m = re.search(r"Function " + _traits.KERNEL_NAME + r":\s*REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", text)
+    assert m, text
+    return int(m.group(1)), int(m.group(2)) + int(m.group(3))
 
 
 def _tool(name):
