@@ -50,7 +50,6 @@ import os
 import threading
 import warnings
 
-import ml_dtypes
 import numpy as np
 from cuda.bindings import driver
 
@@ -73,8 +72,7 @@ __all__ = [
     "to_host",
 ]
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
-FP8_E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
+from ._dtypes import BFLOAT16 as BF16, FLOAT8_E4M3 as FP8_E4M3  # noqa: E402  (one table of dtypes)
 
 # Quiet-NaN bit patterns, one element wide (float8_e4m3fn has no inf; 0x7F is its NaN).
 _NAN_BITS: dict[np.dtype, int] = {
