@@ -271,10 +271,12 @@ def test_memory_hit(cache):
 
 def test_results_do_not_share_mutable_state(cache):
     first = _compile(cache, name_expressions=["add_n<3>"])
+    # NVRTC 13.0 on the GPU machines sometimes returns an empty log, hence no ptxas report at all.
+    had_ptxas = bool(first.ptxas)
     first.lowered_names.clear()
     first.ptxas.clear()
     second = _compile(cache, name_expressions=["add_n<3>"])
-    assert second.lowered_names and second.ptxas
+    assert second.lowered_names and bool(second.ptxas) == had_ptxas
 
 
 def test_disk_hit_skips_nvrtc(tmp_path):
