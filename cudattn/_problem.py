@@ -42,11 +42,3 @@ class Problem:
     @property
     def group_size(self) -> int:
         return self.heads_q // self.heads_kv
-
-    def flops(self) -> float:
-        """4·B·Hq·Sq·Sk·D, counting only the visible (query, key) pairs when causal."""
-        pairs = self.seqlen_q * self.seqlen_k
-        if self.causal:
-            off = self.seqlen_k - self.seqlen_q  # query i sees keys j <= i + off
-            pairs = sum(max(0, min(self.seqlen_k, i + off + 1)) for i in range(self.seqlen_q))
-        return 4.0 * self.batch * self.heads_q * pairs * self.head_dim
