@@ -7,6 +7,8 @@ import numpy as np
 from . import _array, _device, _kernels, _launch, _plan, _stream
 from ._validate import validate
 
+_F32 = np.dtype(np.float32)
+
 
 def attention(q, k, v, *, causal=False, scale=None, layout="bshd", return_lse=False, q_descale=None,
               k_descale=None, v_descale=None, out_dtype=None, num_splits=None, out=None, stream=None):
@@ -62,13 +64,13 @@ def run_device(problem, qa, ka, va, oa, device, device_id, sref):
     plan = _plan.make_plan(problem, props.max_shared_memory_per_block_optin)
     kernel = _kernels.get_kernel(plan.variant, device, device_id, props.arch)
     if oa is None:
-        oa = _array.empty(_out_shape(problem), problem.out_dtype, device=device, stream=sref)
+        oa = _array.empty_on(_out_shape(problem), problem.out_dtype, device, sref)
         o_geom = _plan.contiguous_geom(problem)
     else:
         o_geom = problem.out_strides
     lse = None
     if problem.return_lse:
-        lse = _array.empty((problem.batch, problem.heads_q, problem.seqlen_q), np.float32, device=device, stream=sref)
+        lse = _array.empty_on((problem.batch, problem.heads_q, problem.seqlen_q), _F32, device, sref)
     params = _plan.make_params(problem, plan, qa.ptr, ka.ptr, va.ptr, oa.ptr, 0 if lse is None else lse.ptr, o_geom)
     _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
     return (oa, lse) if problem.return_lse else oa

@@ -63,6 +63,7 @@ __all__ = [
     "DeviceArray",
     "as_device_array",
     "empty",
+    "empty_on",
     "is_device_array_like",
     "memset",
     "device_id_of",
@@ -551,10 +552,13 @@ def empty(shape, dtype, *, device=None, stream=None) -> DeviceArray:
     stream-ordered on the same stream, when the last reference goes.
     ``device``: ordinal, cuda.core Device, or None (current/0).
     """
-    dtype = np.dtype(dtype)
-    shape = _shape_tuple(shape)
     dev = get_device(device)
-    ref = as_stream(stream, dev.device_id)
+    return empty_on(_shape_tuple(shape), np.dtype(dtype), dev, as_stream(stream, dev.device_id))
+
+
+def empty_on(shape: tuple[int, ...], dtype: np.dtype, dev, ref) -> DeviceArray:
+    """`empty` for callers that already hold the current cuda.core Device and a StreamRef
+    (the attention launch path), so neither is resolved a second time per call."""
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes == 0:
         return DeviceArray(0, shape, dtype, device_id=dev.device_id, stream_handle=ref.handle)
