@@ -91,24 +91,36 @@ def _from_bhsd(x: np.ndarray, layout: str) -> np.ndarray:
     return np.ascontiguousarray(x.transpose(0, 2, 1, 3) if layout == "bshd" else x)
 
 
-def _row_blocks(Sq: int, Sk: int):
-    rows = max(1, _BLOCK_ELEMENTS // max(Sk, 1))
-    for r0 in range(0, Sq, rows):
-        yield r0, min(Sq, r0 + rows)
+def _query_rows(rows, Sq: int) -> np.ndarray:
+    """The query rows to compute: all of them, or the given indices (checked, in the given order)."""
+    if rows is None:
+        return np.arange(Sq)
+    idx = np.asarray(rows)
+    if idx.ndim != 1 or idx.dtype.kind not in "iu":
+        raise ValueError(f"rows must be a 1-D array of integer query indices; got {idx.dtype} of shape {idx.shape}")
+    if idx.size and (idx.min() < 0 or idx.max() >= Sq):
+        raise ValueError(f"rows must lie in [0, Sq={Sq}); got {idx.min()}..{idx.max()}")
+    return idx.astype(np.int64, copy=False)
 
 
-def _visible_keys(r0: int, r1: int, Sq: int, Sk: int, causal: bool) -> int:
-    """Keys [0, kend) hold every key visible to query rows [r0, r1)."""
+def _row_blocks(rows: np.ndarray, Sk: int):
+    """Blocks of query row indices, small enough that one block's scores fit ``_BLOCK_ELEMENTS``."""
+    n = max(1, _BLOCK_ELEMENTS // max(Sk, 1))
+    for r0 in range(0, rows.size, n):
+        yield rows[r0:r0 + n]
+
+
+def _visible_keys(idx: np.ndarray, Sq: int, Sk: int, causal: bool) -> int:
+    """Keys [0, kend) hold every key visible to the query rows ``idx``."""
     if not causal:
         return Sk
-    return max(0, min(Sk, r1 + Sk - Sq))  # last row r1-1 sees j <= r1-1 + Sk-Sq
+    return max(0, min(Sk, int(idx.max()) + 1 + Sk - Sq))  # row i sees j <= i + Sk-Sq
 
 
-def _mask_scores(s: np.ndarray, r0: int, r1: int, Sq: int, Sk: int) -> None:
+def _mask_scores(s: np.ndarray, idx: np.ndarray, Sq: int, Sk: int) -> None:
     """Causal, bottom-right: row i sees key j iff j <= i + Sk - Sq; the rest becomes -inf."""
-    rows = np.arange(r0, r1)[:, None]
     cols = np.arange(s.shape[1])[None, :]
-    s[cols > rows + (Sk - Sq)] = -np.inf
+    s[cols > idx[:, None] + (Sk - Sq)] = -np.inf
 
 
 def _softmax_parts(s: np.ndarray):
@@ -127,7 +139,7 @@ def _lse(m: np.ndarray, l: np.ndarray) -> np.ndarray:
 
 
 def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layout: str = "bshd",
-              return_lse: bool = False):
+              return_lse: bool = False, rows=None):
     """Scaled-dot-product attention in float64.
 
     Args:
@@ -138,6 +150,8 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
         causal: bottom-right aligned: query ``i`` sees key ``j`` iff ``j <= i + Sk - Sq``
             (differs from torch SDPA's ``is_causal`` when ``Sq != Sk``).
         scale: multiplies ``q·kᵀ``; default ``1/sqrt(D)``.
+        rows: compute only these query rows (1-D integer indices into ``Sq``), e.g. to check a
+            subsample of a large problem; the outputs then have ``len(rows)`` rows, in that order.
 
     Returns:
         ``out`` (float64, q's shape), and with ``return_lse`` also ``lse`` (float64,
@@ -153,29 +167,33 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     qb, kb, vb = (_as_bhsd(x, f64, layout) for x in (q, k, v))
     group = Hq // Hkv
 
-    out = np.zeros((B, Hq, Sq, D), dtype=np.float64)
-    lse = np.full((B, Hq, Sq), -np.inf, dtype=np.float64)
+    rows = _query_rows(rows, Sq)
+    out = np.zeros((B, Hq, rows.size, D), dtype=np.float64)
+    lse = np.full((B, Hq, rows.size), -np.inf, dtype=np.float64)
     for b in range(B):
         for h in range(Hq):
             qh = np.ascontiguousarray(qb[b, h])
             kh = np.ascontiguousarray(kb[b, h // group])
             vh = np.ascontiguousarray(vb[b, h // group])
-            for r0, r1 in _row_blocks(Sq, Sk):
-                kend = _visible_keys(r0, r1, Sq, Sk, causal)
+            done = 0
+            for idx in _row_blocks(rows, Sk):
+                at = slice(done, done + idx.size)
+                done += idx.size
+                kend = _visible_keys(idx, Sq, Sk, causal)
                 if kend == 0:
                     continue  # every row of the block is empty: output 0, LSE -inf already
-                s = (qh[r0:r1] @ kh[:kend].T) * scale
+                s = (qh[idx] @ kh[:kend].T) * scale
                 if causal:
-                    _mask_scores(s, r0, r1, Sq, Sk)
+                    _mask_scores(s, idx, Sq, Sk)
                 m, p, l = _softmax_parts(s)
-                out[b, h, r0:r1] = (p @ vh[:kend]) / np.where(l > 0, l, 1.0)
-                lse[b, h, r0:r1] = _lse(m, l)
+                out[b, h, at] = (p @ vh[:kend]) / np.where(l > 0, l, 1.0)
+                lse[b, h, at] = _lse(m, l)
     out = _from_bhsd(out, layout)
     return (out, lse) if return_lse else out
 
 
 def attention_naive(q, k, v, *, causal: bool = False, scale: float | None = None, layout: str = "bshd",
-                    dtype=None, return_lse: bool = False, round_scores: bool = False):
+                    dtype=None, return_lse: bool = False, round_scores: bool = False, rows=None):
     """The same attention done in low precision, as a plain (unfused) GPU implementation would.
 
     Inputs are rounded to ``dtype`` (default: q's dtype, which must then be 16-bit or FP8), then:
@@ -189,7 +207,7 @@ def attention_naive(q, k, v, *, causal: bool = False, scale: float | None = None
     float32, as a fused kernel does.
 
     Returns ``out`` in the output dtype (layout as given) and, with ``return_lse``, a float32
-    LSE ``(B, Hq, Sq)``.
+    LSE ``(B, Hq, Sq)``. ``rows`` selects query rows as in `attention`.
     """
     q = np.asarray(q)
     k = np.asarray(k)
@@ -209,8 +227,9 @@ def attention_naive(q, k, v, *, causal: bool = False, scale: float | None = None
     s32 = np.float32(scale)
     group = Hq // Hkv
 
-    out = np.zeros((B, Hq, Sq, D), dtype=np.float32)
-    lse = np.full((B, Hq, Sq), -np.inf, dtype=np.float32)
+    rows = _query_rows(rows, Sq)
+    out = np.zeros((B, Hq, rows.size, D), dtype=np.float32)
+    lse = np.full((B, Hq, rows.size), -np.inf, dtype=np.float32)
     for b in range(B):
         for h in range(Hq):
             qh = np.ascontiguousarray(qb[b, h])
@@ -218,21 +237,24 @@ def attention_naive(q, k, v, *, causal: bool = False, scale: float | None = None
             vh = np.ascontiguousarray(vb[b, h // group])
             if round_scores:
                 kh = _round_to(kh * s32, low)
-            for r0, r1 in _row_blocks(Sq, Sk):
-                kend = _visible_keys(r0, r1, Sq, Sk, causal)
+            done = 0
+            for idx in _row_blocks(rows, Sk):
+                at = slice(done, done + idx.size)
+                done += idx.size
+                kend = _visible_keys(idx, Sq, Sk, causal)
                 if kend == 0:
                     continue
-                s = qh[r0:r1] @ kh[:kend].T
+                s = qh[idx] @ kh[:kend].T
                 if round_scores:
                     s = _round_to(s, low)
                 else:
                     s *= s32
                 if causal:
-                    _mask_scores(s, r0, r1, Sq, Sk)
+                    _mask_scores(s, idx, Sq, Sk)
                 m, p, l = _softmax_parts(s)
                 probs = _round_to(p / np.where(l > 0, l, np.float32(1)), low)
-                out[b, h, r0:r1] = probs @ vh[:kend]
-                lse[b, h, r0:r1] = _lse(m, l)
+                out[b, h, at] = probs @ vh[:kend]
+                lse[b, h, at] = _lse(m, l)
     out = _from_bhsd(out.astype(out_dtype), layout)
     return (out, lse) if return_lse else out
 

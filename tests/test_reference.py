@@ -388,3 +388,31 @@ def test_check_close_end_to_end_with_naive():
     assert check_close(naive, ref, naive)[0]
     ok, err, bound = check_close(naive.astype(np.float64) + 0.01, ref, naive)
     assert not ok and err > bound
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sq,sk", [(7, 7), (9, 5), (5, 11)])
+def test_rows_subset_matches_full(causal, sq, sk):
+    """`rows=` computes exactly those rows of the full result (bottom-right causal included)."""
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((2, sq, 4, 16)).astype(np.float16)
+    k = rng.standard_normal((2, sk, 2, 16)).astype(np.float16)
+    v = rng.standard_normal((2, sk, 2, 16)).astype(np.float16)
+    rows = np.array([sq - 1, 0, sq // 2])
+    # BLAS may block a different row count differently: equal up to rounding (one fp16 ulp for naive)
+    for fn, tol in ((reference.attention, 1e-12), (reference.attention_naive, 1e-3)):
+        full, lse = fn(q, k, v, causal=causal, return_lse=True)
+        part, plse = fn(q, k, v, causal=causal, return_lse=True, rows=rows)
+        np.testing.assert_allclose(part.astype(np.float64), full[:, rows].astype(np.float64), rtol=tol, atol=tol)
+        np.testing.assert_allclose(plse, lse[:, :, rows], rtol=tol, atol=tol)
+    bh = reference.attention(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3),
+                             causal=causal, layout="bhsd", rows=rows)
+    np.testing.assert_allclose(bh, reference.attention(q, k, v, causal=causal)[:, rows].transpose(0, 2, 1, 3),
+                               rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("rows", [np.array([3]), np.array([[0]]), np.array([0.5])])
+def test_rows_rejects_bad_indices(rows):
+    q = np.ones((1, 3, 1, 8), np.float16)
+    with pytest.raises(ValueError, match="rows"):
+        reference.attention(q, q, q, rows=rows)
