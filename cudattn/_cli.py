@@ -1,4 +1,4 @@
-"""`python -m cudattn`: info, demo, and the kernel cache (info | clear | warm --arch ARCH)."""
+"""`python -m cudattn`: info, demo, bench, and the kernel cache (info | clear | warm --arch ARCH)."""
 
 from __future__ import annotations
 
@@ -141,6 +141,11 @@ def main(argv=None) -> int:
     d.add_argument("--causal", action="store_true")
     d.add_argument("--iters", type=int, default=20)
     d.set_defaults(fn=cmd_demo)
+    b = sub.add_parser("bench", help="time cudattn against torch SDPA (cuDNN, flash) on a grid of shapes")
+    from cudattn.bench import cli as bench_cli
+
+    bench_cli.add_arguments(b)
+    b.set_defaults(fn=lambda a: bench_cli.run(a, argv if argv is not None else sys.argv[1:]))
     c = sub.add_parser("cache", help="the on-disk kernel cache")
     c.add_argument("action", choices=("info", "clear", "warm"))
     c.add_argument("--arch", default="sm_90a", help="compile target for warm: sm_80, sm_86, sm_89, sm_90a")

@@ -1,0 +1,116 @@
+"""`python -m cudattn bench`: argument parsing and the order of a run."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+
+from . import grids
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--grid", choices=grids.GRIDS, default=None,
+                   help="named grid: quick (3 shapes), prefill (the peer table's shapes and a curve of "
+                        "S = 512..16384 for D = 64, 128, 256), decode (one query token, long KV caches), "
+                        "all (prefill + decode); default quick unless --shape is given")
+    p.add_argument("--shape", action="append", default=[], metavar="B,H,S,D",
+                   help="explicit case, B,H,S,D or B,Hq,Hkv,Sq,Sk,D (repeatable; replaces --grid)")
+    p.add_argument("--dtype", action="append", choices=grids.DTYPES, default=None,
+                   help="only these dtypes (repeatable); default: the grid's")
+    p.add_argument("--causal", choices=("0", "1", "both"), default=None,
+                   help="causal only (1), not (0), or both; default: the grid's")
+    p.add_argument("--iters", type=int, default=30, help="timed calls per row (default 30)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed calls before timing (default 5)")
+    p.add_argument("--host", action="store_true",
+                   help="also time the NumPy end-to-end call (transfers included) against the "
+                        "bytes-moved floor of the pinned host<->device bandwidth")
+    p.add_argument("--no-peers", action="store_true", help="do not time torch SDPA even if torch is importable")
+    p.add_argument("--json", metavar="FILE", help="write every number and the environment manifest")
+    p.add_argument("--plot", metavar="FILE.png", help="draw TFLOP/s against sequence length (needs matplotlib)")
+    p.add_argument("--markdown", metavar="FILE.md",
+                   help="write the tables as Markdown (docs/PERFORMANCE.md is made this way)")
+
+
+def _cases(args) -> list:
+    causals = None if args.causal in (None, "both") else (args.causal == "1",)
+    if args.causal == "both":
+        causals = (False, True)
+    if args.shape:
+        if args.grid:
+            raise SystemExit("give either --grid or --shape, not both")
+        return grids.explicit_cases(args.shape, args.dtype, causals)
+    return grids.named_grid(args.grid or "quick", args.dtype, causals)
+
+
+def _progress(i: int, n: int, label: str) -> None:
+    sys.stderr.write(f"[{i + 1}/{n}] {label}\n")
+    sys.stderr.flush()
+
+
+def run(args, argv) -> int:
+    from .._cli import _gpu_count
+
+    cases = _cases(args)
+    if _gpu_count() == 0:
+        print("cudattn bench: no CUDA GPU found; nothing was measured (the bench needs a GPU).", file=sys.stderr)
+        return 2
+    from . import ceilings, hostmode, manifest, report, runner
+    from .peers import TorchPeers, load_torch
+
+    torch_mod = None if args.no_peers else load_torch()
+    peers = TorchPeers(torch_mod) if torch_mod is not None else None
+    s = runner.Session(peers=peers, iters=args.iters, warmup=args.warmup)
+    env = manifest.environment(s.device_id, peers)
+    print(f"{env['gpu']} ({env['sm_count']} SMs, {env['arch']}), driver CUDA {env['driver_cuda']}, NVRTC {env['nvrtc']}, "
+          f"cudattn {env['cudattn']} ({(env['git_commit'] or 'commit unknown')[:12]})")
+    if peers is None:
+        print("peers: none (torch not importable, or --no-peers)")
+    else:
+        print(f"peers: torch {env['peers']['torch']} SDPA cuDNN {env['peers']['cudnn']} and flash backends")
+    if peers is not None:
+        with torch_mod.cuda.stream(peers.stream):
+            s.ceilings = ceilings.measure(s.stream_handle, s.device_id, torch_mod, host=args.host)
+    else:
+        s.ceilings = ceilings.measure(s.stream_handle, s.device_id, None, host=args.host)
+    print("ceilings: " + report.ceilings_text(s.ceilings))
+
+    t0 = time.perf_counter()
+    rows = []
+    print("\n" + report.header(peers is not None))
+    for i, case in enumerate(cases):
+        _progress(i, len(cases), f"{case.kind} {case.dtype} {case.label()} causal={case.causal}")
+        row = runner.run_case(case, s)
+        rows.append(row)
+        print(report.row_line(row, peers is not None), flush=True)
+    host_rows = []
+    if args.host:
+        print("\nNumPy end to end (attention(numpy...), transfers included)\n" + report.host_header())
+        for i, case in enumerate(cases):
+            _progress(i, len(cases), f"host {case.dtype} {case.label()} causal={case.causal}")
+            r = hostmode.run_host_case(case, s)
+            host_rows.append(r)
+            print(report.host_line(r), flush=True)
+    command = "python -m cudattn " + shlex.join(argv)
+    rep = {"command": command, "environment": env, "ceilings": s.ceilings, "iters": args.iters,
+           "warmup": args.warmup, "rows": rows, "host_rows": host_rows,
+           "seconds": time.perf_counter() - t0}
+    print("\n" + report.summary(rep))
+    if args.json:
+        report.write_json(args.json, rep)
+        print(f"wrote {args.json}")
+    plot_name = None
+    if args.plot:
+        from . import plot
+
+        plot.plot(rep, args.plot)
+        print(f"wrote {args.plot}")
+        if args.markdown:
+            plot_name = os.path.relpath(args.plot, os.path.dirname(os.path.abspath(args.markdown)))
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as fh:
+            fh.write(report.markdown(rep, command, plot_name))
+        print(f"wrote {args.markdown}")
+    failed = sum(not r["check"]["ok"] for r in rows + host_rows)
+    return 1 if failed else 0

@@ -1,0 +1,130 @@
+"""What `cudattn bench` measures: named grids of cases, or cases spelled on the command line."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+DTYPES = ("float16", "bfloat16")
+GRIDS = ("quick", "prefill", "decode", "all")
+DECODE_MAX_SQ = 16  # up to this many query tokens a case is decode (bandwidth-bound, reported in TB/s)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One attention problem: q ``(B, Sq, Hq, D)``, k/v ``(B, Sk, Hkv, D)`` (layout "bshd")."""
+
+    dtype: str
+    B: int
+    Hq: int
+    Hkv: int
+    Sq: int
+    Sk: int
+    D: int
+    causal: bool
+
+    @property
+    def kind(self) -> str:
+        return "decode" if self.Sq <= DECODE_MAX_SQ else "prefill"
+
+    @property
+    def itemsize(self) -> int:
+        return 2
+
+    @property
+    def visible_pairs(self) -> float:
+        """(query, key) pairs attended per head: Sq·Sk, halved for causal self-attention (the
+        peers' convention), counted exactly for causal with Sq != Sk (bottom-right aligned)."""
+        if not self.causal:
+            return float(self.Sq * self.Sk)
+        if self.Sq == self.Sk:
+            return self.Sq * self.Sk / 2.0
+        off = self.Sk - self.Sq  # row i sees keys 0..i+off
+        return float(sum(min(self.Sk, max(0, i + off + 1)) for i in range(self.Sq)))
+
+    @property
+    def flops(self) -> float:
+        """4·B·Hq·D per visible pair (two matrix products of 2 FLOPs per multiply-add)."""
+        return 4.0 * self.B * self.Hq * self.D * self.visible_pairs
+
+    @property
+    def bytes(self) -> int:
+        """Bytes that must cross device memory at least once: q and out, k and v."""
+        return self.itemsize * self.D * self.B * (2 * self.Sq * self.Hq + 2 * self.Sk * self.Hkv)
+
+    def label(self) -> str:
+        heads = f"{self.Hq}" if self.Hq == self.Hkv else f"{self.Hq}/{self.Hkv}"
+        seq = f"{self.Sq}" if self.Sq == self.Sk else f"{self.Sq}/{self.Sk}"
+        return f"{self.B}x{heads}x{seq}x{self.D}"
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "kind": self.kind, "flops": self.flops, "bytes": self.bytes}
+
+
+# Prefill: every shape of the peer table (../shared/peers/H200.md), plus shapes that complete a
+# curve of sequence lengths 512..16384 for head dims 64, 128 and 256 (16k tokens per batch, 16 heads,
+# or 8 heads at D=256), so each (D, S) has one point.
+_PEER_PREFILL = [(16, 16, 512, 64), (8, 16, 1024, 64), (4, 16, 4096, 64), (8, 16, 1024, 128),
+                 (4, 16, 4096, 128), (2, 16, 8192, 128), (1, 16, 16384, 128), (4, 8, 2048, 256)]
+_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+# Decode (one query token, fp16, D=128): the peer table's B / Hq / Hkv / S_kv.
+_PEER_DECODE = [(32, 32, 8, 4096), (8, 32, 8, 32768), (64, 32, 32, 2048), (1, 32, 8, 131072)]
+
+
+def prefill_shapes() -> list[tuple[int, int, int, int]]:
+    """(B, H, S, D), one per (D, S), sorted by D then S; a peer-table shape where there is one."""
+    by_point = {(d, s): (b, h, s, d) for b, h, s, d in _PEER_PREFILL}
+    for d in (64, 128, 256):
+        for s in _SEQLENS:
+            by_point.setdefault((d, s), (max(1, 16384 // s), 16 if d <= 128 else 8, s, d))
+    return [by_point[k] for k in sorted(by_point)]
+
+
+def _prefill(dtypes, causals) -> list[Case]:
+    return [Case(dt, b, h, h, s, s, d, c) for dt in dtypes for (b, h, s, d) in prefill_shapes() for c in causals]
+
+
+def _decode(dtypes) -> list[Case]:
+    return [Case(dt, b, hq, hkv, 1, s, 128, False) for dt in dtypes for (b, hq, hkv, s) in _PEER_DECODE]
+
+
+def named_grid(name: str, dtypes=None, causals=None) -> list[Case]:
+    """The cases of grid ``name``. ``dtypes``/``causals`` (None: the grid's own) narrow it."""
+    if name not in GRIDS:
+        raise ValueError(f"unknown grid {name!r}; choose one of {', '.join(GRIDS)}")
+    pdt = tuple(dtypes or DTYPES)
+    ddt = tuple(dtypes or ("float16",))  # the peers' decode figures are fp16
+    pc = tuple((False, True) if causals is None else causals)
+    if name == "quick":
+        return [Case(dt, b, h, h, s, s, d, c) for dt in (dtypes or ("bfloat16",))
+                for (b, h, s, d) in ((16, 16, 512, 64), (4, 16, 4096, 128)) for c in pc] + \
+               [Case(dt, 32, 32, 8, 1, 4096, 128, False) for dt in ddt]
+    cases = []
+    if name in ("prefill", "all"):
+        cases += _prefill(pdt, pc)
+    if name in ("decode", "all"):
+        cases += _decode(ddt)
+    return cases
+
+
+def parse_shape(text: str) -> tuple[int, int, int, int, int, int]:
+    """``B,H,S,D`` (self-attention) or ``B,Hq,Hkv,Sq,Sk,D`` -> (B, Hq, Hkv, Sq, Sk, D)."""
+    try:
+        nums = [int(x) for x in text.replace("x", ",").split(",") if x.strip()]
+    except ValueError:
+        nums = []
+    if len(nums) == 4:
+        b, h, s, d = nums
+        nums = [b, h, h, s, s, d]
+    if len(nums) != 6 or min(nums) < 1:
+        raise ValueError(f"--shape takes B,H,S,D or B,Hq,Hkv,Sq,Sk,D with positive integers; got {text!r}")
+    return tuple(nums)
+
+
+def explicit_cases(shapes, dtypes=None, causals=None) -> list[Case]:
+    """Cases from ``--shape`` strings; decode-like shapes (Sq <= 16) default to non-causal."""
+    out = []
+    for text in shapes:
+        b, hq, hkv, sq, sk, d = parse_shape(text)
+        cs = causals if causals is not None else ((False,) if sq <= DECODE_MAX_SQ else (False, True))
+        out += [Case(dt, b, hq, hkv, sq, sk, d, c) for dt in (dtypes or DTYPES) for c in cs]
+    return out

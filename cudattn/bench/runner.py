@@ -1,0 +1,86 @@
+"""One benchmark row per case: cudattn checked and timed, then each peer timed, on one stream."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+
+from .. import _array, _device, attention, to_host
+from . import check, inputs, timing
+from .grids import Case
+from .peers import BACKENDS
+
+
+class Session:
+    """What every row shares: the device, the stream, the peers, the ceilings, the RNG."""
+
+    def __init__(self, *, peers=None, iters: int = 30, warmup: int = 5, seed: int = 0):
+        self.device_id = 0
+        self.props = _device.device_properties(self.device_id)
+        self.peers = peers
+        # One stream for everything, so cudattn and its peers queue behind the same spin kernel.
+        self.stream_handle = peers.stream_handle if peers else _device.default_stream(self.device_id).handle
+        self.iters, self.warmup = iters, warmup
+        self.rng = np.random.default_rng(seed)
+        self.ceilings: dict = {}
+
+    def time(self, fn) -> timing.Timing:
+        return timing.gpu_time(fn, self.stream_handle, self.device_id, iters=self.iters, warmup=self.warmup)
+
+
+def throughput(case: Case, ms: float) -> dict:
+    """TFLOP/s for prefill, TB/s (bytes that must be moved) for decode."""
+    if case.kind == "decode":
+        return {"tbps": case.bytes / ms / 1e9}
+    return {"tflops": case.flops / ms / 1e9}
+
+
+def _percent_of_ceiling(case: Case, result: dict, ceilings: dict) -> float | None:
+    if case.kind == "decode":
+        cap = ceilings.get("copy_tbps")
+        return None if not cap else 100.0 * result["tbps"] / cap
+    cap = ceilings.get("gemm_bf16_tflops")
+    return None if not cap else 100.0 * result["tflops"] / cap
+
+
+def run_case(case: Case, s: Session) -> dict:
+    row = {"case": case.as_dict(), "label": case.label(), "impls": {}, "ratio": {}}
+    h = s.stream_handle
+    host = inputs.host_inputs(case, s.rng)
+    sets = inputs.device_sets(host, inputs.set_count(case, s.props.l2_cache_size), h)
+
+    # Correct first: one call into a NaN-poisoned output, checked on a subsample.
+    out = _array.empty(host[0].shape, host[0].dtype, device=s.device_id, stream=h).fill_nan(stream=h)
+    attention(*sets[0], causal=case.causal, out=out, stream=h)
+    row["check"] = check.check_output(case, *host, to_host(out, stream=h), s.rng)
+    del out
+
+    n = len(sets)
+    t = s.time(lambda i: attention(*sets[i % n], causal=case.causal, stream=h))
+    ours = {**t.as_dict(), **throughput(case, t.median_ms)}
+    ours["pct_of_ceiling"] = _percent_of_ceiling(case, ours, s.ceilings)
+    row["impls"]["cudattn"] = ours
+    row["sets"] = n
+
+    if s.peers is not None:
+        why = s.peers.skip_reason(case)
+        tsets = None if why else [s.peers.tensors(x) for x in sets]
+        for name in BACKENDS:
+            if why:
+                row["impls"][name] = {"error": why}
+                continue
+            f = s.peers.call(name, case)
+            try:
+                pt = s.time(lambda i: f(*tsets[i % n]))
+            except RuntimeError as e:  # backend does not support this case
+                row["impls"][name] = {"error": str(e).strip().splitlines()[0][:200]}
+                continue
+            res = {**pt.as_dict(), **throughput(case, pt.median_ms)}
+            row["impls"][name] = res
+            row["ratio"][name] = res["median_ms"] / t.median_ms  # >1: cudattn is faster
+        del tsets
+        s.peers.torch.cuda.empty_cache()  # give the peers' copies back before the next case
+    del sets
+    gc.collect()
+    return row
