@@ -1,4 +1,7 @@
-"""Where the host time of one warm attention() call goes (cProfile), device arrays and torch tensors."""
+"""Where the host time of one warm attention() call goes (cProfile), device arrays and torch tensors.
+
+    PYTHONPATH=. python tools/profile_host.py      (needs torch with CUDA; not part of the asv suite)
+"""
 
 import cProfile
 import pstats

@@ -1,16 +1,18 @@
 """Try tile configurations of the portable kernel on one shape, against torch's flash backend.
 
-    python benchmarks/tune_tiles.py --shape 4x8x2048x256 --causal --tiles 128x64w8s2,64x32w4s2
+    PYTHONPATH=. python tools/tune_tiles.py --shape 4x8x2048x256 --causal --tiles 128x64w8s2,64x32w4s2
 
 Each `BMxBNwWARPSsSTAGES[mMINBLOCKS]` is forced (by replacing the traits' candidates for the
 shape's tile width in this process only), checked once against the flash backend's output,
-and timed with the same method as bench_vs_torch.py.
+and timed with CUDA events (median after warm-up, inputs rotated past 3x L2, a sleep kernel first
+so host overhead stays out). Needs torch with CUDA, as the peer; not part of the asv suite.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import statistics
 
 import torch
 import torch.nn.functional as F
@@ -19,7 +21,27 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import cudattn
 from cudattn import _kernels, _traits
 
-from bench_vs_torch import _sets, time_fn
+
+def _sets(B, H, S, D, dtype, l2_bytes):
+    one = 4 * B * H * S * D * 2  # q, k, v, out
+    n = max(2, min(8, -(-3 * l2_bytes // one)))
+    return [[torch.randn(B, H, S, D, device="cuda", dtype=dtype) for _ in range(3)] for _ in range(n)]
+
+
+def time_fn(fn, sets, iters):
+    """Median ms per call over `iters` calls cycling through input sets."""
+    for i in range(3):
+        fn(*sets[i % len(sets)])
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    torch.cuda._sleep(int(2e8))  # ~0.1 s of GPU time: the host enqueues everything meanwhile
+    for i in range(iters):
+        starts[i].record()
+        fn(*sets[i % len(sets)])
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
 def parse_tiles(spec: str) -> _traits.Tiles:

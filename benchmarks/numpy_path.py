@@ -1,0 +1,44 @@
+"""NumPy in, NumPy out: the whole synchronous call, copies to and from the GPU included.
+
+This path is bound by host<->device transfers (PCIe moves bytes far slower than the kernel eats
+them), so the tracked figure is bytes moved per second of wall time.
+"""
+
+from . import _common
+
+
+class NumpyEndToEnd:
+    # (B, S, H, D) and dtype: one large bf16 prefill, one batch of short fp16 sequences.
+    params = ([((4, 4096, 16, 128), "bfloat16"), ((16, 512, 16, 64), "float16")],)
+    param_names = ["shape_dtype"]
+    rounds = 1
+    repeat = (3, 10, 3.0)
+    number = 1
+    warmup_time = 0
+    timeout = 180
+
+    def setup(self, shape_dtype):
+        _common.require_gpu()
+        self.qkv = _common.memo(("numpy", shape_dtype), lambda: self._make(*shape_dtype))
+
+    @staticmethod
+    def _make(shape, dtype):
+        import cudattn
+
+        qkv = tuple(_common.randn(shape, dtype, seed) for seed in range(3))
+        cudattn.attention(*qkv)  # compile or load the kernel, allocate staging buffers
+        return qkv
+
+    def time_numpy_end_to_end(self, shape_dtype):
+        import cudattn
+
+        cudattn.attention(*self.qkv)
+
+    def track_numpy_gbps(self, shape_dtype):
+        """Input plus output bytes over the median wall time of a few calls."""
+        import cudattn
+
+        seconds = _common.wall_seconds(lambda: cudattn.attention(*self.qkv), repeats=5)
+        return 4 * self.qkv[0].nbytes / seconds / 1e9
+
+    track_numpy_gbps.unit = "GB/s"
