@@ -43,7 +43,6 @@ either, except ``cuPointerGetAttribute`` to learn the device of a CAI pointer
 
 from __future__ import annotations
 
-import ctypes
 import math
 import numbers
 import os
@@ -57,6 +56,7 @@ from . import _dlpack
 from ._device import _ensure_init, get_device
 from ._dlpack import kDLCUDA, kDLCUDAManaged
 from ._errors import check
+from ._staging import parallel_memmove
 from ._stream import CU_STREAM_LEGACY, as_stream, core_stream, stream_wait
 
 __all__ = [
@@ -626,54 +626,124 @@ def to_host(arr, *, stream=None) -> np.ndarray:
 #
 # Pageable host memory cannot be DMA'd: the driver bounces it through its own
 # staging buffers, one chunk at a time. cudattn does that bouncing itself for
-# large copies, through two reusable pinned chunks per device, so that the host
-# memcpy of one chunk overlaps the DMA of the other. Each chunk has an event
-# recorded after its DMA; a chunk is refilled only after its event completes, so
-# a copy may return while its last DMAs are still in flight (H2D stays
-# asynchronous). CUDATTN_PINNED_STAGING=0 turns it off (then plain pageable copies).
+# large copies, through a small pool of reusable pinned chunks per device
+# (STAGING_CHUNKS of STAGING_CHUNK bytes, allocated on first use), so that the
+# host memcpy of one chunk overlaps the DMAs of the others. The host memcpy is
+# the slow half (one core copies slower than PCIe moves), so it is split across
+# a few threads (`_staging.parallel_memmove`).
+#
+# Each chunk has an event recorded after its DMA, and a note of what is pending
+# on it: nothing, a DMA to wait for (H2D), or a DMA to wait for and then bytes to
+# copy out of the chunk into their host destination (D2H). Chunks are taken in
+# round-robin order and a chunk is refilled only after its pending work is
+# settled, so a copy may return while its last H2D DMAs are still in flight (H2D
+# stays asynchronous) and a D2H copy is drained as late as possible (its DMA
+# overlaps later work). One user at a time holds the pool (`_Staging.lock`) for a
+# whole copy, or for a whole pipelined NumPy attention call (`_host.py`), and
+# ends with `flush()` (every D2H byte delivered) or, on error, `discard()`.
+# CUDATTN_PINNED_STAGING=0 turns it off (then plain pageable copies).
 
-STAGING_CHUNK = 8 << 20  # bytes per pinned chunk
+STAGING_CHUNK = 16 << 20  # bytes per pinned chunk
+STAGING_CHUNKS = 4  # pinned chunks per device (so up to 3 DMAs in flight while the host fills the 4th)
 STAGING_MIN = 1 << 20  # copies smaller than this go direct from/to pageable memory
 _staging_enabled = os.environ.get("CUDATTN_PINNED_STAGING", "1") != "0"
 _staging_lock = threading.Lock()
 _staging: dict[int, _Staging | None] = {}  # device id -> pool (None: pinned allocation failed, don't retry)
 
+_WAIT = ("wait",)  # pending note: a DMA (H2D, or a discarded D2H) still reads or writes the chunk
+
 
 class _Staging:
-    """Two pinned chunks and their "DMA done" events, for one device; used under ``lock``."""
+    """Pinned chunks, their "DMA done" events and pending notes, for one device; used under ``lock``."""
 
-    def __init__(self, chunk: int):
+    def __init__(self, chunk: int, count: int = 2):
         self.lock = threading.Lock()
         self.chunk = chunk
         self.ptrs: list[int] = []
         self.events: list = []
-        self.pending = [False, False]
+        self.pending: list[tuple | None] = []  # None | _WAIT | (host dst, nbytes): see the section comment
+        self.next = 0  # the chunk to take next: the one used longest ago
+        self.pipeline = None  # streams and events of the pipelined NumPy path (`_host`), made on first use
         try:
-            for _ in range(2):
+            for _ in range(count):
                 self.ptrs.append(
                     int(check(driver.cuMemHostAlloc(chunk, driver.CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc"))
                 )
                 self.events.append(
                     check(driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
                 )
+                self.pending.append(None)
         except BaseException:
             self.close()
             raise
 
-    def wait(self, i: int) -> None:
-        if self.pending[i]:
-            check(driver.cuEventSynchronize(self.events[i]), "cuEventSynchronize(staging)")
-            self.pending[i] = False
+    def _settle(self, i: int) -> None:
+        """Finish what is pending on chunk ``i``: wait for its DMA, and deliver a D2H chunk's bytes."""
+        p = self.pending[i]
+        if p is None:
+            return
+        self.pending[i] = _WAIT  # until the wait below has succeeded
+        check(driver.cuEventSynchronize(self.events[i]), "cuEventSynchronize(staging)")
+        self.pending[i] = None
+        if p is not _WAIT:
+            dst, n = p
+            parallel_memmove(dst, self.ptrs[i], n)
+
+    def _take(self) -> int:
+        """The next chunk (round robin), free: its pending work settled."""
+        i = self.next
+        self.next = (i + 1) % len(self.ptrs)
+        self._settle(i)
+        return i
+
+    def h2d(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        """Queue host ``src`` -> device ``dst`` on ``stream``; returns once ``src`` has been read."""
+        chunk = self.chunk
+        for off in range(0, nbytes, chunk):
+            n = min(chunk, nbytes - off)
+            i = self._take()
+            parallel_memmove(self.ptrs[i], src + off, n)
+            check(driver.cuMemcpyHtoDAsync(dst + off, self.ptrs[i], n, stream), "cuMemcpyHtoDAsync")
+            self.pending[i] = _WAIT
+            check(driver.cuEventRecord(self.events[i], stream), "cuEventRecord(staging)")
+
+    def d2h(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        """Queue device ``src`` -> host ``dst`` on ``stream``; the bytes reach ``dst`` by :meth:`flush`
+        at the latest (earlier when a later copy needs the chunk)."""
+        chunk = self.chunk
+        for off in range(0, nbytes, chunk):
+            n = min(chunk, nbytes - off)
+            i = self._take()
+            check(driver.cuMemcpyDtoHAsync(self.ptrs[i], src + off, n, stream), "cuMemcpyDtoHAsync")
+            self.pending[i] = _WAIT
+            check(driver.cuEventRecord(self.events[i], stream), "cuEventRecord(staging)")
+            self.pending[i] = (dst + off, n)
+
+    def flush(self) -> None:
+        """Deliver every pending D2H chunk to its host destination, oldest first (H2D DMAs may go on)."""
+        k = len(self.ptrs)
+        for j in range(k):
+            i = (self.next + j) % k
+            if self.pending[i] not in (None, _WAIT):
+                self._settle(i)
+
+    def discard(self) -> None:
+        """Forget pending D2H deliveries (after an error: their destinations may be gone); the DMAs
+        are still waited for before a chunk is reused."""
+        for i, p in enumerate(self.pending):
+            if p is not None:
+                self.pending[i] = _WAIT
 
     def close(self) -> None:  # only used when construction fails; pools otherwise live with the process
         for e in self.events:
             driver.cuEventDestroy(e)
         for p in self.ptrs:
             driver.cuMemFreeHost(p)
-        self.events, self.ptrs = [], []
+        self.events, self.ptrs, self.pending = [], [], []
 
 
 def _get_staging(device_id: int) -> _Staging | None:
+    """The device's pinned pool, made on first use; None when pinned allocation failed (warned once)."""
     st = _staging.get(device_id, False)
     if st is not False:
         return st
@@ -681,12 +751,19 @@ def _get_staging(device_id: int) -> _Staging | None:
         st = _staging.get(device_id, False)
         if st is False:
             try:
-                st = _Staging(STAGING_CHUNK)
+                st = _Staging(STAGING_CHUNK, STAGING_CHUNKS)
             except Exception as e:  # e.g. pinned memory exhausted: fall back to pageable copies
                 warnings.warn(f"cudattn: no pinned staging buffers ({e}); using pageable copies", RuntimeWarning, 2)
                 st = None
             _staging[device_id] = st
     return st
+
+
+def staging_pool(device_id: int) -> _Staging | None:
+    """The pinned staging pool of ``device_id`` (whose context must be current), or None when
+    staging is off (``CUDATTN_PINNED_STAGING=0``) or pinned memory could not be had.
+    Hold its ``lock`` while using it."""
+    return _get_staging(device_id) if _staging_enabled else None
 
 
 def _copy_h2d(dst: int, src: int, nbytes: int, stream: int, device_id: int) -> None:
@@ -696,14 +773,7 @@ def _copy_h2d(dst: int, src: int, nbytes: int, stream: int, device_id: int) -> N
         check(driver.cuMemcpyHtoDAsync(dst, src, nbytes, stream), "cuMemcpyHtoDAsync")
         return
     with st.lock:
-        for k, off in enumerate(range(0, nbytes, st.chunk)):
-            i = k & 1
-            n = min(st.chunk, nbytes - off)
-            st.wait(i)
-            ctypes.memmove(st.ptrs[i], src + off, n)
-            check(driver.cuMemcpyHtoDAsync(dst + off, st.ptrs[i], n, stream), "cuMemcpyHtoDAsync")
-            check(driver.cuEventRecord(st.events[i], stream), "cuEventRecord(staging)")
-            st.pending[i] = True
+        st.h2d(dst, src, nbytes, stream)
 
 
 def _copy_d2h(dst: int, src: int, nbytes: int, stream: int, device_id: int) -> None:
@@ -714,22 +784,12 @@ def _copy_d2h(dst: int, src: int, nbytes: int, stream: int, device_id: int) -> N
         check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
         return
     with st.lock:
-        prev = None  # (chunk index, offset, size) whose DMA is in flight
-        for k, off in enumerate(range(0, nbytes, st.chunk)):
-            i = k & 1
-            n = min(st.chunk, nbytes - off)
-            st.wait(i)
-            check(driver.cuMemcpyDtoHAsync(st.ptrs[i], src + off, n, stream), "cuMemcpyDtoHAsync")
-            check(driver.cuEventRecord(st.events[i], stream), "cuEventRecord(staging)")
-            st.pending[i] = True
-            if prev is not None:  # drain the previous chunk while this one is in flight
-                j, poff, pn = prev
-                st.wait(j)
-                ctypes.memmove(dst + poff, st.ptrs[j], pn)
-            prev = (i, off, n)
-        j, poff, pn = prev
-        st.wait(j)
-        ctypes.memmove(dst + poff, st.ptrs[j], pn)
+        try:
+            st.d2h(dst, src, nbytes, stream)
+            st.flush()
+        except BaseException:
+            st.discard()
+            raise
 
 
 def nan_pattern(dtype) -> int:

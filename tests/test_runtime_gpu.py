@@ -103,8 +103,8 @@ def test_round_trip(dtype, shape):
 
 
 def test_round_trip_large_through_pinned_staging():
-    x = _random((4, 4099, 8, 128), BF16)  # 32 MiB + a tail: five chunks through both staging buffers
-    assert x.nbytes > 4 * _array.STAGING_CHUNK and x.nbytes % _array.STAGING_CHUNK
+    x = _random((4, 8195, 8, 128), BF16)  # more than the whole pinned pool, plus a tail: chunks are reused
+    assert x.nbytes > _array.STAGING_CHUNKS * _array.STAGING_CHUNK and x.nbytes % _array.STAGING_CHUNK
     assert _same_bits(to_host(to_device(x)), x)
 
 
