@@ -38,7 +38,7 @@ class Tiles:
 
 # Preferred tiles per (tile width, causal), fastest first; the first whose shared memory fits is
 # used. Every variant compiles without register spills (tests/test_kernels_compile.py); the
-# choices come from benchmarks/tune_tiles.py on an H200 (see benchmarks/NOTES.md).
+# choices come from tools/tune_tiles.py on an H200 (see benchmarks/NOTES.md).
 _FALLBACK_256 = (Tiles(64, 64, 4, 2, 1), Tiles(64, 32, 4, 2, 1))
 _CANDIDATES = {
     (32, False): (Tiles(128, 128, 4, 2, 2),),
