@@ -1,0 +1,49 @@
+// Hopper (sm_90a) synchronisation: mbarriers that TMA loads complete on, and the fences around them.
+//
+// An mbarrier counts arrivals and, with expect_tx, bytes of asynchronous copies still in flight;
+// its phase flips when both reach zero. Waiters poll try_wait.parity on the phase they expect.
+#pragma once
+
+namespace cudattn {
+namespace sm90 {
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// One thread initialises; `count` arrivals (plus the expected bytes) complete each phase.
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+
+// Makes the initialisation visible to the async proxy (TMA) before any copy names the barrier.
+__device__ __forceinline__ void fence_mbar_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// Arrive once and announce `bytes` that asynchronous copies will deliver in this phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ bool mbar_try_wait(unsigned long long* bar, unsigned phase) {
+    unsigned done;
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+        "selp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(phase)
+        : "memory");
+    return done != 0;
+}
+
+// Block until phase `phase` (0 or 1) of `bar` has completed.
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned phase) {
+    while (!mbar_try_wait(bar, phase)) {
+    }
+}
+
+}  // namespace sm90
+}  // namespace cudattn

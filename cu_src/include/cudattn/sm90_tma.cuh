@@ -1,0 +1,28 @@
+// Hopper TMA: tiled bulk copies global -> shared described by a tensor map.
+//
+// The tensor map (cuTensorMapEncodeTiled, 128 opaque bytes, 64-byte aligned) is encoded on the
+// host (cudattn/_tma.py) and passed by value inside the kernel's __grid_constant__ params struct;
+// the copy takes its generic address. Completion is signalled on an mbarrier as bytes (complete_tx).
+#pragma once
+
+#include "cudattn/sm90_sync.cuh"
+
+namespace cudattn {
+namespace sm90 {
+
+struct alignas(64) TmaDescriptor {
+    unsigned long long opaque[16];
+};
+
+// Box at element coordinates (c0 innermost, c1 outer) of `desc` -> `dst` (shared; 128 B aligned,
+// 1024 B for the 128-byte swizzle), completing on `bar`.
+__device__ __forceinline__ void tma_load_2d(void* dst, const TmaDescriptor* desc, int c0, int c1,
+                                            unsigned long long* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+        ::"r"(smem_u32(dst)), "l"(reinterpret_cast<unsigned long long>(desc)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+        : "memory");
+}
+
+}  // namespace sm90
+}  // namespace cudattn
