@@ -23,6 +23,14 @@ _DATA_TYPE = {
 }
 
 
+def _u64(x: int):
+    return driver.cuuint64_t(int(x))  # older cuda-bindings take only the wrapper types here
+
+
+def _u32(x: int):
+    return driver.cuuint32_t(int(x))
+
+
 def encode_2d(ptr: int, dtype, rows: int, cols: int, row_stride_bytes: int, box_rows: int, box_cols: int) -> bytes:
     """A tiled map of a row-major ``rows x cols`` matrix at ``ptr`` (16-bit elements), boxes of
     ``box_rows x box_cols`` written to shared memory in the 128-byte swizzle layout (so a box
@@ -35,7 +43,8 @@ def encode_2d(ptr: int, dtype, rows: int, cols: int, row_stride_bytes: int, box_
     if ptr % 16 or row_stride_bytes % 16:
         raise ValueError("TMA needs a 16-byte aligned base address and row stride")
     tmap = check(driver.cuTensorMapEncodeTiled(
-        _DATA_TYPE[dt], 2, ptr, [cols, rows], [row_stride_bytes], [box_cols, box_rows], [1, 1],
+        _DATA_TYPE[dt], 2, ptr, [_u64(cols), _u64(rows)], [_u64(row_stride_bytes)],
+        [_u32(box_cols), _u32(box_rows)], [_u32(1), _u32(1)],
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
