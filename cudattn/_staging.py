@@ -75,27 +75,24 @@ def split_ranges(nbytes: int, parts: int, align: int = SLICE_ALIGN) -> list[tupl
     return [(off, min(step, nbytes - off)) for off in range(0, nbytes, step)]
 
 
-def _executor() -> ThreadPoolExecutor:
-    global _pool
-    pool = _pool
+def _lazy_pool(name: str, workers: int, thread_prefix: str) -> ThreadPoolExecutor:
+    """The module's executor stored in global ``name``, created on first use (never at import)."""
+    pool = globals()[name]
     if pool is None:
         with _pool_lock:
-            pool = _pool
+            pool = globals()[name]
             if pool is None:
-                pool = _pool = ThreadPoolExecutor(max_workers=max(1, COPY_THREADS - 1),
-                                                  thread_name_prefix="cudattn-copy")
+                pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=thread_prefix)
+                globals()[name] = pool
     return pool
+
+
+def _executor() -> ThreadPoolExecutor:
+    return _lazy_pool("_pool", max(1, COPY_THREADS - 1), "cudattn-copy")
 
 
 def _prefault_executor() -> ThreadPoolExecutor:
-    global _prefault_pool
-    pool = _prefault_pool
-    if pool is None:
-        with _pool_lock:
-            pool = _prefault_pool
-            if pool is None:
-                pool = _prefault_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudattn-prefault")
-    return pool
+    return _lazy_pool("_prefault_pool", 1, "cudattn-prefault")
 
 
 def _forget_pool_in_child() -> None:

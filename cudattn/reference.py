@@ -103,11 +103,25 @@ def _query_rows(rows, Sq: int) -> np.ndarray:
     return idx.astype(np.int64, copy=False)
 
 
-def _row_blocks(rows: np.ndarray, Sk: int):
-    """Blocks of query row indices, small enough that one block's scores fit ``_BLOCK_ELEMENTS``."""
+def _heads(qb: np.ndarray, kb: np.ndarray, vb: np.ndarray):
+    """(b, h, q, k, v) per (batch, query head), contiguous; query head h reads KV head h // group."""
+    group = qb.shape[1] // kb.shape[1]
+    for b in range(qb.shape[0]):
+        for h in range(qb.shape[1]):
+            yield (b, h, np.ascontiguousarray(qb[b, h]), np.ascontiguousarray(kb[b, h // group]),
+                   np.ascontiguousarray(vb[b, h // group]))
+
+
+def _row_blocks(rows: np.ndarray, Sq: int, Sk: int, causal: bool):
+    """(output slice, query row indices, kend) per block of rows small enough that its scores fit
+    ``_BLOCK_ELEMENTS``; keys [0, kend) hold every key the block sees. Blocks whose rows all see no
+    key are skipped (their output 0 and LSE -inf are the initial values)."""
     n = max(1, _BLOCK_ELEMENTS // max(Sk, 1))
     for r0 in range(0, rows.size, n):
-        yield rows[r0:r0 + n]
+        idx = rows[r0:r0 + n]
+        kend = _visible_keys(idx, Sq, Sk, causal)
+        if kend:
+            yield slice(r0, r0 + idx.size), idx, kend
 
 
 def _visible_keys(idx: np.ndarray, Sq: int, Sk: int, causal: bool) -> int:
@@ -165,29 +179,18 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     f64 = np.dtype(np.float64)
     qb, kb, vb = (_as_bhsd(x, f64, layout) for x in (q, k, v))
-    group = Hq // Hkv
 
     rows = _query_rows(rows, Sq)
     out = np.zeros((B, Hq, rows.size, D), dtype=np.float64)
     lse = np.full((B, Hq, rows.size), -np.inf, dtype=np.float64)
-    for b in range(B):
-        for h in range(Hq):
-            qh = np.ascontiguousarray(qb[b, h])
-            kh = np.ascontiguousarray(kb[b, h // group])
-            vh = np.ascontiguousarray(vb[b, h // group])
-            done = 0
-            for idx in _row_blocks(rows, Sk):
-                at = slice(done, done + idx.size)
-                done += idx.size
-                kend = _visible_keys(idx, Sq, Sk, causal)
-                if kend == 0:
-                    continue  # every row of the block is empty: output 0, LSE -inf already
-                s = (qh[idx] @ kh[:kend].T) * scale
-                if causal:
-                    _mask_scores(s, idx, Sq, Sk)
-                m, p, l = _softmax_parts(s)
-                out[b, h, at] = (p @ vh[:kend]) / np.where(l > 0, l, 1.0)
-                lse[b, h, at] = _lse(m, l)
+    for b, h, qh, kh, vh in _heads(qb, kb, vb):
+        for at, idx, kend in _row_blocks(rows, Sq, Sk, causal):
+            s = (qh[idx] @ kh[:kend].T) * scale
+            if causal:
+                _mask_scores(s, idx, Sq, Sk)
+            m, p, l = _softmax_parts(s)
+            out[b, h, at] = (p @ vh[:kend]) / np.where(l > 0, l, 1.0)
+            lse[b, h, at] = _lse(m, l)
     out = _from_bhsd(out, layout)
     return (out, lse) if return_lse else out
 
@@ -225,36 +228,25 @@ def attention_naive(q, k, v, *, causal: bool = False, scale: float | None = None
     # round the inputs to the low dtype, then compute from those values in float32
     qb, kb, vb = (_as_bhsd(np.asarray(x).astype(low), f32, layout) for x in (q, k, v))
     s32 = np.float32(scale)
-    group = Hq // Hkv
 
     rows = _query_rows(rows, Sq)
     out = np.zeros((B, Hq, rows.size, D), dtype=np.float32)
     lse = np.full((B, Hq, rows.size), -np.inf, dtype=np.float32)
-    for b in range(B):
-        for h in range(Hq):
-            qh = np.ascontiguousarray(qb[b, h])
-            kh = np.ascontiguousarray(kb[b, h // group])
-            vh = np.ascontiguousarray(vb[b, h // group])
+    for b, h, qh, kh, vh in _heads(qb, kb, vb):
+        if round_scores:
+            kh = _round_to(kh * s32, low)
+        for at, idx, kend in _row_blocks(rows, Sq, Sk, causal):
+            s = qh[idx] @ kh[:kend].T
             if round_scores:
-                kh = _round_to(kh * s32, low)
-            done = 0
-            for idx in _row_blocks(rows, Sk):
-                at = slice(done, done + idx.size)
-                done += idx.size
-                kend = _visible_keys(idx, Sq, Sk, causal)
-                if kend == 0:
-                    continue
-                s = qh[idx] @ kh[:kend].T
-                if round_scores:
-                    s = _round_to(s, low)
-                else:
-                    s *= s32
-                if causal:
-                    _mask_scores(s, idx, Sq, Sk)
-                m, p, l = _softmax_parts(s)
-                probs = _round_to(p / np.where(l > 0, l, np.float32(1)), low)
-                out[b, h, at] = probs @ vh[:kend]
-                lse[b, h, at] = _lse(m, l)
+                s = _round_to(s, low)
+            else:
+                s *= s32
+            if causal:
+                _mask_scores(s, idx, Sq, Sk)
+            m, p, l = _softmax_parts(s)
+            probs = _round_to(p / np.where(l > 0, l, np.float32(1)), low)
+            out[b, h, at] = probs @ vh[:kend]
+            lse[b, h, at] = _lse(m, l)
     out = _from_bhsd(out.astype(out_dtype), layout)
     return (out, lse) if return_lse else out
 

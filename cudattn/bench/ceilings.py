@@ -9,31 +9,23 @@
 
 from __future__ import annotations
 
-import statistics
-
 from cuda.bindings import driver
 
 from .. import _array, _launch
 from .._errors import check
+from .timing import gpu_time
 
 
-def _median_ms(op, stream_handle: int, iters: int) -> float:
-    op()
-    _launch.synchronize(stream_handle)
-    ms = []
-    for _ in range(iters):
-        start = _launch.Event().record(stream_handle)
-        op()
-        end = _launch.Event().record(stream_handle)
-        ms.append(_launch.elapsed_ms(start, end))
-    return statistics.median(ms)
+def _median_ms(op, stream_handle: int, device_id: int, iters: int) -> float:
+    """Median GPU ms of ``op()``, timed as the benchmark rows are (one warm-up call)."""
+    return gpu_time(lambda i: op(), stream_handle, device_id, iters=iters, warmup=1).median_ms
 
 
 def copy_tbps(stream_handle: int, device_id: int, nbytes: int = 1 << 30, iters: int = 10) -> float:
     src = _array.empty((nbytes,), "uint8", device=device_id, stream=stream_handle)
     dst = _array.empty((nbytes,), "uint8", device=device_id, stream=stream_handle)
     ms = _median_ms(lambda: check(driver.cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, stream_handle),
-                                  "cuMemcpyDtoDAsync"), stream_handle, iters)
+                                  "cuMemcpyDtoDAsync"), stream_handle, device_id, iters)
     return 2 * nbytes / ms / 1e9
 
 
@@ -43,16 +35,16 @@ def pinned_gbps(stream_handle: int, device_id: int, nbytes: int = 256 << 20, ite
     host = check(driver.cuMemHostAlloc(nbytes, 0), "cuMemHostAlloc")
     try:
         h2d = _median_ms(lambda: check(driver.cuMemcpyHtoDAsync(dev.ptr, host, nbytes, stream_handle),
-                                       "cuMemcpyHtoDAsync"), stream_handle, iters)
+                                       "cuMemcpyHtoDAsync"), stream_handle, device_id, iters)
         d2h = _median_ms(lambda: check(driver.cuMemcpyDtoHAsync(host, dev.ptr, nbytes, stream_handle),
-                                       "cuMemcpyDtoHAsync"), stream_handle, iters)
+                                       "cuMemcpyDtoHAsync"), stream_handle, device_id, iters)
     finally:
         _launch.synchronize(stream_handle)
         check(driver.cuMemFreeHost(host), "cuMemFreeHost")
     return nbytes / h2d / 1e6, nbytes / d2h / 1e6
 
 
-def gemm_bf16_tflops(torch_mod, n: int = 8192, iters: int = 10) -> float:
+def gemm_bf16_tflops(torch_mod, device_id: int, n: int = 8192, iters: int = 10) -> float:
     """cuBLAS bf16 GEMM n×n×n via torch, on torch's current stream."""
     torch = torch_mod
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -60,7 +52,7 @@ def gemm_bf16_tflops(torch_mod, n: int = 8192, iters: int = 10) -> float:
     h = torch.cuda.current_stream().cuda_stream
     for _ in range(3):
         a @ b
-    ms = _median_ms(lambda: a @ b, h, iters)
+    ms = _median_ms(lambda: a @ b, h, device_id, iters)
     return 2.0 * n ** 3 / ms / 1e9
 
 
@@ -68,7 +60,7 @@ def measure(stream_handle: int, device_id: int, torch_mod=None, *, host: bool = 
     out = {"copy_tbps": copy_tbps(stream_handle, device_id), "gemm_bf16_tflops": None,
            "gemm_note": "torch not importable: no GEMM library to measure the compute ceiling"}
     if torch_mod is not None:
-        out["gemm_bf16_tflops"] = gemm_bf16_tflops(torch_mod)
+        out["gemm_bf16_tflops"] = gemm_bf16_tflops(torch_mod, device_id)
         out["gemm_note"] = f"torch {torch_mod.__version__} matmul (cuBLAS), bf16 8192^3"
     if host:
         out["h2d_gbps"], out["d2h_gbps"] = pinned_gbps(stream_handle, device_id)

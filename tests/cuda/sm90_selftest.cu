@@ -27,6 +27,18 @@ struct SelfTestParams {
 
 constexpr int kBox = 64 * 64 * 2;  // bytes of one 64x64 box of 16-bit elements
 
+// A warpgroup's 64xN fp32 accumulator -> row-major `out` (N columns), in the layout of sm90_wgmma.cuh.
+template <int N>
+__device__ __forceinline__ void store_accumulator(float* out, const float (&d)[N / 2], int row, int col) {
+#pragma unroll
+    for (int i = 0; i < N / 8; ++i) {
+        out[row * N + 8 * i + col] = d[4 * i];
+        out[row * N + 8 * i + col + 1] = d[4 * i + 1];
+        out[(row + 8) * N + 8 * i + col] = d[4 * i + 2];
+        out[(row + 8) * N + 8 * i + col + 1] = d[4 * i + 3];
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(128) sm90_selftest(const __grid_constant__ SelfTestParams p) {
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = reinterpret_cast<unsigned char*>(
@@ -69,13 +81,7 @@ extern "C" __global__ void __launch_bounds__(128) sm90_selftest(const __grid_con
     wgmma_commit();
     wgmma_wait<0>();
     fence_operands(s);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        p.s_out[row * 64 + 8 * i + col] = s[4 * i];
-        p.s_out[row * 64 + 8 * i + col + 1] = s[4 * i + 1];
-        p.s_out[(row + 8) * 64 + 8 * i + col] = s[4 * i + 2];
-        p.s_out[(row + 8) * 64 + 8 * i + col + 1] = s[4 * i + 3];
-    }
+    store_accumulator<64>(p.s_out, s, row, col);
 
     float o[64];
 #pragma unroll
@@ -91,11 +97,5 @@ extern "C" __global__ void __launch_bounds__(128) sm90_selftest(const __grid_con
     wgmma_commit();
     wgmma_wait<0>();
     fence_operands(o);
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-        p.o_out[row * 128 + 8 * i + col] = o[4 * i];
-        p.o_out[row * 128 + 8 * i + col + 1] = o[4 * i + 1];
-        p.o_out[(row + 8) * 128 + 8 * i + col] = o[4 * i + 2];
-        p.o_out[(row + 8) * 128 + 8 * i + col + 1] = o[4 * i + 3];
-    }
+    store_accumulator<128>(p.o_out, o, row, col);
 }
