@@ -61,7 +61,7 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", return_lse=Fa
 def run_device(problem, qa, ka, va, oa, device, device_id, sref):
     """Launch one validated problem on device arrays; returns out (and lse) as DeviceArrays."""
     props = _device.device_properties(device_id)
-    plan = _plan.make_plan(problem, props.max_shared_memory_per_block_optin)
+    plan = _plan.make_plan(problem, props)
     kernel = _kernels.get_kernel(plan.variant, device, device_id, props.arch)
     if oa is None:
         oa = _array.empty_on(_out_shape(problem), problem.out_dtype, device, sref)

@@ -20,10 +20,10 @@ _BASE_OPTIONS = ("-lineinfo",)
 
 
 @functools.lru_cache(maxsize=None)
-def sources() -> tuple[str, dict[str, str]]:
-    """The kernel source and its headers, read from the installed `cu_src` package."""
+def sources(source_name: str = _traits.KERNEL_SOURCE["sm80"]) -> tuple[str, dict[str, str]]:
+    """A kernel source and the headers, read from the installed `cu_src` package."""
     root = importlib.resources.files("cu_src")
-    source = root.joinpath(_traits.KERNEL_SOURCE).read_text(encoding="utf-8")
+    source = root.joinpath(source_name).read_text(encoding="utf-8")
     inc = root.joinpath("include", "cudattn")
     headers = {
         f"cudattn/{entry.name}": entry.read_text(encoding="utf-8")
@@ -38,8 +38,10 @@ def options_for(variant: Variant) -> list[str]:
 
 
 def compile_variant(variant: Variant, arch: str, cache: nvrtc_cache.Cache | None = None) -> nvrtc_cache.CompileResult:
-    source, headers = sources()
-    return nvrtc_cache.compile(source, name=_traits.KERNEL_SOURCE, headers=headers, options=options_for(variant),
+    if variant.family == "sm90" and arch not in _traits.HOPPER_ARCHS:
+        raise ValueError(f"the Hopper kernel family compiles only for {_traits.HOPPER_ARCHS}, not {arch}")
+    source, headers = sources(variant.source)
+    return nvrtc_cache.compile(source, name=variant.source, headers=headers, options=options_for(variant),
                                arch=arch, cache=cache)
 
 
@@ -60,7 +62,7 @@ def get_kernel(variant: Variant, device, device_id: int, arch: str):
             kernel = _loaded.get(key)
             if kernel is None:
                 res = compile_variant(variant, arch)
-                kernel = load_kernel(res.cubin, _traits.KERNEL_NAME, device=device, key=res.key,
+                kernel = load_kernel(res.cubin, variant.kernel_name, device=device, key=res.key,
                                      dynamic_smem=variant.smem_bytes)
                 _loaded[key] = kernel
     return kernel

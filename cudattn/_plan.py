@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
+
 from dataclasses import dataclass
 
-from . import _traits
-from ._params import FwdParams
+from . import _tma, _traits
+from ._params import FwdParams, FwdSm90Params
 from ._problem import Problem, TensorGeom
 from ._traits import Variant
 
@@ -25,22 +27,31 @@ class Plan:
 _plans: dict = {}
 
 
-def make_plan(problem: Problem, smem_limit: int) -> Plan:
-    """The plan for this problem's shape (memoised: on the hot path a repeated shape is one lookup)."""
+def make_plan(problem: Problem, props) -> Plan:
+    """The plan for this problem's shape on a device with properties ``props`` (memoised: on the
+    hot path a repeated shape is one lookup)."""
+    family = _traits.family_for(props.arch)
     key = (problem.dtype, problem.head_dim, problem.causal, problem.seqlen_q, problem.heads_q, problem.batch,
-           smem_limit)
+           props.max_shared_memory_per_block_optin, props.sm_count, family)
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) > 4096:  # many distinct shapes (variable lengths): keep the table bounded
             _plans.clear()
-        plan = _plans[key] = _make_plan(problem, smem_limit)
+        plan = _plans[key] = _make_plan(problem, props.max_shared_memory_per_block_optin, props.sm_count, family)
     return plan
 
 
-def _make_plan(problem: Problem, smem_limit: int) -> Plan:
-    variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit)
+def _make_plan(problem: Problem, smem_limit: int, sm_count: int, family: str) -> Plan:
+    variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family)
     bm = variant.tiles.block_m
     num_m = -(-problem.seqlen_q // bm)
+    if family == "sm90":
+        # Persistent: one CTA per SM (its shared memory allows no second), each walking the tiles
+        # t = blockIdx.x, blockIdx.x + gridDim.x, ... in the kernel's order (fwd_sm90.cuh).
+        tiles = num_m * problem.heads_q * problem.batch
+        if tiles >= 2**31:
+            raise ValueError(f"{tiles} tiles of {bm} query rows exceed the kernel's 32-bit tile index; split the call")
+        return Plan(variant, (min(tiles, sm_count), 1, 1), (variant.threads, 1, 1), variant.smem_bytes, num_m)
     # Must match the kernel's reading of blockIdx (fwd_sm80.cuh): causal puts m last (longest first).
     grid = (problem.heads_q, problem.batch, num_m) if problem.causal else (num_m, problem.heads_q, problem.batch)
     if grid[1] > _MAX_GRID_YZ or grid[2] > _MAX_GRID_YZ:
@@ -66,7 +77,30 @@ def _scale_log2(scale: float) -> float:
     return scale * _LOG2E if scale != 0 else 1e-30
 
 
-def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, lse: int, o_geom: TensorGeom) -> FwdParams:
+def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, lse: int, o_geom: TensorGeom):
+    """The kernel's by-value argument: FwdParams, or for the Hopper family FwdSm90Params, which
+    adds the TMA maps of q, k, v and out (encoded per call: they hold the addresses)."""
+    params = _fwd_params(problem, plan, q, k, v, o, lse, o_geom)
+    if plan.variant.family != "sm90":
+        return params
+    P = FwdSm90Params()
+    P.p = params
+    dt, D = problem.dtype, problem.head_dim
+    B, Sq, Sk, Hq, Hkv = problem.batch, problem.seqlen_q, problem.seqlen_k, problem.heads_q, problem.heads_kv
+    t = plan.variant.tiles
+    for field, maps in (
+        ("tma_q", (q, Sq, Hq, problem.q_strides, t.block_m)),
+        ("tma_k", (k, Sk, Hkv, problem.k_strides, t.block_n)),
+        ("tma_v", (v, Sk, Hkv, problem.v_strides, t.block_n)),
+        ("tma_o", (o, Sq, Hq, o_geom, 64)),  # one consumer warpgroup's 64 rows per store
+    ):
+        ptr, seqlen, heads, geom, rows = maps
+        raw = _tma.encode_attention_operand(ptr, dt, D, seqlen, heads, B, geom, rows)
+        ctypes.memmove(ctypes.addressof(getattr(P, field)), raw, len(raw))
+    return P
+
+
+def _fwd_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, lse: int, o_geom: TensorGeom) -> FwdParams:
     qs, ks, vs = problem.q_strides, problem.k_strides, problem.v_strides
     return FwdParams(
         q, k, v, o, lse,

@@ -31,22 +31,48 @@ def _u32(x: int):
     return driver.cuuint32_t(int(x))
 
 
-def encode_2d(ptr: int, dtype, rows: int, cols: int, row_stride_bytes: int, box_rows: int, box_cols: int) -> bytes:
-    """A tiled map of a row-major ``rows x cols`` matrix at ``ptr`` (16-bit elements), boxes of
-    ``box_rows x box_cols`` written to shared memory in the 128-byte swizzle layout (so a box
-    row is at most 128 bytes: 64 halves). Out-of-bounds elements of a box read as zero."""
+def encode(ptr: int, dtype, dims, strides_bytes, box) -> bytes:
+    """A tiled map of a tensor at ``ptr`` (16-bit elements). ``dims`` and ``box`` list the axes
+    innermost first (the innermost has unit stride); ``strides_bytes`` the byte strides of the
+    others. Boxes land in shared memory in the 128-byte swizzle layout, so a box row is at most
+    128 bytes (64 halves). Out-of-bounds elements of a box read as zero and are not stored."""
     dt = np.dtype(dtype)
     if dt not in _DATA_TYPE:
         raise TypeError(f"TMA maps are made for float16 and bfloat16 here; got {dt}")
-    if box_cols * dt.itemsize > 128:
-        raise ValueError(f"a 128-byte-swizzled box row holds at most 128 bytes; got {box_cols} x {dt.itemsize}")
-    if ptr % 16 or row_stride_bytes % 16:
-        raise ValueError("TMA needs a 16-byte aligned base address and row stride")
+    if len(strides_bytes) != len(dims) - 1 or len(box) != len(dims):
+        raise ValueError(f"{len(dims)} dims need {len(dims) - 1} strides and {len(dims)} box sizes")
+    if box[0] * dt.itemsize > 128:
+        raise ValueError(f"a 128-byte-swizzled box row holds at most 128 bytes; got {box[0]} x {dt.itemsize}")
+    if ptr % 16 or any(st % 16 or st <= 0 for st in strides_bytes):
+        raise ValueError(f"TMA needs a 16-byte aligned base address and positive strides that are multiples of "
+                         f"16 bytes; got address {ptr:#x}, strides {tuple(strides_bytes)}")
+    rank = len(dims)
     tmap = check(driver.cuTensorMapEncodeTiled(
-        _DATA_TYPE[dt], 2, ptr, [_u64(cols), _u64(rows)], [_u64(row_stride_bytes)],
-        [_u32(box_cols), _u32(box_rows)], [_u32(1), _u32(1)],
+        _DATA_TYPE[dt], rank, ptr, [_u64(d) for d in dims], [_u64(st) for st in strides_bytes],
+        [_u32(b) for b in box], [_u32(1)] * rank,
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
         driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
     return ctypes.string_at(tmap.getPtr(), TENSOR_MAP_BYTES)
+
+
+def encode_2d(ptr: int, dtype, rows: int, cols: int, row_stride_bytes: int, box_rows: int, box_cols: int) -> bytes:
+    """A tiled map of a row-major ``rows x cols`` matrix, boxes of ``box_rows x box_cols``."""
+    return encode(ptr, dtype, (cols, rows), (row_stride_bytes,), (box_cols, box_rows))
+
+
+def encode_attention_operand(ptr: int, dtype, head_dim: int, seqlen: int, heads: int, batch: int, geom,
+                             box_rows: int) -> bytes:
+    """The 4-D map (head dim, seq, head, batch) of a q/k/v/out tensor with element strides ``geom``
+    (a TensorGeom), boxes of 64 columns x ``box_rows`` sequence rows. A size-1 axis may carry any
+    stride (even 0); TMA never steps along it, so it gets a dense one that TMA accepts."""
+    item = np.dtype(dtype).itemsize
+    sizes = (head_dim, seqlen, heads, batch)
+    strides = []
+    prev_stride, prev_size = item, head_dim
+    for size, st in zip(sizes[1:], (geom.seq, geom.head, geom.batch)):
+        st_bytes = st * item if size > 1 else prev_stride * prev_size
+        strides.append(st_bytes)
+        prev_stride, prev_size = st_bytes, size
+    return encode(ptr, dtype, sizes, strides, (64, box_rows, 1, 1))

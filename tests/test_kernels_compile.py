@@ -1,5 +1,6 @@
 """CPU: every kernel variant compiles for sm_80, sm_89 and sm_90a without register spills, and
-its SASS has the instructions it was written for. NVRTC needs no GPU."""
+its SASS has the instructions it was written for (the portable family: mma.sync, ldmatrix,
+cp.async; the Hopper family: wgmma, TMA loads and stores, setmaxnreg). NVRTC needs no GPU."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 import nvrtc_cache
 from cudattn import _kernels, _traits
-from cudattn._params import FwdParams
+from cudattn._params import FwdParams, FwdSm90Params
 
 ARCHS = ("sm_80", "sm_89", "sm_90a")
 
@@ -36,11 +37,11 @@ def test_variant_compiles_without_spills(cache, arch, variant, tmp_path):
     res = _kernels.compile_variant(variant, arch, cache=cache)
     assert res.cubin[:4] == b"\x7fELF"
     assert variant.smem_bytes <= _traits.ARCH_SMEM_LIMIT[arch]
-    rep = res.ptxas.get(_traits.KERNEL_NAME)
+    rep = res.ptxas.get(variant.kernel_name)
     if rep is None:
         # Some NVRTC builds (seen: 13.0 on the GPU machines) intermittently return an empty log
         # for -Xptxas=-v; read the same facts off the cubin instead.
-        registers, local = _resource_usage(res.cubin, tmp_path)
+        registers, local = _resource_usage(res.cubin, variant.kernel_name, tmp_path)
         assert local == 0, f"{variant.describe()} uses {local} B of local memory (spills/stack) on {arch}"
     else:
         assert rep.spill_stores == 0 and rep.spill_loads == 0, f"{variant.describe()} spills on {arch}: {rep}"
@@ -50,7 +51,7 @@ def test_variant_compiles_without_spills(cache, arch, variant, tmp_path):
     assert registers * variant.threads * variant.tiles.min_blocks <= 65536
 
 
-def _resource_usage(cubin: bytes, tmp_path) -> tuple[int, int]:
+def _resource_usage(cubin: bytes, name: str, tmp_path) -> tuple[int, int]:
     """(registers, local-memory bytes) of the kernel, from `cuobjdump -res-usage`."""
     tool = _tool("cuobjdump")
     if tool is None:
@@ -58,7 +59,7 @@ def _resource_usage(cubin: bytes, tmp_path) -> tuple[int, int]:
     path = tmp_path / "k.cubin"
     path.write_bytes(cubin)
     text = subprocess.run([tool, "-res-usage", str(path)], check=True, capture_output=True, text=True).stdout
-    m = re.search(r"Function " + _traits.KERNEL_NAME + r":\s*REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", text)
+    m = re.search(r"Function " + name + r":\s*REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", text)
     assert m, text
     return int(m.group(1)), int(m.group(2)) + int(m.group(3))
 
@@ -72,21 +73,53 @@ def _tool(name):
         return shutil.which(name)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_sass_uses_tensor_cores_and_no_local_memory(cache, arch, tmp_path):
+def _sass(cache, variant, arch, tmp_path) -> str:
     tool, disasm = _tool("cuobjdump"), _tool("nvdisasm")
     if tool is None or disasm is None:
         pytest.skip("cuobjdump/nvdisasm not installed (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
-    variant = _traits.select("float16", 128, True, _traits.ARCH_SMEM_LIMIT[arch])
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(_kernels.compile_variant(variant, arch, cache=cache).cubin)
     env = dict(os.environ, NVDISASM_PATH=os.path.dirname(disasm))  # cuobjdump -sass runs nvdisasm
     proc = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
-    sass = proc.stdout
+    return proc.stdout
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_sass_uses_tensor_cores_and_no_local_memory(cache, arch, tmp_path):
+    variant = _traits.select("float16", 128, True, _traits.ARCH_SMEM_LIMIT[arch])
+    sass = _sass(cache, variant, arch, tmp_path)
     assert "HMMA.16816.F32" in sass, "mma.sync m16n8k16 with fp32 accumulation expected"
     assert "LDSM" in sass and "LDGSTS" in sass, "ldmatrix and cp.async expected"
     assert not re.search(r"\b(LDL|STL)\b", sass), "local memory traffic in the kernel"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("d", _traits.SM90_TILE_DIMS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_hopper_sass(cache, dtype, d, causal, tmp_path):
+    """wgmma for both products (S: m64 x BLOCK_N, O: m64 x head-dim tile), TMA loads and the TMA
+    store of O, register reallocation between the roles, and no local memory anywhere."""
+    variant = _traits.select(dtype, d, causal, _traits.ARCH_SMEM_LIMIT["sm_90a"], "sm90")
+    sass = _sass(cache, variant, "sm_90a", tmp_path)
+    ty = r"\.BF16" if dtype == "bfloat16" else r"(?!\.BF16)"  # SASS spells out BF16 only; F16 is the default
+    n = variant.tiles.block_n
+    assert re.search(rf"HGMMA\.64x{n}x16\.F32{ty}", sass), f"wgmma m64n{n}k16 (S = Q K^T) expected"
+    assert re.search(rf"HGMMA\.64x{d}x16\.F32{ty}", sass), f"wgmma m64n{d}k16 (O += P V) expected"
+    assert "UTMALDG.4D" in sass and "UTMASTG.4D" in sass, "TMA loads and store expected"
+    assert "USETMAXREG" in sass, "setmaxnreg expected (producer/consumer register split)"
+    assert not re.search(r"\b(LDL|STL)\b", sass), "local memory traffic in the kernel"
+
+
+def test_hopper_family_needs_sm90a(cache):
+    variant = _traits.select("float16", 128, False, 232448, "sm90")
+    with pytest.raises(ValueError, match="sm_90a"):
+        _kernels.compile_variant(variant, "sm_80", cache=cache)
+
+
+def test_family_choice():
+    assert _traits.family_for("sm_80") == "sm80" and _traits.family_for("sm_89") == "sm80"
+    assert _traits.family_for("sm_90a") == ("sm80" if _traits.FORCED_FAMILY == "sm80" else "sm90")
 
 
 def test_params_struct_matches_header():
@@ -103,3 +136,15 @@ def test_params_struct_matches_header():
         names += [first.split()[-1].lstrip("*")] + [m.strip() for m in more]
     assert names == [f[0] for f in FwdParams._fields_]
     assert ctypes.sizeof(FwdParams) == 184
+
+
+def test_sm90_params_struct_matches_header():
+    """Four 128-byte tensor maps at 64-byte offsets, then FwdParams; size a multiple of 64."""
+    _, headers = _kernels.sources()
+    body = headers["cudattn/params_sm90.cuh"].split("struct alignas(64) FwdSm90Params {", 1)[1].split("};", 1)[0]
+    body = re.sub(r"//[^\n]*", "", body)
+    assert re.sub(r"\s+", " ", body).strip() == "cudattn::sm90::TmaDescriptor tma_q, tma_k, tma_v, tma_o; FwdParams p;"
+    assert [f[0] for f in FwdSm90Params._fields_] == ["tma_q", "tma_k", "tma_v", "tma_o", "p", "pad_"]
+    for i, name in enumerate(("tma_q", "tma_k", "tma_v", "tma_o")):
+        assert getattr(FwdSm90Params, name).offset == 128 * i
+    assert FwdSm90Params.p.offset == 512 and ctypes.sizeof(FwdSm90Params) == 704

@@ -75,7 +75,7 @@ extern "C" __global__ void __launch_bounds__(128) sm90_selftest(const __grid_con
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {  // head dim 128 = 8 steps of 16; 4 per 64-column box, 32 bytes each
         const int off = (kk / 4) * kBox + (kk % 4) * 32;
-        Wgmma<elem_t>::m64n64k16_ss(s, smem_desc_sw128(sQ + off, 16, 1024), smem_desc_sw128(sK + off, 16, 1024),
+        Wgmma<elem_t>::ss(s, smem_desc_sw128(sQ + off, 16, 1024), smem_desc_sw128(sK + off, 16, 1024),
                                     kk > 0);
     }
     wgmma_commit();
@@ -92,7 +92,7 @@ extern "C" __global__ void __launch_bounds__(128) sm90_selftest(const __grid_con
     for (int j = 0; j < 4; ++j) {  // 64 keys = 4 steps of 16 rows of V (2048 bytes each)
         const unsigned a[4] = {pack2(s[8 * j], s[8 * j + 1], elem_t()), pack2(s[8 * j + 2], s[8 * j + 3], elem_t()),
                                pack2(s[8 * j + 4], s[8 * j + 5], elem_t()), pack2(s[8 * j + 6], s[8 * j + 7], elem_t())};
-        Wgmma<elem_t>::m64n128k16_rs<1>(o, a, smem_desc_sw128(sV + j * 16 * 128, p.v_lbo, p.v_sbo), j > 0);
+        Wgmma<elem_t>::rs<1>(o, a, smem_desc_sw128(sV + j * 16 * 128, p.v_lbo, p.v_sbo), j > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();

@@ -45,5 +45,29 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned phas
     }
 }
 
+// A plain arrival (no bytes announced): consumers release a ring stage this way.
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
+// Named barriers (ids 1..15; 0 is __syncthreads) among `threads` threads, a multiple of 32.
+// sync waits for all of them; arrive counts this warp in and goes on.
+__device__ __forceinline__ void named_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Warpgroup register reallocation (sm_90a): producers give registers back, consumers take them.
+template <int Regs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(Regs));
+}
+template <int Regs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(Regs));
+}
+
 }  // namespace sm90
 }  // namespace cudattn

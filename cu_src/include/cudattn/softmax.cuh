@@ -46,12 +46,14 @@ struct OnlineSoftmax {
     }
     float m_new[MF][2];
 
-    // Turns s into P = exp2(s*scale_log2 - m) in place, and rescales the output accumulators
-    // o[MF][DF][4] by exp2(m_old - m_new). A row with no visible key so far keeps m = -inf and
-    // uses 0 as its offset, so that exp2(-inf - -inf) never makes a NaN.
-    template <int NF, int DF>
-    __device__ __forceinline__ void rescale_and_exponentiate(float (&s)[MF][NF][4], float (&o)[MF][DF][4],
-                                                             float scale_log2, bool neg) {
+    // Turns s into P = exp2(s*scale_log2 - m) in place and returns, per row, the factor
+    // exp2(m_old - m_new) that earlier output accumulators must be multiplied by. A row with no
+    // visible key so far keeps m = -inf and uses 0 as its offset, so that exp2(-inf - -inf) never
+    // makes a NaN. Split from the rescale so that a Hopper consumer can exponentiate while its
+    // previous P.V product is still in flight and rescale once that product has landed.
+    template <int NF>
+    __device__ __forceinline__ void exponentiate(float (&s)[MF][NF][4], float scale_log2, bool neg,
+                                                 float (&alpha)[MF][2]) {
         if (neg)
             update_max<true>(s, scale_log2);
         else
@@ -61,7 +63,7 @@ struct OnlineSoftmax {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const float m_use = (m_new[mf][h] == -CUDATTN_INF) ? 0.f : m_new[mf][h];
-                const float alpha = exp2_approx(m_log2[mf][h] - m_use);
+                alpha[mf][h] = exp2_approx(m_log2[mf][h] - m_use);
                 m_log2[mf][h] = m_new[mf][h];
                 float rs = 0.f;
 #pragma unroll
@@ -72,13 +74,30 @@ struct OnlineSoftmax {
                         s[mf][nf][2 * h + j] = p;
                         rs += p;
                     }
-                sum[mf][h] = fmaf(sum[mf][h], alpha, rs);
+                sum[mf][h] = fmaf(sum[mf][h], alpha[mf][h], rs);
+            }
+    }
+
+    // Output accumulators o[MF][DF][4] times the per-row factors of exponentiate().
+    template <int DF>
+    static __device__ __forceinline__ void rescale(float (&o)[MF][DF][4], const float (&alpha)[MF][2]) {
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
 #pragma unroll
                 for (int df = 0; df < DF; ++df) {
-                    o[mf][df][2 * h] *= alpha;
-                    o[mf][df][2 * h + 1] *= alpha;
+                    o[mf][df][2 * h] *= alpha[mf][h];
+                    o[mf][df][2 * h + 1] *= alpha[mf][h];
                 }
-            }
+    }
+
+    template <int NF, int DF>
+    __device__ __forceinline__ void rescale_and_exponentiate(float (&s)[MF][NF][4], float (&o)[MF][DF][4],
+                                                             float scale_log2, bool neg) {
+        float alpha[MF][2];
+        exponentiate(s, scale_log2, neg, alpha);
+        rescale(o, alpha);
     }
 
     // Completes the row sums across the quad; returns 1/sum (0 for an empty row) in inv and the

@@ -1,0 +1,332 @@
+// FlashAttention-3-style forward for Hopper (sm_90a). One CTA = three warpgroups:
+//   warpgroup 0, the producer: one thread issues TMA loads of Q (once per tile) and of K and V
+//     tiles into a STAGES-deep ring, each stage completing on its own "full" mbarrier;
+//   warpgroups 1 and 2, the consumers: 64 query rows each (BM = 128 per tile), S = Q K^T with
+//     wgmma from shared memory, online softmax in registers, O += P V with P as a register
+//     operand; a stage is handed back through its "empty" mbarrier once the product that read it
+//     has completed.
+// Inside a consumer, the next tile's S = Q K^T is issued before the current P V, so the softmax
+// of one tile runs while the tensor cores work on the other (intra-warpgroup overlap). With
+// PINGPONG, the two consumers also take turns issuing their products (named barriers), so one's
+// softmax runs under the other's GEMMs.
+// The grid is persistent: CTA c takes tiles c, c + gridDim.x, ...; causal tiles come longest
+// first (bottom row blocks of every head before any shorter one).
+// Tails: the maps are 4-D over (head dim, seq, head, batch), so TMA zero-fills rows past each
+// sequence's end and columns past the head dim on load, and clips them on the store of O.
+#pragma once
+#include "cudattn/mask.cuh"
+#include "cudattn/params_sm90.cuh"
+#include "cudattn/sm90_sync.cuh"
+#include "cudattn/sm90_tma.cuh"
+#include "cudattn/sm90_wgmma.cuh"
+#include "cudattn/softmax.cuh"
+
+namespace cudattn {
+namespace sm90 {
+
+// The (batch, head, query block) of the t-th tile of the whole problem.
+struct TileCoord {
+    int b, h, m_block;
+};
+
+template <bool CAUSAL>
+__device__ __forceinline__ TileCoord tile_at(int t, const FwdParams& p) {
+    const int heads = p.heads_q;
+    TileCoord c;
+    if (CAUSAL) {  // longest first: every (batch, head)'s last query block, then the ones above
+        const int bh = t % (heads * p.batch);
+        c.m_block = p.num_m_blocks - 1 - t / (heads * p.batch);
+        c.h = bh % heads;
+        c.b = bh / heads;
+    } else {  // neighbouring tiles share one head's K and V in L2
+        c.m_block = t % p.num_m_blocks;
+        const int bh = t / p.num_m_blocks;
+        c.h = bh % heads;
+        c.b = bh / heads;
+    }
+    return c;
+}
+
+// Key tiles of BN that a query block starting at m_start must visit (all keys, or up to the
+// causal diagonal of its last valid row); 0 when it sees none.
+template <int BM, int BN, bool CAUSAL>
+__device__ __forceinline__ int key_tiles(const FwdParams& p, int m_start) {
+    int n_end = p.seqlen_k;
+    if (CAUSAL) n_end = min(n_end, m_start + min(BM, p.seqlen_q - m_start) + p.causal_offset);
+    return n_end > 0 ? (n_end + BN - 1) / BN : 0;
+}
+
+template <int N>
+__device__ __forceinline__ float (&flat(float (&a)[1][N / 8][4]))[N / 2] {
+    return *reinterpret_cast<float(*)[N / 2]>(&a[0][0][0]);
+}
+
+template <typename T, int D, int BN, int STAGES, bool CAUSAL, bool PINGPONG>
+struct FwdSm90 {
+    static constexpr int BM = 128;            // query rows per tile: two consumer warpgroups of 64
+    static constexpr int NT = 384;            // producer warpgroup + two consumers
+    static constexpr int KB = D / 64;         // 64-column (128-byte) boxes per row
+    static constexpr int Q_BOX = BM * 128;    // bytes of one 64-column box of the Q tile
+    static constexpr int KV_BOX = BN * 128;   // ... of a K or V tile
+    static constexpr int Q_BYTES = KB * Q_BOX;
+    static constexpr int KV_BYTES = KB * KV_BOX;
+    static constexpr int SMEM_BYTES = Q_BYTES + 2 * STAGES * KV_BYTES + 1024;  // + alignment slack
+    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;  // 128*24 + 256*240 <= 64K
+    // Named barrier ids: 1, 2 per consumer warpgroup (epilogue); 3, 4 the ping-pong turns.
+    static constexpr int BAR_WG = 1, BAR_TURN = 3;
+    static_assert(D % 64 == 0 && D <= 256, "head-dim tile: 64, 128, 192 or 256");
+    static_assert(BN % 16 == 0 && BN <= 256, "key tile: a multiple of 16 up to 256");
+    static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
+
+    struct Barriers {
+        unsigned long long q_full, q_empty;
+        unsigned long long k_full[STAGES], k_empty[STAGES], v_full[STAGES], v_empty[STAGES];
+    };
+
+    static __device__ __forceinline__ void run(const FwdSm90Params& P) {
+        extern __shared__ unsigned char smem_raw[];
+        __shared__ Barriers bars;
+        unsigned char* smem = reinterpret_cast<unsigned char*>(
+            (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);  // swizzle atoms: 1 KiB
+        unsigned char* sQ = smem;
+        unsigned char* sK = sQ + Q_BYTES;
+        unsigned char* sV = sK + STAGES * KV_BYTES;
+
+        if (threadIdx.x == 0) {
+            mbar_init(&bars.q_full, 1);
+            mbar_init(&bars.q_empty, 2);  // the storing thread of each consumer, after its O store
+#pragma unroll
+            for (int s = 0; s < STAGES; ++s) {
+                mbar_init(&bars.k_full[s], 1);
+                mbar_init(&bars.v_full[s], 1);
+                mbar_init(&bars.k_empty[s], 8);  // every consumer warp, after its product completed
+                mbar_init(&bars.v_empty[s], 8);
+            }
+            fence_mbar_init();
+        }
+        __syncthreads();
+
+        const int wg = threadIdx.x / 128;
+        if (wg == 0) {
+            setmaxnreg_dec<PRODUCER_REGS>();
+            if (threadIdx.x == 0) produce(P, bars, sQ, sK, sV);
+        } else {
+            setmaxnreg_inc<CONSUMER_REGS>();
+            consume(P, bars, sQ, sK, sV, wg - 1, threadIdx.x % 128);
+        }
+    }
+
+    // ------------------------------------------------------------------ producer (one thread)
+    static __device__ __forceinline__ void produce(const FwdSm90Params& P, Barriers& bars, unsigned char* sQ,
+                                                   unsigned char* sK, unsigned char* sV) {
+        const FwdParams& p = P.p;
+        const int total = p.num_m_blocks * p.heads_q * p.batch;
+        int it = 0;  // K/V tiles loaded so far by this CTA: ring stage and phase
+        int n = 0;   // tiles of this CTA so far: Q phase
+        for (int t = blockIdx.x; t < total; t += gridDim.x, ++n) {
+            const TileCoord c = tile_at<CAUSAL>(t, p);
+            const int m_start = c.m_block * BM;
+            if (n > 0) mbar_wait(&bars.q_empty, (n - 1) & 1);  // both consumers stored the last O
+            mbar_arrive_expect_tx(&bars.q_full, Q_BYTES);
+#pragma unroll
+            for (int kb = 0; kb < KB; ++kb) tma_load_4d(sQ + kb * Q_BOX, &P.tma_q, 64 * kb, m_start, c.h, c.b, &bars.q_full);
+
+            const int hkv = c.h / p.group;
+            const int n_tiles = key_tiles<BM, BN, CAUSAL>(p, m_start);
+            for (int j = 0; j < n_tiles; ++j, ++it) {  // from the last key tile (tail, diagonal) down
+                const int n_start = (n_tiles - 1 - j) * BN;
+                const int st = it % STAGES;
+                const unsigned ph = (it / STAGES) & 1;
+                if (it >= STAGES) mbar_wait(&bars.k_empty[st], ph ^ 1);
+                mbar_arrive_expect_tx(&bars.k_full[st], KV_BYTES);
+#pragma unroll
+                for (int kb = 0; kb < KB; ++kb)
+                    tma_load_4d(sK + st * KV_BYTES + kb * KV_BOX, &P.tma_k, 64 * kb, n_start, hkv, c.b, &bars.k_full[st]);
+                if (it >= STAGES) mbar_wait(&bars.v_empty[st], ph ^ 1);
+                mbar_arrive_expect_tx(&bars.v_full[st], KV_BYTES);
+#pragma unroll
+                for (int kb = 0; kb < KB; ++kb)
+                    tma_load_4d(sV + st * KV_BYTES + kb * KV_BOX, &P.tma_v, 64 * kb, n_start, hkv, c.b, &bars.v_full[st]);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ consumers
+    // S = Q K^T for this warpgroup's 64 rows against one key stage (issued and committed, not waited).
+    // Descriptors advance by byte offsets >> 4 (the address field's unit).
+    static __device__ __forceinline__ void issue_qk(float (&s)[1][BN / 8][4], unsigned long long q_desc,
+                                                    unsigned long long k_desc) {
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {  // 4 k-steps of 32 bytes inside each 64-column box
+            const unsigned step = (kk % 4) * (32 >> 4);
+            Wgmma<T>::ss(flat<BN>(s), q_desc + step + (kk / 4) * (Q_BOX >> 4), k_desc + step + (kk / 4) * (KV_BOX >> 4),
+                         kk > 0);
+        }
+        wgmma_commit();
+    }
+
+    // O += P V for one value stage: 16 keys (2048 bytes of V rows) per k-step.
+    static __device__ __forceinline__ void issue_pv(float (&o)[1][D / 8][4], const unsigned (&pk)[BN / 16][4],
+                                                    unsigned long long v_desc) {
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) Wgmma<T>::template rs<1>(flat<D>(o), pk[kk], v_desc + kk * (2048 >> 4), true);
+        wgmma_commit();
+    }
+
+    static __device__ __forceinline__ void to_operand(unsigned (&pk)[BN / 16][4], const float (&s)[1][BN / 8][4]) {
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            pk[kk][0] = pack2(s[0][2 * kk][0], s[0][2 * kk][1], T());
+            pk[kk][1] = pack2(s[0][2 * kk][2], s[0][2 * kk][3], T());
+            pk[kk][2] = pack2(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1], T());
+            pk[kk][3] = pack2(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3], T());
+        }
+    }
+
+    // Ping-pong: wait for this warpgroup's turn to issue products; then hand the turn over.
+    static __device__ __forceinline__ void turn_begin(int cw) {
+        if (PINGPONG) named_sync(BAR_TURN + cw, 256);
+    }
+    static __device__ __forceinline__ void turn_end(int cw) {
+        if (PINGPONG) named_arrive(BAR_TURN + (cw ^ 1), 256);
+    }
+
+    // One arrival per warp on a stage's empty barrier, once this warp's product has completed.
+    static __device__ __forceinline__ void release(unsigned long long* bar, int lane) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar);
+    }
+
+    static __device__ __forceinline__ void consume(const FwdSm90Params& P, Barriers& bars, unsigned char* sQ,
+                                                   unsigned char* sK, unsigned char* sV, int cw, int ltid) {
+        const FwdParams& p = P.p;
+        const int warp = ltid / 32, lane = ltid % 32;
+        const int total = p.num_m_blocks * p.heads_q * p.batch;
+        const bool neg = p.scale_log2 < 0.f;
+        const float masked = neg ? CUDATTN_INF : -CUDATTN_INF;  // times scale_log2: -inf either way
+        // Descriptors of the first box of each buffer; a byte offset b is added as b >> 4.
+        const unsigned long long q_desc = smem_desc_sw128(sQ + cw * 64 * 128, 16, 1024);
+        const unsigned long long k_desc0 = smem_desc_sw128(sK, 16, 1024);
+        const unsigned long long v_desc0 = smem_desc_sw128(sV, KV_BOX, 1024);
+
+        if (PINGPONG && cw == 1) named_arrive(BAR_TURN + 0, 256);  // consumer 0 goes first
+        int it = 0, n = 0;
+        for (int t = blockIdx.x; t < total; t += gridDim.x, ++n) {
+            const TileCoord c = tile_at<CAUSAL>(t, p);
+            const int m_start = c.m_block * BM;
+            const int n_tiles = key_tiles<BM, BN, CAUSAL>(p, m_start);
+            const int row0 = m_start + cw * 64 + warp * 16;  // this warp's first query row
+
+            float o[1][D / 8][4];
+#pragma unroll
+            for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) o[0][i][e] = 0.f;
+            OnlineSoftmax<1> softmax;
+            softmax.init();
+
+            mbar_wait(&bars.q_full, n & 1);
+            if (n_tiles > 0) {
+                float s[1][BN / 8][4];
+                unsigned pk[BN / 16][4];
+                float alpha[1][2];
+                // Masks: the first tile visited is the last one (key tail); causal, any tile that
+                // reaches past this warp's first row's diagonal.
+                auto mask = [&](int j) {
+                    const int n_start = (n_tiles - 1 - j) * BN;
+                    if (n_start + BN > p.seqlen_k || (CAUSAL && n_start + BN - 1 > row0 + p.causal_offset))
+                        apply_mask<1, BN / 8, CAUSAL>(s, row0, n_start, p.seqlen_k, p.causal_offset, lane, masked);
+                };
+                auto stage = [&](int i) { return i % STAGES; };
+                auto phase = [&](int i) { return (unsigned)((i / STAGES) & 1); };
+
+                mbar_wait(&bars.k_full[stage(it)], phase(it));
+                turn_begin(cw);
+                issue_qk(s, q_desc, k_desc0 + stage(it) * (KV_BYTES >> 4));
+                turn_end(cw);
+                wgmma_wait<0>();
+                fence_operands(flat<BN>(s));
+                release(&bars.k_empty[stage(it)], lane);
+                mask(0);
+                softmax.exponentiate(s, p.scale_log2, neg, alpha);
+                to_operand(pk, s);
+
+                for (int j = 1; j < n_tiles; ++j) {
+                    const int ik = it + j, iv = it + j - 1;
+                    mbar_wait(&bars.k_full[stage(ik)], phase(ik));
+                    turn_begin(cw);
+                    issue_qk(s, q_desc, k_desc0 + stage(ik) * (KV_BYTES >> 4));
+                    mbar_wait(&bars.v_full[stage(iv)], phase(iv));
+                    issue_pv(o, pk, v_desc0 + stage(iv) * (KV_BYTES >> 4));
+                    turn_end(cw);
+                    wgmma_wait<1>();  // S of tile j is in; P V of tile j-1 may still run
+                    fence_operands(flat<BN>(s));
+                    release(&bars.k_empty[stage(ik)], lane);
+                    mask(j);
+                    softmax.exponentiate(s, p.scale_log2, neg, alpha);
+                    wgmma_wait<0>();
+                    fence_operands(flat<D>(o));
+                    release(&bars.v_empty[stage(iv)], lane);
+                    OnlineSoftmax<1>::rescale(o, alpha);
+                    to_operand(pk, s);
+                }
+                const int iv = it + n_tiles - 1;
+                mbar_wait(&bars.v_full[stage(iv)], phase(iv));
+                turn_begin(cw);
+                issue_pv(o, pk, v_desc0 + stage(iv) * (KV_BYTES >> 4));
+                turn_end(cw);
+                wgmma_wait<0>();
+                fence_operands(flat<D>(o));
+                release(&bars.v_empty[stage(iv)], lane);
+                it += n_tiles;
+            }
+            store_tile(P, bars, sQ, o, softmax, c, m_start, cw, ltid);
+        }
+        if (PINGPONG && cw == 0) named_sync(BAR_TURN + 0, 256);  // consume consumer 1's last hand-over
+    }
+
+    // O (normalised, as T) into this warpgroup's 64 rows of the Q tile (128-byte swizzle, so the
+    // 4-byte writes of a warp hit 32 different banks), then one thread stores them with TMA (rows
+    // past seqlen_q and columns past head_dim are clipped) and frees the Q tile for the producer.
+    static __device__ __forceinline__ void store_tile(const FwdSm90Params& P, Barriers& bars, unsigned char* sQ,
+                                                      const float (&o)[1][D / 8][4], OnlineSoftmax<1>& softmax,
+                                                      const TileCoord& c, int m_start, int cw, int ltid) {
+        const FwdParams& p = P.p;
+        const int warp = ltid / 32, lane = ltid % 32, g = lane / 4, t = lane % 4;
+        float inv[1][2], lse[1][2];
+        softmax.finish(inv, lse);
+        unsigned char* region = sQ + cw * 64 * 128;
+        named_sync(BAR_WG + cw, 128);  // every warp's last Q K^T has completed: the rows are free
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = warp * 16 + g + 8 * h;  // r % 8 == g
+#pragma unroll
+            for (int i = 0; i < D / 8; ++i) {
+                const unsigned v = pack2(o[0][i][2 * h] * inv[0][h], o[0][i][2 * h + 1] * inv[0][h], T());
+                *reinterpret_cast<unsigned*>(region + (i / 8) * Q_BOX + r * 128 + (((i % 8) ^ g) << 4) + 4 * t) = v;
+            }
+        }
+        fence_proxy_async_smem();
+        named_sync(BAR_WG + cw, 128);
+        if (ltid == 0) {
+#pragma unroll
+            for (int kb = 0; kb < KB; ++kb) tma_store_4d(&P.tma_o, region + kb * Q_BOX, 64 * kb, m_start + cw * 64, c.h, c.b);
+            bulk_commit();
+            bulk_wait_read_all();
+            mbar_arrive(&bars.q_empty);
+        }
+        if (p.write_lse && t == 0) {
+            float* g_lse = p.lse + ((long long)c.b * p.heads_q + c.h) * p.seqlen_q;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = m_start + cw * 64 + warp * 16 + g + 8 * h;
+                if (row < p.seqlen_q) g_lse[row] = lse[0][h];
+            }
+        }
+    }
+};
+
+}  // namespace sm90
+}  // namespace cudattn

@@ -1,0 +1,13 @@
+// Parameters of the Hopper forward kernel, passed BY VALUE as its single __grid_constant__
+// argument. The tensor maps come first, each at a 64-byte offset as TMA requires; the shape and
+// strides are the portable kernel's FwdParams. Mirrored by cudattn/_params.py (FwdSm90Params).
+#pragma once
+#include "cudattn/params.cuh"
+#include "cudattn/sm90_tma.cuh"
+
+struct alignas(64) FwdSm90Params {
+    // 4-D maps over (head dim, seq, head, batch). Q: boxes of 64 x BLOCK_M; K, V: 64 x BLOCK_N;
+    // O: 64 x 64 (one consumer warpgroup's rows), written through shared memory.
+    cudattn::sm90::TmaDescriptor tma_q, tma_k, tma_v, tma_o;
+    FwdParams p;
+};
