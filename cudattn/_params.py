@@ -39,11 +39,11 @@ _TensorMap = ctypes.c_uint8 * 128
 
 
 class FwdSm90Params(ctypes.Structure):
-    """`FwdSm90Params` of cu_src/include/cudattn/params_sm90.cuh: four TMA maps (each at a 64-byte
+    """`FwdSm90Params` of cu_src/include/cudattn/params_sm90.cuh: three TMA maps (each at a 64-byte
     offset), the shared FwdParams, padded to the C struct's 64-byte alignment."""
 
     _fields_ = [
-        ("tma_q", _TensorMap), ("tma_k", _TensorMap), ("tma_v", _TensorMap), ("tma_o", _TensorMap),
+        ("tma_q", _TensorMap), ("tma_k", _TensorMap), ("tma_v", _TensorMap),
         ("p", FwdParams),
-        ("pad_", ctypes.c_uint8 * (-(4 * 128 + ctypes.sizeof(FwdParams)) % 64)),
+        ("pad_", ctypes.c_uint8 * (-(3 * 128 + ctypes.sizeof(FwdParams)) % 64)),
     ]

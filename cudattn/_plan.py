@@ -79,7 +79,7 @@ def _scale_log2(scale: float) -> float:
 
 def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, lse: int, o_geom: TensorGeom):
     """The kernel's by-value argument: FwdParams, or for the Hopper family FwdSm90Params, which
-    adds the TMA maps of q, k, v and out (encoded per call: they hold the addresses)."""
+    adds the TMA maps of q, k and v (encoded per call: they hold the addresses)."""
     params = _fwd_params(problem, plan, q, k, v, o, lse, o_geom)
     if plan.variant.family != "sm90":
         return params
@@ -92,7 +92,6 @@ def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, ls
         ("tma_q", (q, Sq, Hq, problem.q_strides, t.block_m)),
         ("tma_k", (k, Sk, Hkv, problem.k_strides, t.block_n)),
         ("tma_v", (v, Sk, Hkv, problem.v_strides, t.block_n)),
-        ("tma_o", (o, Sq, Hq, o_geom, 64)),  # one consumer warpgroup's 64 rows per store
     ):
         ptr, seqlen, heads, geom, rows = maps
         raw = _tma.encode_attention_operand(ptr, dt, D, seqlen, heads, B, geom, rows)

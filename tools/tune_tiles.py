@@ -1,9 +1,10 @@
-"""Try tile configurations of the portable kernel on one shape, against torch's flash backend.
+"""Try tile configurations of a kernel family on one shape, against torch's flash or cuDNN backend.
 
     PYTHONPATH=. python tools/tune_tiles.py --shape 4x8x2048x256 --causal --tiles 128x64w8s2,64x32w4s2
+    PYTHONPATH=. python tools/tune_tiles.py --family sm90 --peer cudnn --shape 4x16x4096x128 --tiles 128x128w12s2p,128x128w12s2
 
-Each `BMxBNwWARPSsSTAGES[mMINBLOCKS]` is forced (by replacing the traits' candidates for the
-shape's tile width in this process only), checked once against the flash backend's output,
+Each `BMxBNwWARPSsSTAGES[mMINBLOCKS][p]` (p: ping-pong, sm90) is forced (by replacing the traits'
+tiles for the shape's tile width in this process only), checked once against the peer's output,
 and timed with CUDA events (median after warm-up, inputs rotated past 3x L2, a sleep kernel first
 so host overhead stays out). Needs torch with CUDA, as the peer; not part of the asv suite.
 """
@@ -19,7 +20,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import cudattn
-from cudattn import _kernels, _traits
+from cudattn import _kernels, _plan, _traits
 
 
 def _sets(B, H, S, D, dtype, l2_bytes):
@@ -45,11 +46,11 @@ def time_fn(fn, sets, iters):
 
 
 def parse_tiles(spec: str) -> _traits.Tiles:
-    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(?:m(\d+))?", spec)
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(?:m(\d+))?(p?)", spec)
     if not m:
-        raise SystemExit(f"bad tiles {spec!r}: want BMxBNwWARPSsSTAGES[mMIN]")
-    bm, bn, w, s, mb = m.groups()
-    return _traits.Tiles(int(bm), int(bn), int(w), int(s), int(mb) if mb else (2 if int(w) == 4 else 1))
+        raise SystemExit(f"bad tiles {spec!r}: want BMxBNwWARPSsSTAGES[mMIN][p]")
+    bm, bn, w, s, mb, pp = m.groups()
+    return _traits.Tiles(int(bm), int(bn), int(w), int(s), int(mb) if mb else (2 if int(w) == 4 else 1), pp == "p")
 
 
 def main():
@@ -59,6 +60,8 @@ def main():
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--tiles", required=True)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--family", choices=_traits.FAMILIES, default="sm80")
+    ap.add_argument("--peer", choices=("flash", "cudnn"), default="flash")
     args = ap.parse_args()
     B, H, S, D = map(int, args.shape.split("x"))
     dt = getattr(torch, args.dtype)
@@ -66,16 +69,26 @@ def main():
     stream = torch.cuda.current_stream()
     flops = 4.0 * B * H * S * S * D / (2 if args.causal else 1)
 
+    backend = SDPBackend.FLASH_ATTENTION if args.peer == "flash" else SDPBackend.CUDNN_ATTENTION
+
     def flash(q, k, v):
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        with sdpa_kernel(backend):
             return F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
 
     ref = flash(*sets[0]).float()
     t_flash = time_fn(flash, sets, args.iters)
-    print(f"{args.shape} {args.dtype} causal={args.causal}: flash {flops / t_flash / 1e9:.1f} TFLOP/s")
-    d = _traits.tile_dim_for(D)
+    print(f"{args.shape} {args.dtype} causal={args.causal}: {args.peer} {flops / t_flash / 1e9:.1f} TFLOP/s")
+    if args.family == "sm80":
+        _traits.FORCED_FAMILY = "sm80"
+        d = _traits.tile_dim_for(D)
+    else:
+        d = _traits.tile_dim_for(D, _traits.SM90_TILE_DIMS)
     for spec in args.tiles.split(","):
-        _traits._CANDIDATES[(d, args.causal)] = (parse_tiles(spec),)
+        if args.family == "sm80":
+            _traits._CANDIDATES[(d, args.causal)] = (parse_tiles(spec),)
+        else:
+            _traits._SM90_TILES[(d, args.causal)] = parse_tiles(spec)
+        _plan._plans.clear()
         _kernels._loaded.clear()
         ours = lambda q, k, v: cudattn.attention(q, k, v, causal=args.causal, layout="bhsd", stream=stream)
         try:
@@ -85,9 +98,10 @@ def main():
         except Exception as e:  # a config that does not fit or compile: say so and go on
             print(f"  {spec:14} failed: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
             continue
-        res = _kernels.compile_variant(_traits.select(dt is torch.bfloat16 and "bfloat16" or "float16", D,
-                                                      args.causal, 232448), "sm_90a").ptxas[_traits.KERNEL_NAME]
-        print(f"  {spec:14} {flops / t / 1e9:7.1f} TFLOP/s  {t_flash / t:5.2f}x flash  max|diff| {err:.2e}  "
+        variant = _traits.select(dt is torch.bfloat16 and "bfloat16" or "float16", D, args.causal, 232448,
+                                 args.family)
+        res = _kernels.compile_variant(variant, "sm_90a").ptxas[variant.kernel_name]
+        print(f"  {spec:14} {flops / t / 1e9:7.1f} TFLOP/s  {t_flash / t:5.2f}x {args.peer}  max|diff| {err:.2e}  "
               f"regs {res.registers} spill {res.spill_stores}")
 
 

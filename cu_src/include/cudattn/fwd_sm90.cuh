@@ -9,10 +9,13 @@
 // of one tile runs while the tensor cores work on the other (intra-warpgroup overlap). With
 // PINGPONG, the two consumers also take turns issuing their products (named barriers), so one's
 // softmax runs under the other's GEMMs.
-// The grid is persistent: CTA c takes tiles c, c + gridDim.x, ...; causal tiles come longest
-// first (bottom row blocks of every head before any shorter one).
+// The grid is persistent: in round r, CTA c takes tile r * gridDim.x + c. Causal tiles come
+// longest first (bottom row blocks of every head before any shorter one) and odd rounds go
+// right to left (a snake), so that the CTAs' sums of tile lengths come out nearly equal.
 // Tails: the maps are 4-D over (head dim, seq, head, batch), so TMA zero-fills rows past each
-// sequence's end and columns past the head dim on load, and clips them on the store of O.
+// sequence's end and columns past the head dim on load; O is stored from registers, predicated.
+// Q is handed back as soon as a tile's last S = Q K^T has completed, so the producer loads the
+// next tile's Q while the consumers finish (last P V, epilogue).
 #pragma once
 #include "cudattn/mask.cuh"
 #include "cudattn/params_sm90.cuh"
@@ -28,6 +31,13 @@ namespace sm90 {
 struct TileCoord {
     int b, h, m_block;
 };
+
+// Round r's tile of this CTA (may be >= the tile count in the last round).
+template <bool CAUSAL>
+__device__ __forceinline__ int tile_of_round(int r) {
+    const int c = (CAUSAL && (r & 1)) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    return r * (int)gridDim.x + c;
+}
 
 template <bool CAUSAL>
 __device__ __forceinline__ TileCoord tile_at(int t, const FwdParams& p) {
@@ -72,8 +82,7 @@ struct FwdSm90 {
     static constexpr int KV_BYTES = KB * KV_BOX;
     static constexpr int SMEM_BYTES = Q_BYTES + 2 * STAGES * KV_BYTES + 1024;  // + alignment slack
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;  // 128*24 + 256*240 <= 64K
-    // Named barrier ids: 1, 2 per consumer warpgroup (epilogue); 3, 4 the ping-pong turns.
-    static constexpr int BAR_WG = 1, BAR_TURN = 3;
+    static constexpr int BAR_TURN = 1;  // named barriers 1, 2: the ping-pong turns of consumers 0, 1
     static_assert(D % 64 == 0 && D <= 256, "head-dim tile: 64, 128, 192 or 256");
     static_assert(BN % 16 == 0 && BN <= 256, "key tile: a multiple of 16 up to 256");
     static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
@@ -94,7 +103,7 @@ struct FwdSm90 {
 
         if (threadIdx.x == 0) {
             mbar_init(&bars.q_full, 1);
-            mbar_init(&bars.q_empty, 2);  // the storing thread of each consumer, after its O store
+            mbar_init(&bars.q_empty, 8);  // every consumer warp, after its last S = Q K^T
 #pragma unroll
             for (int s = 0; s < STAGES; ++s) {
                 mbar_init(&bars.k_full[s], 1);
@@ -122,11 +131,12 @@ struct FwdSm90 {
         const FwdParams& p = P.p;
         const int total = p.num_m_blocks * p.heads_q * p.batch;
         int it = 0;  // K/V tiles loaded so far by this CTA: ring stage and phase
-        int n = 0;   // tiles of this CTA so far: Q phase
-        for (int t = blockIdx.x; t < total; t += gridDim.x, ++n) {
+        for (int n = 0;; ++n) {  // n: tiles of this CTA so far (the Q phase)
+            const int t = tile_of_round<CAUSAL>(n);
+            if (t >= total) break;
             const TileCoord c = tile_at<CAUSAL>(t, p);
             const int m_start = c.m_block * BM;
-            if (n > 0) mbar_wait(&bars.q_empty, (n - 1) & 1);  // both consumers stored the last O
+            if (n > 0) mbar_wait(&bars.q_empty, (n - 1) & 1);  // both consumers are done with Q
             mbar_arrive_expect_tx(&bars.q_full, Q_BYTES);
 #pragma unroll
             for (int kb = 0; kb < KB; ++kb) tma_load_4d(sQ + kb * Q_BOX, &P.tma_q, 64 * kb, m_start, c.h, c.b, &bars.q_full);
@@ -212,8 +222,10 @@ struct FwdSm90 {
         const unsigned long long v_desc0 = smem_desc_sw128(sV, KV_BOX, 1024);
 
         if (PINGPONG && cw == 1) named_arrive(BAR_TURN + 0, 256);  // consumer 0 goes first
-        int it = 0, n = 0;
-        for (int t = blockIdx.x; t < total; t += gridDim.x, ++n) {
+        int it = 0;
+        for (int n = 0;; ++n) {
+            const int t = tile_of_round<CAUSAL>(n);
+            if (t >= total) break;
             const TileCoord c = tile_at<CAUSAL>(t, p);
             const int m_start = c.m_block * BM;
             const int n_tiles = key_tiles<BM, BN, CAUSAL>(p, m_start);
@@ -228,6 +240,7 @@ struct FwdSm90 {
             softmax.init();
 
             mbar_wait(&bars.q_full, n & 1);
+            if (n_tiles == 0) release(&bars.q_empty, lane);
             if (n_tiles > 0) {
                 float s[1][BN / 8][4];
                 unsigned pk[BN / 16][4];
@@ -249,6 +262,7 @@ struct FwdSm90 {
                 wgmma_wait<0>();
                 fence_operands(flat<BN>(s));
                 release(&bars.k_empty[stage(it)], lane);
+                if (n_tiles == 1) release(&bars.q_empty, lane);
                 mask(0);
                 softmax.exponentiate(s, p.scale_log2, neg, alpha);
                 to_operand(pk, s);
@@ -264,6 +278,7 @@ struct FwdSm90 {
                     wgmma_wait<1>();  // S of tile j is in; P V of tile j-1 may still run
                     fence_operands(flat<BN>(s));
                     release(&bars.k_empty[stage(ik)], lane);
+                    if (j == n_tiles - 1) release(&bars.q_empty, lane);
                     mask(j);
                     softmax.exponentiate(s, p.scale_log2, neg, alpha);
                     wgmma_wait<0>();
@@ -282,40 +297,30 @@ struct FwdSm90 {
                 release(&bars.v_empty[stage(iv)], lane);
                 it += n_tiles;
             }
-            store_tile(P, bars, sQ, o, softmax, c, m_start, cw, ltid);
+            store_tile(p, o, softmax, c, m_start, cw, ltid);
         }
         if (PINGPONG && cw == 0) named_sync(BAR_TURN + 0, 256);  // consume consumer 1's last hand-over
     }
 
-    // O (normalised, as T) into this warpgroup's 64 rows of the Q tile (128-byte swizzle, so the
-    // 4-byte writes of a warp hit 32 different banks), then one thread stores them with TMA (rows
-    // past seqlen_q and columns past head_dim are clipped) and frees the Q tile for the producer.
-    static __device__ __forceinline__ void store_tile(const FwdSm90Params& P, Barriers& bars, unsigned char* sQ,
-                                                      const float (&o)[1][D / 8][4], OnlineSoftmax<1>& softmax,
-                                                      const TileCoord& c, int m_start, int cw, int ltid) {
-        const FwdParams& p = P.p;
+    // O (normalised, as T) and LSE straight from the accumulators: each thread writes pairs of
+    // columns of its two rows, predicated on the sequence and head-dim bounds.
+    static __device__ __forceinline__ void store_tile(const FwdParams& p, const float (&o)[1][D / 8][4],
+                                                      OnlineSoftmax<1>& softmax, const TileCoord& c, int m_start,
+                                                      int cw, int ltid) {
         const int warp = ltid / 32, lane = ltid % 32, g = lane / 4, t = lane % 4;
         float inv[1][2], lse[1][2];
         softmax.finish(inv, lse);
-        unsigned char* region = sQ + cw * 64 * 128;
-        named_sync(BAR_WG + cw, 128);  // every warp's last Q K^T has completed: the rows are free
+        T* g_o = static_cast<T*>(p.o) + c.b * p.o_stride_b + c.h * p.o_stride_h;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int r = warp * 16 + g + 8 * h;  // r % 8 == g
+            const int row = m_start + cw * 64 + warp * 16 + g + 8 * h;
+            if (row >= p.seqlen_q) continue;
+            T* g_row = g_o + row * p.o_stride_s + 2 * t;
 #pragma unroll
-            for (int i = 0; i < D / 8; ++i) {
-                const unsigned v = pack2(o[0][i][2 * h] * inv[0][h], o[0][i][2 * h + 1] * inv[0][h], T());
-                *reinterpret_cast<unsigned*>(region + (i / 8) * Q_BOX + r * 128 + (((i % 8) ^ g) << 4) + 4 * t) = v;
-            }
-        }
-        fence_proxy_async_smem();
-        named_sync(BAR_WG + cw, 128);
-        if (ltid == 0) {
-#pragma unroll
-            for (int kb = 0; kb < KB; ++kb) tma_store_4d(&P.tma_o, region + kb * Q_BOX, 64 * kb, m_start + cw * 64, c.h, c.b);
-            bulk_commit();
-            bulk_wait_read_all();
-            mbar_arrive(&bars.q_empty);
+            for (int i = 0; i < D / 8; ++i)
+                if (8 * i < p.head_dim)  // head_dim is a multiple of 8: pairs never straddle it
+                    *reinterpret_cast<unsigned*>(g_row + 8 * i) =
+                        pack2(o[0][i][2 * h] * inv[0][h], o[0][i][2 * h + 1] * inv[0][h], T());
         }
         if (p.write_lse && t == 0) {
             float* g_lse = p.lse + ((long long)c.b * p.heads_q + c.h) * p.seqlen_q;

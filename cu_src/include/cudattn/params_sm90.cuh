@@ -6,8 +6,7 @@
 #include "cudattn/sm90_tma.cuh"
 
 struct alignas(64) FwdSm90Params {
-    // 4-D maps over (head dim, seq, head, batch). Q: boxes of 64 x BLOCK_M; K, V: 64 x BLOCK_N;
-    // O: 64 x 64 (one consumer warpgroup's rows), written through shared memory.
-    cudattn::sm90::TmaDescriptor tma_q, tma_k, tma_v, tma_o;
+    // 4-D maps over (head dim, seq, head, batch). Q: boxes of 64 x BLOCK_M; K, V: 64 x BLOCK_N.
+    cudattn::sm90::TmaDescriptor tma_q, tma_k, tma_v;
     FwdParams p;
 };

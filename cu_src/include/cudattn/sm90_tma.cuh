@@ -25,7 +25,7 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const TmaDescriptor* desc
 }
 
 // Box at (c0 innermost, c1, c2, c3) of a 4-D map: attention tiles address (head dim, seq, head,
-// batch), so the sequence tail of each (batch, head) is zero-filled on load and clipped on store.
+// batch), so the sequence tail of each (batch, head) is zero-filled on load.
 __device__ __forceinline__ void tma_load_4d(void* dst, const TmaDescriptor* desc, int c0, int c1, int c2, int c3,
                                             unsigned long long* bar) {
     asm volatile(
@@ -33,23 +33,6 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const TmaDescriptor* desc
         ::"r"(smem_u32(dst)), "l"(reinterpret_cast<unsigned long long>(desc)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
           "r"(smem_u32(bar))
         : "memory");
-}
-
-// Shared -> global; elements outside the map's bounds are not written.
-__device__ __forceinline__ void tma_store_4d(const TmaDescriptor* desc, const void* src, int c0, int c1, int c2,
-                                             int c3) {
-    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
-                 ::"l"(reinterpret_cast<unsigned long long>(desc)), "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2),
-                   "r"(c3)
-                 : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-// Waits until the committed stores have finished reading shared memory (the source may be reused).
-__device__ __forceinline__ void bulk_wait_read_all() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
-
-// Orders this thread's ordinary shared-memory writes before later async-proxy (TMA, wgmma) reads.
-__device__ __forceinline__ void fence_proxy_async_smem() {
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 }  // namespace sm90
