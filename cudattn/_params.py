@@ -45,5 +45,6 @@ class FwdSm90Params(ctypes.Structure):
     _fields_ = [
         ("tma_q", _TensorMap), ("tma_k", _TensorMap), ("tma_v", _TensorMap),
         ("p", FwdParams),
-        ("pad_", ctypes.c_uint8 * (-(3 * 128 + ctypes.sizeof(FwdParams)) % 64)),
+        ("l2_section", _c_i32),
+        ("pad_", ctypes.c_uint8 * (-(3 * 128 + ctypes.sizeof(FwdParams) + 4) % 64)),
     ]

@@ -22,6 +22,7 @@ class Plan:
     block: tuple[int, int, int]
     smem: int
     num_m_blocks: int
+    l2_section: int = 0  # sm90 causal: (batch, head) pairs per L2-sized section of the tile order
 
 
 _plans: dict = {}
@@ -31,17 +32,19 @@ def make_plan(problem: Problem, props) -> Plan:
     """The plan for this problem's shape on a device with properties ``props`` (memoised: on the
     hot path a repeated shape is one lookup)."""
     family = _traits.family_for(props.arch)
-    key = (problem.dtype, problem.head_dim, problem.causal, problem.seqlen_q, problem.heads_q, problem.batch,
-           props.max_shared_memory_per_block_optin, props.sm_count, family)
+    key = (problem.dtype, problem.head_dim, problem.causal, problem.seqlen_q, problem.seqlen_k, problem.heads_q,
+           problem.heads_kv, problem.batch, props.max_shared_memory_per_block_optin, props.sm_count,
+           props.l2_cache_size, family)
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) > 4096:  # many distinct shapes (variable lengths): keep the table bounded
             _plans.clear()
-        plan = _plans[key] = _make_plan(problem, props.max_shared_memory_per_block_optin, props.sm_count, family)
+        plan = _plans[key] = _make_plan(problem, props.max_shared_memory_per_block_optin, props.sm_count,
+                                        props.l2_cache_size, family)
     return plan
 
 
-def _make_plan(problem: Problem, smem_limit: int, sm_count: int, family: str) -> Plan:
+def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, family: str) -> Plan:
     variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family)
     bm = variant.tiles.block_m
     num_m = -(-problem.seqlen_q // bm)
@@ -51,7 +54,12 @@ def _make_plan(problem: Problem, smem_limit: int, sm_count: int, family: str) ->
         tiles = num_m * problem.heads_q * problem.batch
         if tiles >= 2**31:
             raise ValueError(f"{tiles} tiles of {bm} query rows exceed the kernel's 32-bit tile index; split the call")
-        return Plan(variant, (min(tiles, sm_count), 1, 1), (variant.threads, 1, 1), variant.smem_bytes, num_m)
+        # Causal order: sections of (batch, head) pairs whose K and V together take half of L2.
+        pairs = problem.batch * problem.heads_q
+        kv_per_pair = 2 * problem.seqlen_k * problem.head_dim * problem.dtype.itemsize / problem.group_size
+        section = max(1, min(pairs, int(l2_bytes // 2 // kv_per_pair)))
+        return Plan(variant, (min(tiles, sm_count), 1, 1), (variant.threads, 1, 1), variant.smem_bytes, num_m,
+                    section)
     # Must match the kernel's reading of blockIdx (fwd_sm80.cuh): causal puts m last (longest first).
     grid = (problem.heads_q, problem.batch, num_m) if problem.causal else (num_m, problem.heads_q, problem.batch)
     if grid[1] > _MAX_GRID_YZ or grid[2] > _MAX_GRID_YZ:
@@ -85,6 +93,7 @@ def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, ls
         return params
     P = FwdSm90Params()
     P.p = params
+    P.l2_section = plan.l2_section
     dt, D = problem.dtype, problem.head_dim
     B, Sq, Sk, Hq, Hkv = problem.batch, problem.seqlen_q, problem.seqlen_k, problem.heads_q, problem.heads_kv
     t = plan.variant.tiles
