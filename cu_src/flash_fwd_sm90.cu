@@ -8,7 +8,7 @@ typedef __nv_bfloat16 cudattn_elem_t;
 typedef __half cudattn_elem_t;
 #endif
 
-typedef cudattn::sm90::FwdSm90<cudattn_elem_t, CUDATTN_HEAD_DIM, CUDATTN_BLOCK_N, CUDATTN_STAGES,
+typedef cudattn::sm90::FwdSm90<cudattn_elem_t, CUDATTN_HEAD_DIM, CUDATTN_BLOCK_N, CUDATTN_STAGES, CUDATTN_Q_STAGES,
                                (CUDATTN_CAUSAL != 0), (CUDATTN_PINGPONG != 0)>
     cudattn_fwd_variant;
 

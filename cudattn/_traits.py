@@ -49,6 +49,7 @@ class Tiles:
     stages: int
     min_blocks: int  # __launch_bounds__ minimum blocks per SM (caps registers at 64K / (threads * min))
     pingpong: bool = False  # sm90: the two consumer warpgroups take turns issuing their products
+    q_stages: int = 1  # sm90: Q tiles in flight (2: the next tile's Q loads during this one)
 
 
 # Preferred tiles per (tile width, causal), fastest first; the first whose shared memory fits is
@@ -73,14 +74,14 @@ _CANDIDATES = {
 # tile and ring depth per head-dim tile (tools/tune_tiles.py --family sm90; benchmarks/NOTES.md).
 SM90_TILE_DIMS = (64, 128, 192, 256)
 _SM90_TILES = {
-    (64, False): Tiles(128, 128, 12, 3, 1, True),
-    (64, True): Tiles(128, 128, 12, 3, 1, True),
-    (128, False): Tiles(128, 128, 12, 2, 1, True),
-    (128, True): Tiles(128, 128, 12, 2, 1, True),
-    (192, False): Tiles(128, 64, 12, 2, 1, True),
-    (192, True): Tiles(128, 64, 12, 2, 1, True),
-    (256, False): Tiles(128, 64, 12, 2, 1, True),
-    (256, True): Tiles(128, 64, 12, 2, 1, True),
+    (64, False): Tiles(128, 128, 12, 3, 1, True, 2),
+    (64, True): Tiles(128, 128, 12, 3, 1, True, 2),
+    (128, False): Tiles(128, 128, 12, 2, 1, True, 2),
+    (128, True): Tiles(128, 128, 12, 2, 1, True, 2),
+    (192, False): Tiles(128, 64, 12, 2, 1, True, 2),
+    (192, True): Tiles(128, 64, 12, 2, 1, True, 2),
+    (256, False): Tiles(128, 80, 12, 2, 1, True, 1),  # two Q stages do not fit next to 2 x 2 K/V tiles
+    (256, True): Tiles(128, 80, 12, 2, 1, True, 1),
 }
 
 
@@ -107,9 +108,10 @@ class Variant:
     @property
     def smem_bytes(self) -> int:
         t = self.tiles
-        tiles = (t.block_m + 2 * t.stages * t.block_n) * self.tile_dim * 2
-        # sm90: the 128-byte swizzle wants 1 KiB-aligned tiles; the kernel aligns the base itself.
-        return tiles + 1024 if self.family == "sm90" else tiles
+        if self.family != "sm90":
+            return (t.block_m + 2 * t.stages * t.block_n) * self.tile_dim * 2
+        # The 128-byte swizzle wants 1 KiB-aligned tiles; the kernel aligns the base itself.
+        return (t.q_stages * t.block_m + 2 * t.stages * t.block_n) * self.tile_dim * 2 + 1024
 
     def defines(self) -> dict[str, int]:
         t = self.tiles
@@ -121,12 +123,12 @@ class Variant:
             "CUDATTN_CAUSAL": int(self.causal),
         }
         if self.family == "sm90":  # BLOCK_M and the warps are fixed by the kernel's roles
-            return {**common, "CUDATTN_PINGPONG": int(t.pingpong)}
+            return {**common, "CUDATTN_PINGPONG": int(t.pingpong), "CUDATTN_Q_STAGES": t.q_stages}
         return {**common, "CUDATTN_BLOCK_M": t.block_m, "CUDATTN_WARPS": t.warps, "CUDATTN_MIN_BLOCKS": t.min_blocks}
 
     def describe(self) -> str:
         t = self.tiles
-        extra = " pingpong" if t.pingpong else ""
+        extra = (f" q{t.q_stages}" if self.family == "sm90" else "") + (" pingpong" if t.pingpong else "")
         return (f"{self.family} {self.dtype} d{self.tile_dim} {'causal' if self.causal else 'full'} "
                 f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages}{extra}")
 

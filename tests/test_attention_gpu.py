@@ -184,3 +184,16 @@ def test_torch_zero_copy_both_ways():
     ref = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), q.transpose(1, 2), q.transpose(1, 2))
     torch.cuda.synchronize()
     assert (back.float() - ref.transpose(1, 2).float()).abs().max().item() < 2e-2
+
+
+@pytest.mark.parametrize("section", [1, 3, 5])
+def test_causal_tile_order_in_sections(section, monkeypatch, kernel_family):
+    """The Hopper kernel's causal tile order cuts the (batch, head) pairs into L2-sized sections;
+    small shapes always fit in one, so force sections of 1, 3 and 5 of 14 pairs (an uneven last
+    one): every tile must still be computed exactly once (outputs are poisoned first)."""
+    from cudattn import _plan
+
+    monkeypatch.setattr(_plan, "_plans", {})
+    monkeypatch.setattr(_plan, "_l2_section", lambda problem, l2_bytes, ctas: section)
+    check(2, 700, 650, 7, 7, 64, np.float16, causal=True)
+    check(2, 300, 300, 7, 7, 128, ml_dtypes.bfloat16, causal=True)

@@ -1,9 +1,9 @@
 """Try tile configurations of a kernel family on one shape, against torch's flash or cuDNN backend.
 
     PYTHONPATH=. python tools/tune_tiles.py --shape 4x8x2048x256 --causal --tiles 128x64w8s2,64x32w4s2
-    PYTHONPATH=. python tools/tune_tiles.py --family sm90 --peer cudnn --shape 4x16x4096x128 --tiles 128x128w12s2p,128x128w12s2
+    PYTHONPATH=. python tools/tune_tiles.py --family sm90 --peer cudnn --shape 4x16x4096x128 --tiles 128x128w12s2q2p,128x128w12s2q1p
 
-Each `BMxBNwWARPSsSTAGES[mMINBLOCKS][p]` (p: ping-pong, sm90) is forced (by replacing the traits'
+Each `BMxBNwWARPSsSTAGES[mMINBLOCKS][qQ_STAGES][p]` (sm90: Q stages, p: ping-pong) is forced (by replacing the traits'
 tiles for the shape's tile width in this process only), checked once against the peer's output,
 and timed with CUDA events (median after warm-up, inputs rotated past 3x L2, a sleep kernel first
 so host overhead stays out). Needs torch with CUDA, as the peer; not part of the asv suite.
@@ -46,11 +46,12 @@ def time_fn(fn, sets, iters):
 
 
 def parse_tiles(spec: str) -> _traits.Tiles:
-    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(?:m(\d+))?(p?)", spec)
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(?:m(\d+))?(?:q(\d+))?(p?)", spec)
     if not m:
-        raise SystemExit(f"bad tiles {spec!r}: want BMxBNwWARPSsSTAGES[mMIN][p]")
-    bm, bn, w, s, mb, pp = m.groups()
-    return _traits.Tiles(int(bm), int(bn), int(w), int(s), int(mb) if mb else (2 if int(w) == 4 else 1), pp == "p")
+        raise SystemExit(f"bad tiles {spec!r}: want BMxBNwWARPSsSTAGES[mMIN][qQ_STAGES][p]")
+    bm, bn, w, s, mb, qs, pp = m.groups()
+    return _traits.Tiles(int(bm), int(bn), int(w), int(s), int(mb) if mb else (2 if int(w) == 4 else 1), pp == "p",
+                         int(qs) if qs else 1)
 
 
 def main():

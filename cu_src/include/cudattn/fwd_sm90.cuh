@@ -77,7 +77,7 @@ __device__ __forceinline__ float (&flat(float (&a)[1][N / 8][4]))[N / 2] {
     return *reinterpret_cast<float(*)[N / 2]>(&a[0][0][0]);
 }
 
-template <typename T, int D, int BN, int STAGES, bool CAUSAL, bool PINGPONG>
+template <typename T, int D, int BN, int STAGES, int Q_STAGES, bool CAUSAL, bool PINGPONG>
 struct FwdSm90 {
     static constexpr int BM = 128;            // query rows per tile: two consumer warpgroups of 64
     static constexpr int NT = 384;            // producer warpgroup + two consumers
@@ -86,7 +86,7 @@ struct FwdSm90 {
     static constexpr int KV_BOX = BN * 128;   // ... of a K or V tile
     static constexpr int Q_BYTES = KB * Q_BOX;
     static constexpr int KV_BYTES = KB * KV_BOX;
-    static constexpr int SMEM_BYTES = Q_BYTES + 2 * STAGES * KV_BYTES + 1024;  // + alignment slack
+    static constexpr int SMEM_BYTES = Q_STAGES * Q_BYTES + 2 * STAGES * KV_BYTES + 1024;  // + alignment slack
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;  // 128*24 + 256*240 <= 64K
     static constexpr int BAR_TURN = 1;  // named barriers 1, 2: the ping-pong turns of consumers 0, 1
     static_assert(D % 64 == 0 && D <= 256, "head-dim tile: 64, 128, 192 or 256");
@@ -94,7 +94,7 @@ struct FwdSm90 {
     static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
 
     struct Barriers {
-        unsigned long long q_full, q_empty;
+        unsigned long long q_full[Q_STAGES], q_empty[Q_STAGES];
         unsigned long long k_full[STAGES], k_empty[STAGES], v_full[STAGES], v_empty[STAGES];
     };
 
@@ -104,12 +104,15 @@ struct FwdSm90 {
         unsigned char* smem = reinterpret_cast<unsigned char*>(
             (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);  // swizzle atoms: 1 KiB
         unsigned char* sQ = smem;
-        unsigned char* sK = sQ + Q_BYTES;
+        unsigned char* sK = sQ + Q_STAGES * Q_BYTES;
         unsigned char* sV = sK + STAGES * KV_BYTES;
 
         if (threadIdx.x == 0) {
-            mbar_init(&bars.q_full, 1);
-            mbar_init(&bars.q_empty, 8);  // every consumer warp, after its last S = Q K^T
+#pragma unroll
+            for (int s = 0; s < Q_STAGES; ++s) {
+                mbar_init(&bars.q_full[s], 1);
+                mbar_init(&bars.q_empty[s], 8);  // every consumer warp, after its last S = Q K^T
+            }
 #pragma unroll
             for (int s = 0; s < STAGES; ++s) {
                 mbar_init(&bars.k_full[s], 1);
@@ -142,10 +145,13 @@ struct FwdSm90 {
             if (t >= total) break;
             const TileCoord c = tile_at<CAUSAL>(t, p, P.l2_section);
             const int m_start = c.m_block * BM;
-            if (n > 0) mbar_wait(&bars.q_empty, (n - 1) & 1);  // both consumers are done with Q
-            mbar_arrive_expect_tx(&bars.q_full, Q_BYTES);
+            // Q ring: with two stages, tile n's Q loads while the consumers still work on tile n-1.
+            const int qs = n % Q_STAGES;
+            if (n >= Q_STAGES) mbar_wait(&bars.q_empty[qs], ((n / Q_STAGES) - 1) & 1);
+            mbar_arrive_expect_tx(&bars.q_full[qs], Q_BYTES);
 #pragma unroll
-            for (int kb = 0; kb < KB; ++kb) tma_load_4d(sQ + kb * Q_BOX, &P.tma_q, 64 * kb, m_start, c.h, c.b, &bars.q_full);
+            for (int kb = 0; kb < KB; ++kb)
+                tma_load_4d(sQ + qs * Q_BYTES + kb * Q_BOX, &P.tma_q, 64 * kb, m_start, c.h, c.b, &bars.q_full[qs]);
 
             const int hkv = c.h / p.group;
             const int n_tiles = key_tiles<BM, BN, CAUSAL>(p, m_start);
@@ -223,7 +229,7 @@ struct FwdSm90 {
         const bool neg = p.scale_log2 < 0.f;
         const float masked = neg ? CUDATTN_INF : -CUDATTN_INF;  // times scale_log2: -inf either way
         // Descriptors of the first box of each buffer; a byte offset b is added as b >> 4.
-        const unsigned long long q_desc = smem_desc_sw128(sQ + cw * 64 * 128, 16, 1024);
+        const unsigned long long q_desc0 = smem_desc_sw128(sQ + cw * 64 * 128, 16, 1024);
         const unsigned long long k_desc0 = smem_desc_sw128(sK, 16, 1024);
         const unsigned long long v_desc0 = smem_desc_sw128(sV, KV_BOX, 1024);
 
@@ -245,8 +251,10 @@ struct FwdSm90 {
             OnlineSoftmax<1> softmax;
             softmax.init();
 
-            mbar_wait(&bars.q_full, n & 1);
-            if (n_tiles == 0) release(&bars.q_empty, lane);
+            const int qs = n % Q_STAGES;
+            const unsigned long long q_desc = q_desc0 + qs * (Q_BYTES >> 4);
+            mbar_wait(&bars.q_full[qs], (n / Q_STAGES) & 1);
+            if (n_tiles == 0) release(&bars.q_empty[qs], lane);
             if (n_tiles > 0) {
                 float s[1][BN / 8][4];
                 unsigned pk[BN / 16][4];
@@ -268,7 +276,7 @@ struct FwdSm90 {
                 wgmma_wait<0>();
                 fence_operands(flat<BN>(s));
                 release(&bars.k_empty[stage(it)], lane);
-                if (n_tiles == 1) release(&bars.q_empty, lane);
+                if (n_tiles == 1) release(&bars.q_empty[qs], lane);
                 mask(0);
                 softmax.exponentiate(s, p.scale_log2, neg, alpha);
                 to_operand(pk, s);
@@ -284,7 +292,7 @@ struct FwdSm90 {
                     wgmma_wait<1>();  // S of tile j is in; P V of tile j-1 may still run
                     fence_operands(flat<BN>(s));
                     release(&bars.k_empty[stage(ik)], lane);
-                    if (j == n_tiles - 1) release(&bars.q_empty, lane);
+                    if (j == n_tiles - 1) release(&bars.q_empty[qs], lane);
                     mask(j);
                     softmax.exponentiate(s, p.scale_log2, neg, alpha);
                     wgmma_wait<0>();
