@@ -81,7 +81,7 @@ _SM90_TILES = {
     (192, False): Tiles(128, 64, 12, 2, 1, True, 2),
     (192, True): Tiles(128, 64, 12, 2, 1, True, 2),
     (256, False): Tiles(128, 80, 12, 2, 1, True, 1),  # two Q stages do not fit next to 2 x 2 K/V tiles
-    (256, True): Tiles(128, 64, 12, 2, 1, True, 1),  # 80: the mask's registers push it onto the stack
+    (256, True): Tiles(128, 80, 12, 2, 1, True, 1),
 }
 
 
