@@ -5,9 +5,8 @@
 //     wgmma from shared memory, online softmax in registers, O += P V with P as a register
 //     operand; a stage is handed back through its "empty" mbarrier once the product that read it
 //     has completed.
-// Inside a consumer, the next key tile's S = Q K^T is issued before the current P V, so the
-// softmax of one runs while the tensor cores work on the other (intra-warpgroup overlap); across
-// query tiles too: a tile's last P V goes out with the next tile's first S = Q K^T. With
+// Inside a consumer, the next tile's S = Q K^T is issued before the current P V, so the softmax
+// of one tile runs while the tensor cores work on the other (intra-warpgroup overlap). With
 // PINGPONG, the two consumers also take turns issuing their products (named barriers), so one's
 // softmax runs under the other's GEMMs.
 // The grid is persistent: in round r, CTA c takes tile r * gridDim.x + c. Causal tiles come
@@ -198,13 +197,6 @@ struct FwdSm90 {
         wgmma_commit();
     }
 
-    static __device__ __forceinline__ void zero(float (&o)[1][D / 8][4]) {
-#pragma unroll
-        for (int i = 0; i < D / 8; ++i)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) o[0][i][e] = 0.f;
-    }
-
     static __device__ __forceinline__ void to_operand(unsigned (&pk)[BN / 16][4], const float (&s)[1][BN / 8][4]) {
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) {
@@ -242,35 +234,6 @@ struct FwdSm90 {
         const unsigned long long v_desc0 = smem_desc_sw128(sV, KV_BOX, 1024);
 
         if (PINGPONG && cw == 1) named_arrive(BAR_TURN + 0, 256);  // consumer 0 goes first
-        auto stage = [&](int i) { return i % STAGES; };
-        auto phase = [&](int i) { return (unsigned)((i / STAGES) & 1); };
-
-        // Across tiles the products form one stream: a tile's last P V is left pending and issued
-        // with the next tile's first Q K^T, so that the next tile's first softmax runs under it
-        // and its output is stored only then (the "pending" tile below).
-        float o[1][D / 8][4];
-        zero(o);
-        OnlineSoftmax<1> softmax;  // of the tile whose O is in `o`
-        softmax.init();
-        unsigned pk[BN / 16][4];   // P of the pending tile's last key tile
-        bool pending = false;
-        int pend_iv = 0, pend_m_start = 0;
-        TileCoord pend_c = {0, 0, 0};
-        // Completes the pending tile: its last P V, then its O and LSE.
-        auto finish_pending = [&]() {
-            mbar_wait(&bars.v_full[stage(pend_iv)], phase(pend_iv));
-            turn_begin(cw);
-            issue_pv(o, pk, v_desc0 + stage(pend_iv) * (KV_BYTES >> 4));
-            turn_end(cw);
-            wgmma_wait<0>();
-            fence_operands(flat<D>(o));
-            release(&bars.v_empty[stage(pend_iv)], lane);
-            store_tile(p, o, softmax, pend_c, pend_m_start, cw, ltid);
-            zero(o);
-            softmax.init();
-            pending = false;
-        };
-
         int it = 0;
         for (int n = 0;; ++n) {
             const int t = tile_of_round<CAUSAL>(n);
@@ -279,83 +242,77 @@ struct FwdSm90 {
             const int m_start = c.m_block * BM;
             const int n_tiles = key_tiles<BM, BN, CAUSAL>(p, m_start);
             const int row0 = m_start + cw * 64 + warp * 16;  // this warp's first query row
+
+            float o[1][D / 8][4];
+#pragma unroll
+            for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) o[0][i][e] = 0.f;
+            OnlineSoftmax<1> softmax;
+            softmax.init();
+
             const int qs = n % Q_STAGES;
             const unsigned long long q_desc = q_desc0 + qs * (Q_BYTES >> 4);
             mbar_wait(&bars.q_full[qs], (n / Q_STAGES) & 1);
-            if (n_tiles == 0) {  // no visible key: O = 0, LSE = -inf
-                release(&bars.q_empty[qs], lane);
-                if (pending) finish_pending();
-                store_tile(p, o, softmax, c, m_start, cw, ltid);
-                continue;
-            }
+            if (n_tiles == 0) release(&bars.q_empty[qs], lane);
+            if (n_tiles > 0) {
+                float s[1][BN / 8][4];
+                unsigned pk[BN / 16][4];
+                float alpha[1][2];
+                // Masks: the first tile visited is the last one (key tail); causal, any tile that
+                // reaches past this warp's first row's diagonal.
+                auto mask = [&](int j) {
+                    const int n_start = (n_tiles - 1 - j) * BN;
+                    if (n_start + BN > p.seqlen_k || (CAUSAL && n_start + BN - 1 > row0 + p.causal_offset))
+                        apply_mask<1, BN / 8, CAUSAL>(s, row0, n_start, p.seqlen_k, p.causal_offset, lane, masked);
+                };
+                auto stage = [&](int i) { return i % STAGES; };
+                auto phase = [&](int i) { return (unsigned)((i / STAGES) & 1); };
 
-            float s[1][BN / 8][4];
-            float alpha[1][2];
-            // Masks: the first tile visited is the last one (key tail); causal, any tile that
-            // reaches past this warp's first row's diagonal.
-            auto mask = [&](int j) {
-                const int n_start = (n_tiles - 1 - j) * BN;
-                if (n_start + BN > p.seqlen_k || (CAUSAL && n_start + BN - 1 > row0 + p.causal_offset))
-                    apply_mask<1, BN / 8, CAUSAL>(s, row0, n_start, p.seqlen_k, p.causal_offset, lane, masked);
-            };
-
-            // Key tile 0 of this tile, with the pending tile's last P V.
-            mbar_wait(&bars.k_full[stage(it)], phase(it));
-            turn_begin(cw);
-            issue_qk(s, q_desc, k_desc0 + stage(it) * (KV_BYTES >> 4));
-            if (pending) {
-                mbar_wait(&bars.v_full[stage(pend_iv)], phase(pend_iv));
-                issue_pv(o, pk, v_desc0 + stage(pend_iv) * (KV_BYTES >> 4));
-            }
-            turn_end(cw);
-            if (pending)
-                wgmma_wait<1>();
-            else
-                wgmma_wait<0>();
-            fence_operands(flat<BN>(s));
-            release(&bars.k_empty[stage(it)], lane);
-            if (n_tiles == 1) release(&bars.q_empty[qs], lane);
-            mask(0);
-            OnlineSoftmax<1> fresh;
-            fresh.init();
-            fresh.exponentiate(s, p.scale_log2, neg, alpha);  // alpha: 0 for a fresh O, unused
-            if (pending) {
-                wgmma_wait<0>();
-                fence_operands(flat<D>(o));
-                release(&bars.v_empty[stage(pend_iv)], lane);
-                store_tile(p, o, softmax, pend_c, pend_m_start, cw, ltid);
-                zero(o);
-            }
-            softmax = fresh;
-            to_operand(pk, s);
-
-            for (int j = 1; j < n_tiles; ++j) {
-                const int ik = it + j, iv = it + j - 1;
-                mbar_wait(&bars.k_full[stage(ik)], phase(ik));
+                mbar_wait(&bars.k_full[stage(it)], phase(it));
                 turn_begin(cw);
-                issue_qk(s, q_desc, k_desc0 + stage(ik) * (KV_BYTES >> 4));
+                issue_qk(s, q_desc, k_desc0 + stage(it) * (KV_BYTES >> 4));
+                turn_end(cw);
+                wgmma_wait<0>();
+                fence_operands(flat<BN>(s));
+                release(&bars.k_empty[stage(it)], lane);
+                if (n_tiles == 1) release(&bars.q_empty[qs], lane);
+                mask(0);
+                softmax.exponentiate(s, p.scale_log2, neg, alpha);
+                to_operand(pk, s);
+
+                for (int j = 1; j < n_tiles; ++j) {
+                    const int ik = it + j, iv = it + j - 1;
+                    mbar_wait(&bars.k_full[stage(ik)], phase(ik));
+                    turn_begin(cw);
+                    issue_qk(s, q_desc, k_desc0 + stage(ik) * (KV_BYTES >> 4));
+                    mbar_wait(&bars.v_full[stage(iv)], phase(iv));
+                    issue_pv(o, pk, v_desc0 + stage(iv) * (KV_BYTES >> 4));
+                    turn_end(cw);
+                    wgmma_wait<1>();  // S of tile j is in; P V of tile j-1 may still run
+                    fence_operands(flat<BN>(s));
+                    release(&bars.k_empty[stage(ik)], lane);
+                    if (j == n_tiles - 1) release(&bars.q_empty[qs], lane);
+                    mask(j);
+                    softmax.exponentiate(s, p.scale_log2, neg, alpha);
+                    wgmma_wait<0>();
+                    fence_operands(flat<D>(o));
+                    release(&bars.v_empty[stage(iv)], lane);
+                    OnlineSoftmax<1>::rescale(o, alpha);
+                    to_operand(pk, s);
+                }
+                const int iv = it + n_tiles - 1;
                 mbar_wait(&bars.v_full[stage(iv)], phase(iv));
+                turn_begin(cw);
                 issue_pv(o, pk, v_desc0 + stage(iv) * (KV_BYTES >> 4));
                 turn_end(cw);
-                wgmma_wait<1>();  // S of key tile j is in; P V of key tile j-1 may still run
-                fence_operands(flat<BN>(s));
-                release(&bars.k_empty[stage(ik)], lane);
-                if (j == n_tiles - 1) release(&bars.q_empty[qs], lane);
-                mask(j);
-                softmax.exponentiate(s, p.scale_log2, neg, alpha);
                 wgmma_wait<0>();
                 fence_operands(flat<D>(o));
                 release(&bars.v_empty[stage(iv)], lane);
-                OnlineSoftmax<1>::rescale(o, alpha);
-                to_operand(pk, s);
+                it += n_tiles;
             }
-            pending = true;
-            pend_iv = it + n_tiles - 1;
-            pend_c = c;
-            pend_m_start = m_start;
-            it += n_tiles;
+            store_tile(p, o, softmax, c, m_start, cw, ltid);
         }
-        if (pending) finish_pending();
         if (PINGPONG && cw == 0) named_sync(BAR_TURN + 0, 256);  // consume consumer 1's last hand-over
     }
 
