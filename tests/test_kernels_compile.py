@@ -47,6 +47,10 @@ def test_variant_compiles_without_spills(cache, arch, variant, tmp_path):
         assert rep.spill_stores == 0 and rep.spill_loads == 0, f"{variant.describe()} spills on {arch}: {rep}"
         assert rep.stack_bytes == 0, f"{variant.describe()} uses a stack frame on {arch}: {rep}"
         registers = rep.registers
+    if variant.family == "sm90":
+        # ptxas C7514/C7515: it could not prove the accumulators untouched while a wgmma runs and
+        # made every wgmma wait for the one before (seen: a 25 % loss everywhere, correct results).
+        assert "serialized" not in res.log, f"{variant.describe()}: wgmma serialized by ptxas:\n{res.log}"
     # Registers x threads x min blocks must fit the 64K register file, or the launch bound lied.
     assert registers * variant.threads * variant.tiles.min_blocks <= 65536
 
