@@ -48,10 +48,7 @@ struct FwdSm80 {
         const int rows_valid = min(BM, p.seqlen_q - m_start);
         const int chunks_valid = p.head_dim / 8;
 
-        // Keys this block can see: all, or up to the diagonal of its last valid row.
-        int n_end = p.seqlen_k;
-        if (CAUSAL) n_end = min(n_end, m_start + rows_valid + p.causal_offset);
-        const int n_tiles = n_end > 0 ? (n_end + BN - 1) / BN : 0;
+        const int n_tiles = key_tiles<BN, CAUSAL>(p, m_start, rows_valid);
         if (n_tiles == 0) {
             store_empty_block<T, BM, D, NT>(out_tile(p, b, hq, m_start), p.o_stride_s, lse_tile(p, b, hq, m_start),
                                             rows_valid, chunks_valid, tid);

@@ -63,15 +63,6 @@ __device__ __forceinline__ TileCoord tile_at(int t, const FwdParams& p, int sect
     return c;
 }
 
-// Key tiles of BN that a query block starting at m_start must visit (all keys, or up to the
-// causal diagonal of its last valid row); 0 when it sees none.
-template <int BM, int BN, bool CAUSAL>
-__device__ __forceinline__ int key_tiles(const FwdParams& p, int m_start) {
-    int n_end = p.seqlen_k;
-    if (CAUSAL) n_end = min(n_end, m_start + min(BM, p.seqlen_q - m_start) + p.causal_offset);
-    return n_end > 0 ? (n_end + BN - 1) / BN : 0;
-}
-
 template <int N>
 __device__ __forceinline__ float (&flat(float (&a)[1][N / 8][4]))[N / 2] {
     return *reinterpret_cast<float(*)[N / 2]>(&a[0][0][0]);
@@ -154,7 +145,7 @@ struct FwdSm90 {
                 tma_load_4d(sQ + qs * Q_BYTES + kb * Q_BOX, &P.tma_q, 64 * kb, m_start, c.h, c.b, &bars.q_full[qs]);
 
             const int hkv = c.h / p.group;
-            const int n_tiles = key_tiles<BM, BN, CAUSAL>(p, m_start);
+            const int n_tiles = key_tiles<BN, CAUSAL>(p, m_start, min(BM, p.seqlen_q - m_start));
             for (int j = 0; j < n_tiles; ++j, ++it) {  // from the last key tile (tail, diagonal) down
                 const int n_start = (n_tiles - 1 - j) * BN;
                 const int st = it % STAGES;
@@ -240,7 +231,7 @@ struct FwdSm90 {
             if (t >= total) break;
             const TileCoord c = tile_at<CAUSAL>(t, p, P.l2_section);
             const int m_start = c.m_block * BM;
-            const int n_tiles = key_tiles<BM, BN, CAUSAL>(p, m_start);
+            const int n_tiles = key_tiles<BN, CAUSAL>(p, m_start, min(BM, p.seqlen_q - m_start));
             const int row0 = m_start + cw * 64 + warp * 16;  // this warp's first query row
 
             float o[1][D / 8][4];
