@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _array, _device, _kernels, _launch, _plan, _stream
+from . import _array, _decode, _device, _kernels, _launch, _plan, _stream
 from ._validate import validate
 
 _F32 = np.dtype(np.float32)
@@ -31,8 +31,14 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", return_lse=Fa
     ``stream`` (None: cudattn's stream for the device; or an int handle, a cuda.core Stream, or
     any object with ``__cuda_stream__``), with no copies.
 
-    FP8 inputs, the descales, ``num_splits`` and a different ``out_dtype`` arrive in later releases
-    and raise NotImplementedError until then.
+    Decode (at most 16 query tokens) runs the split-KV kernel: the keys are cut into ``num_splits``
+    ranges processed by separate blocks and merged by their LSEs. ``num_splits=None`` chooses the
+    count from the GPU's SM count, the grid and the KV length (1 when the grid already fills the
+    GPU); an int from 1 to 128 forces it, and sends any shape through the split-KV kernel.
+    Results are deterministic: the same inputs give bit-identical outputs run after run.
+
+    FP8 inputs, the descales and a different ``out_dtype`` arrive in later releases and raise
+    NotImplementedError until then.
     """
     if isinstance(q, np.ndarray) and isinstance(k, np.ndarray) and isinstance(v, np.ndarray):
         from ._host import attention_host
@@ -59,10 +65,15 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", return_lse=Fa
 
 
 def run_device(problem, qa, ka, va, oa, device, device_id, sref):
-    """Launch one validated problem on device arrays; returns out (and lse) as DeviceArrays."""
+    """Launch one validated problem on device arrays; returns out (and lse) as DeviceArrays.
+
+    Decode shapes (at most ``_decode.DECODE_MAX_SQ`` query tokens), a KV cache, or an explicit
+    ``num_splits`` take the split-KV path; everything else the prefill kernels."""
     props = _device.device_properties(device_id)
-    plan = _plan.make_plan(problem, props)
-    kernel = _kernels.get_kernel(plan.variant, device, device_id, props.arch)
+    decode = _decode.takes_split_kv(problem)
+    if not decode:
+        plan = _plan.make_plan(problem, props)
+        kernel = _kernels.get_kernel(plan.variant, device, device_id, props.arch)
     if oa is None:
         oa = _array.empty_on(_out_shape(problem), problem.out_dtype, device, sref)
         o_geom = _plan.contiguous_geom(problem)
@@ -71,8 +82,12 @@ def run_device(problem, qa, ka, va, oa, device, device_id, sref):
     lse = None
     if problem.return_lse:
         lse = _array.empty_on((problem.batch, problem.heads_q, problem.seqlen_q), _F32, device, sref)
-    params = _plan.make_params(problem, plan, qa.ptr, ka.ptr, va.ptr, oa.ptr, 0 if lse is None else lse.ptr, o_geom)
-    _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
+    lse_ptr = 0 if lse is None else lse.ptr
+    if decode:
+        _decode.run(problem, qa.ptr, ka.ptr, va.ptr, oa.ptr, lse_ptr, o_geom, props, device, sref)
+    else:
+        params = _plan.make_params(problem, plan, qa.ptr, ka.ptr, va.ptr, oa.ptr, lse_ptr, o_geom)
+        _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
     return (oa, lse) if problem.return_lse else oa
 
 

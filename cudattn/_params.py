@@ -48,3 +48,59 @@ class FwdSm90Params(ctypes.Structure):
         ("l2_section", _c_i32),
         ("pad_", ctypes.c_uint8 * (-(3 * 128 + ctypes.sizeof(FwdParams) + 4) % 64)),
     ]
+
+
+# ------------------------------------------------------------ decode path (params_decode.cuh)
+
+
+class KvCacheGeom(ctypes.Structure):
+    _fields_ = [
+        ("block_table", _c_ptr),
+        ("seqlens", _c_ptr),
+        ("page_size", _c_i32), ("max_pages", _c_i32), ("num_pages", _c_i32), ("capacity", _c_i32),
+        ("seqlen_add", _c_i32), ("pad_", _c_i32),
+    ]
+
+
+class DecodeParams(ctypes.Structure):
+    _fields_ = [
+        ("q", _c_ptr), ("k", _c_ptr), ("v", _c_ptr), ("o", _c_ptr), ("lse", _c_ptr),
+        ("o_part", _c_ptr), ("lse_part", _c_ptr),
+        ("q_stride_b", _c_i64), ("q_stride_s", _c_i64), ("q_stride_h", _c_i64),
+        ("k_stride_page", _c_i64), ("k_stride_s", _c_i64), ("k_stride_h", _c_i64),
+        ("v_stride_page", _c_i64), ("v_stride_s", _c_i64), ("v_stride_h", _c_i64),
+        ("o_stride_b", _c_i64), ("o_stride_s", _c_i64), ("o_stride_h", _c_i64),
+        ("kv", KvCacheGeom),
+        ("batch", _c_i32), ("seqlen_q", _c_i32), ("heads_q", _c_i32), ("heads_kv", _c_i32),
+        ("group", _c_i32), ("head_dim", _c_i32), ("rows", _c_i32), ("num_m_blocks", _c_i32),
+        ("num_splits", _c_i32), ("tiles_per_split", _c_i32), ("causal", _c_i32),
+        ("scale_log2", ctypes.c_float), ("write_lse", _c_i32), ("pad_", _c_i32),
+    ]
+
+
+MERGE_MAX_TABLE = 16  # CUDATTN_MERGE_MAX_TABLE
+
+
+class CombineParams(ctypes.Structure):
+    _fields_ = [
+        ("o_parts", _c_ptr), ("lse_parts", _c_ptr), ("o", _c_ptr), ("lse", _c_ptr),
+        ("o_table", _c_ptr * MERGE_MAX_TABLE), ("lse_table", _c_ptr * MERGE_MAX_TABLE),
+        ("o_part_stride", _c_i64), ("lse_part_stride", _c_i64),
+        ("in_stride_b", _c_i64), ("in_stride_s", _c_i64), ("in_stride_h", _c_i64),
+        ("lse_stride_b", _c_i64), ("lse_stride_h", _c_i64), ("lse_stride_s", _c_i64),
+        ("o_stride_b", _c_i64), ("o_stride_s", _c_i64), ("o_stride_h", _c_i64),
+        ("batch", _c_i32), ("seqlen_q", _c_i32), ("heads", _c_i32), ("head_dim", _c_i32),
+        ("num_parts", _c_i32), ("use_table", _c_i32),
+    ]
+
+
+class AppendParams(ctypes.Structure):
+    _fields_ = [
+        ("k_new", _c_ptr), ("v_new", _c_ptr), ("k", _c_ptr), ("v", _c_ptr),
+        ("kn_stride_b", _c_i64), ("kn_stride_s", _c_i64), ("kn_stride_h", _c_i64),
+        ("vn_stride_b", _c_i64), ("vn_stride_s", _c_i64), ("vn_stride_h", _c_i64),
+        ("k_stride_page", _c_i64), ("k_stride_s", _c_i64), ("k_stride_h", _c_i64),
+        ("v_stride_page", _c_i64), ("v_stride_s", _c_i64), ("v_stride_h", _c_i64),
+        ("kv", KvCacheGeom),
+        ("batch", _c_i32), ("seqlen_new", _c_i32), ("heads_kv", _c_i32), ("head_dim", _c_i32),
+    ]

@@ -20,6 +20,25 @@ class TensorGeom:
 
 
 @dataclass(frozen=True)
+class KvCache:
+    """How k/v are stored when they are a KV cache (`attention_with_kvcache`): contiguous
+    ``(B, capacity, Hkv, D)`` or paged ``(num_pages, page_size, Hkv, D)`` through a block table,
+    with per-sequence valid lengths. Pointers are device addresses (0: absent)."""
+
+    paged: bool
+    page_size: int  # keys per page; the capacity when contiguous
+    max_pages: int  # block_table columns (1 when contiguous)
+    num_pages: int  # pages in the cache (the batch when contiguous)
+    seqlens_ptr: int = 0  # int32 (B,) valid keys before appending; 0: every sequence is full
+    block_table_ptr: int = 0  # int32 (B, max_pages), C-contiguous
+    seqlen_add: int = 0  # keys appended before attending (k_new's length)
+
+    @property
+    def capacity(self) -> int:
+        return self.page_size * self.max_pages
+
+
+@dataclass(frozen=True)
 class Problem:
     batch: int
     seqlen_q: int
@@ -38,6 +57,8 @@ class Problem:
     k_strides: TensorGeom
     v_strides: TensorGeom
     out_strides: TensorGeom | None = None  # strides of a caller-given `out`; None: cudattn allocates
+    num_splits: int | None = None  # split-KV: None lets the heuristic choose (decode shapes)
+    kv_cache: KvCache | None = None  # k/v are a KV cache (seqlen_k is then its capacity)
 
     @property
     def group_size(self) -> int:

@@ -15,7 +15,7 @@ Order of checks (the first error should be the one worth fixing first):
 6. strides and pointer of q, k, v: unit last stride, no negative strides, strides multiples of
    the element size and of 16 bytes, 16-byte-aligned data pointer;
 7. ``causal``, ``return_lse``, ``scale``;
-8. parameters whose release has not landed (FP8 descales, ``num_splits``): NotImplementedError;
+8. parameters whose release has not landed (FP8 descales): NotImplementedError; ``num_splits``;
 9. ``out_dtype``, then ``out``.
 """
 
@@ -148,6 +148,24 @@ def tensor_geom(name: str, shape: tuple, strides: tuple, itemsize: int, ptr: int
     return TensorGeom(elem[0], elem[1], elem[2])
 
 
+#: Most splits a call may ask for (the combine merges at most this many partial results per row).
+MAX_SPLITS = 128
+
+
+def check_num_splits(num_splits: object) -> int | None:
+    """None (the heuristic chooses), or an int from 1 to MAX_SPLITS."""
+    if num_splits is None:
+        return None
+    if isinstance(num_splits, (bool, np.bool_)) or not isinstance(num_splits, numbers.Integral):
+        raise TypeError(f"num_splits must be None or an int from 1 to {MAX_SPLITS}; got "
+                        f"{type(num_splits).__name__} {num_splits!r}")
+    n = int(num_splits)
+    if not 1 <= n <= MAX_SPLITS:
+        raise ValueError(f"num_splits must be from 1 to {MAX_SPLITS} (None: chosen from the GPU's size and the "
+                         f"KV length); got {n}")
+    return n
+
+
 def _check_bool(name: str, x: object) -> bool:
     if x is True or x is False:
         return x  # type: ignore[return-value]
@@ -255,7 +273,7 @@ def validate(
     ``q, k, v`` are NumPy arrays (``host=True``) or device arrays exposing ``shape``, ``strides``
     (bytes), ``dtype`` (a NumPy dtype) and ``ptr`` (``host=False``); ``host=None`` infers it.
     Raises TypeError / ValueError naming the argument and the rule, NotImplementedError for
-    parameters (FP8, descales, ``num_splits``, a non-default ``out_dtype``) not released yet.
+    parameters (FP8, descales, a non-default ``out_dtype``) not released yet.
     """
     # 1. host or device, and the same for all three
     host = _check_kinds(q, k, v, host)
@@ -340,11 +358,7 @@ def validate(
     if q_descale is not None or k_descale is not None or v_descale is not None:
         name = "q_descale" if q_descale is not None else "k_descale" if k_descale is not None else "v_descale"
         raise NotImplementedError(f"{name} is not supported yet: FP8 descales arrive with FP8 support (issue 6); pass None")
-    if num_splits is not None:
-        raise NotImplementedError(
-            f"num_splits is not supported yet: split-KV (flash-decoding) comes in a later release; "
-            f"pass None (got {num_splits!r})"
-        )
+    num_splits = check_num_splits(num_splits)
 
     # 9. output
     odt = qdt if out_dtype is None else resolve_out_dtype(out_dtype, qdt)
@@ -368,4 +382,5 @@ def validate(
         k_strides=k_geom,
         v_strides=v_geom,
         out_strides=out_geom,
+        num_splits=num_splits,
     )

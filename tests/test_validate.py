@@ -266,8 +266,10 @@ BAD = [
     ("q_descale", dict(q_descale=1.0), NotImplementedError, r"^q_descale is not supported yet: FP8 descales arrive with FP8 support \(issue 6\); pass None"),
     ("k_descale", dict(k_descale=np.ones((2, 2), np.float32)), NotImplementedError, r"^k_descale .*issue 6"),
     ("v_descale", dict(v_descale=0.5), NotImplementedError, r"^v_descale .*pass None"),
-    ("num_splits", dict(num_splits=4), NotImplementedError, r"^num_splits is not supported yet: split-KV .* pass None"),
-    ("num_splits-1", dict(num_splits=1), NotImplementedError, r"^num_splits"),
+    ("num_splits-0", dict(num_splits=0), ValueError, r"^num_splits must be from 1 to 128 \(None: chosen .*\); got 0"),
+    ("num_splits-big", dict(num_splits=129), ValueError, r"^num_splits must be from 1 to 128"),
+    ("num_splits-float", dict(num_splits=2.0), TypeError, r"^num_splits must be None or an int from 1 to 128; got float"),
+    ("num_splits-bool", dict(num_splits=True), TypeError, r"^num_splits must be None or an int"),
     ("out_dtype-bf16", dict(out_dtype="bfloat16"), NotImplementedError,
      r"^out_dtype=bfloat16 is not supported yet: for now the output dtype is float16 for float16 inputs; pass out_dtype=None"),
     ("out_dtype-f32", dict(out_dtype=np.float32), NotImplementedError, r"^out_dtype=float32 is not supported yet"),
@@ -381,8 +383,8 @@ def test_first_error_is_the_most_useful():
         call(q=z((2, 5, 4, 128))[..., ::2], causal=1, num_splits=2)
     with pytest.raises(TypeError, match="^causal"):
         call(causal=1, num_splits=2)
-    with pytest.raises(NotImplementedError, match="^num_splits"):
-        call(num_splits=2, out=z((1, 1, 1, 1)))
+    with pytest.raises(ValueError, match="^num_splits"):
+        call(num_splits=0, out=z((1, 1, 1, 1)))
 
 
 def test_validation_touches_no_data():

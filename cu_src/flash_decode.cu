@@ -1,0 +1,18 @@
+// Entry point of the split-KV decode kernel (cudattn/fwd_decode.cuh). One NVRTC program per
+// variant, chosen by the CUDATTN_* macros that cudattn/_traits.py passes as -D options.
+#include "cudattn/fwd_decode.cuh"
+
+#if CUDATTN_DTYPE_BF16
+typedef __nv_bfloat16 cudattn_elem_t;
+#else
+typedef __half cudattn_elem_t;
+#endif
+
+typedef cudattn::FwdDecode<cudattn_elem_t, CUDATTN_HEAD_DIM, CUDATTN_WARPS, CUDATTN_WARP_KEYS, CUDATTN_STAGES,
+                           CUDATTN_ROW_FRAGS>
+    cudattn_decode_variant;
+
+extern "C" __global__ void __launch_bounds__(CUDATTN_WARPS * 32)
+    flash_decode(const __grid_constant__ DecodeParams params) {
+    cudattn_decode_variant::run(params);
+}

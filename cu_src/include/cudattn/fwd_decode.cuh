@@ -1,0 +1,317 @@
+// Split-KV forward for decode (flash-decoding), sm_80+: few query tokens against a long KV cache.
+//
+// Block (split, kv head, batch) reads K/V once for the query heads that share the kv head (GQA
+// packing): its BM rows are packed (token, head-in-group) pairs, row r = (token r / group, head
+// r % group). Being memory-bound, the block splits KEYS, not rows, among its warps: each BN-key
+// tile of the cp.async ring is cut into NW slices of WN keys, one per warp, and every warp runs
+// an online softmax over all BM rows for its slices. At the end the warps' states are merged
+// through shared memory in a fixed order (deterministic), and the block writes either the final
+// output (one split) or its normalised partial output and LSE (split_kv_combine.cu merges them).
+#pragma once
+#include "cudattn/kv_cache.cuh"
+#include "cudattn/params_decode.cuh"
+#include "cudattn/smem_tile.cuh"
+#include "cudattn/softmax.cuh"
+
+namespace cudattn {
+
+template <typename T, int D, int NW, int WN, int STAGES, int MF>
+struct FwdDecode {
+    static constexpr int NT = NW * 32;
+    static constexpr int BM = 16 * MF;  // packed query rows per block
+    static constexpr int BN = NW * WN;  // keys per ring stage
+    static constexpr int NF = WN / 8;
+    static constexpr int DF = D / 8;
+    static constexpr int C = D / 8;
+    static constexpr int ROW_STEP = NT / C;  // K/V rows one pass of the block's copies covers
+    static constexpr int KV_PER_THREAD = BN / ROW_STEP;
+    static constexpr int RED_STRIDE = D + 4;  // padded fp32 rows of the warp-merge buffer (no bank conflicts)
+    static_assert(WN % 16 == 0 && D % 16 == 0 && STAGES >= 2, "tile sizes");
+    static_assert(NT % C == 0 && BN % ROW_STEP == 0, "K/V copies must cover whole rows");
+    static constexpr int SMEM_BYTES = (BM + 2 * STAGES * BN) * D * (int)sizeof(T);
+    // The warp merge reuses all of shared memory once the main loop is done with it.
+    static constexpr int RED_BYTES = (2 * NW * BM + NW * BM * RED_STRIDE) * 4;
+    static_assert(RED_BYTES <= SMEM_BYTES, "the warp-merge buffer must fit in the block's shared memory");
+
+    static __device__ __forceinline__ void run(const DecodeParams& p) {
+        extern __shared__ __align__(128) unsigned char smem_raw[];
+        T* sQ = reinterpret_cast<T*>(smem_raw);
+        T* sK = sQ + BM * D;
+        T* sV = sK + STAGES * BN * D;
+
+        const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+        const int split = blockIdx.x % p.num_splits;
+        const int m_block = blockIdx.x / p.num_splits;
+        const int hkv = blockIdx.y, b = blockIdx.z;
+        const int m_start = m_block * BM;
+        const int rows_valid = min(BM, p.rows - m_start);
+        const int chunks_valid = p.head_dim / 8;
+        const int L = kv_seqlen(p.kv, b);
+        const int cdiff = L - p.seqlen_q;  // causal: token t sees keys j <= t + cdiff
+
+        // Keys this block must visit: all L, or (causal) up to what its last token sees.
+        int n_end = L;
+        if (p.causal) n_end = min(L, max(0, (m_start + rows_valid - 1) / p.group + cdiff + 1));
+        const int t_begin = split * p.tiles_per_split;
+        const int t_end = min((n_end + BN - 1) / BN, t_begin + p.tiles_per_split);
+        const int n_tiles = t_end - t_begin;
+
+        if (n_tiles <= 0) {  // this split (or the whole cache) has no key for these rows
+            write_empty(p, b, hkv, m_start, rows_valid, split, tid);
+            return;
+        }
+
+        for (int id = tid; id < BM * C; id += NT) {  // Q: each packed row from its own (token, head)
+            const int r = id / C, c = id % C;
+            const int gr = m_start + r;
+            const bool ok = r < rows_valid && c < chunks_valid;
+            const T* src = static_cast<const T*>(p.q);
+            if (ok) src += b * p.q_stride_b + (gr / p.group) * p.q_stride_s + (hkv * p.group + gr % p.group) * p.q_stride_h + c * 8;
+            cp_async_16(smem_addr(sQ + tile_offset<D>(r, c)), src, ok);
+        }
+        cp_async_commit();
+
+        const T* k_head = static_cast<const T*>(p.k) + hkv * p.k_stride_h;
+        const T* v_head = static_cast<const T*>(p.v) + hkv * p.v_stride_h;
+        const int row0 = tid / C, chunk = tid % C;
+        const bool chunk_ok = chunk < chunks_valid;
+        // Tile `tile` of the sequence into ring slot `slot`; keys past n_end are zero-filled.
+        auto load_kv = [&](int tile, int slot) {
+            const int n0 = tile * BN;
+#pragma unroll
+            for (int i = 0; i < KV_PER_THREAD; ++i) {
+                const int r = row0 + i * ROW_STEP;
+                const int j = n0 + r;
+                const bool ok = chunk_ok && j < n_end;
+                const T* ks = k_head;
+                const T* vs = v_head;
+                if (ok) {
+                    ks += kv_row_offset(p.kv, b, j, p.k_stride_page, p.k_stride_s) + chunk * 8;
+                    vs += kv_row_offset(p.kv, b, j, p.v_stride_page, p.v_stride_s) + chunk * 8;
+                }
+                const int off = slot * BN * D + tile_offset<D>(r, chunk);
+                cp_async_16(smem_addr(sK + off), ks, ok);
+                cp_async_16(smem_addr(sV + off), vs, ok);
+            }
+        };
+
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < n_tiles) load_kv(t_begin + s, s);
+            cp_async_commit();
+        }
+
+        const bool neg = p.scale_log2 < 0.f;
+        const float masked = neg ? CUDATTN_INF : -CUDATTN_INF;
+        const int g = lane >> 2, tq = lane & 3;
+        // Per-row key limits (keys >= limit are masked): fixed for the whole loop.
+        int limit[MF][2];
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int gr = m_start + mf * 16 + g + 8 * h;
+                limit[mf][h] = p.causal ? min(L, gr / p.group + cdiff + 1) : L;
+            }
+        const int min_limit = p.causal ? min(L, m_start / p.group + cdiff + 1) : L;
+
+        OnlineSoftmax<MF> softmax;
+        softmax.init();
+        float o[MF][DF][4];
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+            for (int df = 0; df < DF; ++df)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) o[mf][df][e] = 0.f;
+
+        const LaneTile<D> q_lane(lane & 15, lane >> 4);
+        const LaneTile<D> k_lane(((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1);
+        const LaneTile<D> v_lane((((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4);
+        const u32 sQ_addr = smem_addr(sQ);
+        const u32 warp_off = warp * WN * D * (int)sizeof(T);  // this warp's slice of each tile
+        const u32 sK_addr = smem_addr(sK) + warp_off, sV_addr = smem_addr(sV) + warp_off;
+
+        for (int it = 0; it < n_tiles; ++it) {
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            if (it + STAGES - 1 < n_tiles) load_kv(t_begin + it + STAGES - 1, (it + STAGES - 1) % STAGES);
+            cp_async_commit();
+
+            const int slot = it % STAGES;
+            const u32 k_base = sK_addr + slot * BN * D * (int)sizeof(T);
+            const u32 v_base = sV_addr + slot * BN * D * (int)sizeof(T);
+
+            float s[MF][NF][4];
+#pragma unroll
+            for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+                for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) s[mf][nf][e] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) {
+                u32 a[MF][4];
+#pragma unroll
+                for (int mf = 0; mf < MF; ++mf) ldmatrix_x4(a[mf], sQ_addr + q_lane.at(mf * 16, 2 * kk));
+#pragma unroll
+                for (int np = 0; np < NF / 2; ++np) {
+                    u32 bk[4];
+                    ldmatrix_x4(bk, k_base + k_lane.at(np * 16, 2 * kk));
+#pragma unroll
+                    for (int mf = 0; mf < MF; ++mf) {
+                        Mma<T>::run(s[mf][2 * np], a[mf], bk[0], bk[1]);
+                        Mma<T>::run(s[mf][2 * np + 1], a[mf], bk[2], bk[3]);
+                    }
+                }
+            }
+
+            const int col0 = (t_begin + it) * BN + warp * WN;
+            if (col0 + WN > min_limit) {
+#pragma unroll
+                for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+#pragma unroll
+                        for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                            for (int j = 0; j < 2; ++j)
+                                if (col0 + nf * 8 + 2 * tq + j >= limit[mf][h]) s[mf][nf][2 * h + j] = masked;
+            }
+
+            softmax.rescale_and_exponentiate(s, o, p.scale_log2, neg);
+
+#pragma unroll
+            for (int kk = 0; kk < WN / 16; ++kk) {
+                u32 pa[MF][4];
+#pragma unroll
+                for (int mf = 0; mf < MF; ++mf) {
+                    pa[mf][0] = Mma<T>::pack(s[mf][2 * kk][0], s[mf][2 * kk][1]);
+                    pa[mf][1] = Mma<T>::pack(s[mf][2 * kk][2], s[mf][2 * kk][3]);
+                    pa[mf][2] = Mma<T>::pack(s[mf][2 * kk + 1][0], s[mf][2 * kk + 1][1]);
+                    pa[mf][3] = Mma<T>::pack(s[mf][2 * kk + 1][2], s[mf][2 * kk + 1][3]);
+                }
+#pragma unroll
+                for (int dp = 0; dp < DF / 2; ++dp) {
+                    u32 bv[4];
+                    ldmatrix_x4_trans(bv, v_base + v_lane.at(kk * 16, 2 * dp));
+#pragma unroll
+                    for (int mf = 0; mf < MF; ++mf) {
+                        Mma<T>::run(o[mf][2 * dp], pa[mf], bv[0], bv[1]);
+                        Mma<T>::run(o[mf][2 * dp + 1], pa[mf], bv[2], bv[3]);
+                    }
+                }
+            }
+        }
+        cp_async_wait<0>();
+        __syncthreads();  // every warp is done with the ring and Q: shared memory becomes the merge buffer
+
+        merge_warps_and_store(p, softmax, o, b, hkv, m_start, rows_valid, split, warp, lane);
+    }
+
+    // The block's warps each hold (max, sum, unnormalised O) over their key slices. Rescaled to the
+    // common row max, summed in warp order, and normalised: O = sum_w e^(m_w - M) O_w / sum_w e^(m_w - M) l_w.
+    static __device__ __forceinline__ void merge_warps_and_store(const DecodeParams& p, OnlineSoftmax<MF>& sm,
+                                                                 const float (&o)[MF][DF][4], int b, int hkv,
+                                                                 int m_start, int rows_valid, int split, int warp,
+                                                                 int lane) {
+        extern __shared__ __align__(128) unsigned char smem_raw[];
+        float* red_m = reinterpret_cast<float*>(smem_raw);  // [NW][BM] row maxima (log2 domain)
+        float* red_l = red_m + NW * BM;                       // [NW][BM] row sums
+        float* red_o = red_l + NW * BM;                       // [NW][BM][RED_STRIDE] scaled outputs
+        const int g = lane >> 2, tq = lane & 3;
+
+        float l[MF][2];
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float x = sm.sum[mf][h];
+                x += __shfl_xor_sync(0xffffffffu, x, 1);
+                x += __shfl_xor_sync(0xffffffffu, x, 2);
+                l[mf][h] = x;
+                if (tq == 0) {
+                    const int r = mf * 16 + g + 8 * h;
+                    red_m[warp * BM + r] = sm.m_log2[mf][h];
+                    red_l[warp * BM + r] = x;
+                }
+            }
+        __syncthreads();
+
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = mf * 16 + g + 8 * h;
+                float M = -CUDATTN_INF;
+#pragma unroll
+                for (int w = 0; w < NW; ++w) M = fmaxf(M, red_m[w * BM + r]);
+                float total = 0.f;
+#pragma unroll
+                for (int w = 0; w < NW; ++w) {
+                    const float mw = red_m[w * BM + r];
+                    if (mw != -CUDATTN_INF) total += red_l[w * BM + r] * exp2_approx(mw - M);
+                }
+                const float mine = sm.m_log2[mf][h];
+                const float f = (mine == -CUDATTN_INF || !(total > 0.f)) ? 0.f : exp2_approx(mine - M) / total;
+                float* dst = red_o + (warp * BM + r) * RED_STRIDE + 2 * tq;
+#pragma unroll
+                for (int df = 0; df < DF; ++df)
+                    *reinterpret_cast<float2*>(dst + df * 8) = make_float2(o[mf][df][2 * h] * f, o[mf][df][2 * h + 1] * f);
+                if (warp == 0 && tq == 0 && r < rows_valid) {
+                    const float lse = (total > 0.f) ? (M + log2f(total)) * 0.6931471805599453f : -CUDATTN_INF;
+                    if (float* dl = lse_out(p, b, hkv, m_start + r, split)) *dl = lse;
+                }
+            }
+        __syncthreads();
+
+        const int cols4 = p.head_dim / 4;
+        for (int id = threadIdx.x; id < rows_valid * cols4; id += NT) {
+            const int r = id / cols4, c = (id % cols4) * 4;
+            float4 acc = *reinterpret_cast<const float4*>(red_o + r * RED_STRIDE + c);
+#pragma unroll
+            for (int w = 1; w < NW; ++w) {
+                const float4 x = *reinterpret_cast<const float4*>(red_o + (w * BM + r) * RED_STRIDE + c);
+                acc.x += x.x; acc.y += x.y; acc.z += x.z; acc.w += x.w;
+            }
+            store_row4(p, b, hkv, m_start + r, split, c, acc);
+        }
+    }
+
+    // Where row gr's LSE goes: the final LSE (one split, if asked for) or the split's partial LSE.
+    static __device__ __forceinline__ float* lse_out(const DecodeParams& p, int b, int hkv, int gr, int split) {
+        const int t = gr / p.group, hq = hkv * p.group + gr % p.group;
+        const long long idx = ((long long)b * p.heads_q + hq) * p.seqlen_q + t;
+        if (p.num_splits == 1) return p.write_lse ? p.lse + idx : nullptr;
+        return p.lse_part + (long long)split * p.batch * p.heads_q * p.seqlen_q + idx;
+    }
+
+    static __device__ __forceinline__ void store_row4(const DecodeParams& p, int b, int hkv, int gr, int split, int c,
+                                                      float4 v) {
+        const int t = gr / p.group, hq = hkv * p.group + gr % p.group;
+        if (p.num_splits == 1) {
+            T* dst = static_cast<T*>(p.o) + b * p.o_stride_b + t * p.o_stride_s + hq * p.o_stride_h + c;
+            uint2 packed;
+            packed.x = Mma<T>::pack(v.x, v.y);
+            packed.y = Mma<T>::pack(v.z, v.w);
+            *reinterpret_cast<uint2*>(dst) = packed;
+        } else {
+            const long long row = (((long long)split * p.batch + b) * p.heads_q + hq) * p.seqlen_q + t;
+            *reinterpret_cast<float4*>(p.o_part + row * p.head_dim + c) = v;
+        }
+    }
+
+    // No key for this block's rows in this split: LSE -inf (the combine skips the split), and with
+    // one split the final O = 0.
+    static __device__ __forceinline__ void write_empty(const DecodeParams& p, int b, int hkv, int m_start,
+                                                       int rows_valid, int split, int tid) {
+        for (int r = tid; r < rows_valid; r += NT)
+            if (float* dl = lse_out(p, b, hkv, m_start + r, split)) *dl = -CUDATTN_INF;
+        if (p.num_splits != 1) return;
+        const int cols4 = p.head_dim / 4;
+        for (int id = tid; id < rows_valid * cols4; id += NT)
+            store_row4(p, b, hkv, m_start + id / cols4, split, (id % cols4) * 4, make_float4(0.f, 0.f, 0.f, 0.f));
+    }
+};
+
+}  // namespace cudattn

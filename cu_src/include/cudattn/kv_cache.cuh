@@ -1,0 +1,24 @@
+// Addressing a contiguous or paged KV cache (KvCacheGeom in params_decode.cuh).
+#pragma once
+#include "cudattn/params_decode.cuh"
+
+namespace cudattn {
+
+// Valid keys of sequence b: seqlens[b] + the appended keys, clamped into [0, capacity] so that a
+// bad length read from device memory can never send a load outside the cache.
+__device__ __forceinline__ int kv_seqlen(const KvCacheGeom& kv, int b) {
+    if (kv.seqlens == nullptr) return kv.capacity;
+    return min(max(kv.seqlens[b] + kv.seqlen_add, 0), kv.capacity);
+}
+
+// Element offset of key j of sequence b (head and column excluded). Page ids read from the table
+// are clamped into the cache, for the same reason.
+__device__ __forceinline__ long long kv_row_offset(const KvCacheGeom& kv, int b, int j, long long stride_page,
+                                                   long long stride_s) {
+    if (kv.block_table == nullptr) return (long long)b * stride_page + (long long)j * stride_s;
+    int page = kv.block_table[(long long)b * kv.max_pages + j / kv.page_size];
+    page = min(max(page, 0), kv.num_pages - 1);
+    return (long long)page * stride_page + (long long)(j % kv.page_size) * stride_s;
+}
+
+}  // namespace cudattn

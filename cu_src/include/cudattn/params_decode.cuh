@@ -1,0 +1,80 @@
+// Parameters of the split-KV decode kernel (flash_decode.cu), the split combine
+// (split_kv_combine.cu) and the KV-cache append (kv_cache_append.cu), each passed BY VALUE as the
+// kernel's single argument. Mirrored field for field by cudattn/_params.py; change both together.
+#pragma once
+
+// A KV cache, contiguous or paged. Key j of sequence b lives at
+//   base + page(b, j) * stride_page + (j % page_size) * stride_s + head * stride_h
+// with page(b, j) = block_table[b * max_pages + j / page_size] when paged. A contiguous cache is
+// one "page" per sequence: page(b, j) = b and page_size = capacity, so the same formula serves.
+struct KvCacheGeom {
+    const int* block_table;  // (B, max_pages) int32, or null: contiguous
+    const int* seqlens;      // (B,) int32 valid keys per sequence before appending, or null: capacity
+    int page_size;           // keys per page (a multiple of 16); the capacity when contiguous
+    int max_pages;           // columns of block_table (1 when contiguous)
+    int num_pages;           // pages in the cache; page ids are clamped into [0, num_pages)
+    int capacity;            // keys a sequence can hold: max_pages * page_size
+    int seqlen_add;          // keys appended before attending (k_new's length): added to seqlens[b]
+    int pad_;
+};
+
+struct DecodeParams {
+    const void* q;
+    const void* k;
+    const void* v;
+    void* o;        // final output (num_splits == 1), in the input dtype
+    float* lse;     // (B, Hq, Sq) float32 when write_lse
+    float* o_part;  // (num_splits, B, Hq, Sq, head_dim) float32, normalised partial outputs (num_splits > 1)
+    float* lse_part;  // (num_splits, B, Hq, Sq) float32 partial LSEs, -inf for a split that saw no key
+
+    // Element strides (64-bit). q and o: (batch, seq, head); k and v: (page, seq-in-page, head).
+    long long q_stride_b, q_stride_s, q_stride_h;
+    long long k_stride_page, k_stride_s, k_stride_h;
+    long long v_stride_page, v_stride_s, v_stride_h;
+    long long o_stride_b, o_stride_s, o_stride_h;
+
+    KvCacheGeom kv;
+
+    int batch, seqlen_q, heads_q, heads_kv;
+    int group;        // heads_q / heads_kv: the query heads packed into one block's rows
+    int head_dim;     // the real D (the tile may be wider, zero padded)
+    int rows;         // group * seqlen_q: packed query rows per (batch, kv head); row r = (token r / group, head r % group)
+    int num_m_blocks; // blocks of BM packed rows
+    int num_splits;
+    int tiles_per_split;  // key tiles of BN per split
+    int causal;       // bottom right per sequence: token t sees key j iff j <= t + L_b - seqlen_q
+    float scale_log2;
+    int write_lse;
+    int pad_;
+};
+
+// Merges `num_parts` attention states over disjoint key sets: O = sum_s w_s O_s / sum_s w_s with
+// w_s = exp(LSE_s - max LSE). Part s of O lives at parts[s] (parts_table) or o_parts + s * part_stride.
+#define CUDATTN_MERGE_MAX_TABLE 16
+struct CombineParams {
+    const void* o_parts;
+    const float* lse_parts;
+    void* o;
+    float* lse;  // (B, H, Sq) float32, or null
+    const void* o_table[CUDATTN_MERGE_MAX_TABLE];    // used when use_table
+    const float* lse_table[CUDATTN_MERGE_MAX_TABLE];
+    long long o_part_stride, lse_part_stride;        // elements between parts (no table)
+    long long in_stride_b, in_stride_s, in_stride_h;   // parts' O strides (elements)
+    long long lse_stride_b, lse_stride_h, lse_stride_s;  // parts' LSE strides (elements)
+    long long o_stride_b, o_stride_s, o_stride_h;
+    int batch, seqlen_q, heads, head_dim, num_parts, use_table;
+};
+
+// Writes k_new / v_new (B, S_new, Hkv, D) into the cache at positions seqlens[b] + t.
+struct AppendParams {
+    const void* k_new;
+    const void* v_new;
+    void* k;
+    void* v;
+    long long kn_stride_b, kn_stride_s, kn_stride_h;
+    long long vn_stride_b, vn_stride_s, vn_stride_h;
+    long long k_stride_page, k_stride_s, k_stride_h;
+    long long v_stride_page, v_stride_s, v_stride_h;
+    KvCacheGeom kv;  // seqlen_add is 0 here: seqlens are the lengths before the append
+    int batch, seqlen_new, heads_kv, head_dim;
+};

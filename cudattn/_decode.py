@@ -1,0 +1,201 @@
+"""The split-KV (flash-decoding) path: plan, split heuristic, and the launches.
+
+Few query tokens against a long KV sequence: the work is reading K and V once, so the grid must
+fill the GPU even when batch x kv heads is small. Each kv head's query heads are packed into one
+block's rows (GQA packing: every K/V byte is read once per kv head), the keys are cut into
+``num_splits`` ranges of whole tiles, one block per (packed row block, split, kv head, batch),
+and with more than one split `split_kv_combine` merges the normalised partial outputs by their
+LSEs. Data flow: plan (variant, splits, grid) -> flash_decode -> [split_kv_combine].
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from cuda.bindings import driver
+
+from . import _array, _decode_traits, _kernels, _launch
+from ._decode_traits import MAX_SPLITS, DecodeVariant
+from ._errors import check
+from ._params import CombineParams, DecodeParams, KvCacheGeom
+from ._problem import KvCache, Problem, TensorGeom
+
+_F32 = np.dtype(np.float32)
+_LOG2E = 1.4426950408889634
+_COMBINE_ROWS_PER_BLOCK = 4  # one warp per output row, 128 threads
+
+#: Up to this many query tokens a call is decode and takes the split-KV kernel.
+DECODE_MAX_SQ = 16
+
+
+def takes_split_kv(problem: Problem) -> bool:
+    return problem.kv_cache is not None or problem.num_splits is not None or problem.seqlen_q <= DECODE_MAX_SQ
+
+
+#: A grid that already gives every SM this many waves' worth of blocks gets no split.
+FULL_GRID_FRACTION = 0.8
+#: Among split counts, take the smallest whose wave efficiency is within this of the best.
+EFFICIENCY_TOLERANCE = 0.85
+#: A split gets at least this many key tiles (shorter ones cost more in set-up and merge than they save).
+MIN_TILES_PER_SPLIT = 4
+
+
+def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm: int) -> int:
+    """The heuristic behind ``num_splits=None`` (FlashAttention's, adapted).
+
+    ``blocks``: blocks without splitting (row blocks x kv heads x batch); ``key_tiles``: key tiles
+    of the longest sequence; ``blocks_per_sm``: how many of the kernel's blocks an SM holds. One
+    split when the grid already fills the GPU (>= FULL_GRID_FRACTION of one full wave) or there
+    is under 2 * MIN_TILES_PER_SPLIT tiles to cut. Otherwise, for each s up to
+    min(MAX_SPLITS, key_tiles / MIN_TILES_PER_SPLIT), the wave efficiency
+    ``waves / ceil(waves)`` with ``waves = blocks * s / (sm_count * blocks_per_sm)``; the
+    smallest s within EFFICIENCY_TOLERANCE of the best wins (fewer splits: less merging).
+    """
+    slots = max(1, sm_count * blocks_per_sm)
+    if blocks >= FULL_GRID_FRACTION * slots or key_tiles < 2 * MIN_TILES_PER_SPLIT:
+        return 1
+    top = min(MAX_SPLITS, key_tiles // MIN_TILES_PER_SPLIT)
+    eff = {}
+    for s in range(1, top + 1):
+        waves = blocks * s / slots
+        eff[s] = waves / math.ceil(waves)
+    best = max(eff.values())
+    return min(s for s, e in eff.items() if e >= EFFICIENCY_TOLERANCE * best)
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    variant: DecodeVariant
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+    rows: int  # packed query rows per (batch, kv head): group * seqlen_q
+    num_m_blocks: int
+    num_splits: int
+    tiles_per_split: int
+
+
+_plans: dict = {}
+_occupancy: dict = {}
+
+
+def _blocks_per_sm(kernel, variant: DecodeVariant) -> int:
+    key = (kernel.device_id, variant)
+    n = _occupancy.get(key)
+    if n is None:
+        n = check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(kernel.function, variant.threads,
+                                                                     variant.smem_bytes),
+                  "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        n = _occupancy[key] = max(1, int(n))
+    return n
+
+
+def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
+    """(plan, loaded kernel) for this problem (memoised per shape)."""
+    kv = problem.kv_cache
+    capacity = problem.seqlen_k
+    key = (problem.dtype, problem.head_dim, problem.seqlen_q, problem.heads_q, problem.heads_kv, problem.batch,
+           capacity, problem.num_splits, props.device_id, props.max_shared_memory_per_block_optin)
+    hit = _plans.get(key)
+    if hit is not None:
+        return hit
+    variant = _decode_traits.select_decode(problem.dtype, problem.head_dim, props.max_shared_memory_per_block_optin)
+    kernel = _kernels.get_kernel(variant, device, props.device_id, props.arch)
+    t = variant.tiles
+    rows = problem.group_size * problem.seqlen_q
+    num_m = -(-rows // t.block_m)
+    key_tiles = max(1, -(-capacity // t.block_n))
+    blocks = num_m * problem.heads_kv * problem.batch
+    if problem.num_splits is None:
+        splits = choose_num_splits(blocks, key_tiles, props.sm_count, _blocks_per_sm(kernel, variant))
+    else:
+        splits = problem.num_splits
+    tiles_per_split = -(-key_tiles // splits)
+    grid = (num_m * splits, problem.heads_kv, problem.batch)
+    if grid[0] > _launch.MAX_GRID_X or grid[1] > _launch.MAX_GRID_YZ or grid[2] > _launch.MAX_GRID_YZ:
+        raise ValueError(f"the decode grid {grid} (row blocks x splits, kv heads, batch) exceeds the CUDA grid "
+                         f"limits (x < 2**31, y and z <= 65535); split the call")
+    plan = DecodePlan(variant, grid, (variant.threads, 1, 1), variant.smem_bytes, rows, num_m, splits, tiles_per_split)
+    if len(_plans) > 4096:
+        _plans.clear()
+    _plans[key] = (plan, kernel)
+    return plan, kernel
+
+
+def kv_geom(problem: Problem) -> KvCacheGeom:
+    kv = problem.kv_cache
+    if kv is None:  # plain k/v: one "page" per sequence, every sequence full
+        return KvCacheGeom(0, 0, problem.seqlen_k, 1, problem.batch, problem.seqlen_k, 0, 0)
+    return KvCacheGeom(kv.block_table_ptr, kv.seqlens_ptr, kv.page_size, kv.max_pages, kv.num_pages, kv.capacity,
+                       kv.seqlen_add, 0)
+
+
+def run(problem: Problem, q: int, k: int, v: int, o: int, lse: int, o_geom: TensorGeom, props, device, sref):
+    """Queue the decode kernel (and the combine) for one validated problem on stream `sref`."""
+    plan, kernel = make_plan(problem, props, device)
+    B, Sq, Hq, D = problem.batch, problem.seqlen_q, problem.heads_q, problem.head_dim
+    splits = plan.num_splits
+    o_part = lse_part = None
+    if splits > 1:
+        o_part = _array.empty_on((splits, B, Hq, Sq, D), _F32, device, sref)
+        lse_part = _array.empty_on((splits, B, Hq, Sq), _F32, device, sref)
+    qs, ks, vs = problem.q_strides, problem.k_strides, problem.v_strides
+    scale = problem.scale
+    params = DecodeParams(
+        q, k, v, o, lse,
+        0 if o_part is None else o_part.ptr, 0 if lse_part is None else lse_part.ptr,
+        qs.batch, qs.seq, qs.head,
+        ks.batch, ks.seq, ks.head,
+        vs.batch, vs.seq, vs.head,
+        o_geom.batch, o_geom.seq, o_geom.head,
+        kv_geom(problem),
+        B, Sq, Hq, problem.heads_kv, problem.group_size, D, plan.rows, plan.num_m_blocks,
+        splits, plan.tiles_per_split, int(problem.causal),
+        scale * _LOG2E if scale != 0 else 1e-30,  # see _plan._scale_log2
+        int(lse != 0), 0,
+    )
+    _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
+    if splits > 1:
+        parts = PartsView(o_part.ptr, lse_part.ptr, B * Hq * Sq * D, B * Hq * Sq,
+                          TensorGeom(batch=Hq * Sq * D, seq=D, head=Sq * D), (Hq * Sq, Sq, 1))
+        launch_combine(parts, splits, "float32", problem.out_dtype, o, lse, o_geom, B, Sq, Hq, D, props, device, sref)
+
+
+@dataclass(frozen=True)
+class PartsView:
+    """Where the parts of a merge are: O part s at ``o + s * o_part_stride`` (or ``o_table[s]``),
+    its LSE at ``lse + s * lse_part_stride`` (or ``lse_table[s]``); strides in elements."""
+
+    o: int
+    lse: int
+    o_part_stride: int
+    lse_part_stride: int
+    o_geom: TensorGeom  # (batch, seq, head) strides of each O part
+    lse_strides: tuple[int, int, int]  # (batch, head, seq) strides of each LSE part
+    o_table: tuple[int, ...] = ()
+    lse_table: tuple[int, ...] = ()
+
+
+def launch_combine(parts: PartsView, num_parts: int, in_dtype: str, out_dtype, o: int, lse: int,
+                   o_geom: TensorGeom, B: int, Sq: int, H: int, D: int, props, device, sref) -> None:
+    from ._traits import DTYPE_NAMES
+
+    out_name = out_dtype if isinstance(out_dtype, str) else ("float32" if np.dtype(out_dtype) == _F32
+                                                            else DTYPE_NAMES[np.dtype(out_dtype)])
+    spec = _decode_traits.combine_kernel(in_dtype, out_name)
+    kernel = _kernels.get_kernel(spec, device, props.device_id, props.arch)
+    p = CombineParams()
+    p.o_parts, p.lse_parts, p.o, p.lse = parts.o, parts.lse, o, lse
+    p.use_table = int(bool(parts.o_table))
+    for i, (a, b) in enumerate(zip(parts.o_table, parts.lse_table)):
+        p.o_table[i], p.lse_table[i] = a, b
+    p.o_part_stride, p.lse_part_stride = parts.o_part_stride, parts.lse_part_stride
+    p.in_stride_b, p.in_stride_s, p.in_stride_h = parts.o_geom.batch, parts.o_geom.seq, parts.o_geom.head
+    p.lse_stride_b, p.lse_stride_h, p.lse_stride_s = parts.lse_strides
+    p.o_stride_b, p.o_stride_s, p.o_stride_h = o_geom.batch, o_geom.seq, o_geom.head
+    p.batch, p.seqlen_q, p.heads, p.head_dim, p.num_parts = B, Sq, H, D, num_parts
+    rows = B * H * Sq
+    grid = (-(-rows // _COMBINE_ROWS_PER_BLOCK), 1, 1)
+    _launch.launch(kernel, grid, (32 * _COMBINE_ROWS_PER_BLOCK, 1, 1), 0, sref.handle, p)

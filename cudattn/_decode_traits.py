@@ -1,0 +1,129 @@
+"""Compile-time variants of the split-KV decode kernel and of its two helpers.
+
+``flash_decode`` (cu_src/flash_decode.cu, fwd_decode.cuh): sm_80+ (mma.sync, cp.async), used on
+every arch, Hopper included (decode is bound by memory, which the portable kernel saturates).
+Its tiles depend only on the dtype and the head-dim tile: 4 warps split each ring stage's keys
+(``warp_keys`` each), ``row_frags`` 16-row fragments of packed (token, query head) rows per block.
+``split_kv_combine`` (per input/output dtype pair) and ``kv_cache_append`` have no tiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._traits import ARCH_SMEM_LIMIT, DTYPE_NAMES, tile_dim_for
+
+# Head-dim tiles (a head dim uses the smallest >= it; columns past it are zero-filled).
+DECODE_TILE_DIMS = (32, 64, 128, 256)
+from ._validate import MAX_SPLITS  # noqa: F401  (splits per call at most)
+
+
+@dataclass(frozen=True)
+class DecodeTiles:
+    warps: int
+    warp_keys: int  # keys per warp per ring stage (BLOCK_N = warps * warp_keys)
+    stages: int
+    row_frags: int  # 16-row fragments of packed query rows per block (BLOCK_M = 16 * row_frags)
+
+    @property
+    def block_n(self) -> int:
+        return self.warps * self.warp_keys
+
+    @property
+    def block_m(self) -> int:
+        return 16 * self.row_frags
+
+
+# Per head-dim tile, fastest first; the first that fits the device's shared memory is used. A
+# ring stage holds 16-32 KiB of K+V; 3 stages let two blocks share an SM of 228 KiB (H100/H200),
+# so each SM keeps about 4 stages of copies in flight (at head dim 256 a stage is 64 KiB and one
+# block fills the SM). The 2-stage fallbacks fit 100 KiB (sm_86/89).
+_CANDIDATES = {
+    32: (DecodeTiles(4, 64, 3, 2), DecodeTiles(4, 64, 2, 2)),
+    64: (DecodeTiles(4, 32, 3, 2), DecodeTiles(4, 32, 2, 2)),
+    128: (DecodeTiles(4, 16, 3, 2), DecodeTiles(4, 16, 2, 2)),
+    256: (DecodeTiles(4, 16, 2, 1), DecodeTiles(2, 16, 2, 1)),
+}
+
+
+@dataclass(frozen=True)
+class DecodeVariant:
+    dtype: str  # "float16" | "bfloat16"
+    tile_dim: int
+    tiles: DecodeTiles
+    family: str = "decode"
+    source: str = "flash_decode.cu"
+    kernel_name: str = "flash_decode"
+
+    @property
+    def threads(self) -> int:
+        return self.tiles.warps * 32
+
+    @property
+    def smem_bytes(self) -> int:
+        t = self.tiles
+        return (t.block_m + 2 * t.stages * t.block_n) * self.tile_dim * 2
+
+    def defines(self) -> dict[str, int]:
+        t = self.tiles
+        return {"CUDATTN_DTYPE_BF16": int(self.dtype == "bfloat16"), "CUDATTN_HEAD_DIM": self.tile_dim,
+                "CUDATTN_WARPS": t.warps, "CUDATTN_WARP_KEYS": t.warp_keys, "CUDATTN_STAGES": t.stages,
+                "CUDATTN_ROW_FRAGS": t.row_frags}
+
+    def describe(self) -> str:
+        t = self.tiles
+        return f"decode {self.dtype} d{self.tile_dim} {t.block_m}x{t.block_n} w{t.warps} s{t.stages}"
+
+
+@dataclass(frozen=True)
+class HelperKernel:
+    """A kernel with no tiles: the split combine or the cache append."""
+
+    source: str
+    kernel_name: str
+    define_items: tuple[tuple[str, int], ...] = ()
+    family: str = "helper"
+    threads: int = 128
+    smem_bytes: int = 0
+
+    def defines(self) -> dict[str, int]:
+        return dict(self.define_items)
+
+    def describe(self) -> str:
+        return f"{self.kernel_name} {dict(self.define_items)}"
+
+
+# Element kinds of the combine's CUDATTN_IN / CUDATTN_OUT.
+_ELEM_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
+
+
+def select_decode(dtype, head_dim: int, smem_limit: int) -> DecodeVariant:
+    name = dtype if isinstance(dtype, str) else DTYPE_NAMES[dtype]
+    d = tile_dim_for(head_dim, DECODE_TILE_DIMS)
+    for tiles in _CANDIDATES[d]:
+        v = DecodeVariant(name, d, tiles)
+        if v.smem_bytes <= smem_limit:
+            return v
+    raise ValueError(f"no decode tiles for head_dim {head_dim} fit in {smem_limit} bytes of shared memory")
+
+
+def combine_kernel(in_dtype: str, out_dtype: str) -> HelperKernel:
+    return HelperKernel("split_kv_combine.cu", "split_kv_combine",
+                        (("CUDATTN_IN", _ELEM_CODES[in_dtype]), ("CUDATTN_OUT", _ELEM_CODES[out_dtype])))
+
+
+APPEND_KERNEL = HelperKernel("kv_cache_append.cu", "kv_cache_append")
+
+# The combine pairs that exist: split-KV partials (float32 -> the input dtype) and merges of parts
+# of one dtype (merge_attention_states).
+COMBINE_PAIRS = (("float32", "float16"), ("float32", "bfloat16"), ("float32", "float32"),
+                 ("float16", "float16"), ("bfloat16", "bfloat16"))
+
+
+def all_decode_kernels(arch: str) -> list:
+    """Every decode-path kernel a device of this compile target can run."""
+    limit = ARCH_SMEM_LIMIT[arch]
+    out: list = [select_decode(dt, d, limit) for dt in DTYPE_NAMES.values() for d in DECODE_TILE_DIMS]
+    out += [combine_kernel(i, o) for i, o in COMBINE_PAIRS]
+    out.append(APPEND_KERNEL)
+    return out
