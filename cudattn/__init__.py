@@ -12,5 +12,7 @@ from . import reference
 from ._api import attention
 from ._array import DeviceArray, to_device, to_host
 from ._errors import CudaError
+from ._kvcache import attention_with_kvcache
+from ._merge import merge_attention_states
 
-__all__ = ["attention", "reference", "DeviceArray", "to_device", "to_host", "CudaError", "__version__"]
+__all__ = ["attention", "attention_with_kvcache", "merge_attention_states", "reference", "DeviceArray", "to_device", "to_host", "CudaError", "__version__"]

@@ -1,0 +1,290 @@
+"""`cudattn.attention_with_kvcache`: decode against a KV cache, contiguous or paged, with
+per-sequence lengths and an optional append of new keys/values.
+
+Flow: adapt operands -> validate (shapes, dtypes, strides; the table/length VALUES when they are
+NumPy arrays) -> [append k_new/v_new into the cache] -> the split-KV decode kernel (`_decode`).
+
+What is checked where. Shapes, dtypes, strides and alignment are always checked before any GPU
+work. The values of ``cache_seqlens`` and ``block_table`` are checked when they are NumPy
+arrays (on either path): lengths in ``[0, capacity - S_new]``, page ids of every page a
+sequence uses in ``[0, num_pages)``, and no cache slot appended to by two sequences. When they
+are device arrays their values are the caller's duty (reading them would stall the stream);
+the kernels clamp lengths into ``[0, capacity]`` and page ids into ``[0, num_pages)``, so a bad
+value gives a wrong result for that sequence but never a read or write outside the cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from . import _array, _decode, _decode_traits, _device, _kernels, _launch, _stream
+from ._dtypes import FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error
+from ._params import AppendParams, KvCacheGeom
+from ._problem import KvCache, Problem, TensorGeom
+from ._validate import _check_bool, _check_scale, _describe, check_num_splits, tensor_geom
+
+_I32 = np.dtype(np.int32)
+_PAGE_MULTIPLE = 16
+
+
+def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, k_new=None, v_new=None,
+                           causal=False, scale=None, return_lse=False, num_splits=None, stream=None):
+    """Attention of a few query tokens against a KV cache (FlashAttention's ``flash_attn_with_kvcache``).
+
+    - ``q``: ``(B, Sq, Hq, D)`` (layout "bshd"; decode is Sq = 1..16, any Sq works).
+    - ``k_cache``, ``v_cache``: contiguous ``(B, capacity, Hkv, D)``, or paged
+      ``(num_pages, page_size, Hkv, D)`` with ``block_table``: int32 ``(B, max_pages)``, sequence
+      ``b``'s key ``j`` being row ``j % page_size`` of page ``block_table[b, j // page_size]``;
+      ``page_size`` a multiple of 16. Capacity per sequence: ``max_pages * page_size`` when paged.
+    - ``cache_seqlens``: int32 ``(B,)``, the valid keys of each sequence (0 allowed); None: every
+      sequence fills the cache.
+    - ``k_new``, ``v_new``: ``(B, S_new, Hkv, D)``, written into the cache IN PLACE at positions
+      ``cache_seqlens[b] .. cache_seqlens[b] + S_new - 1`` before attending, which then covers
+      ``cache_seqlens[b] + S_new`` keys (``cache_seqlens`` itself is not changed; it is required).
+    - ``causal``: bottom right per sequence: query ``i`` sees key ``j`` iff ``j <= i + L_b - Sq``.
+    - ``num_splits``, ``scale``, ``return_lse``, ``stream``: as in `cudattn.attention`.
+
+    NumPy in (all of q, caches, new keys) -> NumPy out, synchronous, the NumPy caches updated in
+    place; device arrays in -> DeviceArray out, asynchronous on ``stream``. ``cache_seqlens`` and
+    ``block_table`` may be NumPy arrays on either path (their values are then checked) or device
+    arrays on the device path (their values are then the caller's duty; see the module docs).
+    """
+    kv_host = [isinstance(x, np.ndarray) for x in (q, k_cache, v_cache)]
+    new_host = [isinstance(x, np.ndarray) for x in (k_new, v_new) if x is not None]
+    host = all(kv_host + new_host)
+    if not host and any(kv_host + new_host):
+        raise TypeError("q, k_cache, v_cache, k_new and v_new must all be NumPy arrays or all device arrays")
+    if host:
+        return _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale, return_lse,
+                         num_splits, stream)
+    device_id = _array.device_id_of(q, name="q")
+    device = _device.get_device(device_id)
+    sref = _stream.as_stream(stream, device)
+    adapt = lambda x, n: None if x is None else _array.as_device_array(x, name=n, stream_handle=sref.handle)  # noqa: E731
+    qa, ka, va, kn, vn = (adapt(x, n) for x, n in ((q, "q"), (k_cache, "k_cache"), (v_cache, "v_cache"),
+                                                  (k_new, "k_new"), (v_new, "v_new")))
+    sl = _index_array(cache_seqlens, "cache_seqlens", sref)
+    bt = _index_array(block_table, "block_table", sref)
+    for name, a in (("k_cache", ka), ("v_cache", va), ("k_new", kn), ("v_new", vn), ("cache_seqlens", sl),
+                    ("block_table", bt)):
+        if isinstance(a, _array.DeviceArray) and a.device_id != device_id:
+            raise ValueError(f"{name} is on device {a.device_id} but q is on device {device_id}")
+    problem, new_geoms = validate_kvcache(qa, ka, va, sl, bt, kn, vn, causal, scale, return_lse, num_splits,
+                                          host=False)
+    # NumPy index arrays were checked; now they go up (stream-ordered, before the kernels).
+    sl = _array.to_device(sl, device=device, stream=sref) if isinstance(sl, np.ndarray) else sl
+    bt = _array.to_device(bt, device=device, stream=sref) if isinstance(bt, np.ndarray) else bt
+    return _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref)
+
+
+def _index_array(x, name, sref):
+    """cache_seqlens / block_table: None, a NumPy array (values checked), or a device array."""
+    if x is None or isinstance(x, np.ndarray):
+        return x
+    if not _array.is_device_array_like(x):
+        raise TypeError(f"{name} must be an int32 NumPy or device array; got {type(x).__name__}")
+    return _array.as_device_array(x, name=name, stream_handle=sref.handle)
+
+
+def _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref):
+    from ._api import run_device
+
+    kv = problem.kv_cache
+    kv = replace(kv, seqlens_ptr=0 if sl is None else sl.ptr, block_table_ptr=0 if bt is None else bt.ptr)
+    if kn is not None:
+        _append(problem, kv, ka, va, kn, vn, new_geoms, device, device_id, sref)
+    problem = replace(problem, kv_cache=kv)
+    return run_device(problem, qa, ka, va, None, device, device_id, sref)
+
+
+def _append(problem: Problem, kv: KvCache, ka, va, kn, vn, new_geoms, device, device_id, sref) -> None:
+    props = _device.device_properties(device_id)
+    kernel = _kernels.get_kernel(_decode_traits.APPEND_KERNEL, device, device_id, props.arch)
+    kg, vg = new_geoms
+    ks, vs = problem.k_strides, problem.v_strides
+    geom = KvCacheGeom(kv.block_table_ptr, kv.seqlens_ptr, kv.page_size, kv.max_pages, kv.num_pages, kv.capacity,
+                       0, 0)
+    B, s_new, H = problem.batch, kv.seqlen_add, problem.heads_kv
+    p = AppendParams(kn.ptr, vn.ptr, ka.ptr, va.ptr, kg.batch, kg.seq, kg.head, vg.batch, vg.seq, vg.head,
+                     ks.batch, ks.seq, ks.head, vs.batch, vs.seq, vs.head, geom, B, s_new, H, problem.head_dim)
+    rows = B * s_new * H
+    _launch.launch(kernel, (-(-rows // 4), 1, 1), (128, 1, 1), 0, sref.handle, p)
+
+
+def _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale, return_lse, num_splits,
+              stream):
+    problem, _ = validate_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale,
+                                  return_lse, num_splits, host=True)
+    kv = problem.kv_cache
+    if k_new is not None:  # the NumPy caches are updated in place, here, before they go up
+        _append_host(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, kv)
+    device = _device.get_device(None)
+    device_id = _device.device_properties(device).device_id
+    sref = _stream.as_stream(stream, device)
+    up = lambda x: None if x is None else _array.to_device(np.ascontiguousarray(x), device=device, stream=sref)  # noqa: E731
+    qa, ka, va, sl, bt = (up(x) for x in (q, k_cache, v_cache, cache_seqlens, block_table))
+    problem = replace(problem, host=False, q_strides=_dense(qa), k_strides=_dense(ka), v_strides=_dense(va))
+    res = _run(problem, qa, ka, va, None, None, sl, bt, None, device, device_id, sref)
+    o_dev, lse_dev = res if return_lse else (res, None)
+    out = _array.to_host(o_dev, stream=sref)
+    return (out, _array.to_host(lse_dev, stream=sref)) if return_lse else out
+
+
+def _dense(a) -> TensorGeom:
+    _, s, h, d = a.shape
+    return TensorGeom(batch=s * h * d, seq=h * d, head=d)
+
+
+def _append_host(k_cache, v_cache, k_new, v_new, seqlens, table, kv: KvCache) -> None:
+    for b in range(k_new.shape[0]):
+        pos = int(seqlens[b]) + np.arange(k_new.shape[1])
+        if kv.paged:
+            pages, rows = table[b, pos // kv.page_size], pos % kv.page_size
+            k_cache[pages, rows] = k_new[b]
+            v_cache[pages, rows] = v_new[b]
+        else:
+            k_cache[b, pos] = k_new[b]
+            v_cache[b, pos] = v_new[b]
+
+
+# ---------------------------------------------------------------------- validation
+
+
+def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, scale, return_lse, num_splits, *,
+                     host: bool) -> tuple[Problem, tuple[TensorGeom, TensorGeom] | None]:
+    """Check one call and describe it as a `Problem` whose ``kv_cache`` has no pointers yet;
+    also the strides of k_new and v_new (None without them). Raises ValueError/TypeError."""
+    qs, qst, qdt, qptr = _describe("q", q, host)
+    ks, kst, kdt, kptr = _describe("k_cache", k_cache, host)
+    vs, vst, vdt, vptr = _describe("v_cache", v_cache, host)
+    if len(qs) != 4:
+        raise ValueError(f"q must be 4-D (batch, seqlen_q, heads_q, head_dim); got shape {qs}")
+    for name, shp in (("k_cache", ks), ("v_cache", vs)):
+        if len(shp) != 4:
+            raise ValueError(f"{name} must be 4-D: (batch, capacity, heads_kv, head_dim), or with block_table "
+                             f"(num_pages, page_size, heads_kv, head_dim); got shape {shp}")
+    if qdt not in RECOGNIZED or qdt == FLOAT8_E4M3:
+        raise input_dtype_error(qdt, "q")
+    if kdt != qdt or vdt != qdt:
+        raise TypeError(f"q, k_cache, v_cache must share one dtype; got q {dtype_name(qdt)}, "
+                        f"k_cache {dtype_name(kdt)}, v_cache {dtype_name(vdt)}")
+    if ks != vs:
+        raise ValueError(f"k_cache and v_cache must have the same shape; got {ks} and {vs}")
+    B, Sq, Hq, D = qs
+    n0, n1, Hkv, Dk = ks
+    if min(B, Sq, Hq) < 1 or min(n0, n1, Hkv) < 1:
+        raise ValueError(f"every axis of q {qs} and of the caches {ks} must be >= 1")
+    if Dk != D:
+        raise ValueError(f"q and the caches must have the same head_dim; got q {D}, caches {Dk}")
+    if D % 8 or not 8 <= D <= 256:
+        raise ValueError(f"head_dim must be a multiple of 8 from 8 to 256; got {D}")
+    if Hq % Hkv:
+        raise ValueError(f"heads_q ({Hq}) must be a multiple of the caches' heads_kv ({Hkv})")
+
+    paged = table is not None
+    if paged:
+        tshape, tdtype = _index_meta(table, "block_table", host)
+        if len(tshape) != 2 or tshape[0] != B or tshape[1] < 1:
+            raise ValueError(f"block_table must be int32 (batch, max_pages) = ({B}, max_pages >= 1); got shape {tshape}")
+        if n1 % _PAGE_MULTIPLE:
+            raise ValueError(f"the page size (k_cache.shape[1] with block_table) must be a multiple of "
+                             f"{_PAGE_MULTIPLE}; got {n1}")
+        _check_dense_rows(table, "block_table", host)
+        page_size, max_pages, num_pages = n1, tshape[1], n0
+    else:
+        if n0 != B:
+            raise ValueError(f"k_cache's batch ({n0}) must equal q's ({B}) (a paged cache needs block_table)")
+        page_size, max_pages, num_pages = n1, 1, B
+    capacity = page_size * max_pages
+    if capacity >= 2**31:
+        raise ValueError(f"a sequence's capacity ({capacity} keys) must be below 2**31")
+
+    if seqlens is not None:
+        sshape, _ = _index_meta(seqlens, "cache_seqlens", host)
+        if sshape != (B,):
+            raise ValueError(f"cache_seqlens must be int32 (batch,) = ({B},); got shape {sshape}")
+
+    s_new, new_geoms = 0, None
+    if (k_new is None) != (v_new is None):
+        raise ValueError("k_new and v_new must be given together")
+    if k_new is not None:
+        if seqlens is None:
+            raise ValueError("k_new/v_new need cache_seqlens: the position in each sequence to append at")
+        kns, knst, kndt, knptr = _describe("k_new", k_new, host)
+        vns, vnst, vndt, vnptr = _describe("v_new", v_new, host)
+        if kndt != qdt or vndt != qdt:
+            raise TypeError(f"k_new and v_new must have q's dtype {dtype_name(qdt)}; got {dtype_name(kndt)}, "
+                            f"{dtype_name(vndt)}")
+        if len(kns) != 4 or kns != vns or kns[0] != B or kns[2] != Hkv or kns[3] != D or kns[1] < 1:
+            raise ValueError(f"k_new and v_new must both be (batch, S_new >= 1, heads_kv, head_dim) = "
+                             f"({B}, S_new, {Hkv}, {D}); got {kns} and {vns}")
+        s_new = kns[1]
+        new_geoms = (tensor_geom("k_new", kns, knst, qdt.itemsize, knptr, "bshd"),
+                     tensor_geom("v_new", vns, vnst, qdt.itemsize, vnptr, "bshd"))
+
+    q_geom = tensor_geom("q", qs, qst, qdt.itemsize, qptr, "bshd")
+    k_geom = tensor_geom("k_cache", ks, kst, qdt.itemsize, kptr, "bshd")
+    v_geom = tensor_geom("v_cache", vs, vst, qdt.itemsize, vptr, "bshd")
+    if isinstance(seqlens, np.ndarray) or isinstance(table, np.ndarray):
+        _check_values(seqlens, table, B, s_new, page_size, max_pages, num_pages, capacity)
+
+    causal = _check_bool("causal", causal)
+    return_lse = _check_bool("return_lse", return_lse)
+    scale = _check_scale(scale, D)
+    num_splits = check_num_splits(num_splits)
+    kv = KvCache(paged=paged, page_size=page_size, max_pages=max_pages, num_pages=num_pages, seqlen_add=s_new)
+    problem = Problem(batch=B, seqlen_q=Sq, seqlen_k=capacity, heads_q=Hq, heads_kv=Hkv, head_dim=D, dtype=qdt,
+                      out_dtype=qdt, layout="bshd", causal=causal, scale=scale, return_lse=return_lse, host=host,
+                      q_strides=q_geom, k_strides=k_geom, v_strides=v_geom, num_splits=num_splits, kv_cache=kv)
+    return problem, new_geoms
+
+
+def _index_meta(x, name: str, host: bool):
+    if host and not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a NumPy int32 array when q is a NumPy array; got {type(x).__name__}")
+    shape, dtype = tuple(x.shape), np.dtype(x.dtype)
+    if dtype != _I32:
+        raise TypeError(f"{name} must be int32; got {dtype_name(dtype)} (cast with .astype(np.int32))")
+    return shape, dtype
+
+
+def _check_dense_rows(table, name: str, host: bool) -> None:
+    """The kernel reads block_table as a C-contiguous (B, max_pages) array."""
+    if isinstance(table, np.ndarray):
+        return  # copied contiguous on the way up
+    shape, strides = tuple(table.shape), getattr(table, "strides", None)
+    if strides is not None and tuple(strides) != (shape[1] * 4, 4) and shape[0] > 1:
+        raise ValueError(f"{name} must be C-contiguous (row stride {shape[1] * 4} bytes); got strides {strides}")
+
+
+def _check_values(seqlens, table, B, s_new, page_size, max_pages, num_pages, capacity) -> None:
+    """Lengths, page ids and append targets, when they are host arrays (no device sync needed)."""
+    lens = None
+    if isinstance(seqlens, np.ndarray):
+        lens = seqlens.astype(np.int64)
+        bad = np.flatnonzero((lens < 0) | (lens + s_new > capacity))
+        if bad.size:
+            b = int(bad[0])
+            room = f" (and {s_new} appended keys)" if s_new else ""
+            raise ValueError(f"cache_seqlens[{b}] = {int(seqlens[b])}: each length{room} must fit the cache's "
+                             f"capacity of {capacity} keys per sequence (and be >= 0)")
+    if not isinstance(table, np.ndarray):
+        return
+    used = np.full(B, capacity, np.int64) if lens is None else lens + s_new
+    pages_used = -(-used // page_size)  # pages each sequence reads (and writes)
+    cols = np.arange(max_pages)[None, :] < pages_used[:, None]
+    bad = np.argwhere(cols & ((table < 0) | (table >= num_pages)))
+    if bad.size:
+        b, c = (int(i) for i in bad[0])
+        raise ValueError(f"block_table[{b}, {c}] = {int(table[b, c])} is not a page of the cache "
+                         f"(0 <= page < {num_pages}); sequence {b} uses its first {int(pages_used[b])} pages")
+    if s_new and lens is not None:
+        pos = lens[:, None] + np.arange(s_new)[None, :]  # (B, s_new) positions written
+        slots = table[np.arange(B)[:, None], pos // page_size].astype(np.int64) * page_size + pos % page_size
+        uniq, counts = np.unique(slots, return_counts=True)
+        if (counts > 1).any():
+            slot = int(uniq[counts > 1][0])
+            raise ValueError(f"two sequences append to the same cache slot (page {slot // page_size}, row "
+                             f"{slot % page_size}) through block_table; appended pages must not be shared")

@@ -1,0 +1,106 @@
+"""`cudattn.merge_attention_states`: merge attentions computed over disjoint key sets.
+
+NumPy parts -> `_merge_host` (float32 math); device parts -> the `split_kv_combine` kernel, the
+same one that merges split-KV partials, so both paths share one rule (DESIGN.md §5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from . import _array, _decode, _device, _stream
+from ._decode import PartsView
+from ._merge_host import merge_host, parse_merge_inputs
+from ._params import MERGE_MAX_TABLE
+from ._problem import TensorGeom
+from ._traits import DTYPE_NAMES
+from ._validate import tensor_geom
+
+_F32 = np.dtype(np.float32)
+
+
+def merge_attention_states(outs, lses, *, layout="bshd", stream=None):
+    """Merge N partial attentions over disjoint key sets into the attention over their union.
+
+    ``outs``: N arrays (a list, or one array with a leading N axis), each ``(B, Sq, H, D)``
+    ("bshd") or ``(B, H, Sq, D)`` ("bhsd"), all float16, all bfloat16 or all float32; each is the
+    normalised attention over its keys. ``lses``: their float32 log-sum-exps ``(B, H, Sq)`` (as
+    ``attention(..., return_lse=True)`` returns them). Per row, with ``m = max_s lse_s`` and
+    ``w_s = exp(lse_s − m)``: ``out = Σ w_s out_s / Σ w_s``, ``lse = m + log Σ w_s``; a part whose
+    LSE is ``-inf`` (it saw no key) is skipped whatever its output holds, and a row whose parts
+    are all ``-inf`` gets 0 and ``-inf``. Uses: cascade / shared-prefix attention, attention
+    spread over several GPUs, a cache plus new tokens.
+
+    Returns ``(out, lse)``: out in the parts' dtype, in ``layout``; lse float32 ``(B, H, Sq)``.
+    NumPy parts give NumPy results (float32 math); device parts give DeviceArrays, computed on
+    ``stream`` by the combine kernel of the split-KV path. Device parts given as a list must share
+    their strides and be at most 16; more parts must come as one stacked array.
+    """
+    if _all_host(outs) and _all_host(lses):
+        return merge_host(outs, lses, layout)
+    first = outs if _is_array(outs) else outs[0]
+    device_id = _array.device_id_of(first, name="outs")
+    device = _device.get_device(device_id)
+    sref = _stream.as_stream(stream, device)
+    adapt = lambda x, n: _array.as_device_array(x, name=n, stream_handle=sref.handle)  # noqa: E731
+    outs_d = adapt(outs, "outs") if _is_array(outs) else [adapt(x, f"outs[{i}]") for i, x in enumerate(outs)]
+    lses_d = adapt(lses, "lses") if _is_array(lses) else [adapt(x, f"lses[{i}]") for i, x in enumerate(lses)]
+    parts_o, parts_l, B, Sq, H, D, dtype = parse_merge_inputs(outs_d, lses_d, layout)
+    n = len(parts_o)
+    for name, group in (("outs", parts_o), ("lses", parts_l)):
+        for i, a in enumerate(group):
+            if a.device_id != device_id:
+                raise ValueError(f"{name}[{i}] is on device {a.device_id}, outs[0] on {device_id}")
+    o_geoms = [tensor_geom(f"outs[{i}]", a.shape, a.strides, a.itemsize, a.ptr, layout) for i, a in enumerate(parts_o)]
+    l_strides = [_lse_strides(a, i) for i, a in enumerate(parts_l)]
+    if len(set(o_geoms)) != 1 or len(set(l_strides)) != 1:
+        raise ValueError("merge_attention_states: device parts must share their strides (all outs alike, all lses "
+                         "alike); make them contiguous or stack them")
+    o_step, l_step = _even_step(parts_o), _even_step(parts_l)
+    if o_step is not None and l_step is not None:
+        parts = PartsView(parts_o[0].ptr, parts_l[0].ptr, o_step, l_step, o_geoms[0], l_strides[0])
+    elif n <= MERGE_MAX_TABLE:
+        parts = PartsView(0, 0, 0, 0, o_geoms[0], l_strides[0], tuple(a.ptr for a in parts_o),
+                          tuple(a.ptr for a in parts_l))
+    else:
+        raise ValueError(f"merge_attention_states: more than {MERGE_MAX_TABLE} device parts must be evenly spaced "
+                         "in memory (one stacked array with a leading N axis)")
+    shape = (B, Sq, H, D) if layout == "bshd" else (B, H, Sq, D)
+    out = _array.empty_on(shape, dtype, device, sref)
+    lse = _array.empty_on((B, H, Sq), _F32, device, sref)
+    o_geom = TensorGeom(batch=Sq * H * D, seq=H * D, head=D) if layout == "bshd" else TensorGeom(H * Sq * D, D, Sq * D)
+    name = "float32" if dtype == _F32 else DTYPE_NAMES[dtype]
+    props = _device.device_properties(device_id)
+    _decode.launch_combine(parts, n, name, dtype, out.ptr, lse.ptr, o_geom, B, Sq, H, D, props, device, sref)
+    return out, lse
+
+
+def _is_array(x) -> bool:
+    return isinstance(x, np.ndarray) or (not isinstance(x, Sequence) and _array.is_device_array_like(x))
+
+
+def _all_host(x) -> bool:
+    if isinstance(x, np.ndarray):
+        return True
+    return isinstance(x, Sequence) and len(x) > 0 and all(isinstance(p, np.ndarray) for p in x)
+
+
+def _lse_strides(a, i: int) -> tuple[int, int, int]:
+    st = tuple(a.strides)
+    if any(s % 4 or s < 0 for s in st):
+        raise ValueError(f"merge_attention_states: lses[{i}] strides {st} must be non-negative multiples of 4 bytes")
+    return st[0] // 4, st[1] // 4, st[2] // 4
+
+
+def _even_step(parts) -> int | None:
+    """Elements between consecutive parts when they are evenly spaced (a stacked array), else None."""
+    if len(parts) == 1:
+        return 0
+    step = parts[1].ptr - parts[0].ptr
+    if step <= 0 or step % parts[0].itemsize:
+        return None
+    if any(parts[i + 1].ptr - parts[i].ptr != step for i in range(len(parts) - 1)):
+        return None
+    return step // parts[0].itemsize
