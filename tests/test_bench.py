@@ -25,7 +25,8 @@ def test_grids_cover_dtypes_and_causal():
     pre = [c for c in allc if c.kind == "prefill"]
     dec = [c for c in allc if c.kind == "decode"]
     assert {c.dtype for c in pre} == {"float16", "bfloat16"} and {c.causal for c in pre} == {False, True}
-    assert len(dec) == 4 and all(c.Sq == 1 and not c.causal and c.dtype == "float16" for c in dec)
+    assert len(dec) == 12 and all(c.Sq == 1 and not c.causal and c.dtype == "float16" for c in dec)
+    assert sorted({c.page_size for c in dec}) == [0, 16, 256]  # contiguous, and paged at two page sizes
     assert {c.dtype for c in grids.named_grid("prefill", ["bfloat16"], (True,))} == {"bfloat16"}
     with pytest.raises(ValueError, match="unknown grid"):
         grids.named_grid("huge")

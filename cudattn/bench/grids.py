@@ -21,6 +21,7 @@ class Case:
     Sk: int
     D: int
     causal: bool
+    page_size: int = 0  # decode: a paged KV cache of this page size (shuffled pages); 0: contiguous k/v
 
     @property
     def kind(self) -> str:
@@ -54,7 +55,7 @@ class Case:
     def label(self) -> str:
         heads = f"{self.Hq}" if self.Hq == self.Hkv else f"{self.Hq}/{self.Hkv}"
         seq = f"{self.Sq}" if self.Sq == self.Sk else f"{self.Sq}/{self.Sk}"
-        return f"{self.B}x{heads}x{seq}x{self.D}"
+        return f"{self.B}x{heads}x{seq}x{self.D}" + (f" paged{self.page_size}" if self.page_size else "")
 
     def as_dict(self) -> dict:
         return {**asdict(self), "kind": self.kind, "flops": self.flops, "bytes": self.bytes}
@@ -83,8 +84,13 @@ def _prefill(dtypes, causals) -> list[Case]:
     return [Case(dt, b, h, h, s, s, d, c) for dt in dtypes for (b, h, s, d) in prefill_shapes() for c in causals]
 
 
+# Page sizes of the paged decode rows: vLLM's default (16) and FlashAttention's (256).
+DECODE_PAGE_SIZES = (16, 256)
+
+
 def _decode(dtypes) -> list[Case]:
-    return [Case(dt, b, hq, hkv, 1, s, 128, False) for dt in dtypes for (b, hq, hkv, s) in _PEER_DECODE]
+    return [Case(dt, b, hq, hkv, 1, s, 128, False, ps) for dt in dtypes for ps in (0, *DECODE_PAGE_SIZES)
+            for (b, hq, hkv, s) in _PEER_DECODE]
 
 
 def named_grid(name: str, dtypes=None, causals=None) -> list[Case]:

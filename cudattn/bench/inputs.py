@@ -44,3 +44,19 @@ def device_sets(host: tuple, n: int, stream_handle: int) -> list[tuple]:
     """``n`` device copies of the host set (the first uploaded, the rest copied on the device)."""
     first = tuple(_array.to_device(x, stream=stream_handle) for x in host)
     return [first] + [tuple(duplicate(a, stream_handle) for a in first) for _ in range(n - 1)]
+
+
+def paged_host(k: np.ndarray, v: np.ndarray, page_size: int, rng: np.random.Generator):
+    """k, v ``(B, S, H, D)`` scattered into shuffled pages ``(B * S / page_size, page_size, H, D)``,
+    with the int32 block table ``(B, S / page_size)`` that reads them back in order."""
+    B, S, H, D = k.shape
+    per = -(-S // page_size)
+    table = rng.permutation(B * per).astype(np.int32).reshape(B, per)
+    kp = np.empty((B * per, page_size, H, D), k.dtype)
+    vp = np.empty_like(kp)
+    pad = per * page_size - S
+    kk = np.concatenate([k, np.zeros((B, pad, H, D), k.dtype)], 1) if pad else k
+    vv = np.concatenate([v, np.zeros((B, pad, H, D), v.dtype)], 1) if pad else v
+    kp[table.reshape(-1)] = kk.reshape(B * per, page_size, H, D)
+    vp[table.reshape(-1)] = vv.reshape(B * per, page_size, H, D)
+    return kp, vp, table

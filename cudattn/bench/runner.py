@@ -6,7 +6,7 @@ import gc
 
 import numpy as np
 
-from .. import _array, _device, attention, to_host
+from .. import _array, _device, attention, attention_with_kvcache, to_host
 from . import check, inputs, timing
 from .grids import Case
 from .peers import BACKENDS
@@ -50,14 +50,20 @@ def run_case(case: Case, s: Session) -> dict:
     host = inputs.host_inputs(case, s.rng)
     sets = inputs.device_sets(host, inputs.set_count(case, s.props.l2_cache_size), h)
 
-    # Correct first: one call into a NaN-poisoned output, checked on a subsample.
-    out = _array.empty(host[0].shape, host[0].dtype, device=s.device_id, stream=h).fill_nan(stream=h)
-    attention(*sets[0], causal=case.causal, out=out, stream=h)
-    row["check"] = check.check_output(case, *host, to_host(out, stream=h), s.rng)
-    del out
+    ours_sets, call = sets, lambda st: attention(*st, causal=case.causal, stream=h)
+    if case.page_size:  # cudattn reads a paged copy of the same K/V; the peers read the contiguous one
+        kp, vp, table = inputs.paged_host(host[1], host[2], case.page_size, s.rng)
+        ours_sets = inputs.device_sets((host[0], kp, vp, table), len(sets), h)
+        del kp, vp
+        call = lambda st: attention_with_kvcache(st[0], st[1], st[2], block_table=st[3],  # noqa: E731
+                                                 causal=case.causal, stream=h)
+
+    # Correct first: one call's output, checked on a subsample (contiguous k/v: into a NaN-poisoned out).
+    row["check"] = check.check_output(case, *host, to_host(_poison_and_call(call, ours_sets[0], case, h), stream=h),
+                                      s.rng)
 
     n = len(sets)
-    t = s.time(lambda i: attention(*sets[i % n], causal=case.causal, stream=h))
+    t = s.time(lambda i: call(ours_sets[i % n]))
     ours = {**t.as_dict(), **throughput(case, t.median_ms)}
     ours["pct_of_ceiling"] = _percent_of_ceiling(case, ours, s.ceilings)
     row["impls"]["cudattn"] = ours
@@ -81,6 +87,15 @@ def run_case(case: Case, s: Session) -> dict:
             row["ratio"][name] = res["median_ms"] / t.median_ms  # >1: cudattn is faster
         del tsets
         s.peers.torch.cuda.empty_cache()  # give the peers' copies back before the next case
-    del sets
+    del sets, ours_sets
     gc.collect()
     return row
+
+
+def _poison_and_call(call, st, case: Case, h):
+    """One call's output; with contiguous k/v into a NaN-poisoned `out`."""
+    if case.page_size:
+        return call(st)
+    out = _array.empty(st[0].shape, st[0].dtype, device=st[0].device_id, stream=h).fill_nan(stream=h)
+    attention(*st, causal=case.causal, out=out, stream=h)
+    return out
