@@ -28,6 +28,7 @@ struct FwdDecode {
     static constexpr int RED_STRIDE = D + 4;  // padded fp32 rows of the warp-merge buffer (no bank conflicts)
     static_assert(WN % 16 == 0 && D % 16 == 0 && STAGES >= 2, "tile sizes");
     static_assert(NT % C == 0 && BN % ROW_STEP == 0, "K/V copies must cover whole rows");
+    static_assert(16 % ROW_STEP == 0 || ROW_STEP % 16 == 0, "a thread's rows must split evenly into 16-key groups");
     static constexpr int SMEM_BYTES = (BM + 2 * STAGES * BN) * D * (int)sizeof(T);
     // The warp merge reuses all of shared memory once the main loop is done with it.
     static constexpr int RED_BYTES = (2 * NW * BM + NW * BM * RED_STRIDE) * 4;
@@ -75,19 +76,34 @@ struct FwdDecode {
         const T* v_head = static_cast<const T*>(p.v) + hkv * p.v_stride_h;
         const int row0 = tid / C, chunk = tid % C;
         const bool chunk_ok = chunk < chunks_valid;
-        // Tile `tile` of the sequence into ring slot `slot`; keys past n_end are zero-filled.
+        // Tile `tile` of the sequence into ring slot `slot`; keys past n_end are zero-filled. Pages
+        // hold whole 16-key groups (page_size % 16 == 0, tiles start at multiples of 16), so each
+        // group's page is looked up once, for K and V together, and its rows are reached by
+        // stride: a thread's rows row0 + i * ROW_STEP (row0 < ROW_STEP) share a group for
+        // consecutive i when ROW_STEP < 16, and the group changes at compile-time-known i.
         auto load_kv = [&](int tile, int slot) {
             const int n0 = tile * BN;
+            long long k_group = 0, v_group = 0;
 #pragma unroll
             for (int i = 0; i < KV_PER_THREAD; ++i) {
                 const int r = row0 + i * ROW_STEP;
                 const int j = n0 + r;
                 const bool ok = chunk_ok && j < n_end;
+                constexpr int G = 16;
+                if ((i * ROW_STEP) % G == 0 || ROW_STEP > G) {
+                    const int jg = n0 + (r & ~(G - 1));  // first key of this row's 16-key group
+                    if (jg < n_end) {
+                        const int2 loc = kv_locate(p.kv, b, jg);
+                        k_group = kv_offset(loc, p.k_stride_page, p.k_stride_s);
+                        v_group = kv_offset(loc, p.v_stride_page, p.v_stride_s);
+                    }
+                }
+                const int in_group = r & (G - 1);
                 const T* ks = k_head;
                 const T* vs = v_head;
                 if (ok) {
-                    ks += kv_row_offset(p.kv, b, j, p.k_stride_page, p.k_stride_s) + chunk * 8;
-                    vs += kv_row_offset(p.kv, b, j, p.v_stride_page, p.v_stride_s) + chunk * 8;
+                    ks += k_group + in_group * p.k_stride_s + chunk * 8;
+                    vs += v_group + in_group * p.v_stride_s + chunk * 8;
                 }
                 const int off = slot * BN * D + tile_offset<D>(r, chunk);
                 cp_async_16(smem_addr(sK + off), ks, ok);

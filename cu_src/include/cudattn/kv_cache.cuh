@@ -11,14 +11,23 @@ __device__ __forceinline__ int kv_seqlen(const KvCacheGeom& kv, int b) {
     return min(max(kv.seqlens[b] + kv.seqlen_add, 0), kv.capacity);
 }
 
-// Element offset of key j of sequence b (head and column excluded). Page ids read from the table
-// are clamped into the cache, for the same reason.
-__device__ __forceinline__ long long kv_row_offset(const KvCacheGeom& kv, int b, int j, long long stride_page,
-                                                   long long stride_s) {
-    if (kv.block_table == nullptr) return (long long)b * stride_page + (long long)j * stride_s;
+// Where key j of sequence b lives: (page, row in page). A contiguous cache is one page per
+// sequence. Page ids read from the table are clamped into the cache, for the same reason.
+__device__ __forceinline__ int2 kv_locate(const KvCacheGeom& kv, int b, int j) {
+    if (kv.block_table == nullptr) return make_int2(b, j);
     int page = kv.block_table[(long long)b * kv.max_pages + j / kv.page_size];
     page = min(max(page, 0), kv.num_pages - 1);
-    return (long long)page * stride_page + (long long)(j % kv.page_size) * stride_s;
+    return make_int2(page, j % kv.page_size);
+}
+
+__device__ __forceinline__ long long kv_offset(int2 loc, long long stride_page, long long stride_s) {
+    return (long long)loc.x * stride_page + (long long)loc.y * stride_s;
+}
+
+// Element offset of key j of sequence b (head and column excluded).
+__device__ __forceinline__ long long kv_row_offset(const KvCacheGeom& kv, int b, int j, long long stride_page,
+                                                   long long stride_s) {
+    return kv_offset(kv_locate(kv, b, j), stride_page, stride_s);
 }
 
 }  // namespace cudattn
