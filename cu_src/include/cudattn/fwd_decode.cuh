@@ -29,8 +29,6 @@ struct FwdDecode {
     static_assert(WN % 16 == 0 && D % 16 == 0 && STAGES >= 2, "tile sizes");
     static_assert(NT % C == 0 && BN % ROW_STEP == 0, "K/V copies must cover whole rows");
     static_assert(16 % ROW_STEP == 0 || ROW_STEP % 16 == 0, "a thread's rows must split evenly into 16-key groups");
-    static constexpr int IPG = ROW_STEP < 16 ? 16 / ROW_STEP : 1;  // a thread's rows per 16-key group
-    static constexpr int NGT = KV_PER_THREAD / IPG;                // 16-key groups a thread copies per tile
     static constexpr int SMEM_BYTES = (BM + 2 * STAGES * BN) * D * (int)sizeof(T);
     // The warp merge reuses all of shared memory once the main loop is done with it.
     static constexpr int RED_BYTES = (2 * NW * BM + NW * BM * RED_STRIDE) * 4;
@@ -78,32 +76,34 @@ struct FwdDecode {
         const T* v_head = static_cast<const T*>(p.v) + hkv * p.v_stride_h;
         const int row0 = tid / C, chunk = tid % C;
         const bool chunk_ok = chunk < chunks_valid;
-        // Pages hold whole 16-key groups (page_size % 16 == 0, tiles start at multiples of 16), so
-        // each group's page is looked up once, for K and V together, and its rows are reached by
-        // stride. A thread's rows row0 + i * ROW_STEP (row0 < ROW_STEP) fall into group i / IPG.
-        // The lookups (block_table reads) for a tile are issued one tile ahead of its copies, so
-        // their latency hides behind a tile of compute instead of stalling the copies.
-        int2 loc[NGT];
-        auto locate = [&](int tile) {
-#pragma unroll
-            for (int g = 0; g < NGT; ++g) {
-                const int jg = tile * BN + ((row0 + g * IPG * ROW_STEP) & ~15);
-                loc[g] = jg < n_end ? kv_locate(p.kv, b, jg) : make_int2(0, 0);
-            }
-        };
-        // Tile `tile` into ring slot `slot`, from the groups in loc; keys past n_end are zero-filled.
+        // Tile `tile` of the sequence into ring slot `slot`; keys past n_end are zero-filled. Pages
+        // hold whole 16-key groups (page_size % 16 == 0, tiles start at multiples of 16), so each
+        // group's page is looked up once, for K and V together, and its rows are reached by
+        // stride: a thread's rows row0 + i * ROW_STEP (row0 < ROW_STEP) share a group for
+        // consecutive i when ROW_STEP < 16, and the group changes at compile-time-known i.
         auto load_kv = [&](int tile, int slot) {
             const int n0 = tile * BN;
+            long long k_group = 0, v_group = 0;
 #pragma unroll
             for (int i = 0; i < KV_PER_THREAD; ++i) {
                 const int r = row0 + i * ROW_STEP;
-                const bool ok = chunk_ok && n0 + r < n_end;
+                const int j = n0 + r;
+                const bool ok = chunk_ok && j < n_end;
+                constexpr int G = 16;
+                if ((i * ROW_STEP) % G == 0 || ROW_STEP > G) {
+                    const int jg = n0 + (r & ~(G - 1));  // first key of this row's 16-key group
+                    if (jg < n_end) {
+                        const int2 loc = kv_locate(p.kv, b, jg);
+                        k_group = kv_offset(loc, p.k_stride_page, p.k_stride_s);
+                        v_group = kv_offset(loc, p.v_stride_page, p.v_stride_s);
+                    }
+                }
+                const int in_group = r & (G - 1);
                 const T* ks = k_head;
                 const T* vs = v_head;
                 if (ok) {
-                    const int in_group = r & 15;
-                    ks += kv_offset(loc[i / IPG], p.k_stride_page, p.k_stride_s) + in_group * p.k_stride_s + chunk * 8;
-                    vs += kv_offset(loc[i / IPG], p.v_stride_page, p.v_stride_s) + in_group * p.v_stride_s + chunk * 8;
+                    ks += k_group + in_group * p.k_stride_s + chunk * 8;
+                    vs += v_group + in_group * p.v_stride_s + chunk * 8;
                 }
                 const int off = slot * BN * D + tile_offset<D>(r, chunk);
                 cp_async_16(smem_addr(sK + off), ks, ok);
@@ -111,13 +111,9 @@ struct FwdDecode {
             }
         };
 
-        locate(t_begin);
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
-            if (s < n_tiles) {
-                load_kv(t_begin + s, s);
-                locate(t_begin + s + 1);
-            }
+            if (s < n_tiles) load_kv(t_begin + s, s);
             cp_async_commit();
         }
 
@@ -155,10 +151,7 @@ struct FwdDecode {
         for (int it = 0; it < n_tiles; ++it) {
             cp_async_wait<STAGES - 2>();
             __syncthreads();
-            if (it + STAGES - 1 < n_tiles) {
-                load_kv(t_begin + it + STAGES - 1, (it + STAGES - 1) % STAGES);
-                locate(t_begin + it + STAGES);
-            }
+            if (it + STAGES - 1 < n_tiles) load_kv(t_begin + it + STAGES - 1, (it + STAGES - 1) % STAGES);
             cp_async_commit();
 
             const int slot = it % STAGES;
