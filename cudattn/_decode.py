@@ -39,27 +39,28 @@ EFFICIENCY_TOLERANCE = 0.95
 MIN_TILES_PER_SPLIT = 4
 
 
-def choose_num_splits(blocks: int, key_tiles: int, sm_count: int) -> int:
-    """The heuristic behind ``num_splits=None`` (FlashAttention's wave model, with one block per SM).
+def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm: int = 1) -> int:
+    """The heuristic behind ``num_splits=None`` (FlashAttention's wave model).
 
     ``blocks``: blocks without splitting (row blocks x kv heads x batch); ``key_tiles``: key tiles
     of the longest sequence. One split when the grid already gives most SMs a block
     (``blocks >= FULL_GRID_FRACTION * sm_count``) or there are under 2 * MIN_TILES_PER_SPLIT
     tiles to cut. Otherwise, for each s up to min(MAX_SPLITS, key_tiles / MIN_TILES_PER_SPLIT),
-    the wave efficiency ``waves / ceil(waves)`` with ``waves = blocks * s / sm_count``; the
-    smallest s within EFFICIENCY_TOLERANCE of the best wins.
+    the wave efficiency ``waves / ceil(waves)`` with ``waves = blocks * s / (sm_count *
+    blocks_per_sm)``; the smallest s within EFFICIENCY_TOLERANCE of the best wins.
 
-    Waves count one block per SM although two fit (head dim <= 128): measured on an H100 with
-    one 131072-key sequence (8 kv heads), 16 splits (128 blocks) gave 2.67 TB/s, 33 splits (two
-    per SM) 2.54 and 66 splits 2.26; one block keeps 2 ring stages (64 KiB) in flight, which
-    saturates HBM, and fewer concurrent streams cost less in DRAM row switches and set-up.
+    A contiguous cache counts one block per SM although two fit (head dim <= 128): measured on an
+    H100 with one 131072-key sequence (8 kv heads), 16 splits (128 blocks) gave 2.77 TB/s, 33
+    (two per SM) 2.62 and 66 2.26; one block keeps 2 ring stages (64 KiB) in flight, which
+    saturates HBM. A paged cache counts two: its copies wait on block-table reads, which one
+    block's 4 warps cannot hide (same sequence, paged: 16 splits 2.06 TB/s, 29 splits 2.60).
     """
     if blocks >= FULL_GRID_FRACTION * sm_count or key_tiles < 2 * MIN_TILES_PER_SPLIT:
         return 1
     top = min(MAX_SPLITS, key_tiles // MIN_TILES_PER_SPLIT)
     eff = {}
     for s in range(1, top + 1):
-        waves = blocks * s / sm_count
+        waves = blocks * s / (sm_count * blocks_per_sm)
         eff[s] = waves / math.ceil(waves)
     best = max(eff.values())
     return min(s for s, e in eff.items() if e >= EFFICIENCY_TOLERANCE * best)
@@ -85,7 +86,7 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
     kv = problem.kv_cache
     capacity = problem.seqlen_k
     key = (problem.dtype, problem.head_dim, problem.seqlen_q, problem.heads_q, problem.heads_kv, problem.batch,
-           capacity, problem.num_splits, props.device_id, props.max_shared_memory_per_block_optin)
+           capacity, problem.num_splits, kv is not None and kv.paged, props.device_id, props.max_shared_memory_per_block_optin)
     hit = _plans.get(key)
     if hit is not None:
         return hit
@@ -97,7 +98,8 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
     key_tiles = max(1, -(-capacity // t.block_n))
     blocks = num_m * problem.heads_kv * problem.batch
     if problem.num_splits is None:
-        splits = choose_num_splits(blocks, key_tiles, props.sm_count)
+        paged = kv is not None and kv.paged
+        splits = choose_num_splits(blocks, key_tiles, props.sm_count, 2 if paged else 1)
     else:
         splits = problem.num_splits
     tiles_per_split = -(-key_tiles // splits)
