@@ -113,7 +113,8 @@ def markdown(report: dict, command: str, plot_name: str | None = None) -> str:
         if not rows:
             continue
         key, unit = _unit(kind)
-        head = ["dtype", "B", "Hq", "Hkv", "Sq", "Sk", "D", "causal", "cudattn ms", f"cudattn {unit}", "% ceiling"]
+        head = ["dtype", "B", "Hq", "Hkv", "Sq", "Sk", "D", "causal"] + (["KV cache"] if kind == "decode" else []) + \
+            ["cudattn ms", f"cudattn {unit}", "% ceiling"]
         if peers:
             for b in BACKENDS:
                 head += [f"{PEER_TITLE[b]} {unit}", f"vs {PEER_TITLE[b]}"]
@@ -121,8 +122,10 @@ def markdown(report: dict, command: str, plot_name: str | None = None) -> str:
         md += [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in rows:
             c, o = r["case"], r["impls"]["cudattn"]
-            cells = [c["dtype"], c["B"], c["Hq"], c["Hkv"], c["Sq"], c["Sk"], c["D"], int(c["causal"]),
-                     f"{o['median_ms']:.3f}", _f(o[key], ".2f" if kind == "decode" else ".1f"),
+            cells = [c["dtype"], c["B"], c["Hq"], c["Hkv"], c["Sq"], c["Sk"], c["D"], int(c["causal"])]
+            if kind == "decode":  # cudattn reads the paged copy; the peers the contiguous one
+                cells.append(f"paged, {c['page_size']}-key pages" if c.get("page_size") else "contiguous")
+            cells += [f"{o['median_ms']:.3f}", _f(o[key], ".2f" if kind == "decode" else ".1f"),
                      _f(o.get("pct_of_ceiling"), ".0f")]
             if peers:
                 for b in BACKENDS:
