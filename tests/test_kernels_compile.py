@@ -152,3 +152,59 @@ def test_sm90_params_struct_matches_header():
     for i, name in enumerate(("tma_q", "tma_k", "tma_v")):
         assert getattr(FwdSm90Params, name).offset == 128 * i
     assert FwdSm90Params.p.offset == 384 and ctypes.sizeof(FwdSm90Params) == 576
+
+
+def _decode_kernels():
+    from cudattn import _decode_traits
+
+    return [pytest.param(arch, k, id=f"{arch}-{k.describe().replace(' ', '-')}")
+            for arch in ARCHS for k in _decode_traits.all_decode_kernels(arch)]
+
+
+@pytest.mark.parametrize("arch,kernel", _decode_kernels())
+def test_decode_kernels_compile_without_spills(cache, arch, kernel, tmp_path):
+    """The split-KV kernel, the combine and the append: no spills, no stack, within shared memory,
+    and registers that let the decode kernel's blocks fit the register file."""
+    res = _kernels.compile_variant(kernel, arch, cache=cache)
+    assert kernel.smem_bytes <= _traits.ARCH_SMEM_LIMIT[arch]
+    rep = res.ptxas.get(kernel.kernel_name)
+    if rep is None:
+        registers, local = _resource_usage(res.cubin, kernel.kernel_name, tmp_path)
+        assert local == 0
+    else:
+        assert rep.spill_stores == 0 and rep.spill_loads == 0 and rep.stack_bytes == 0, rep
+        registers = rep.registers
+    assert registers * kernel.threads <= 65536
+    if kernel.family == "decode":
+        sass = _sass_of(res.cubin, tmp_path)
+        if sass is not None:
+            assert "HMMA" in sass and "LDGSTS" in sass and "LDL" not in sass and "STL" not in sass
+
+
+def _sass_of(cubin: bytes, tmp_path) -> str | None:
+    tool = _tool("cuobjdump")
+    if tool is None:
+        return None
+    path = tmp_path / "d.cubin"
+    path.write_bytes(cubin)
+    return subprocess.run([tool, "-sass", str(path)], check=True, capture_output=True, text=True).stdout
+
+
+def test_decode_params_structs_match_header():
+    """Field names of the ctypes mirrors equal the header's, in order."""
+    from cudattn import _params
+
+    _, headers = _kernels.sources()
+    text = re.sub(r"//[^\n]*", "", headers["cudattn/params_decode.cuh"])
+    for cname, cls in (("KvCacheGeom", _params.KvCacheGeom), ("DecodeParams", _params.DecodeParams),
+                       ("CombineParams", _params.CombineParams), ("AppendParams", _params.AppendParams)):
+        body = text.split(f"struct {cname} {{", 1)[1].split("};", 1)[0]
+        names = []
+        for decl in body.split(";"):
+            decl = decl.strip()
+            if not decl:
+                continue
+            first, *more = decl.split(",")
+            names += [first.split()[-1].lstrip("*").split("[")[0]] + [m.strip() for m in more]
+        assert names == [f[0] for f in cls._fields_], cname
+    assert ctypes.sizeof(_params.KvCacheGeom) == 40
