@@ -17,7 +17,7 @@ import numpy as np
 from . import _array, _decode_traits, _kernels, _launch
 from ._decode_traits import MAX_SPLITS, DecodeVariant
 from ._params import CombineParams, DecodeParams, KvCacheGeom
-from ._problem import KvCache, Problem, TensorGeom
+from ._problem import Problem, TensorGeom
 
 _F32 = np.dtype(np.float32)
 _LOG2E = 1.4426950408889634

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from . import _array, _decode, _decode_traits, _device, _kernels, _launch, _stream
+from . import _array, _decode_traits, _device, _kernels, _launch, _stream
 from ._dtypes import FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error
 from ._params import AppendParams, KvCacheGeom
 from ._problem import KvCache, Problem, TensorGeom
