@@ -32,6 +32,9 @@ class FwdParams(ctypes.Structure):
         ("num_m_blocks", _c_i32),
         ("write_lse", _c_i32),
         ("pad_", _c_i32),
+        ("q_descale", _c_ptr), ("k_descale", _c_ptr), ("v_descale", _c_ptr),
+        ("out_scale", ctypes.c_float),
+        ("pad2_", _c_i32),
     ]
 
 

@@ -34,6 +34,9 @@ TILE_DIMS = (32, 64, 128, 192, 256)
 SUPPORTED_HEAD_DIMS = tuple(range(8, 257, 8))
 
 DTYPE_NAMES = {np.dtype(np.float16): "float16", np.dtype(ml_dtypes.bfloat16): "bfloat16"}
+FP8 = "float8_e4m3fn"
+#: FP8 output dtypes and their CUDATTN_OUT codes (fp8.cuh).
+FP8_OUT_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
 
 # Largest dynamic shared memory a block may opt into, per compile target (bytes). Used to choose
 # tiles when compiling ahead of time for an arch with no device present.
@@ -85,13 +88,38 @@ _SM90_TILES = {
 }
 
 
+# FP8 (e4m3): head-dim tiles are 32-byte k-steps of whole 128-byte (sm90) or 64-byte (sm80)
+# swizzle rows; V is read transposed (Vt, keys contiguous), so the key tile is a multiple of 64.
+FP8_SM90_TILE_DIMS = (128, 256)
+FP8_TILE_DIMS = (64, 128, 256)
+_FP8_SM90_TILES = {
+    (128, False): Tiles(128, 128, 12, 2, 1, True, 2),
+    (128, True): Tiles(128, 128, 12, 2, 1, True, 2),
+    (256, False): Tiles(128, 128, 12, 2, 1, True, 1),
+    (256, True): Tiles(128, 128, 12, 2, 1, True, 1),
+}
+_FP8_CANDIDATES = {  # the portable kernel (sm_89, or any family forced to sm80)
+    (64, False): (Tiles(128, 64, 4, 2, 1),),
+    (64, True): (Tiles(128, 64, 4, 2, 1),),
+    (128, False): (Tiles(128, 64, 4, 2, 1),),
+    (128, True): (Tiles(128, 64, 4, 2, 1),),
+    (256, False): (Tiles(128, 64, 8, 2, 1), Tiles(64, 64, 4, 2, 1)),
+    (256, True): (Tiles(128, 64, 8, 2, 1), Tiles(64, 64, 4, 2, 1)),
+}
+
+
 @dataclass(frozen=True)
 class Variant:
-    dtype: str  # "float16" | "bfloat16"
+    dtype: str  # "float16" | "bfloat16" | "float8_e4m3fn"
     tile_dim: int
     causal: bool
     tiles: Tiles
     family: str = "sm80"
+    out_dtype: str = ""  # FP8: "bfloat16" | "float16" | "float32"; 16-bit: "" (the input dtype)
+
+    @property
+    def elem_bytes(self) -> int:
+        return 1 if self.dtype == FP8 else 2
 
     @property
     def source(self) -> str:
@@ -108,10 +136,11 @@ class Variant:
     @property
     def smem_bytes(self) -> int:
         t = self.tiles
+        eb = self.elem_bytes
         if self.family != "sm90":
-            return (t.block_m + 2 * t.stages * t.block_n) * self.tile_dim * 2
+            return (t.block_m + 2 * t.stages * t.block_n) * self.tile_dim * eb
         # The 128-byte swizzle wants 1 KiB-aligned tiles; the kernel aligns the base itself.
-        return (t.q_stages * t.block_m + 2 * t.stages * t.block_n) * self.tile_dim * 2 + 1024
+        return (t.q_stages * t.block_m + 2 * t.stages * t.block_n) * self.tile_dim * eb + 1024
 
     def defines(self) -> dict[str, int]:
         t = self.tiles
@@ -122,6 +151,8 @@ class Variant:
             "CUDATTN_STAGES": t.stages,
             "CUDATTN_CAUSAL": int(self.causal),
         }
+        if self.dtype == FP8:
+            common.update(CUDATTN_DTYPE_FP8=1, CUDATTN_OUT=FP8_OUT_CODES[self.out_dtype])
         if self.family == "sm90":  # BLOCK_M and the warps are fixed by the kernel's roles
             return {**common, "CUDATTN_PINGPONG": int(t.pingpong), "CUDATTN_Q_STAGES": t.q_stages}
         return {**common, "CUDATTN_BLOCK_M": t.block_m, "CUDATTN_WARPS": t.warps, "CUDATTN_MIN_BLOCKS": t.min_blocks}
@@ -129,7 +160,8 @@ class Variant:
     def describe(self) -> str:
         t = self.tiles
         extra = (f" q{t.q_stages}" if self.family == "sm90" else "") + (" pingpong" if t.pingpong else "")
-        return (f"{self.family} {self.dtype} d{self.tile_dim} {'causal' if self.causal else 'full'} "
+        out = f"->{self.out_dtype}" if self.out_dtype else ""
+        return (f"{self.family} {self.dtype}{out} d{self.tile_dim} {'causal' if self.causal else 'full'} "
                 f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages}{extra}")
 
 
@@ -147,8 +179,19 @@ def family_for(arch: str) -> str:
     return "sm90"
 
 
-def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, family: str = "sm80") -> Variant:
-    name = dtype if isinstance(dtype, str) else DTYPE_NAMES[np.dtype(dtype)]
+def _dtype_name(dtype) -> str:
+    if isinstance(dtype, str):
+        return dtype
+    dt = np.dtype(dtype)
+    return FP8 if dt == np.dtype(ml_dtypes.float8_e4m3fn) else DTYPE_NAMES[dt]
+
+
+def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, family: str = "sm80",
+           out_dtype: np.dtype | str | None = None) -> Variant:
+    """The variant for a problem; ``out_dtype`` matters only for FP8 (default bfloat16)."""
+    name = _dtype_name(dtype)
+    if name == FP8:
+        return _select_fp8(head_dim, causal, smem_limit, family, out_dtype)
     if family == "sm90":
         d = tile_dim_for(head_dim, SM90_TILE_DIMS)
         v = Variant(name, d, bool(causal), _SM90_TILES[(d, bool(causal))], "sm90")
@@ -162,6 +205,40 @@ def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, 
         if v.smem_bytes <= smem_limit:
             return v
     raise ValueError(f"no tile configuration for head_dim {head_dim} fits in {smem_limit} bytes of shared memory")
+
+
+def _select_fp8(head_dim: int, causal: bool, smem_limit: int, family: str, out_dtype) -> Variant:
+    out = "bfloat16" if out_dtype is None else out_dtype if isinstance(out_dtype, str) else np.dtype(out_dtype).name
+    if out not in FP8_OUT_CODES:
+        raise ValueError(f"FP8 kernels write float32, float16 or bfloat16; got {out}")
+    if family == "sm90":
+        d = tile_dim_for(head_dim, FP8_SM90_TILE_DIMS)
+        v = Variant(FP8, d, bool(causal), _FP8_SM90_TILES[(d, bool(causal))], "sm90", out)
+        if v.smem_bytes > smem_limit:
+            raise ValueError(f"the Hopper FP8 kernel for head_dim {head_dim} needs {v.smem_bytes} bytes of shared "
+                             f"memory; the device allows {smem_limit}")
+        return v
+    d = tile_dim_for(head_dim, FP8_TILE_DIMS)
+    for tiles in _FP8_CANDIDATES[(d, bool(causal))]:
+        v = Variant(FP8, d, bool(causal), tiles, "sm80", out)
+        if v.smem_bytes <= smem_limit:
+            return v
+    raise ValueError(f"no FP8 tile configuration for head_dim {head_dim} fits in {smem_limit} bytes of shared memory")
+
+
+#: Compile targets with e4m3 tensor-core instructions (mma.sync m16n8k32 e4m3 from sm_89; wgmma on sm_90a).
+FP8_ARCHS = ("sm_89", "sm_90a", "sm_90")
+
+
+def all_fp8_variants(arch: str) -> list[Variant]:
+    """Every FP8 variant `select` can return on a device of this compile target (none before sm_89)."""
+    if arch not in FP8_ARCHS:
+        return []
+    limit = ARCH_SMEM_LIMIT[arch]
+    fams = ("sm80", "sm90") if arch in HOPPER_ARCHS else ("sm80",)
+    dims = {"sm80": FP8_TILE_DIMS, "sm90": FP8_SM90_TILE_DIMS}
+    return [select(FP8, d, causal, limit, fam, out) for fam in fams for d in dims[fam] for causal in (False, True)
+            for out in FP8_OUT_CODES]
 
 
 def all_variants(arch: str) -> list[Variant]:

@@ -23,4 +23,14 @@ struct FwdParams {
     int num_m_blocks;
     int write_lse;
     int pad_;
+
+    // FP8 only (ignored by the 16-bit kernels). v then points at Vt (batch, heads_kv, head_dim,
+    // seqlen_k rounded up to 128), keys contiguous and permuted per 32 (fp8.cuh); v_stride_s is
+    // the stride between its head-dim rows. Descale arrays: (batch, heads_kv) float32,
+    // C-contiguous, or null (scalars are folded into scale_log2 and out_scale on the host).
+    const float* q_descale;
+    const float* k_descale;
+    const float* v_descale;
+    float out_scale;  // multiplies O with 1/rowsum: the scalar v_descale, else 1
+    int pad2_;
 };
