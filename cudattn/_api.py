@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _array, _decode, _device, _kernels, _launch, _plan, _stream
+from . import _array, _decode, _device, _fp8, _kernels, _launch, _plan, _stream
 from ._validate import validate
 
 _F32 = np.dtype(np.float32)
@@ -37,8 +37,15 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", return_lse=Fa
     GPU); an int from 1 to 128 forces it, and sends any shape through the split-KV kernel.
     Results are deterministic: the same inputs give bit-identical outputs run after run.
 
-    FP8 inputs, the descales and a different ``out_dtype`` arrive in later releases and raise
-    NotImplementedError until then.
+    FP8: q, k, v typed ``ml_dtypes.float8_e4m3fn`` (NVIDIA's e4m3, +-448, no inf) run on the tensor
+    cores' e4m3 instructions (sm_89+), fp32 accumulation. ``q_descale``, ``k_descale``, ``v_descale``
+    (FlashAttention-3's names): None (1.0), a float, or float32 arrays of shape ``(B, Hkv)`` (query
+    head h uses entry h // (Hq // Hkv)); NumPy arrays for NumPy calls, device arrays for device
+    calls. The result is attention on the dequantised inputs ``x * descale``; make them with
+    ``cudattn.quantize_fp8``. The output is bfloat16 unless ``out_dtype`` says float16 or float32
+    (16-bit inputs: the output has the input dtype). P is rounded to e4m3 for the P V product,
+    so FP8 results are less accurate than 16-bit ones (README: "FP8 accuracy"). FP8 takes no
+    ``num_splits`` and no KV cache yet.
     """
     if isinstance(q, np.ndarray) and isinstance(k, np.ndarray) and isinstance(v, np.ndarray):
         from ._host import attention_host
@@ -86,8 +93,13 @@ def run_device(problem, qa, ka, va, oa, device, device_id, sref):
     if decode:
         _decode.run(problem, qa.ptr, ka.ptr, va.ptr, oa.ptr, lse_ptr, o_geom, props, device, sref)
     else:
-        params = _plan.make_params(problem, plan, qa.ptr, ka.ptr, va.ptr, oa.ptr, lse_ptr, o_geom)
+        # FP8: V goes in as Vt (keys contiguous), made on the same stream; dropping it after the
+        # launch frees it stream-ordered, once the kernel is done with it.
+        vt = _fp8.transpose_v(problem, va.ptr, props, device, sref) if problem.descales is not None else None
+        params = _plan.make_params(problem, plan, qa.ptr, ka.ptr, va.ptr if vt is None else vt.ptr, oa.ptr, lse_ptr,
+                                   o_geom)
         _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
+        del vt
     return (oa, lse) if problem.return_lse else oa
 
 

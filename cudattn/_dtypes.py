@@ -1,8 +1,7 @@
 """The dtypes cudattn computes in, and the messages for the ones it does not.
 
-q, k and v share one dtype. Today that is float16 or bfloat16 (``ml_dtypes.bfloat16``);
-FP8 e4m3 (``ml_dtypes.float8_e4m3fn``) is recognized so that it gets a clear
-``NotImplementedError`` instead of a generic "unsupported dtype" until it lands.
+q, k and v share one dtype: float16, bfloat16 (``ml_dtypes.bfloat16``) or FP8 e4m3
+(``ml_dtypes.float8_e4m3fn``, computed on the tensor cores' e4m3 instructions, sm_89+).
 float32/float64 inputs are rejected, never down-cast silently: the cast loses precision,
 so the caller has to ask for it.
 """
@@ -30,12 +29,12 @@ FLOAT16 = np.dtype(np.float16)
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 FLOAT8_E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 
-#: Input dtypes the kernels compute in now.
-SUPPORTED: frozenset[np.dtype] = frozenset({FLOAT16, BFLOAT16})
-#: Input dtypes the API knows about (FP8 raises NotImplementedError until its release).
-RECOGNIZED: frozenset[np.dtype] = SUPPORTED | {FLOAT8_E4M3}
+#: Input dtypes the kernels compute in.
+SUPPORTED: frozenset[np.dtype] = frozenset({FLOAT16, BFLOAT16, FLOAT8_E4M3})
+#: Input dtypes the API knows about (the same set: kept for the paths that take fewer, e.g. KV caches).
+RECOGNIZED: frozenset[np.dtype] = SUPPORTED
 
-_SUPPORTED_TEXT = "float16 (numpy.float16) or bfloat16 (ml_dtypes.bfloat16)"
+_SUPPORTED_TEXT = "float16 (numpy.float16), bfloat16 (ml_dtypes.bfloat16) or float8_e4m3fn (ml_dtypes)"
 
 # Spellings accepted for a dtype given by name (out_dtype="bf16" and friends).
 _NAMES: dict[str, np.dtype] = {
@@ -58,7 +57,7 @@ _NAMES: dict[str, np.dtype] = {
     "double": np.dtype(np.float64),
 }
 
-# Output dtypes a kernel epilogue could write (only the default is implemented today).
+# Output dtypes a kernel epilogue can write (FP8 inputs: any of them; 16-bit inputs: their own dtype).
 _OUTPUT_CANDIDATES = frozenset({FLOAT16, BFLOAT16, np.dtype(np.float32)})
 
 
@@ -102,11 +101,6 @@ def input_dtype_error(dt: object, arg: str) -> Exception:
             dt = np.dtype(dt)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             return TypeError(f"{arg} has dtype {dt!r}, which is not a NumPy dtype; cudattn computes in {_SUPPORTED_TEXT}")
-    if dt == FLOAT8_E4M3:
-        return NotImplementedError(
-            f"FP8 attention comes in a later release; {arg} has dtype float8_e4m3fn. "
-            f"For now cast to float16 or bfloat16 first, e.g. {arg}.astype(ml_dtypes.bfloat16)"
-        )
     if dt.kind == "f" and not dt.isnative and dt.newbyteorder("=") in SUPPORTED:
         return TypeError(
             f"{arg} has dtype {dtype_name(dt)}; cudattn needs native byte order — "
@@ -114,13 +108,12 @@ def input_dtype_error(dt: object, arg: str) -> Exception:
         )
     if dt.kind == "f" and dt.itemsize > 2:  # float32, float64, longdouble
         return TypeError(
-            f"{arg} has dtype {dt.name}; cudattn computes in float16 or bfloat16 — cast first with "
-            f"{arg}.astype(np.float16) or {arg}.astype(ml_dtypes.bfloat16) "
-            f"(this never happens silently because it loses precision)"
+            f"{arg} has dtype {dt.name}; cudattn computes in float16, bfloat16 or FP8 e4m3 — cast first "
+            f"with {arg}.astype(np.float16) or {arg}.astype(ml_dtypes.bfloat16), or quantize with "
+            f"cudattn.quantize_fp8 (this never happens silently because it loses precision)"
         )
     return TypeError(
-        f"{arg} has dtype {dtype_name(dt)}, which cudattn does not compute in; use {_SUPPORTED_TEXT} "
-        f"(FP8 e4m3, ml_dtypes.float8_e4m3fn, comes in a later release)"
+        f"{arg} has dtype {dtype_name(dt)}, which cudattn does not compute in; use {_SUPPORTED_TEXT}"
     )
 
 
@@ -139,7 +132,8 @@ def default_out_dtype(in_dtype: np.dtype) -> np.dtype:
 def resolve_out_dtype(out_dtype: object, in_dtype: np.dtype) -> np.dtype:
     """The output dtype for a call with inputs of ``in_dtype`` and the user's ``out_dtype`` argument.
 
-    Only the default is implemented today; any other valid choice raises NotImplementedError.
+    FP8 inputs: float16, bfloat16 (the default) or float32. 16-bit inputs: their own dtype only
+    (another valid choice raises NotImplementedError).
     """
     default = default_out_dtype(in_dtype)
     if out_dtype is None:
@@ -149,9 +143,11 @@ def resolve_out_dtype(out_dtype: object, in_dtype: np.dtype) -> np.dtype:
         return dt
     if dt not in _OUTPUT_CANDIDATES:
         raise TypeError(
-            f"out_dtype={dtype_name(dt)} is not an attention output dtype; "
-            f"pass None (the default: {default.name} for {in_dtype.name} inputs)"
+            f"out_dtype={dtype_name(dt)} is not an attention output dtype; pass None (the default: "
+            f"{default.name} for {in_dtype.name} inputs), or float16, bfloat16 or float32 for FP8 inputs"
         )
+    if in_dtype == FLOAT8_E4M3:
+        return dt
     raise NotImplementedError(
         f"out_dtype={dt.name} is not supported yet: for now the output dtype is {default.name} "
         f"for {in_dtype.name} inputs; pass out_dtype=None (or convert the result afterwards)"

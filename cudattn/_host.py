@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 from cuda.bindings import driver
 
-from . import _array, _device, _staging, _stream
+from . import _array, _device, _fp8, _staging, _stream
 from ._errors import check
 from ._validate import validate
 
@@ -123,6 +123,7 @@ def _run_in_sequence(problem, q, k, v, kw, out, device, device_id, sref):
     qd = _array.to_device(q, device=device, stream=sref)
     kd = _array.to_device(k, device=device, stream=sref)
     vd = _array.to_device(v, device=device, stream=sref)
+    kw = _fp8.upload_descales(kw, device, sref)
     res = run_device(validate(qd, kd, vd, **kw, out=None, host=False), qd, kd, vd, None, device, device_id, sref)
     o_dev, lse_dev = res if problem.return_lse else (res, None)
     if faults is not None:
@@ -192,6 +193,8 @@ def _run_pipelined(problem, q, k, v, given, kw, out, chunks, st, device, device_
     faults = [None] * len(chunks) if direct else [_staging.prefault(o[b0:b1]) for b0, b1 in chunks]
     lse = np.empty((problem.batch, problem.heads_q, problem.seqlen_q), _F32) if return_lse else None
     keep = []  # per-chunk LSE device arrays: dropped (freed on the caller's stream) after their download
+    kw = _fp8.upload_descales(kw, device, sref)
+    descale_names = [n for n in ("q_descale", "k_descale", "v_descale") if isinstance(kw.get(n), _array.DeviceArray)]
 
     with st.lock:
         pipe = st.pipeline
@@ -219,7 +222,8 @@ def _run_pipelined(problem, q, k, v, given, kw, out, chunks, st, device, device_
                 pipe.record(pipe.ev_in, pipe.h2d)
                 pipe.wait(sref.handle, pipe.ev_in)
                 qj, kj, vj, oj = qd[b0:b1], kd[b0:b1], vd[b0:b1], od[b0:b1]
-                pj = validate(qj, kj, vj, **kw, out=oj, host=False)
+                kwj = dict(kw, **{n: kw[n][b0:b1] for n in descale_names})  # (B, Hkv) descales: this chunk's rows
+                pj = validate(qj, kj, vj, **kwj, out=oj, host=False)
                 res = run_device(pj, qj, kj, vj, oj, device, device_id, sref)
                 lse_j = res[1] if return_lse else None
                 if lse_j is not None:

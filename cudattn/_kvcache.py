@@ -165,7 +165,10 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
         if len(shp) != 4:
             raise ValueError(f"{name} must be 4-D: (batch, capacity, heads_kv, head_dim), or with block_table "
                              f"(num_pages, page_size, heads_kv, head_dim); got shape {shp}")
-    if qdt not in RECOGNIZED or qdt == FLOAT8_E4M3:
+    if qdt == FLOAT8_E4M3:
+        raise NotImplementedError("FP8 KV caches are not supported yet: attention_with_kvcache takes float16 or "
+                                  "bfloat16 (cudattn.attention takes FP8 q, k, v)")
+    if qdt not in RECOGNIZED:
         raise input_dtype_error(qdt, "q")
     if kdt != qdt or vdt != qdt:
         raise TypeError(f"q, k_cache, v_cache must share one dtype; got q {dtype_name(qdt)}, "

@@ -107,3 +107,13 @@ class AppendParams(ctypes.Structure):
         ("kv", KvCacheGeom),
         ("batch", _c_i32), ("seqlen_new", _c_i32), ("heads_kv", _c_i32), ("head_dim", _c_i32),
     ]
+
+
+class TransposeVParams(ctypes.Structure):
+    """`TransposeVParams` of cu_src/fp8_transpose_v.cu."""
+
+    _fields_ = [
+        ("v", _c_ptr), ("vt", _c_ptr),
+        ("v_stride_b", _c_i64), ("v_stride_s", _c_i64), ("v_stride_h", _c_i64),
+        ("seqlen_k", _c_i32), ("seq_pad", _c_i32), ("heads_kv", _c_i32), ("head_dim", _c_i32),
+    ]

@@ -6,7 +6,7 @@ import ctypes
 
 from dataclasses import dataclass
 
-from . import _tma, _traits
+from . import _fp8, _tma, _traits
 from ._params import FwdParams, FwdSm90Params
 from ._problem import Problem, TensorGeom
 from ._traits import Variant
@@ -32,7 +32,7 @@ def make_plan(problem: Problem, props) -> Plan:
     """The plan for this problem's shape on a device with properties ``props`` (memoised: on the
     hot path a repeated shape is one lookup)."""
     family = _traits.family_for(props.arch)
-    key = (problem.dtype, problem.head_dim, problem.causal, problem.seqlen_q, problem.seqlen_k, problem.heads_q,
+    key = (problem.dtype, problem.out_dtype, problem.head_dim, problem.causal, problem.seqlen_q, problem.seqlen_k, problem.heads_q,
            problem.heads_kv, problem.batch, props.max_shared_memory_per_block_optin, props.sm_count,
            props.l2_cache_size, family)
     plan = _plans.get(key)
@@ -45,7 +45,7 @@ def make_plan(problem: Problem, props) -> Plan:
 
 
 def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, family: str) -> Plan:
-    variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family)
+    variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family, problem.out_dtype)
     bm = variant.tiles.block_m
     num_m = -(-problem.seqlen_q // bm)
     if family == "sm90":
@@ -101,8 +101,11 @@ def _scale_log2(scale: float) -> float:
 
 def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, lse: int, o_geom: TensorGeom):
     """The kernel's by-value argument: FwdParams, or for the Hopper family FwdSm90Params, which
-    adds the TMA maps of q, k and v (encoded per call: they hold the addresses)."""
+    adds the TMA maps of q, k and v (encoded per call: they hold the addresses). FP8: ``v`` is Vt
+    (`_fp8.transpose_v`)."""
     params = _fwd_params(problem, plan, q, k, v, o, lse, o_geom)
+    if problem.descales is not None:
+        _set_fp8(params, problem)
     if plan.variant.family != "sm90":
         return params
     P = FwdSm90Params()
@@ -111,15 +114,29 @@ def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, ls
     dt, D = problem.dtype, problem.head_dim
     B, Sq, Sk, Hq, Hkv = problem.batch, problem.seqlen_q, problem.seqlen_k, problem.heads_q, problem.heads_kv
     t = plan.variant.tiles
-    for field, maps in (
-        ("tma_q", (q, Sq, Hq, problem.q_strides, t.block_m)),
-        ("tma_k", (k, Sk, Hkv, problem.k_strides, t.block_n)),
-        ("tma_v", (v, Sk, Hkv, problem.v_strides, t.block_n)),
-    ):
-        ptr, seqlen, heads, geom, rows = maps
+    maps = [("tma_q", (q, Sq, Hq, problem.q_strides, t.block_m)), ("tma_k", (k, Sk, Hkv, problem.k_strides, t.block_n))]
+    if problem.descales is None:
+        maps.append(("tma_v", (v, Sk, Hkv, problem.v_strides, t.block_n)))
+    else:
+        raw = _tma.encode_vt(v, dt, D, _fp8.seq_pad(Sk), Hkv, B, plan.variant.tile_dim)
+        ctypes.memmove(ctypes.addressof(P.tma_v), raw, len(raw))
+    for field, (ptr, seqlen, heads, geom, rows) in maps:
         raw = _tma.encode_attention_operand(ptr, dt, D, seqlen, heads, B, geom, rows)
         ctypes.memmove(ctypes.addressof(getattr(P, field)), raw, len(raw))
     return P
+
+
+def _set_fp8(params: FwdParams, problem: Problem) -> None:
+    """Vt's strides in place of V's, and the descales: scalars folded into the softmax scale and the
+    output scale, arrays passed by address (the kernel multiplies them in per (batch, kv head))."""
+    d = problem.descales
+    pad = _fp8.seq_pad(problem.seqlen_k)
+    params.v_stride_s = pad  # between Vt's head-dim rows
+    params.v_stride_h = problem.head_dim * pad
+    params.v_stride_b = problem.heads_kv * problem.head_dim * pad
+    params.scale_log2 = _scale_log2(problem.scale * d.q * d.k)
+    params.out_scale = d.v
+    params.q_descale, params.k_descale, params.v_descale = d.q_ptr, d.k_ptr, d.v_ptr
 
 
 def _fwd_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, lse: int, o_geom: TensorGeom) -> FwdParams:
@@ -138,4 +155,6 @@ def _fwd_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, ls
         plan.num_m_blocks,
         int(lse != 0),
         0,
+        0, 0, 0,
+        1.0,
     )

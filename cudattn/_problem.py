@@ -39,6 +39,19 @@ class KvCache:
 
 
 @dataclass(frozen=True)
+class Descales:
+    """FP8 descales (FlashAttention-3's q/k/v_descale): each a scalar, or a device address of a
+    float32 (batch, heads_kv) C-contiguous array (then the scalar is 1 and the kernel reads it)."""
+
+    q: float = 1.0
+    k: float = 1.0
+    v: float = 1.0
+    q_ptr: int = 0
+    k_ptr: int = 0
+    v_ptr: int = 0
+
+
+@dataclass(frozen=True)
 class Problem:
     batch: int
     seqlen_q: int
@@ -46,7 +59,7 @@ class Problem:
     heads_q: int
     heads_kv: int
     head_dim: int
-    dtype: np.dtype  # input dtype (float16 or ml_dtypes.bfloat16)
+    dtype: np.dtype  # input dtype (float16, ml_dtypes.bfloat16 or ml_dtypes.float8_e4m3fn)
     out_dtype: np.dtype
     layout: str  # "bshd" or "bhsd"
     causal: bool
@@ -59,6 +72,7 @@ class Problem:
     out_strides: TensorGeom | None = None  # strides of a caller-given `out`; None: cudattn allocates
     num_splits: int | None = None  # split-KV: None lets the heuristic choose (decode shapes)
     kv_cache: KvCache | None = None  # k/v are a KV cache (seqlen_k is then its capacity)
+    descales: Descales | None = None  # FP8 inputs only
 
     @property
     def group_size(self) -> int:

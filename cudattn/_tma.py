@@ -13,7 +13,7 @@ import functools
 import numpy as np
 from cuda.bindings import driver
 
-from ._dtypes import BFLOAT16, FLOAT16
+from ._dtypes import BFLOAT16, FLOAT8_E4M3, FLOAT16
 from ._errors import check
 
 TENSOR_MAP_BYTES = 128
@@ -21,6 +21,7 @@ TENSOR_MAP_BYTES = 128
 _DATA_TYPE = {
     FLOAT16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
     BFLOAT16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+    FLOAT8_E4M3: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,  # TMA only moves the bytes
 }
 
 
@@ -33,13 +34,13 @@ def _u32(x: int):
 
 
 def encode(ptr: int, dtype, dims, strides_bytes, box) -> bytes:
-    """A tiled map of a tensor at ``ptr`` (16-bit elements). ``dims`` and ``box`` list the axes
+    """A tiled map of a tensor at ``ptr`` (16-bit or e4m3 elements). ``dims`` and ``box`` list the axes
     innermost first (the innermost has unit stride); ``strides_bytes`` the byte strides of the
     others. Boxes land in shared memory in the 128-byte swizzle layout, so a box row is at most
     128 bytes (64 halves). Out-of-bounds elements of a box read as zero and are not stored."""
     dt = np.dtype(dtype)
     if dt not in _DATA_TYPE:
-        raise TypeError(f"TMA maps are made for float16 and bfloat16 here; got {dt}")
+        raise TypeError(f"TMA maps are made for float16, bfloat16 and float8_e4m3fn here; got {dt}")
     if len(strides_bytes) != len(dims) - 1 or len(box) != len(dims):
         raise ValueError(f"{len(dims)} dims need {len(dims) - 1} strides and {len(dims)} box sizes")
     if box[0] * dt.itemsize > 128:
@@ -67,7 +68,7 @@ def encode_2d(ptr: int, dtype, rows: int, cols: int, row_stride_bytes: int, box_
 def encode_attention_operand(ptr: int, dtype, head_dim: int, seqlen: int, heads: int, batch: int, geom,
                              box_rows: int) -> bytes:
     """The 4-D map (head dim, seq, head, batch) of a q/k/v/out tensor with element strides ``geom``
-    (a TensorGeom), boxes of 64 columns x ``box_rows`` sequence rows. A size-1 axis may carry any
+    (a TensorGeom), boxes of one 128-byte row (64 16-bit or 128 e4m3 columns) x ``box_rows`` sequence rows. A size-1 axis may carry any
     stride (even 0); TMA never steps along it, so it gets a dense one that TMA accepts.
 
     Memoised: the map is a pure function of these arguments (a new buffer at a freed one's
@@ -81,4 +82,13 @@ def encode_attention_operand(ptr: int, dtype, head_dim: int, seqlen: int, heads:
         st_bytes = st * item if size > 1 else prev_stride * prev_size
         strides.append(st_bytes)
         prev_stride, prev_size = st_bytes, size
-    return encode(ptr, dtype, sizes, strides, (64, box_rows, 1, 1))
+    return encode(ptr, dtype, sizes, strides, (128 // item, box_rows, 1, 1))
+
+
+@functools.lru_cache(maxsize=256)
+def encode_vt(ptr: int, dtype, head_dim: int, seq_pad: int, heads: int, batch: int, box_rows: int) -> bytes:
+    """The 4-D map (key, head-dim row, head, batch) of an FP8 Vt workspace (`_fp8.transpose_v`),
+    contiguous, boxes of 128 keys x ``box_rows`` head-dim rows (rows past head_dim read as zero)."""
+    row = seq_pad  # bytes: e4m3
+    return encode(ptr, dtype, (seq_pad, head_dim, heads, batch), (row, row * head_dim, row * head_dim * heads),
+                  (128, box_rows, 1, 1))

@@ -9,13 +9,13 @@ Order of checks (the first error should be the one worth fixing first):
 1. q, k, v are all NumPy arrays or all device arrays (and match ``host``);
 2. ``layout``;
 3. rank (4-D) of q, k, v;
-4. dtype of q, k, v (supported, then shared; FP8 → NotImplementedError);
+4. dtype of q, k, v (supported, then shared);
 5. shapes: no zero-size batch/seqlen/heads, batch agrees, k and v agree, head_dim agrees,
    supported head_dim, heads_q % heads_kv;
 6. strides and pointer of q, k, v: unit last stride, no negative strides, strides multiples of
    the element size and of 16 bytes, 16-byte-aligned data pointer;
 7. ``causal``, ``return_lse``, ``scale``;
-8. parameters whose release has not landed (FP8 descales): NotImplementedError; ``num_splits``;
+8. the FP8 descales (FP8 inputs only); ``num_splits`` (not with FP8 yet: NotImplementedError);
 9. ``out_dtype``, then ``out``.
 """
 
@@ -273,7 +273,7 @@ def validate(
     ``q, k, v`` are NumPy arrays (``host=True``) or device arrays exposing ``shape``, ``strides``
     (bytes), ``dtype`` (a NumPy dtype) and ``ptr`` (``host=False``); ``host=None`` infers it.
     Raises TypeError / ValueError naming the argument and the rule, NotImplementedError for
-    parameters (FP8, descales, a non-default ``out_dtype``) not released yet.
+    combinations not released yet (FP8 with ``num_splits``, a non-default ``out_dtype`` for 16-bit inputs).
     """
     # 1. host or device, and the same for all three
     host = _check_kinds(q, k, v, host)
@@ -306,8 +306,6 @@ def validate(
         raise TypeError(
             f"q, k, v must share one dtype; got q {dtype_name(qdt)}, k {dtype_name(kdt)}, v {dtype_name(vdt)}"
         )
-    if qdt == FLOAT8_E4M3:
-        raise input_dtype_error(qdt, "q")
 
     # 5. shapes
     if bshd:
@@ -337,6 +335,10 @@ def validate(
         raise ValueError(f"q, k, v must have the same head_dim (last axis); got q {D}, k and v {Dk}")
     if D % 8 or D < 8 or D > 256:
         raise ValueError(f"head_dim (last axis of q, k, v) must be {_HEAD_DIM_TEXT}; got {D}")
+    fp8 = qdt == FLOAT8_E4M3
+    if fp8 and D % 16:
+        raise ValueError(f"FP8 head_dim (last axis of q, k, v) must be a multiple of 16 from 16 to 256 "
+                         f"(rows of whole 16-byte vectors); got {D}")
     if Hq % Hkv:
         raise ValueError(
             f"heads_q ({Hq}, q's heads axis) must be a multiple of heads_kv ({Hkv}, k/v's heads axis): "
@@ -354,11 +356,20 @@ def validate(
     return_lse = _check_bool("return_lse", return_lse)
     scale = _check_scale(scale, D)
 
-    # 8. parameters whose release has not landed
-    if q_descale is not None or k_descale is not None or v_descale is not None:
+    # 8. FP8 descales, split-KV
+    descales = None
+    if fp8:
+        from ._fp8 import parse_descales
+
+        descales = parse_descales(q_descale, k_descale, v_descale, B, Hkv, host)
+    elif q_descale is not None or k_descale is not None or v_descale is not None:
         name = "q_descale" if q_descale is not None else "k_descale" if k_descale is not None else "v_descale"
-        raise NotImplementedError(f"{name} is not supported yet: FP8 descales arrive with FP8 support (issue 6); pass None")
+        raise ValueError(f"{name} applies to FP8 (float8_e4m3fn) inputs only; q, k, v are {dtype_name(qdt)}: "
+                         f"pass None")
     num_splits = check_num_splits(num_splits)
+    if fp8 and num_splits is not None:
+        raise NotImplementedError("num_splits (split-KV) is not supported for FP8 inputs yet; pass None "
+                                  "(FP8 decode runs the prefill kernel)")
 
     # 9. output
     odt = qdt if out_dtype is None else resolve_out_dtype(out_dtype, qdt)
@@ -383,4 +394,5 @@ def validate(
         v_strides=v_geom,
         out_strides=out_geom,
         num_splits=num_splits,
+        descales=descales,
     )

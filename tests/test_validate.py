@@ -216,8 +216,9 @@ BAD = [
     ("layout", dict(layout="sbhd"), ValueError, r"^layout must be 'bshd' .* or 'bhsd'.*'sbhd'"),
     ("layout-type", dict(layout=None), TypeError, r"^layout must be the string"),
     ("q-float32", dict(q=z((2, 5, 4, 64), np.float32)), TypeError,
-     r"^q has dtype float32; cudattn computes in float16 or bfloat16 — cast first with q\.astype\(np\.float16\) "
-     r"or q\.astype\(ml_dtypes\.bfloat16\) \(this never happens silently because it loses precision\)"),
+     r"^q has dtype float32; cudattn computes in float16, bfloat16 or FP8 e4m3 — cast first with q\.astype\(np\.float16\) "
+     r"or q\.astype\(ml_dtypes\.bfloat16\), or quantize with cudattn\.quantize_fp8 \(this never happens silently "
+     r"because it loses precision\)"),
     ("k-float64", dict(k=z((2, 7, 2, 64), np.float64)), TypeError, r"^k has dtype float64; .*k\.astype\(np\.float16\)"),
     ("v-int", dict(v=z((2, 7, 2, 64), np.int16)), TypeError, r"^v has dtype int16.*float16.*bfloat16"),
     ("q-complex", dict(q=z((2, 5, 4, 64), np.complex64)), TypeError, r"^q has dtype complex64"),
@@ -225,8 +226,19 @@ BAD = [
     ("q-byteorder", dict(q=z((2, 5, 4, 64), ">f2")), TypeError, r"^q has dtype .*byte order"),
     ("q-e5m2", dict(q=z((2, 5, 4, 64), ml_dtypes.float8_e5m2)), TypeError, r"^q has dtype float8_e5m2"),
     ("mixed", dict(k=z((2, 7, 2, 64), BF16)), TypeError, r"^q, k, v must share one dtype; got q float16, k bfloat16, v float16"),
-    ("fp8", dict(q=z((2, 5, 4, 64), FP8), k=z((2, 7, 2, 64), FP8), v=z((2, 7, 2, 64), FP8)),
-     NotImplementedError, r"^FP8 attention comes in a later release; q has dtype float8_e4m3fn"),
+    ("fp8-head-dim", dict(q=z((2, 5, 4, 72), FP8), k=z((2, 7, 2, 72), FP8), v=z((2, 7, 2, 72), FP8)),
+     ValueError, r"^FP8 head_dim .* must be a multiple of 16 from 16 to 256 .*; got 72"),
+    ("fp8-splits", dict(q=z((2, 5, 4, 64), FP8), k=z((2, 7, 2, 64), FP8), v=z((2, 7, 2, 64), FP8), num_splits=2),
+     NotImplementedError, r"^num_splits \(split-KV\) is not supported for FP8 inputs yet"),
+    ("fp8-descale-shape", dict(q=z((2, 5, 4, 64), FP8), k=z((2, 7, 2, 64), FP8), v=z((2, 7, 2, 64), FP8),
+                               q_descale=np.ones((2, 4), np.float32)),
+     ValueError, r"^q_descale must have shape \(batch, heads_kv\) = \(2, 2\); got \(2, 4\)"),
+    ("fp8-descale-nan", dict(q=z((2, 5, 4, 64), FP8), k=z((2, 7, 2, 64), FP8), v=z((2, 7, 2, 64), FP8),
+                             v_descale=float("nan")), ValueError, r"^v_descale must be finite"),
+    ("fp8-descale-int", dict(q=z((2, 5, 4, 64), FP8), k=z((2, 7, 2, 64), FP8), v=z((2, 7, 2, 64), FP8),
+                             k_descale=np.ones((2, 2), np.int32)), TypeError, r"^k_descale must be a float32 array"),
+    ("fp8-descale-bool", dict(q=z((2, 5, 4, 64), FP8), k=z((2, 7, 2, 64), FP8), v=z((2, 7, 2, 64), FP8),
+                              k_descale=True), TypeError, r"^k_descale must be None, a float"),
     ("zero-batch", dict(dims=dict(B=0)), ValueError, r"^q has batch = 0 .*>= 1"),
     ("zero-seqlen-q", dict(dims=dict(Sq=0)), ValueError, r"^q has seqlen = 0"),
     ("zero-heads-q", dict(dims=dict(Hq=0)), ValueError, r"^q has heads = 0"),
@@ -263,9 +275,9 @@ BAD = [
     ("scale-str", dict(scale="0.1"), TypeError, r"^scale must be a real number"),
     ("scale-complex", dict(scale=1j), TypeError, r"^scale must be a real number"),
     ("scale-array", dict(scale=np.array([0.1])), TypeError, r"^scale must be a real number"),
-    ("q_descale", dict(q_descale=1.0), NotImplementedError, r"^q_descale is not supported yet: FP8 descales arrive with FP8 support \(issue 6\); pass None"),
-    ("k_descale", dict(k_descale=np.ones((2, 2), np.float32)), NotImplementedError, r"^k_descale .*issue 6"),
-    ("v_descale", dict(v_descale=0.5), NotImplementedError, r"^v_descale .*pass None"),
+    ("q_descale", dict(q_descale=1.0), ValueError, r"^q_descale applies to FP8 \(float8_e4m3fn\) inputs only; q, k, v are float16: pass None"),
+    ("k_descale", dict(k_descale=np.ones((2, 2), np.float32)), ValueError, r"^k_descale applies to FP8"),
+    ("v_descale", dict(v_descale=0.5), ValueError, r"^v_descale .*pass None"),
     ("num_splits-0", dict(num_splits=0), ValueError, r"^num_splits must be from 1 to 128 \(None: chosen .*\); got 0"),
     ("num_splits-big", dict(num_splits=129), ValueError, r"^num_splits must be from 1 to 128"),
     ("num_splits-float", dict(num_splits=2.0), TypeError, r"^num_splits must be None or an int from 1 to 128; got float"),
@@ -369,8 +381,8 @@ def test_first_error_is_the_most_useful():
     # an unsupported k dtype is named before "must share one dtype"
     with pytest.raises(TypeError, match="^k has dtype float32"):
         call(k=z((2, 7, 2, 64), np.float32))
-    # FP8 is reported before its shapes are looked at
-    with pytest.raises(NotImplementedError, match="FP8"):
+    # an FP8 call with a batch mismatch is told about the shapes, not the FP8 rules
+    with pytest.raises(ValueError, match="^q, k, v must have the same batch size"):
         call(q=z((2, 5, 4, 64), FP8), k=z((3, 7, 2, 64), FP8), v=z((2, 7, 2, 64), FP8))
     # zero sizes before cross-tensor mismatches
     with pytest.raises(ValueError, match="^q has batch = 0"):
@@ -398,14 +410,13 @@ def test_validation_touches_no_data():
 
 
 def test_dtype_table():
-    assert _dtypes.SUPPORTED == {F16, BF16}
+    assert _dtypes.SUPPORTED == {F16, BF16, FP8}
     assert _dtypes.RECOGNIZED == {F16, BF16, FP8}
     assert _dtypes.default_out_dtype(F16) == F16
     assert _dtypes.default_out_dtype(BF16) == BF16
     assert _dtypes.default_out_dtype(FP8) == BF16
     assert _dtypes.check_input_dtype(BF16, "q") == BF16
-    with pytest.raises(NotImplementedError, match="^FP8 attention comes in a later release"):
-        _dtypes.check_input_dtype(FP8, "k")
+    assert _dtypes.check_input_dtype(FP8, "k") == FP8
     with pytest.raises(TypeError, match="^v has dtype float32"):
         _dtypes.check_input_dtype(np.dtype(np.float32), "v")
 
@@ -432,8 +443,8 @@ def test_resolve_out_dtype():
     assert _dtypes.resolve_out_dtype("float16", F16) == F16
     assert _dtypes.resolve_out_dtype(None, FP8) == BF16
     assert _dtypes.resolve_out_dtype("bf16", FP8) == BF16
-    with pytest.raises(NotImplementedError, match="^out_dtype=float16 is not supported yet.*bfloat16 for float8_e4m3fn"):
-        _dtypes.resolve_out_dtype(np.float16, FP8)
+    assert _dtypes.resolve_out_dtype(np.float16, FP8) == F16
+    assert _dtypes.resolve_out_dtype("float32", FP8) == np.float32
     with pytest.raises(TypeError, match="^out_dtype=int8 is not an attention output dtype"):
         _dtypes.resolve_out_dtype(np.int8, BF16)
 

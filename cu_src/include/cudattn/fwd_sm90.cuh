@@ -16,6 +16,10 @@
 // sequence's end and columns past the head dim on load; O is stored from registers, predicated.
 // Q is handed back as soon as a tile's last S = Q K^T has completed, so the producer loads the
 // next tile's Q while the consumers finish (last P V, epilogue).
+// FP8 (T = e4m3_t): the same pipeline on k = 32 wgmma. e4m3 operands in shared memory must be
+// K-major, so V arrives transposed (Vt: head-dim rows of keys, keys permuted per 32 as fp8.cuh
+// explains) and P goes from the S accumulators to an e4m3 A operand with no lane exchange. The
+// descales scale the softmax and the final normalisation, never the elements.
 #pragma once
 #include "cudattn/mask.cuh"
 #include "cudattn/params_sm90.cuh"
@@ -68,19 +72,26 @@ __device__ __forceinline__ float (&flat(float (&a)[1][N / 8][4]))[N / 2] {
     return *reinterpret_cast<float(*)[N / 2]>(&a[0][0][0]);
 }
 
-template <typename T, int D, int BN, int STAGES, int Q_STAGES, bool CAUSAL, bool PINGPONG>
+template <typename T, typename OutT, int D, int BN, int STAGES, int Q_STAGES, bool CAUSAL, bool PINGPONG>
 struct FwdSm90 {
+    static constexpr bool FP8 = sizeof(T) == 1;
+    static constexpr int EB = sizeof(T);      // bytes per element
     static constexpr int BM = 128;            // query rows per tile: two consumer warpgroups of 64
     static constexpr int NT = 384;            // producer warpgroup + two consumers
-    static constexpr int KB = D / 64;         // 64-column (128-byte) boxes per row
-    static constexpr int Q_BOX = BM * 128;    // bytes of one 64-column box of the Q tile
-    static constexpr int KV_BOX = BN * 128;   // ... of a K or V tile
+    static constexpr int BOX_COLS = 128 / EB; // elements in one 128-byte box row (a swizzle row)
+    static constexpr int KB = D * EB / 128;   // 128-byte boxes per Q/K row
+    static constexpr int Q_BOX = BM * 128;    // bytes of one box of the Q tile
+    static constexpr int KV_BOX = BN * 128;   // ... of a K tile, or of a 16-bit V tile
+    static constexpr int VT_BOX = D * 128;    // FP8: one box of Vt, D rows of 128 keys
     static constexpr int Q_BYTES = KB * Q_BOX;
     static constexpr int KV_BYTES = KB * KV_BOX;
+    static constexpr int KSTEPS = D * EB / 32;      // k-steps of 32 bytes in S = Q K^T
+    static constexpr int PV_K = FP8 ? 32 : 16;      // keys per k-step of O += P V
+    static_assert(!FP8 || (BN % 128 == 0 && D % 128 == 0), "FP8: Vt boxes of 128 keys; 128-byte rows");
     static constexpr int SMEM_BYTES = Q_STAGES * Q_BYTES + 2 * STAGES * KV_BYTES + 1024;  // + alignment slack
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;  // 128*24 + 256*240 <= 64K
     static constexpr int BAR_TURN = 1;  // named barriers 1, 2: the ping-pong turns of consumers 0, 1
-    static_assert(D % 64 == 0 && D <= 256, "head-dim tile: 64, 128, 192 or 256");
+    static_assert(D * EB % 128 == 0 && D <= 256, "head-dim tile: whole 128-byte rows, at most 256");
     static_assert(BN % 16 == 0 && BN <= 256, "key tile: a multiple of 16 up to 256");
     static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
 
@@ -142,7 +153,8 @@ struct FwdSm90 {
             mbar_arrive_expect_tx(&bars.q_full[qs], Q_BYTES);
 #pragma unroll
             for (int kb = 0; kb < KB; ++kb)
-                tma_load_4d(sQ + qs * Q_BYTES + kb * Q_BOX, &P.tma_q, 64 * kb, m_start, c.h, c.b, &bars.q_full[qs]);
+                tma_load_4d(sQ + qs * Q_BYTES + kb * Q_BOX, &P.tma_q, BOX_COLS * kb, m_start, c.h, c.b,
+                            &bars.q_full[qs]);
 
             const int hkv = c.h / p.group;
             const int n_tiles = key_tiles<BN, CAUSAL>(p, m_start, min(BM, p.seqlen_q - m_start));
@@ -154,13 +166,26 @@ struct FwdSm90 {
                 mbar_arrive_expect_tx(&bars.k_full[st], KV_BYTES);
 #pragma unroll
                 for (int kb = 0; kb < KB; ++kb)
-                    tma_load_4d(sK + st * KV_BYTES + kb * KV_BOX, &P.tma_k, 64 * kb, n_start, hkv, c.b, &bars.k_full[st]);
+                    tma_load_4d(sK + st * KV_BYTES + kb * KV_BOX, &P.tma_k, BOX_COLS * kb, n_start, hkv, c.b,
+                                &bars.k_full[st]);
                 if (it >= STAGES) mbar_wait(&bars.v_empty[st], ph ^ 1);
                 mbar_arrive_expect_tx(&bars.v_full[st], KV_BYTES);
-#pragma unroll
-                for (int kb = 0; kb < KB; ++kb)
-                    tma_load_4d(sV + st * KV_BYTES + kb * KV_BOX, &P.tma_v, 64 * kb, n_start, hkv, c.b, &bars.v_full[st]);
+                load_v(P, sV + st * KV_BYTES, n_start, hkv, c.b, &bars.v_full[st]);
             }
+        }
+    }
+
+    // One V stage. 16-bit: KB boxes of 64 columns x BN keys (MN-major for the product). FP8: Vt,
+    // BN / 128 boxes of D head-dim rows x 128 keys (K-major); Vt's rows past the head dim and keys
+    // past its padded length are outside the map, so TMA zero-fills them.
+    static __device__ __forceinline__ void load_v(const FwdSm90Params& P, unsigned char* dst, int n_start, int hkv,
+                                                  int b, unsigned long long* bar) {
+        if constexpr (FP8) {
+#pragma unroll
+            for (int kb = 0; kb < BN / 128; ++kb) tma_load_4d(dst + kb * VT_BOX, &P.tma_v, n_start + 128 * kb, 0, hkv, b, bar);
+        } else {
+#pragma unroll
+            for (int kb = 0; kb < KB; ++kb) tma_load_4d(dst + kb * KV_BOX, &P.tma_v, BOX_COLS * kb, n_start, hkv, b, bar);
         }
     }
 
@@ -171,7 +196,7 @@ struct FwdSm90 {
                                                     unsigned long long k_desc) {
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {  // 4 k-steps of 32 bytes inside each 64-column box
+        for (int kk = 0; kk < KSTEPS; ++kk) {  // 4 k-steps of 32 bytes inside each 128-byte box
             const unsigned step = (kk % 4) * (32 >> 4);
             Wgmma<T>::ss(flat<BN>(s), q_desc + step + (kk / 4) * (Q_BOX >> 4), k_desc + step + (kk / 4) * (KV_BOX >> 4),
                          kk > 0);
@@ -179,22 +204,41 @@ struct FwdSm90 {
         wgmma_commit();
     }
 
-    // O += P V for one value stage: 16 keys (2048 bytes of V rows) per k-step.
-    static __device__ __forceinline__ void issue_pv(float (&o)[1][D / 8][4], const unsigned (&pk)[BN / 16][4],
+    // O += P V for one value stage. 16-bit: 16 keys (2048 bytes of V rows) per k-step. FP8: 32 keys,
+    // 32 bytes along each Vt row, 4 steps per 128-key box.
+    static __device__ __forceinline__ void issue_pv(float (&o)[1][D / 8][4], const unsigned (&pk)[BN / PV_K][4],
                                                     unsigned long long v_desc) {
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) Wgmma<T>::template rs<1>(flat<D>(o), pk[kk], v_desc + kk * (2048 >> 4), true);
+        for (int kk = 0; kk < BN / PV_K; ++kk) {
+            if constexpr (FP8)
+                Wgmma<T>::rs(flat<D>(o), pk[kk], v_desc + (kk % 4) * (32 >> 4) + (kk / 4) * (VT_BOX >> 4), true);
+            else
+                Wgmma<T>::template rs<1>(flat<D>(o), pk[kk], v_desc + kk * (2048 >> 4), true);
+        }
         wgmma_commit();
     }
 
-    static __device__ __forceinline__ void to_operand(unsigned (&pk)[BN / 16][4], const float (&s)[1][BN / 8][4]) {
+    // P (fp32 accumulators) -> the A operand of P V. FP8: keys packed in Vt's order (fp8.cuh).
+    static __device__ __forceinline__ void to_operand(unsigned (&pk)[BN / PV_K][4], const float (&s)[1][BN / 8][4]) {
+        if constexpr (FP8) {
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            pk[kk][0] = pack2(s[0][2 * kk][0], s[0][2 * kk][1], T());
-            pk[kk][1] = pack2(s[0][2 * kk][2], s[0][2 * kk][3], T());
-            pk[kk][2] = pack2(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1], T());
-            pk[kk][3] = pack2(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3], T());
+            for (int kk = 0; kk < BN / 32; ++kk)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {  // h: row g (0) or g + 8 (1)
+                    pk[kk][h] = pack_e4m3x4(s[0][4 * kk][2 * h], s[0][4 * kk][2 * h + 1], s[0][4 * kk + 1][2 * h],
+                                            s[0][4 * kk + 1][2 * h + 1]);
+                    pk[kk][2 + h] = pack_e4m3x4(s[0][4 * kk + 2][2 * h], s[0][4 * kk + 2][2 * h + 1],
+                                                s[0][4 * kk + 3][2 * h], s[0][4 * kk + 3][2 * h + 1]);
+                }
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk) {
+                pk[kk][0] = pack2(s[0][2 * kk][0], s[0][2 * kk][1], T());
+                pk[kk][1] = pack2(s[0][2 * kk][2], s[0][2 * kk][3], T());
+                pk[kk][2] = pack2(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1], T());
+                pk[kk][3] = pack2(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3], T());
+            }
         }
     }
 
@@ -217,12 +261,10 @@ struct FwdSm90 {
         const FwdParams& p = P.p;
         const int warp = ltid / 32, lane = ltid % 32;
         const int total = p.num_m_blocks * p.heads_q * p.batch;
-        const bool neg = p.scale_log2 < 0.f;
-        const float masked = neg ? CUDATTN_INF : -CUDATTN_INF;  // times scale_log2: -inf either way
         // Descriptors of the first box of each buffer; a byte offset b is added as b >> 4.
         const unsigned long long q_desc0 = smem_desc_sw128(sQ + cw * 64 * 128, 16, 1024);
         const unsigned long long k_desc0 = smem_desc_sw128(sK, 16, 1024);
-        const unsigned long long v_desc0 = smem_desc_sw128(sV, KV_BOX, 1024);
+        const unsigned long long v_desc0 = smem_desc_sw128(sV, FP8 ? 16 : KV_BOX, 1024);
 
         if (PINGPONG && cw == 1) named_arrive(BAR_TURN + 0, 256);  // consumer 0 goes first
         int it = 0;
@@ -233,6 +275,14 @@ struct FwdSm90 {
             const int m_start = c.m_block * BM;
             const int n_tiles = key_tiles<BN, CAUSAL>(p, m_start, min(BM, p.seqlen_q - m_start));
             const int row0 = m_start + cw * 64 + warp * 16;  // this warp's first query row
+            float scale_log2 = p.scale_log2, out_scale = 1.f;
+            if constexpr (FP8) {
+                const Fp8Scales sc = fp8_scales(p, c.b, c.h / p.group);
+                scale_log2 = sc.scale_log2;
+                out_scale = sc.out_scale;
+            }
+            const bool neg = scale_log2 < 0.f;
+            const float masked = neg ? CUDATTN_INF : -CUDATTN_INF;  // times scale_log2: -inf either way
 
             float o[1][D / 8][4];
 #pragma unroll
@@ -248,7 +298,7 @@ struct FwdSm90 {
             if (n_tiles == 0) release(&bars.q_empty[qs], lane);
             if (n_tiles > 0) {
                 float s[1][BN / 8][4];
-                unsigned pk[BN / 16][4];
+                unsigned pk[BN / PV_K][4];
                 float alpha[1][2];
                 // Masks: the first tile visited is the last one (key tail); causal, any tile that
                 // reaches past this warp's first row's diagonal.
@@ -269,7 +319,7 @@ struct FwdSm90 {
                 release(&bars.k_empty[stage(it)], lane);
                 if (n_tiles == 1) release(&bars.q_empty[qs], lane);
                 mask(0);
-                softmax.exponentiate(s, p.scale_log2, neg, alpha);
+                softmax.exponentiate(s, scale_log2, neg, alpha);
                 to_operand(pk, s);
 
                 for (int j = 1; j < n_tiles; ++j) {
@@ -285,7 +335,7 @@ struct FwdSm90 {
                     release(&bars.k_empty[stage(ik)], lane);
                     if (j == n_tiles - 1) release(&bars.q_empty[qs], lane);
                     mask(j);
-                    softmax.exponentiate(s, p.scale_log2, neg, alpha);
+                    softmax.exponentiate(s, scale_log2, neg, alpha);
                     wgmma_wait<0>();
                     fence_operands(flat<D>(o));
                     release(&bars.v_empty[stage(iv)], lane);
@@ -302,30 +352,31 @@ struct FwdSm90 {
                 release(&bars.v_empty[stage(iv)], lane);
                 it += n_tiles;
             }
-            store_tile(p, o, softmax, c, m_start, cw, ltid);
+            store_tile(p, o, softmax, out_scale, c, m_start, cw, ltid);
         }
         if (PINGPONG && cw == 0) named_sync(BAR_TURN + 0, 256);  // consume consumer 1's last hand-over
     }
 
-    // O (normalised, as T) and LSE straight from the accumulators: each thread writes pairs of
-    // columns of its two rows, predicated on the sequence and head-dim bounds.
+    // O (normalised, times the v descale, as OutT) and LSE straight from the accumulators: each
+    // thread writes pairs of columns of its two rows, predicated on the sequence and head-dim bounds.
     static __device__ __forceinline__ void store_tile(const FwdParams& p, const float (&o)[1][D / 8][4],
-                                                      OnlineSoftmax<1>& softmax, const TileCoord& c, int m_start,
-                                                      int cw, int ltid) {
+                                                      OnlineSoftmax<1>& softmax, float out_scale, const TileCoord& c,
+                                                      int m_start, int cw, int ltid) {
         const int warp = ltid / 32, lane = ltid % 32, g = lane / 4, t = lane % 4;
         float inv[1][2], lse[1][2];
         softmax.finish(inv, lse);
-        T* g_o = static_cast<T*>(p.o) + c.b * p.o_stride_b + c.h * p.o_stride_h;
+        inv[0][0] *= out_scale;
+        inv[0][1] *= out_scale;
+        OutT* g_o = static_cast<OutT*>(p.o) + c.b * p.o_stride_b + c.h * p.o_stride_h;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = m_start + cw * 64 + warp * 16 + g + 8 * h;
             if (row >= p.seqlen_q) continue;
-            T* g_row = g_o + row * p.o_stride_s + 2 * t;
+            OutT* g_row = g_o + row * p.o_stride_s + 2 * t;
 #pragma unroll
             for (int i = 0; i < D / 8; ++i)
                 if (8 * i < p.head_dim)  // head_dim is a multiple of 8: pairs never straddle it
-                    *reinterpret_cast<unsigned*>(g_row + 8 * i) =
-                        pack2(o[0][i][2 * h] * inv[0][h], o[0][i][2 * h + 1] * inv[0][h], T());
+                    store_pair(g_row + 8 * i, o[0][i][2 * h] * inv[0][h], o[0][i][2 * h + 1] * inv[0][h]);
         }
         if (p.write_lse && t == 0) {
             float* g_lse = p.lse + ((long long)c.b * p.heads_q + c.h) * p.seqlen_q;

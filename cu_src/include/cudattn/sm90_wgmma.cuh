@@ -14,6 +14,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cudattn/fp8.cuh"
+
 namespace cudattn {
 namespace sm90 {
 
@@ -66,7 +68,13 @@ template <>
 struct Wgmma<__nv_bfloat16> {
     CUDATTN_SM90_WGMMA_OPS("bf16")
 };
+// e4m3 (k = 32): both shared operands K-major (no transpose for 8-bit types), so V is read as Vt.
+template <>
+struct Wgmma<e4m3_t> {
+    CUDATTN_SM90_WGMMA_FP8_OPS
+};
 #undef CUDATTN_SM90_WGMMA_OPS
+#undef CUDATTN_SM90_WGMMA_FP8_OPS
 
 }  // namespace sm90
 }  // namespace cudattn

@@ -1,0 +1,107 @@
+"""FP8 plumbing of one attention call: the descale arguments, and V made K-major.
+
+e4m3 tensor-core products take both shared-memory operands K-major, so for O += P V the keys must
+be contiguous: V (keys x head dim) is transposed into a workspace Vt (batch, heads_kv, head_dim,
+seq_pad) by `fp8_transpose_v.cu` before the attention kernel, on the same stream. Vt's keys are
+permuted inside each 32-key group (cu_src/include/cudattn/fp8.cuh), which lets the kernels hand
+P to the tensor cores straight from the S accumulators. The transpose reads and writes V once
+(2 bytes per element of V); at S = 4096, D = 128 that is a few percent of the attention's time.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from . import _array, _kernels, _launch
+from ._decode_traits import HelperKernel
+from ._params import TransposeVParams
+from ._problem import Descales, Problem
+
+_F32 = np.dtype(np.float32)
+
+#: Vt's keys are padded to a multiple of this (the FP8 kernels' key tiles divide it), with zeros.
+VT_KEY_ALIGN = 128
+_TRANSPOSE_KEYS = 64  # keys per block of the transpose kernel
+
+TRANSPOSE_V_KERNEL = HelperKernel("fp8_transpose_v.cu", "fp8_transpose_v", threads=256)
+
+
+def seq_pad(seqlen_k: int) -> int:
+    return -(-seqlen_k // VT_KEY_ALIGN) * VT_KEY_ALIGN
+
+
+def parse_descales(q_descale, k_descale, v_descale, batch: int, heads_kv: int, host: bool) -> Descales:
+    """Each descale: None (1.0), a finite real number, or a float32 array of shape (batch, heads_kv)
+    — a NumPy array for NumPy calls (its values checked finite), a device array for device calls."""
+    vals: dict = {}
+    for name, x in (("q", q_descale), ("k", k_descale), ("v", v_descale)):
+        scalar, ptr = _one(f"{name}_descale", x, batch, heads_kv, host)
+        vals[name], vals[f"{name}_ptr"] = scalar, ptr
+    return Descales(**vals)
+
+
+def _one(name: str, x, batch: int, heads_kv: int, host: bool) -> tuple[float, int]:
+    if x is None:
+        return 1.0, 0
+    if isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{name} must be None, a float, or a float32 array of shape (batch, heads_kv); got {x!r}")
+    if isinstance(x, numbers.Real):
+        v = float(x)
+        if not math.isfinite(v):
+            raise ValueError(f"{name} must be finite; got {x!r}")
+        return v, 0
+    want = f"({batch}, {heads_kv})"
+    if isinstance(x, np.ndarray):
+        if not host:
+            raise TypeError(f"{name} is a NumPy array but q, k, v are device arrays; pass a float32 device array "
+                            f"of shape {want} (e.g. cudattn.to_device({name})) or a float")
+        if x.shape != (batch, heads_kv):
+            raise ValueError(f"{name} must have shape (batch, heads_kv) = {want}; got {x.shape}")
+        if x.dtype.kind != "f":
+            raise TypeError(f"{name} must be a float32 array; got dtype {x.dtype}")
+        if not np.all(np.isfinite(x)):
+            raise ValueError(f"{name} must be finite; it holds NaN or inf")
+        return 1.0, 0  # uploaded by the NumPy path (as_device_descales)
+    if host:
+        raise TypeError(f"{name} must be None, a float, or a NumPy float32 array of shape {want} "
+                        f"(q, k, v are NumPy arrays); got {type(x).__name__}")
+    if all(hasattr(x, f) for f in ("ptr", "shape", "strides", "dtype")):  # a DeviceArray (or alike): no import
+        shape, dtype, strides, ptr = tuple(x.shape), np.dtype(x.dtype), x.strides, int(x.ptr)
+    elif _array.is_device_array_like(x):
+        a = _array.as_device_array(x, name=name)
+        shape, dtype, strides, ptr = a.shape, a.dtype, a.strides, a.ptr
+    else:
+        raise TypeError(f"{name} must be None, a float, or a float32 device array of shape {want}; "
+                        f"got {type(x).__name__}")
+    if shape != (batch, heads_kv):
+        raise ValueError(f"{name} must have shape (batch, heads_kv) = {want}; got {shape}")
+    if dtype != _F32:
+        raise TypeError(f"{name} must be a float32 array; got dtype {dtype}")
+    if strides is not None and tuple(strides) != (4 * heads_kv, 4) and batch * heads_kv > 1:
+        raise ValueError(f"{name} must be C-contiguous (strides {(4 * heads_kv, 4)} bytes); got {tuple(strides)}")
+    return 1.0, ptr
+
+
+def upload_descales(kw: dict, device, sref) -> dict:
+    """The NumPy path: NumPy descale arrays -> float32 device arrays (asynchronous on ``sref``)."""
+    out = dict(kw)
+    for name in ("q_descale", "k_descale", "v_descale"):
+        x = kw.get(name)
+        if isinstance(x, np.ndarray):
+            out[name] = _array.to_device(np.ascontiguousarray(x, dtype=_F32), device=device, stream=sref)
+    return out
+
+
+def transpose_v(problem: Problem, v_ptr: int, props, device, sref):
+    """Vt for this call's V (a new device array, freed stream-ordered when dropped)."""
+    B, Sk, H, D = problem.batch, problem.seqlen_k, problem.heads_kv, problem.head_dim
+    pad = seq_pad(Sk)
+    vt = _array.empty_on((B, H, D, pad), problem.dtype, device, sref)
+    kernel = _kernels.get_kernel(TRANSPOSE_V_KERNEL, device, props.device_id, props.arch)
+    g = problem.v_strides
+    p = TransposeVParams(v_ptr, vt.ptr, g.batch, g.seq, g.head, Sk, pad, H, D)
+    _launch.launch(kernel, (pad // _TRANSPOSE_KEYS, H, B), (TRANSPOSE_V_KERNEL.threads, 1, 1), 0, sref.handle, p)
+    return vt
