@@ -93,16 +93,18 @@ _SM90_TILES = {
 FP8_SM90_TILE_DIMS = (128, 256)
 FP8_TILE_DIMS = (64, 128, 256)
 _FP8_SM90_TILES = {
-    (128, False): Tiles(128, 128, 12, 2, 1, True, 2),
-    (128, True): Tiles(128, 128, 12, 2, 1, True, 2),
+    (128, False): Tiles(128, 192, 12, 2, 1, True, 2),  # 128 keys: -4 % (H100, NOTES.md)
+    (128, True): Tiles(128, 192, 12, 2, 1, True, 2),
     (256, False): Tiles(128, 128, 12, 2, 1, True, 1),
     (256, True): Tiles(128, 128, 12, 2, 1, True, 1),
 }
 _FP8_CANDIDATES = {  # the portable kernel (sm_89, or any family forced to sm80)
-    (64, False): (Tiles(128, 64, 4, 2, 1),),
-    (64, True): (Tiles(128, 64, 4, 2, 1),),
-    (128, False): (Tiles(128, 64, 4, 2, 1),),
-    (128, True): (Tiles(128, 64, 4, 2, 1),),
+    # One 16-row fragment per warp: two (128 x 64 x 4 warps) hold S and O of 128 columns in 255
+    # registers and spill. Not yet tuned on a GPU. sm_89 registers: d64 112, d128 165, d256 233.
+    (64, False): (Tiles(128, 64, 8, 2, 1),),
+    (64, True): (Tiles(128, 64, 8, 2, 1),),
+    (128, False): (Tiles(128, 64, 8, 2, 1),),
+    (128, True): (Tiles(128, 64, 8, 2, 1),),
     (256, False): (Tiles(128, 64, 8, 2, 1), Tiles(64, 64, 4, 2, 1)),
     (256, True): (Tiles(128, 64, 8, 2, 1), Tiles(64, 64, 4, 2, 1)),
 }
@@ -139,8 +141,10 @@ class Variant:
         eb = self.elem_bytes
         if self.family != "sm90":
             return (t.block_m + 2 * t.stages * t.block_n) * self.tile_dim * eb
-        # The 128-byte swizzle wants 1 KiB-aligned tiles; the kernel aligns the base itself.
-        return (t.q_stages * t.block_m + 2 * t.stages * t.block_n) * self.tile_dim * eb + 1024
+        # The 128-byte swizzle wants 1 KiB-aligned tiles; the kernel aligns the base itself. FP8 V
+        # stages are whole boxes of 128 keys (fwd_sm90.cuh, V_BYTES).
+        v_keys = -(-t.block_n // 128) * 128 if eb == 1 else t.block_n
+        return (t.q_stages * t.block_m + t.stages * (t.block_n + v_keys)) * self.tile_dim * eb + 1024
 
     def defines(self) -> dict[str, int]:
         t = self.tiles

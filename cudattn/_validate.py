@@ -372,7 +372,7 @@ def validate(
                                   "(FP8 decode runs the prefill kernel)")
 
     # 9. output
-    odt = qdt if out_dtype is None else resolve_out_dtype(out_dtype, qdt)
+    odt = resolve_out_dtype(out_dtype, qdt)
     out_geom = None if out is None else _check_out(out, host, qs, odt, layout)
 
     return Problem(

@@ -83,12 +83,14 @@ struct FwdSm90 {
     static constexpr int Q_BOX = BM * 128;    // bytes of one box of the Q tile
     static constexpr int KV_BOX = BN * 128;   // ... of a K tile, or of a 16-bit V tile
     static constexpr int VT_BOX = D * 128;    // FP8: one box of Vt, D rows of 128 keys
+    static constexpr int VT_BOXES = (BN + 127) / 128;  // FP8: a key tile of 192 loads 64 keys it does not use
     static constexpr int Q_BYTES = KB * Q_BOX;
     static constexpr int KV_BYTES = KB * KV_BOX;
+    static constexpr int V_BYTES = FP8 ? VT_BOXES * VT_BOX : KV_BYTES;  // one V stage
     static constexpr int KSTEPS = D * EB / 32;      // k-steps of 32 bytes in S = Q K^T
     static constexpr int PV_K = FP8 ? 32 : 16;      // keys per k-step of O += P V
-    static_assert(!FP8 || (BN % 128 == 0 && D % 128 == 0), "FP8: Vt boxes of 128 keys; 128-byte rows");
-    static constexpr int SMEM_BYTES = Q_STAGES * Q_BYTES + 2 * STAGES * KV_BYTES + 1024;  // + alignment slack
+    static_assert(!FP8 || (BN % 32 == 0 && D % 128 == 0), "FP8: 32-key k-steps; 128-byte rows");
+    static constexpr int SMEM_BYTES = Q_STAGES * Q_BYTES + STAGES * (KV_BYTES + V_BYTES) + 1024;  // + alignment slack
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;  // 128*24 + 256*240 <= 64K
     static constexpr int BAR_TURN = 1;  // named barriers 1, 2: the ping-pong turns of consumers 0, 1
     static_assert(D * EB % 128 == 0 && D <= 256, "head-dim tile: whole 128-byte rows, at most 256");
@@ -169,8 +171,8 @@ struct FwdSm90 {
                     tma_load_4d(sK + st * KV_BYTES + kb * KV_BOX, &P.tma_k, BOX_COLS * kb, n_start, hkv, c.b,
                                 &bars.k_full[st]);
                 if (it >= STAGES) mbar_wait(&bars.v_empty[st], ph ^ 1);
-                mbar_arrive_expect_tx(&bars.v_full[st], KV_BYTES);
-                load_v(P, sV + st * KV_BYTES, n_start, hkv, c.b, &bars.v_full[st]);
+                mbar_arrive_expect_tx(&bars.v_full[st], V_BYTES);
+                load_v(P, sV + st * V_BYTES, n_start, hkv, c.b, &bars.v_full[st]);
             }
         }
     }
@@ -182,7 +184,7 @@ struct FwdSm90 {
                                                   int b, unsigned long long* bar) {
         if constexpr (FP8) {
 #pragma unroll
-            for (int kb = 0; kb < BN / 128; ++kb) tma_load_4d(dst + kb * VT_BOX, &P.tma_v, n_start + 128 * kb, 0, hkv, b, bar);
+            for (int kb = 0; kb < VT_BOXES; ++kb) tma_load_4d(dst + kb * VT_BOX, &P.tma_v, n_start + 128 * kb, 0, hkv, b, bar);
         } else {
 #pragma unroll
             for (int kb = 0; kb < KB; ++kb) tma_load_4d(dst + kb * KV_BOX, &P.tma_v, BOX_COLS * kb, n_start, hkv, b, bar);
@@ -240,6 +242,12 @@ struct FwdSm90 {
                 pk[kk][3] = pack2(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3], T());
             }
         }
+    }
+
+    // O *= alpha, skipped when no row of the warp changed its max (alpha == 1 throughout): after
+    // the first tiles of a long row that is most tiles, and the multiply is 1/4 of the softmax work.
+    static __device__ __forceinline__ void rescale_if_needed(float (&o)[1][D / 8][4], const float (&alpha)[1][2]) {
+        if (__any_sync(0xffffffffu, alpha[0][0] != 1.f || alpha[0][1] != 1.f)) OnlineSoftmax<1>::rescale(o, alpha);
     }
 
     // Ping-pong: wait for this warpgroup's turn to issue products; then hand the turn over.
@@ -328,7 +336,7 @@ struct FwdSm90 {
                     turn_begin(cw);
                     issue_qk(s, q_desc, k_desc0 + stage(ik) * (KV_BYTES >> 4));
                     mbar_wait(&bars.v_full[stage(iv)], phase(iv));
-                    issue_pv(o, pk, v_desc0 + stage(iv) * (KV_BYTES >> 4));
+                    issue_pv(o, pk, v_desc0 + stage(iv) * (V_BYTES >> 4));
                     turn_end(cw);
                     wgmma_wait<1>();  // S of tile j is in; P V of tile j-1 may still run
                     fence_operands(flat<BN>(s));
@@ -339,13 +347,13 @@ struct FwdSm90 {
                     wgmma_wait<0>();
                     fence_operands(flat<D>(o));
                     release(&bars.v_empty[stage(iv)], lane);
-                    OnlineSoftmax<1>::rescale(o, alpha);
+                    rescale_if_needed(o, alpha);
                     to_operand(pk, s);
                 }
                 const int iv = it + n_tiles - 1;
                 mbar_wait(&bars.v_full[stage(iv)], phase(iv));
                 turn_begin(cw);
-                issue_pv(o, pk, v_desc0 + stage(iv) * (KV_BYTES >> 4));
+                issue_pv(o, pk, v_desc0 + stage(iv) * (V_BYTES >> 4));
                 turn_end(cw);
                 wgmma_wait<0>();
                 fence_operands(flat<D>(o));
