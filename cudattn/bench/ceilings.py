@@ -56,11 +56,31 @@ def gemm_bf16_tflops(torch_mod, device_id: int, n: int = 8192, iters: int = 10) 
     return 2.0 * n ** 3 / ms / 1e9
 
 
+def gemm_fp8_tflops(torch_mod, device_id: int, n: int = 8192, iters: int = 10) -> float | None:
+    """cuBLAS e4m3 GEMM n×n×n (bf16 out) via ``torch._scaled_mm``; None where torch lacks it."""
+    torch = torch_mod
+    if not hasattr(torch, "_scaled_mm"):
+        return None
+    a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()  # column-major B, as cuBLAS FP8 wants
+    one = torch.ones((), device="cuda")
+    h = torch.cuda.current_stream().cuda_stream
+    mm = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
+    try:
+        for _ in range(3):
+            mm()
+    except (RuntimeError, TypeError):
+        return None
+    ms = _median_ms(mm, h, device_id, iters)
+    return 2.0 * n ** 3 / ms / 1e9
+
+
 def measure(stream_handle: int, device_id: int, torch_mod=None, *, host: bool = False) -> dict:
     out = {"copy_tbps": copy_tbps(stream_handle, device_id), "gemm_bf16_tflops": None,
            "gemm_note": "torch not importable: no GEMM library to measure the compute ceiling"}
     if torch_mod is not None:
         out["gemm_bf16_tflops"] = gemm_bf16_tflops(torch_mod, device_id)
+        out["gemm_fp8_tflops"] = gemm_fp8_tflops(torch_mod, device_id)
         out["gemm_note"] = f"torch {torch_mod.__version__} matmul (cuBLAS), bf16 8192^3"
     if host:
         out["h2d_gbps"], out["d2h_gbps"] = pinned_gbps(stream_handle, device_id)

@@ -17,7 +17,7 @@ def add_arguments(p) -> None:
                         "all (prefill + decode); default quick unless --shape is given")
     p.add_argument("--shape", action="append", default=[], metavar="B,H,S,D",
                    help="explicit case, B,H,S,D or B,Hq,Hkv,Sq,Sk,D (repeatable; replaces --grid)")
-    p.add_argument("--dtype", action="append", choices=grids.DTYPES, default=None,
+    p.add_argument("--dtype", action="append", choices=grids.ALL_DTYPES, default=None,
                    help="only these dtypes (repeatable); default: the grid's")
     p.add_argument("--causal", choices=("0", "1", "both"), default=None,
                    help="causal only (1), not (0), or both; default: the grid's")

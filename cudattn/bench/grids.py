@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-DTYPES = ("float16", "bfloat16")
+DTYPES = ("float16", "bfloat16")  # the grids' default
+FP8 = "float8_e4m3fn"
+ALL_DTYPES = DTYPES + (FP8,)  # --dtype float8_e4m3fn adds FP8 rows (no peer: torch SDPA has no FP8 backend)
 GRIDS = ("quick", "prefill", "decode", "all")
 DECODE_MAX_SQ = 16  # up to this many query tokens a case is decode (bandwidth-bound, reported in TB/s)
 
@@ -29,7 +31,7 @@ class Case:
 
     @property
     def itemsize(self) -> int:
-        return 2
+        return 1 if self.dtype == FP8 else 2
 
     @property
     def visible_pairs(self) -> float:

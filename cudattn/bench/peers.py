@@ -9,7 +9,7 @@ torch's top-left ``is_causal`` is not cudattn's bottom-right causal.
 
 from __future__ import annotations
 
-from .grids import Case
+from .grids import FP8, Case
 
 BACKENDS = ("cudnn", "flash")
 
@@ -40,6 +40,8 @@ class TorchPeers:
         return {"torch": t.__version__, "cudnn": t.backends.cudnn.version(), "cuda": t.version.cuda}
 
     def skip_reason(self, case: Case) -> str | None:
+        if case.dtype == FP8:
+            return "torch SDPA has no FP8 attention backend"
         if case.causal and case.Sq != case.Sk:
             return "torch is_causal is top-left aligned; cudattn's causal is bottom-right (Sq != Sk)"
         return None

@@ -58,6 +58,27 @@ def host_line(r: dict) -> str:
             f"{r['gbps']:7.1f} | {r['floor_ms']:8.2f} {100 * r['fraction_of_floor']:7.0f}% | {_check_text(r['check'])}")
 
 
+def _fp8_vs_fp16(rows: list[dict]) -> list[str]:
+    """FP8 rows beside cudattn's own float16 rows of the same shape (no peer has FP8 attention)."""
+    def key(c):
+        return (c["B"], c["Hq"], c["Hkv"], c["Sq"], c["Sk"], c["D"], c["causal"], c.get("page_size", 0))
+    fp16 = {key(r["case"]): r for r in rows if r["case"]["dtype"] == "float16"}
+    pairs = [(r, fp16[key(r["case"])]) for r in rows if r["case"]["dtype"] == "float8_e4m3fn" and key(r["case"]) in fp16]
+    if not pairs:
+        return []
+    k, unit = ("tflops", "TFLOP/s") if pairs[0][0]["case"]["kind"] == "prefill" else ("tbps", "TB/s")
+    md = ["FP8 (e4m3, bfloat16 out) against cudattn's float16, same shapes, same run:", "",
+          f"| B | Hq | Hkv | Sq | Sk | D | causal | FP8 {unit} | float16 {unit} | FP8 / float16 |", "|" + "---|" * 10]
+    ratios = []
+    for r8, r16 in pairs:
+        c, a, b = r8["case"], r8["impls"]["cudattn"][k], r16["impls"]["cudattn"][k]
+        ratios.append(a / b)
+        md.append(f"| {c['B']} | {c['Hq']} | {c['Hkv']} | {c['Sq']} | {c['Sk']} | {c['D']} | {int(c['causal'])} | "
+                  f"{a:.1f} | {b:.1f} | {a / b:.2f}x |")
+    md += ["", f"Geometric mean FP8 / float16: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x", ""]
+    return md
+
+
 def geomean_ratios(rows: list[dict], kind: str | None = None) -> dict:
     out = {}
     for b in BACKENDS:
@@ -83,6 +104,8 @@ def ceilings_text(c: dict) -> str:
     parts = [f"device copy {c['copy_tbps']:.2f} TB/s (read+write)"]
     parts.append(f"bf16 GEMM {c['gemm_bf16_tflops']:.0f} TFLOP/s" if c.get("gemm_bf16_tflops")
                  else f"bf16 GEMM not measured ({c.get('gemm_note')})")
+    if c.get("gemm_fp8_tflops"):
+        parts.append(f"e4m3 GEMM {c['gemm_fp8_tflops']:.0f} TFLOP/s (torch._scaled_mm; FP8 rows' % ceiling)")
     if "h2d_gbps" in c:
         parts.append(f"pinned host->device {c['h2d_gbps']:.1f} GB/s, device->host {c['d2h_gbps']:.1f} GB/s")
     return "; ".join(parts)
@@ -138,6 +161,7 @@ def markdown(report: dict, command: str, plot_name: str | None = None) -> str:
         if g:
             md += ["", "Geometric mean of cudattn/peer: " + ", ".join(f"{PEER_TITLE[b]} {v:.2f}x" for b, v in g.items())]
         md.append("")
+        md += _fp8_vs_fp16(rows)
     host = report.get("host_rows")
     if host:
         md += ["## NumPy end to end (`attention(numpy...)`, transfers included)", "",

@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import _array, _device, attention, attention_with_kvcache, to_host
 from . import check, inputs, timing
-from .grids import Case
+from .grids import FP8, Case
 from .peers import BACKENDS
 
 
@@ -40,7 +40,7 @@ def _percent_of_ceiling(case: Case, result: dict, ceilings: dict) -> float | Non
     if case.kind == "decode":
         cap = ceilings.get("copy_tbps")
         return None if not cap else 100.0 * result["tbps"] / cap
-    cap = ceilings.get("gemm_bf16_tflops")
+    cap = ceilings.get("gemm_fp8_tflops" if case.dtype == FP8 else "gemm_bf16_tflops")
     return None if not cap else 100.0 * result["tflops"] / cap
 
 
