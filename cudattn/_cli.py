@@ -79,7 +79,7 @@ def warm(arch: str, cache=None) -> None:
     """Compile every kernel variant for `arch` into the cache, with a progress bar."""
     from cudattn import _kernels, _traits
 
-    variants = _traits.all_variants(arch)
+    variants = _traits.all_variants(arch) + _traits.all_fp8_variants(arch)
     t0 = time.perf_counter()
     fresh = 0
     for i, v in enumerate(variants):

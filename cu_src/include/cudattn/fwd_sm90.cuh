@@ -327,7 +327,7 @@ struct FwdSm90 {
                 release(&bars.k_empty[stage(it)], lane);
                 if (n_tiles == 1) release(&bars.q_empty[qs], lane);
                 mask(0);
-                softmax.exponentiate(s, scale_log2, neg, alpha);
+                softmax.template exponentiate<BN / 8, FP8>(s, scale_log2, neg, alpha);
                 to_operand(pk, s);
 
                 for (int j = 1; j < n_tiles; ++j) {
@@ -343,7 +343,7 @@ struct FwdSm90 {
                     release(&bars.k_empty[stage(ik)], lane);
                     if (j == n_tiles - 1) release(&bars.q_empty[qs], lane);
                     mask(j);
-                    softmax.exponentiate(s, scale_log2, neg, alpha);
+                    softmax.template exponentiate<BN / 8, FP8>(s, scale_log2, neg, alpha);
                     wgmma_wait<0>();
                     fence_operands(flat<D>(o));
                     release(&bars.v_empty[stage(iv)], lane);

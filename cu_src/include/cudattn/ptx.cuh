@@ -1,5 +1,6 @@
 // Thin wrappers over the sm_80+ instructions the portable kernel is built from:
-// mma.sync m16n8k16, ldmatrix, cp.async and ex2.approx. Fragment layouts follow the PTX ISA.
+// mma.sync m16n8k16 (and m16n8k32 e4m3 on sm_89+), ldmatrix, cp.async and ex2.approx. Fragment
+// layouts follow the PTX ISA.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -59,6 +60,24 @@ template <> struct Mma<__nv_bfloat16> {
     static __device__ __forceinline__ u32 pack(float lo, float hi) {
         __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
         return *reinterpret_cast<u32*>(&h);
+    }
+};
+
+// The e4m3 tag type (defined in fp8.cuh): declared here so that Mma can be specialised for it
+// without pulling the FP8 parameters into every kernel.
+struct e4m3_t;
+
+// D += A(16x32, row) * B(32x8, col), e4m3 operands, fp32 accumulate (sm_89+; on sm_90 ptxas
+// lowers it to f16 conversions and HMMA, as Hopper's only native FP8 product is wgmma). Its
+// fragments hold, byte for byte, what the f16 m16n8k16 ones hold (a 16-bit element of those is two
+// e4m3 here), so the same ldmatrix addressing loads them. P is packed by pack_e4m3x4 (fp8.cuh).
+template <> struct Mma<e4m3_t> {
+    static __device__ __forceinline__ void run(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     }
 };
 

@@ -1,6 +1,7 @@
-// Shared-memory tiles of ROWS x D 16-bit elements, stored row-major with an XOR swizzle on
+// Shared-memory tiles of ROWS x D 16-bit units, stored row-major with an XOR swizzle on
 // 16-byte chunks so that ldmatrix (8 rows x 16 B) and the epilogue's stores hit 8 distinct
-// bank groups. Rows and chunks are always IN-TILE indices.
+// bank groups. Rows and chunks are always IN-TILE indices. A unit is one element of a 16-bit
+// type, or two e4m3 bytes: the FP8 kernel moves its tiles with the same machinery.
 #pragma once
 #include "cudattn/ptx.cuh"
 
@@ -68,6 +69,8 @@ struct TileLoader {
     }
 
     __device__ __forceinline__ void advance_rows(int rows, long long stride) { src += rows * stride; }
+    // To the tile `units` columns over, same rows (FP8's Vt: the next key tile).
+    __device__ __forceinline__ void advance_cols(int units) { src += units; }
 
     // Issue the copies of the current tile into the shared tile `dst`.
     template <bool CHECK_ROWS>

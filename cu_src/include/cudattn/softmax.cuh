@@ -51,7 +51,11 @@ struct OnlineSoftmax {
     // visible key so far keeps m = -inf and uses 0 as its offset, so that exp2(-inf - -inf) never
     // makes a NaN. Split from the rescale so that a Hopper consumer can exponentiate while its
     // previous P.V product is still in flight and rescale once that product has landed.
-    template <int NF>
+    // CLAMP (FP8): exponents capped at 0. The row max m is rounded to float32 but each exponent is
+    // an exact fma, so the max key's P is 2^(±ulp(m)/2), not 1: at most 2^8 while |m| < 2^27, but
+    // with scores beyond 2^27 (large descales) P would pass e4m3's 448 or overflow; capped it
+    // stays in [0, 1].
+    template <int NF, bool CLAMP = false>
     __device__ __forceinline__ void exponentiate(float (&s)[MF][NF][4], float scale_log2, bool neg,
                                                  float (&alpha)[MF][2]) {
         if (neg)
@@ -70,7 +74,8 @@ struct OnlineSoftmax {
                 for (int nf = 0; nf < NF; ++nf)
 #pragma unroll
                     for (int j = 0; j < 2; ++j) {
-                        const float p = exp2_approx(fmaf(s[mf][nf][2 * h + j], scale_log2, -m_use));
+                        const float x = fmaf(s[mf][nf][2 * h + j], scale_log2, -m_use);
+                        const float p = exp2_approx(CLAMP ? fminf(x, 0.f) : x);
                         s[mf][nf][2 * h + j] = p;
                         rs += p;
                     }
@@ -92,11 +97,11 @@ struct OnlineSoftmax {
                 }
     }
 
-    template <int NF, int DF>
+    template <int NF, int DF, bool CLAMP = false>
     __device__ __forceinline__ void rescale_and_exponentiate(float (&s)[MF][NF][4], float (&o)[MF][DF][4],
                                                              float scale_log2, bool neg) {
         float alpha[MF][2];
-        exponentiate(s, scale_log2, neg, alpha);
+        exponentiate<NF, CLAMP>(s, scale_log2, neg, alpha);
         rescale(o, alpha);
     }
 
