@@ -9,12 +9,14 @@ the key tile of the kernel that serves the call. DESIGN §6's "2 x naive" rule i
 for FP8: the naive FP8 baseline (normalised P rounded to e4m3) is ~10x less accurate than the
 kernels, so twice its error would pass a broken kernel.
 
-LSE: held to ``rtol = atol = 1e-4`` against the float64 LSE, as the 16-bit path is. The row sum
-is taken from the float32 P, before P is rounded to e4m3, so the LSE sees only float32
-arithmetic on exactly represented inputs: exact e4m3 products summed in float32 (relative error
-~1e-7 of the scores), the scale rounded to float32, ``ex2.approx`` (2 ulp) and a float32 row sum
-(relative error well under 1e-5 for 4k keys, i.e. an absolute error of the log under 1e-5).
-The NumPy emulation of the same arithmetic stays within 2e-7 relative of the float64 LSE.
+LSE: ``|lse - ref| <= 2^-8 * A + 1e-4 * |ref| + 1e-4`` with A the LSE of ``|scale| |q| |k|^T`` (at least
+the largest sum of |products| of the row). The row sum is taken from the float32 P, before P is
+rounded to e4m3, so the LSE is exact but for the scores, and those are not float32-exact on
+Hopper: its FP8 tensor cores accumulate with about 14 mantissa bits (DeepSeek-V3 report, section
+3.3.2), so a score's error follows the sum of |q_i k_i|, which outliers make much larger than
+|q . k|. Seen on an H100: up to 2^-10 of that sum (1.8e-4 relative on a one-key N(0,1) LSE,
+0.4 on an outlier LSE of 358); 2^-8 leaves a 4x margin. A scale or descale error moves the LSE by
+a factor, which this still fails. The NumPy emulation (exact float32 sums) stays within 2e-7.
 
 Inputs are fresh random N(0,1) values (and an outlier distribution) made FP8 with
 cudattn.quantize_fp8 per tensor or per head; outputs are poisoned with NaN before each launch.
@@ -137,8 +139,11 @@ def run(q, k, v, kw, *, causal=False, layout="bshd", scale=None, out_dtype=None,
     return o, l
 
 
+LSE_REL = 2.0 ** -8
+
+
 def check(B, Sq, Sk, Hq, Hkv, D, *, causal=False, layout="bshd", descales="array", dist="normal", out_dtype=None,
-          host=False, scale=None, lse=True):
+          host=False, scale=None, lse=True, max_factor=None):
     rng = np.random.default_rng(next(_seed))
     q, k, v, kw = make_inputs(rng, B, Sq, Sk, Hq, Hkv, D, layout=layout, descales=descales, dist=dist)
     o, l = run(q, k, v, kw, causal=causal, layout=layout, scale=scale, out_dtype=out_dtype, host=host, lse=lse)
@@ -147,7 +152,7 @@ def check(B, Sq, Sk, Hq, Hkv, D, *, causal=False, layout="bshd", descales="array
                                             block_n=_block_n(D, causal, out_dtype), **kw)
     n_bad = int(np.count_nonzero(~np.isfinite(o.astype(np.float32))))
     assert n_bad == 0, f"{n_bad} outputs unwritten, NaN or infinite"
-    ok, stats = reference.check_close_fp8(o, ref, emul)
+    ok, stats = reference.check_close_fp8(o, ref, emul, max_factor=max_factor)
     assert ok, stats
     empty = np.isneginf(ref_lse)  # rows that see no key (causal, Sq > Sk): exactly 0
     if empty.any():
@@ -157,7 +162,13 @@ def check(B, Sq, Sk, Hq, Hkv, D, *, causal=False, layout="bshd", descales="array
         assert l.dtype == np.float32 and l.shape == (B, Hq, Sq)
         assert np.array_equal(np.isneginf(l), empty), "LSE must be -inf exactly on rows that see no key"
         assert not np.isnan(l).any()
-        np.testing.assert_allclose(l[~empty], ref_lse[~empty], rtol=1e-4, atol=1e-4)
+        # Score errors scale with sum |q_i k_i| (the tensor cores' FP8 accumulation), not |q . k|:
+        # bound them by the LSE of |scale| |q| |k|^T, which is at least the largest such sum per row.
+        _, abs_lse = reference.attention(np.abs(q), np.abs(k), v, causal=causal, layout=layout, return_lse=True,
+                                         scale=None if scale is None else abs(scale), **kw)
+        tol = LSE_REL * np.abs(abs_lse[~empty]) + 1e-4 * np.abs(ref_lse[~empty]) + 1e-4
+        err = np.abs(l[~empty].astype(np.float64) - ref_lse[~empty])
+        assert np.all(err <= tol), f"LSE error {err.max():.3g} over its bound (worst ratio {np.max(err / tol):.2f})"
     return stats
 
 
@@ -218,8 +229,12 @@ def test_no_lse_requested():
 @pytest.mark.parametrize("causal", [False, True])
 def test_outliers(causal, descales):
     """N(0,1) plus 0.1% of values at ±(20..100) before quantisation: per-tensor descales squeeze
-    the N(0,1) bulk into e4m3's low range; the rule still holds."""
-    check(2, 1024, 1024, 4, 2, 128, causal=causal, descales=descales, dist="outliers")
+    the N(0,1) bulk into e4m3's low range. The RMSE rule holds as is; the max-error factor is 6,
+    not 2: Hopper's FP8 tensor cores accumulate q.k with about 14 mantissa bits, which the
+    emulation (exact float32 sums) does not model, and with outliers a score of a few hundred
+    is off by ~0.4, which moves its row's weights by tens of percent (seen: 4.3x the emulation's
+    max error on one row; the RMSE, 0.8 of its bound)."""
+    check(2, 1024, 1024, 4, 2, 128, causal=causal, descales=descales, dist="outliers", max_factor=6.0)
 
 
 @pytest.mark.parametrize("d", [128, 256])

@@ -6,7 +6,7 @@ import gc
 
 import numpy as np
 
-from .. import _array, _device, attention, attention_with_kvcache, to_host
+from .. import _array, _device, _dtypes, attention, attention_with_kvcache, to_host
 from . import check, inputs, timing
 from .grids import FP8, Case
 from .peers import BACKENDS
@@ -96,6 +96,7 @@ def _poison_and_call(call, st, case: Case, h):
     """One call's output; with contiguous k/v into a NaN-poisoned `out`."""
     if case.page_size:
         return call(st)
-    out = _array.empty(st[0].shape, st[0].dtype, device=st[0].device_id, stream=h).fill_nan(stream=h)
+    odt = _dtypes.default_out_dtype(st[0].dtype)  # FP8 writes bfloat16
+    out = _array.empty(st[0].shape, odt, device=st[0].device_id, stream=h).fill_nan(stream=h)
     attention(*st, causal=case.causal, out=out, stream=h)
     return out
