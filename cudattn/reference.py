@@ -611,8 +611,8 @@ def check_close_fp8(out, ref, emulated, *, max_factor: float | None = None) -> t
     baseline of the right size.
 
     Why factors are still needed: the emulation is not bit-exact. (a) P is rounded against the
-    *running* row max, which depends on the kernel's key tile (128 keys on the Hopper FP8 kernel,
-    64 on the portable one); a different max shifts every P by a non-power-of-two factor, so the
+    *running* row max, which depends on the kernel's key tile (192 keys at head dim 128 and 128 at
+    256 on the Hopper FP8 kernel, 64 on the portable one); a different max shifts every P by a non-power-of-two factor, so the
     e4m3 rounding errors are a different draw of the same distribution, not the same errors.
     (b) float32 sums run in another order (tensor cores vs BLAS) and ``ex2.approx`` is not exact,
     so a P near an e4m3 tie can round the other way (one step, 6%). Both change which errors are
