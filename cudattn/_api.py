@@ -76,6 +76,8 @@ def run_device(problem, qa, ka, va, oa, device, device_id, sref):
 
     Decode shapes (at most ``_decode.DECODE_MAX_SQ`` query tokens), a KV cache, or an explicit
     ``num_splits`` take the split-KV path; everything else the prefill kernels."""
+    if problem.batch == 0 or problem.seqlen_q == 0 or problem.seqlen_k == 0:
+        return _run_empty(problem, oa, device, sref)
     props = _device.device_properties(device_id)
     decode = _decode.takes_split_kv(problem)
     if not decode:
@@ -101,6 +103,22 @@ def run_device(problem, qa, ka, va, oa, device, device_id, sref):
         _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
         del vt
     return (oa, lse) if problem.return_lse else oa
+
+
+def _run_empty(problem, oa, device, sref):
+    """No kernel: an empty result, or (no keys) every row gets O = 0 and LSE -inf, as a row that
+    sees no key does in the kernels."""
+    if oa is None:
+        oa = _array.empty_on(_out_shape(problem), problem.out_dtype, device, sref)
+    lse = None
+    if problem.return_lse:
+        lse = _array.empty_on((problem.batch, problem.heads_q, problem.seqlen_q), _F32, device, sref)
+        _array.memset(lse, _NEG_INF_F32_BITS, stream=sref.handle)
+    _array.zero_fill(oa, stream=sref.handle)
+    return (oa, lse) if problem.return_lse else oa
+
+
+_NEG_INF_F32_BITS = 0xFF800000
 
 
 def _out_shape(problem) -> tuple[int, int, int, int]:

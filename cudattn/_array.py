@@ -55,7 +55,7 @@ from cuda.bindings import driver
 from . import _dlpack
 from ._device import _ensure_init, get_device
 from ._dlpack import kDLCUDA, kDLCUDAManaged
-from ._errors import check
+from ._errors import CudaError, OutOfMemoryError, check
 from ._staging import parallel_memmove
 from ._stream import CU_STREAM_LEGACY, as_stream, core_stream, stream_wait
 
@@ -71,6 +71,7 @@ __all__ = [
     "stream_of",
     "to_device",
     "to_host",
+    "zero_fill",
 ]
 
 from ._dtypes import BFLOAT16 as BF16, FLOAT8_E4M3 as FP8_E4M3  # noqa: E402  (one table of dtypes)
@@ -562,8 +563,34 @@ def empty_on(shape: tuple[int, ...], dtype: np.dtype, dev, ref) -> DeviceArray:
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes == 0:
         return DeviceArray(0, shape, dtype, device_id=dev.device_id, stream_handle=ref.handle)
-    buf = dev.allocate(nbytes, stream=core_stream(ref, dev))
+    buf = _allocate(dev, nbytes, ref)
     return DeviceArray(int(buf.handle), shape, dtype, device_id=dev.device_id, owner=buf, stream_handle=ref.handle)
+
+
+def _allocate(dev, nbytes: int, ref):
+    """A stream-ordered Buffer from the device's pool. Out of memory: wait for the device's pending
+    work (stream-ordered frees included, which return blocks to the pool) and try once more; then
+    raise :class:`OutOfMemoryError` naming the bytes asked for."""
+    stream = core_stream(ref, dev)
+    try:
+        return dev.allocate(nbytes, stream=stream)
+    except Exception as e:  # cuda.core raises its own CUDAError; the driver's name is in the text
+        if "CUDA_ERROR_OUT_OF_MEMORY" not in str(e):
+            raise CudaError(_error_name(e), -1, f"allocate({nbytes} bytes)", str(e)) from e
+    check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
+    try:
+        return dev.allocate(nbytes, stream=stream)
+    except Exception as e:
+        if "CUDA_ERROR_OUT_OF_MEMORY" not in str(e):
+            raise CudaError(_error_name(e), -1, f"allocate({nbytes} bytes)", str(e)) from e
+    free, total = check(driver.cuMemGetInfo(), "cuMemGetInfo")
+    raise OutOfMemoryError(nbytes, dev.device_id, int(free), int(total)) from None
+
+
+def _error_name(e: Exception) -> str:
+    text = str(e)
+    start = text.find("CUDA_ERROR_")
+    return text[start:].split(":")[0].split()[0] if start >= 0 else type(e).__name__
 
 
 def to_device(array, *, device=None, stream=None) -> DeviceArray:
@@ -790,6 +817,28 @@ def _copy_d2h(dst: int, src: int, nbytes: int, stream: int, device_id: int) -> N
         except BaseException:
             st.discard()
             raise
+
+
+def zero_fill(arr: DeviceArray, *, stream=None) -> None:
+    """Write zeros over every element of a view whose last axis is contiguous (asynchronous on
+    ``stream``): one memset when the view is dense, else one 2-D memset per leading index pair."""
+    if arr.size == 0:
+        return
+    itemsize = arr.dtype.itemsize
+    if _is_dense(arr.shape, arr.strides, itemsize):
+        memset(arr, 0, stream=stream)
+        return
+    if arr.ndim != 4 or arr.strides[3] != itemsize:
+        raise ValueError("zero_fill needs a dense array or a 4-D view with a contiguous last axis")
+    get_device(arr.device_id)
+    h = _stream_for(arr, stream)
+    arr.stream_handle = h
+    n0, n1, n2, n3 = arr.shape
+    s0, s1, s2, _ = arr.strides
+    for i0 in range(n0):
+        for i1 in range(n1):
+            dst = arr.ptr + i0 * s0 + i1 * s1
+            check(driver.cuMemsetD2D8Async(dst, s2, 0, n3 * itemsize, n2, h), "cuMemsetD2D8Async")
 
 
 def nan_pattern(dtype) -> int:

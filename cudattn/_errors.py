@@ -9,7 +9,7 @@ and the name of the call that failed, so an error report says what failed where.
 
 from __future__ import annotations
 
-__all__ = ["CudaError", "check"]
+__all__ = ["CudaError", "OutOfMemoryError", "check"]
 
 
 class CudaError(RuntimeError):
@@ -37,6 +37,38 @@ class CudaError(RuntimeError):
 
     def __reduce__(self):  # keep the exception picklable (multiprocessing, pytest-xdist)
         return (type(self), (self.name, self.code, self.call, self.description))
+
+
+class OutOfMemoryError(CudaError, MemoryError):
+    """A device allocation failed for lack of memory (``CUDA_ERROR_OUT_OF_MEMORY``).
+
+    A :class:`MemoryError` and a :class:`CudaError`, so either ``except`` catches it. Nothing
+    stays allocated for the failed call; freeing memory and calling again works.
+
+    Attributes (beyond :class:`CudaError`'s)
+    ----------
+    nbytes : int
+        The size of the allocation that failed, in bytes.
+    device_id : int
+    free, total : int
+        The device's free and total memory in bytes, read just after the failure (-1 if unknown).
+    """
+
+    def __init__(self, nbytes: int, device_id: int, free: int = -1, total: int = -1, call: str = "cuMemAllocFromPoolAsync"):
+        self.nbytes = int(nbytes)
+        self.device_id = int(device_id)
+        self.free = int(free)
+        self.total = int(total)
+        state = f"; {_gib(free)} free of {_gib(total)}" if free >= 0 and total >= 0 else ""
+        detail = f"out of device memory allocating {self.nbytes} bytes ({_gib(self.nbytes)}) on device {device_id}{state}"
+        super().__init__("CUDA_ERROR_OUT_OF_MEMORY", 2, call, detail)
+
+    def __reduce__(self):
+        return (type(self), (self.nbytes, self.device_id, self.free, self.total, self.call))
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
 
 
 def _describe(err) -> tuple[str, str]:

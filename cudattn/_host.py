@@ -128,7 +128,8 @@ def _run_in_sequence(problem, q, k, v, kw, out, device, device_id, sref):
     o_dev, lse_dev = res if problem.return_lse else (res, None)
     if faults is not None:
         faults.result()
-    _array._copy_d2h(o.ctypes.data, o_dev.ptr, o_dev.nbytes, sref.handle, device_id)
+    if o_dev.nbytes:
+        _array._copy_d2h(o.ctypes.data, o_dev.ptr, o_dev.nbytes, sref.handle, device_id)
     if out is not None and not direct:
         out[...] = o
         o = out

@@ -102,6 +102,8 @@ def tensor_geom(name: str, shape: tuple, strides: tuple, itemsize: int, ptr: int
     """
     if len(strides) != 4:
         raise ValueError(f"{name} has {len(strides)} strides for its 4-D shape {shape}")
+    if 0 in shape:  # never read, so its strides and pointer do not matter (NumPy gives it 0 strides)
+        return TensorGeom(0, 0, 0)
     last = strides[3]
     if last != itemsize:
         got = f"{last // itemsize} elements" if last % itemsize == 0 else f"{last} bytes"
@@ -316,14 +318,12 @@ def validate(
         B, Hq, Sq, D = qs
         Bk, Hkv, Sk, Dk = ks
         Bv, Hv, Sv, Dv = vs
-    if B < 1 or Sq < 1 or Hq < 1 or Bk < 1 or Sk < 1 or Hkv < 1 or Bv < 1 or Sv < 1 or Hv < 1:
-        for name, dims in (("q", (B, Sq, Hq)), ("k", (Bk, Sk, Hkv)), ("v", (Bv, Sv, Hv))):
-            for axis, n in zip(_AXIS_NAMES, dims):
-                if n < 1:
-                    raise ValueError(
-                        f"{name} has {axis} = {n} (shape {qs if name == 'q' else ks if name == 'k' else vs}); "
-                        f"batch, seqlen and heads must all be >= 1"
-                    )
+    # Empty batches and sequences are valid (an empty result; Sk = 0: every row sees no key);
+    # zero heads are not: Hq % Hkv has no meaning then.
+    if Hq < 1 or Hkv < 1 or Hv < 1:
+        for name, n, shp in (("q", Hq, qs), ("k", Hkv, ks), ("v", Hv, vs)):
+            if n < 1:
+                raise ValueError(f"{name} has heads = {n} (shape {shp}); the heads axis must be >= 1")
     if Bk != B or Bv != B:
         raise ValueError(f"q, k, v must have the same batch size; got q {B}, k {Bk}, v {Bv}")
     if ks != vs:

@@ -195,7 +195,9 @@ def _mask_scores(s: np.ndarray, idx: np.ndarray, Sq: int, Sk: int) -> None:
 
 
 def _softmax_parts(s: np.ndarray):
-    """Row max (0 where the row is empty), unnormalized probabilities, row sums; never NaN."""
+    """Row max (0 where the row is empty or all -inf), unnormalized probabilities, row sums.
+
+    NaN only from non-finite inputs: a NaN score, or a +inf one (exp(inf - inf)), makes its row NaN."""
     m = s.max(axis=1, keepdims=True)
     m = np.where(m == -np.inf, 0.0, m).astype(s.dtype, copy=False)  # empty row: exp(-inf - 0) = 0
     p = np.exp(s - m)
@@ -204,7 +206,7 @@ def _softmax_parts(s: np.ndarray):
 
 
 def _lse(m: np.ndarray, l: np.ndarray) -> np.ndarray:
-    nonempty = l > 0
+    nonempty = l != 0  # a NaN sum gives a NaN LSE
     log_l = np.log(np.where(nonempty, l, 1)).astype(l.dtype, copy=False)
     return np.where(nonempty, m + log_l, -np.inf).astype(l.dtype, copy=False)[:, 0]
 
@@ -252,10 +254,24 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
             if causal:
                 _mask_scores(s, idx, Sq, Sk)
             m, p, l = _softmax_parts(s)
-            out[b, h, at] = (p @ vh[:kend]) / np.where(l > 0, l, 1.0)
+            out[b, h, at] = _weighted_values(p, vh[:kend], idx, Sq, Sk, causal) / np.where(l != 0, l, 1.0)
             lse[b, h, at] = _lse(m, l)
     out = _from_bhsd(out, layout)
     return (out, lse) if return_lse else out
+
+
+def _weighted_values(p: np.ndarray, v: np.ndarray, idx: np.ndarray, Sq: int, Sk: int, causal: bool) -> np.ndarray:
+    """``p @ v`` over the keys each row sees. A NaN or inf in a V row reaches exactly the rows that
+    see that key (``p * v`` by IEEE rules, so even a weight that underflowed to 0 gives NaN), never
+    a row for which the key is masked: a plain ``p @ v`` would spread it through the masked zeros."""
+    bad = ~np.isfinite(v).all(axis=1)
+    if not bad.any():
+        return p @ v
+    out = p @ np.where(bad[:, None], 0.0, v)
+    for j in np.flatnonzero(bad):
+        sees = np.ones(idx.size, bool) if not causal else j <= idx + (Sk - Sq)
+        out[sees] += p[sees, j, None] * v[j]
+    return out
 
 
 def attention_naive(q, k, v, *, causal: bool = False, scale: float | None = None, layout: str = "bshd",

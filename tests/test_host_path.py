@@ -104,11 +104,11 @@ def test_bytes_per_item_counts_every_transfer():
     assert _host._bytes_per_item(p) == (300 * 8 * 64 + 2 * 500 * 2 * 64) * 2 + 300 * 8 * 64 * 2 + 8 * 300 * 4
 
 
-@pytest.mark.parametrize("shape", [(0, 4, 2, 64), (2, 0, 2, 64), (2, 4, 0, 64)])
-def test_empty_numpy_inputs_refused_before_gpu_work(shape):
-    """As before: B = 0 or S = 0 is a ValueError naming the rule, raised before any CUDA call."""
-    x = np.zeros(shape, F16)
-    with pytest.raises(ValueError, match="must all be >= 1"):
+def test_zero_heads_refused_before_gpu_work():
+    """Zero heads is a ValueError naming the rule, raised before any CUDA call (empty batches and
+    sequences are valid: tests/test_reliability_gpu.py runs them)."""
+    x = np.zeros((2, 4, 0, 64), F16)
+    with pytest.raises(ValueError, match="heads axis must be >= 1"):
         cudattn.attention(x, x, x)
 
 

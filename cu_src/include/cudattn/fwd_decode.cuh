@@ -262,20 +262,23 @@ struct FwdDecode {
                 float M = -CUDATTN_INF;
 #pragma unroll
                 for (int w = 0; w < NW; ++w) M = fmaxf(M, red_m[w * BM + r]);
+                // A warp whose keys were all masked has max -inf and sum 0 (weight 0); one whose
+                // scores were all NaN has max -inf too (fmaxf skips NaN) but a NaN sum, which the
+                // 0 weight keeps NaN. The row is empty iff the total is exactly 0.
                 float total = 0.f;
 #pragma unroll
                 for (int w = 0; w < NW; ++w) {
                     const float mw = red_m[w * BM + r];
-                    if (mw != -CUDATTN_INF) total += red_l[w * BM + r] * exp2_approx(mw - M);
+                    total += red_l[w * BM + r] * (mw == -CUDATTN_INF ? 0.f : exp2_approx(mw - M));
                 }
                 const float mine = sm.m_log2[mf][h];
-                const float f = (mine == -CUDATTN_INF || !(total > 0.f)) ? 0.f : exp2_approx(mine - M) / total;
+                const float f = (mine == -CUDATTN_INF || total == 0.f) ? 0.f : exp2_approx(mine - M) / total;
                 float* dst = red_o + (warp * BM + r) * RED_STRIDE + 2 * tq;
 #pragma unroll
                 for (int df = 0; df < DF; ++df)
                     *reinterpret_cast<float2*>(dst + df * 8) = make_float2(o[mf][df][2 * h] * f, o[mf][df][2 * h + 1] * f);
                 if (warp == 0 && tq == 0 && r < rows_valid) {
-                    const float lse = (total > 0.f) ? (M + log2f(total)) * 0.6931471805599453f : -CUDATTN_INF;
+                    const float lse = (total != 0.f) ? (M + log2f(total)) * 0.6931471805599453f : -CUDATTN_INF;
                     if (float* dl = lse_out(p, b, hkv, m_start + r, split)) *dl = lse;
                 }
             }

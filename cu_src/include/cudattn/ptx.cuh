@@ -81,6 +81,13 @@ template <> struct Mma<e4m3_t> {
     }
 };
 
+// min(x, y) that returns NaN when either is NaN (fminf returns the other operand): one FMNMX.
+__device__ __forceinline__ float min_keep_nan(float x, float y) {
+    float r;
+    asm("min.NaN.f32 %0, %1, %2;\n" : "=f"(r) : "f"(x), "f"(y));
+    return r;
+}
+
 __device__ __forceinline__ float exp2_approx(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));

@@ -75,7 +75,7 @@ struct OnlineSoftmax {
 #pragma unroll
                     for (int j = 0; j < 2; ++j) {
                         const float x = fmaf(s[mf][nf][2 * h + j], scale_log2, -m_use);
-                        const float p = exp2_approx(CLAMP ? fminf(x, 0.f) : x);
+                        const float p = exp2_approx(CLAMP ? min_keep_nan(x, 0.f) : x);
                         s[mf][nf][2 * h + j] = p;
                         rs += p;
                     }
@@ -106,7 +106,9 @@ struct OnlineSoftmax {
     }
 
     // Completes the row sums across the quad; returns 1/sum (0 for an empty row) in inv and the
-    // natural-log LSE (-inf for an empty row) in lse.
+    // natural-log LSE (-inf for an empty row) in lse. A row is empty iff its sum is exactly 0 (its
+    // max key alone contributes ~1 otherwise): a NaN sum, from a NaN or +inf score, must stay NaN
+    // in O and LSE rather than pass for an empty row (the max reductions skip NaN scores).
     __device__ __forceinline__ void finish(float (&inv)[MF][2], float (&lse)[MF][2]) {
 #pragma unroll
         for (int mf = 0; mf < MF; ++mf)
@@ -115,7 +117,7 @@ struct OnlineSoftmax {
                 float l = sum[mf][h];
                 l += __shfl_xor_sync(0xffffffffu, l, 1);
                 l += __shfl_xor_sync(0xffffffffu, l, 2);
-                const bool empty = !(l > 0.f);
+                const bool empty = l == 0.f;
                 inv[mf][h] = empty ? 0.f : __frcp_rn(l);
                 lse[mf][h] = empty ? -CUDATTN_INF : (m_log2[mf][h] + log2f(l)) * 0.6931471805599453f;
             }
