@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 import os
 import threading
 import warnings
@@ -158,6 +159,8 @@ class DeviceArray:
         readonly: bool = False,
     ):
         self.ptr = int(ptr)
+        if not 0 <= self.ptr < 1 << 64:
+            raise ValueError(f"ptr {self.ptr:#x} is not a 64-bit device address")
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
         if strides is None:
@@ -387,13 +390,27 @@ def device_id_of(obj, *, name: str = "array") -> int:
         return obj.device_id
     dev = getattr(obj, "__dlpack_device__", None)
     if dev is not None and hasattr(obj, "__dlpack__"):
-        dev_type, dev_id = dev()
+        dev_type, dev_id = _dlpack_device(obj, dev, name)
         if dev_type in _CUDA_DEVICE_TYPES:
-            return int(dev_id)
+            return dev_id
     if _has_cai(obj):
-        ptr = obj.__cuda_array_interface__["data"][0]
-        return _pointer_device(int(ptr or 0))
+        try:
+            cai = obj.__cuda_array_interface__
+        except Exception as e:
+            raise TypeError(f"{name}: {type(obj).__name__}.__cuda_array_interface__ failed: {e}") from e
+        return _pointer_device(_cai_data(cai, name)[0])
     return as_device_array(obj, name=name).device_id  # raises the right TypeError
+
+
+def _dlpack_device(obj, dlpack_device, name: str) -> tuple[int, int]:
+    """``obj.__dlpack_device__()`` as two ints; TypeError naming ``name`` when it returns anything else."""
+    res = dlpack_device()
+    try:
+        dev_type, dev_id = res
+        return operator.index(dev_type), operator.index(dev_id)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: {type(obj).__name__}.__dlpack_device__() must return (device_type, device_id) "
+                        f"as two ints; got {res!r}") from None
 
 
 def stream_of(arr) -> int | None:
@@ -433,12 +450,14 @@ def as_device_array(obj, *, stream_handle: int | None = None, name: str = "array
     # CAI is looked at only when DLPack is absent or fails: building the interface
     # dict costs PyTorch tens of microseconds, and it refuses bfloat16 anyway.
     if dlpack is not None and dlpack_device is not None:
-        dev_type, _ = dlpack_device()
+        dev_type, _ = _dlpack_device(obj, dlpack_device, name)
         if dev_type in _CUDA_DEVICE_TYPES:
             try:
                 return _from_dlpack(obj, dlpack, stream_handle, name)
-            except (BufferError, NotImplementedError):
+            except (BufferError, NotImplementedError) as e:
                 if not _has_cai(obj):
+                    if isinstance(e, BufferError):  # the producer's (or the capsule's) refusal, as our TypeError
+                        raise TypeError(f"{name}: {type(obj).__name__} could not be imported through DLPack: {e}") from e
                     raise
                 # e.g. a dtype the producer cannot export through DLPack: try CAI below
         elif not _has_cai(obj):
@@ -490,9 +509,11 @@ def _from_dlpack(obj, dlpack, stream_handle, name) -> DeviceArray:
 
 
 def _cai_dtype(typestr: str, name: str) -> np.dtype:
+    if not isinstance(typestr, str):  # np.dtype(None) would silently mean float64
+        raise TypeError(f"{name}: CUDA Array Interface typestr must be a string such as '<f2'; got {typestr!r}")
     try:
         dtype = np.dtype(typestr)
-    except TypeError:
+    except Exception:  # TypeError, and SyntaxError from comma strings such as ","
         raise TypeError(f"{name}: unsupported CUDA Array Interface typestr {typestr!r}") from None
     if dtype.kind == "V" or dtype.hasobject:
         raise TypeError(
@@ -504,22 +525,64 @@ def _cai_dtype(typestr: str, name: str) -> np.dtype:
     return dtype
 
 
-def _from_cai(obj, cai: dict, stream_handle, name) -> DeviceArray:
+#: Device addresses are 64-bit: a CAI pointer outside [0, 2**64) cannot be one.
+_PTR_LIMIT = 1 << 64
+
+
+def _malformed(name: str, what: str) -> TypeError:
+    return TypeError(f"{name}: malformed __cuda_array_interface__ ({what})")
+
+
+def _cai_data(cai, name: str) -> tuple[int, bool]:
+    """``(ptr, readonly)`` of a CAI dict's ``"data"``, checked: a dict, a pair, an int pointer in [0, 2**64)."""
+    if not isinstance(cai, dict):
+        raise _malformed(name, f"expected a dict, got {type(cai).__name__}")
+    if "data" not in cai:
+        raise _malformed(name, "no 'data' entry")
+    data = cai["data"]
     try:
-        shape = tuple(int(n) for n in cai["shape"])
-        typestr = cai["typestr"]
-        ptr, readonly = cai["data"]
-    except (KeyError, TypeError, ValueError) as e:
-        raise TypeError(f"{name}: malformed __cuda_array_interface__ ({e!r})") from None
+        ptr, readonly = data
+        ptr = 0 if ptr is None else operator.index(ptr)
+        readonly = bool(readonly)
+    except (TypeError, ValueError):
+        raise _malformed(name, f"'data' must be (pointer int, readonly bool); got {data!r}") from None
+    if not 0 <= ptr < _PTR_LIMIT:
+        raise ValueError(f"{name}: __cuda_array_interface__ data pointer {ptr:#x} is not a 64-bit device address")
+    return ptr, readonly
+
+
+def _int_tuple(seq, name: str, key: str) -> tuple[int, ...]:
+    try:
+        return tuple(operator.index(n) for n in seq)
+    except TypeError:
+        raise _malformed(name, f"{key!r} must be a tuple of ints; got {seq!r}") from None
+
+
+def _from_cai(obj, cai: dict, stream_handle, name) -> DeviceArray:
+    ptr, readonly = _cai_data(cai, name)
+    if "shape" not in cai or "typestr" not in cai:
+        raise _malformed(name, f"missing {'shape' if 'shape' not in cai else 'typestr'!r}")
+    shape = _int_tuple(cai["shape"], name, "shape")
+    if any(n < 0 for n in shape):
+        raise ValueError(f"{name}: __cuda_array_interface__ shape {shape} has a negative dimension")
     if cai.get("mask") is not None:
         raise TypeError(f"{name}: masked CUDA arrays are not supported")
-    dtype = _cai_dtype(typestr, name)
+    dtype = _cai_dtype(cai["typestr"], name)
     strides = cai.get("strides")
     if strides is not None:
-        strides = tuple(int(s) for s in strides)
-    ptr = int(ptr or 0)
+        strides = _int_tuple(strides, name, "strides")
+        if len(strides) != len(shape):
+            raise ValueError(f"{name}: __cuda_array_interface__ strides {strides} and shape {shape} differ in length")
+    version = cai.get("version", 0)
+    if isinstance(version, bool) or not isinstance(version, numbers.Integral):
+        raise _malformed(name, f"'version' must be an int; got {version!r}")
+    producer = cai.get("stream") if version >= 3 else None
+    if producer is not None:
+        if isinstance(producer, bool) or not isinstance(producer, numbers.Integral):
+            raise _malformed(name, f"'stream' must be None or an int stream handle; got {producer!r}")
+        if producer < 0:
+            raise ValueError(f"{name}: __cuda_array_interface__ stream handle must be >= 0; got {producer}")
     device_id = _pointer_device(ptr)
-    producer = cai.get("stream") if cai.get("version", 0) >= 3 else None
     if producer is not None and stream_handle is not None:
         producer = int(producer)
         if producer == 0:
@@ -529,7 +592,7 @@ def _from_cai(obj, cai: dict, stream_handle, name) -> DeviceArray:
             get_device(device_id)
             stream_wait(consumer, producer)
     return DeviceArray(
-        ptr, shape, dtype, strides, device_id=device_id, owner=obj, stream_handle=stream_handle, readonly=bool(readonly)
+        ptr, shape, dtype, strides, device_id=device_id, owner=obj, stream_handle=stream_handle, readonly=readonly
     )
 
 
@@ -569,8 +632,9 @@ def empty_on(shape: tuple[int, ...], dtype: np.dtype, dev, ref) -> DeviceArray:
 
 def _allocate(dev, nbytes: int, ref):
     """A stream-ordered Buffer from the device's pool. Out of memory: wait for the device's pending
-    work (stream-ordered frees included, which return blocks to the pool) and try once more; then
-    raise :class:`OutOfMemoryError` naming the bytes asked for."""
+    work (stream-ordered frees included), hand the pool's unused blocks back to the driver (blocks
+    freed in smaller pieces cannot serve a larger request, but the driver can remap them), and try
+    once more; then raise :class:`OutOfMemoryError` naming the bytes asked for."""
     stream = core_stream(ref, dev)
     try:
         return dev.allocate(nbytes, stream=stream)
@@ -578,6 +642,9 @@ def _allocate(dev, nbytes: int, ref):
         if "CUDA_ERROR_OUT_OF_MEMORY" not in str(e):
             raise CudaError(_error_name(e), -1, f"allocate({nbytes} bytes)", str(e)) from e
     check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
+    pool = getattr(dev.memory_resource, "handle", None)
+    if pool is not None:
+        check(driver.cuMemPoolTrimTo(driver.CUmemoryPool(int(pool)), 0), "cuMemPoolTrimTo")
     try:
         return dev.allocate(nbytes, stream=stream)
     except Exception as e:

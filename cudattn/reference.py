@@ -555,7 +555,7 @@ def attention_fp8_emulated(q, k, v, *, causal: bool = False, scale: float | None
             o[..., i0:, :] = o[..., i0:, :] * alpha[..., None] + np.matmul(_round_e4m3(p), vb[:, :, :, j0:j1])
             m[..., i0:] = m_new
 
-        nonempty = l > 0  # as the kernels: not (l > 0), NaN included, is an empty row
+        nonempty = l != 0  # as the kernels: a row is empty iff its sum is exactly 0 (NaN stays NaN)
         inv = np.where(nonempty, np.float32(1) / np.where(nonempty, l, np.float32(1)), np.float32(0))
         out = o * (inv * out_scale)[..., None]
         out = _from_bhsd(out.reshape(B, Hq, Sq, D), layout).astype(out_dt)

@@ -208,11 +208,13 @@ def test_fully_masked_rows_give_zero_and_minus_inf(path):
 
 
 @pytest.mark.parametrize("path", ["hopper", "portable", "decode", "fp8"], indirect=True)
-@pytest.mark.parametrize("scale", [0.0, 1e-8, -1.0, 1e3, -1e3, 1e6])
+@pytest.mark.parametrize("scale", [0.0, 1e-8, -1.0, 1e3, -1e3])
 def test_extreme_scales(path, scale):
-    """scale 0 averages the visible values; huge scales make the softmax one-hot (the kernels
-    subtract the row max, so nothing overflows while scale * q.k fits float32); negative scales
-    flip it. Checked against the reference (16-bit: DESIGN §6's rule; FP8: its own)."""
+    """scale 0 averages the visible values; large scales make the softmax nearly one-hot (the
+    kernels subtract the row max, so nothing overflows while scale * q.k fits float32); negative
+    scales flip it. Checked against the reference (16-bit: DESIGN §6's rule; FP8: its own).
+    Past ~1e4 the problem itself is ill-conditioned: float32 rounding of q.k (~1e-7 relative)
+    times the scale moves the weights of near-tied keys by O(1), in any float32 kernel."""
     name, dtype, kw = path
     rng = np.random.default_rng(next(_seed))
     Sq = 7 if name == "decode" else 133
@@ -221,7 +223,7 @@ def test_extreme_scales(path, scale):
     ref, ref_lse = reference.attention(q, k, v, causal=True, scale=scale, return_lse=True)
     assert np.isfinite(out).all()
     if dtype == FP8:
-        emu = reference.attention_fp8_emulated(q, k, v, causal=True, scale=scale)
+        emu = reference.attention_fp8_emulated(q, k, v, causal=True, scale=scale, block_n=_fp8_block_n(64, True))
         ok, stats = reference.check_close_fp8(out, ref, emu)
         assert ok, stats
     else:
@@ -229,6 +231,16 @@ def test_extreme_scales(path, scale):
         ok, err, bound = reference.check_close(out, ref, naive)
         assert ok, f"max|out-ref| = {err:.3g} > bound {bound:.3g}"
     np.testing.assert_allclose(lse, ref_lse, rtol=1e-4, atol=1e-4 * max(1.0, abs(scale)))
+
+
+def _fp8_block_n(D: int, causal: bool) -> int:
+    """The key tile of the FP8 kernel serving the call: the emulation rounds P against the same
+    running max then (it matters once the scale sharpens the softmax)."""
+    from cudattn import _device, _traits
+
+    props = _device.device_properties(0)
+    return int(_traits.select(_traits.FP8, D, causal, props.max_shared_memory_per_block_optin,
+                              _traits.family_for(props.arch), np.dtype(BF16)).tiles.block_n)
 
 
 @pytest.mark.parametrize("d", [8, 256])
@@ -272,17 +284,17 @@ def test_out_of_memory_mid_call_leaks_nothing_and_the_next_call_works():
     from cudattn import _launch
 
     rng = np.random.default_rng(next(_seed))
-    q, k, v = _inputs(rng, 4, 4096, 4096, 16, 128, np.float16)  # 128 MiB each
+    q, k, v = _inputs(rng, 8, 4096, 4096, 16, 128, np.float16)  # 256 MiB each
     _launch.synchronize()
     base = _pool_used()
-    hog, chunk = [], 256 << 20
+    hog, chunk = [], 64 << 20
     try:
         while True:
             hog.append(cudattn._array.empty((chunk,), np.uint8))
     except cudattn.OutOfMemoryError:
         pass
-    assert len(hog) > 4
-    del hog[-1]  # under 512 MiB free: q's copy fits, not all four 128 MiB buffers the call needs
+    assert len(hog) > 16
+    del hog[-5:]  # 320 MiB and less than one more chunk free: q's copy fits, k's does not
     _launch.synchronize()
     try:
         cudattn.attention(q, k, v)
