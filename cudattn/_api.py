@@ -20,7 +20,13 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", return_lse=Fa
 
     ``causal=True`` is aligned to the bottom right (FlashAttention >= 2.1): query ``i`` sees key
     ``j`` iff ``j <= i + Sk - Sq``. This differs from torch SDPA's ``is_causal`` (top-left) when
-    ``Sq != Sk``. A query row that sees no key gets output 0 and LSE ``-inf``.
+    ``Sq != Sk``. A query row that sees no key gets output 0 and LSE ``-inf``; so does every row
+    when ``Sk == 0`` (``B == 0`` or ``Sq == 0``: an empty result).
+
+    Non-finite inputs follow ``cudattn.reference``: NaN in a row's q or in a seen key's k or v,
+    or a ``+inf`` score, makes the row NaN; a ``-inf`` score drops its key (README: "Non-finite
+    inputs", with the one causal exception). Out of device memory raises
+    ``cudattn.OutOfMemoryError`` (a MemoryError) naming the bytes asked for.
 
     ``scale`` defaults to ``1/sqrt(D)``. ``return_lse=True`` also returns the float32 log-sum-exp
     ``(B, Hq, Sq)`` (natural log of the row sum of ``exp(scale · q kᵀ)``).
