@@ -10,10 +10,10 @@ __version__ = "0.1.0"
 
 from . import reference
 from ._api import attention
-from ._array import DeviceArray, to_device, to_host
+from ._array import DeviceArray, empty_cache, to_device, to_host
 from ._errors import CudaError, OutOfMemoryError
 from ._kvcache import attention_with_kvcache
 from ._merge import merge_attention_states
 from ._quantize import dequantize, quantize_fp8
 
-__all__ = ["attention", "attention_with_kvcache", "merge_attention_states", "quantize_fp8", "dequantize", "reference", "DeviceArray", "to_device", "to_host", "CudaError", "OutOfMemoryError", "__version__"]
+__all__ = ["attention", "attention_with_kvcache", "merge_attention_states", "quantize_fp8", "dequantize", "reference", "DeviceArray", "empty_cache", "to_device", "to_host", "CudaError", "OutOfMemoryError", "__version__"]

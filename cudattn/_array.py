@@ -64,6 +64,7 @@ __all__ = [
     "DeviceArray",
     "as_device_array",
     "empty",
+    "empty_cache",
     "empty_on",
     "is_device_array_like",
     "memset",
@@ -642,9 +643,7 @@ def _allocate(dev, nbytes: int, ref):
         if "CUDA_ERROR_OUT_OF_MEMORY" not in str(e):
             raise CudaError(_error_name(e), -1, f"allocate({nbytes} bytes)", str(e)) from e
     check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
-    pool = getattr(dev.memory_resource, "handle", None)
-    if pool is not None:
-        check(driver.cuMemPoolTrimTo(driver.CUmemoryPool(int(pool)), 0), "cuMemPoolTrimTo")
+    _trim_pool(dev)
     try:
         return dev.allocate(nbytes, stream=stream)
     except Exception as e:
@@ -652,6 +651,24 @@ def _allocate(dev, nbytes: int, ref):
             raise CudaError(_error_name(e), -1, f"allocate({nbytes} bytes)", str(e)) from e
     free, total = check(driver.cuMemGetInfo(), "cuMemGetInfo")
     raise OutOfMemoryError(nbytes, dev.device_id, int(free), int(total)) from None
+
+
+def _trim_pool(dev) -> None:
+    pool = getattr(dev.memory_resource, "handle", None)
+    if pool is not None:
+        check(driver.cuMemPoolTrimTo(driver.CUmemoryPool(int(pool)), 0), "cuMemPoolTrimTo")
+
+
+def empty_cache(device=None) -> None:
+    """Give the device memory that cudattn's pool holds but no array uses back to the driver.
+
+    Freed arrays return their memory to the device's stream-ordered pool, which keeps it for the
+    next allocation (as PyTorch's caching allocator does); other libraries on the GPU cannot use
+    it until it is given back. Waits for the device's pending work first.
+    """
+    dev = get_device(device)
+    check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
+    _trim_pool(dev)
 
 
 def _error_name(e: Exception) -> str:

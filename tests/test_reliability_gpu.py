@@ -208,7 +208,7 @@ def test_fully_masked_rows_give_zero_and_minus_inf(path):
 
 
 @pytest.mark.parametrize("path", ["hopper", "portable", "decode", "fp8"], indirect=True)
-@pytest.mark.parametrize("scale", [0.0, 1e-8, -1.0, 1e3, -1e3])
+@pytest.mark.parametrize("scale", [0.0, 1e-8, -0.3, -1.0, 1e3, -1e3])
 def test_extreme_scales(path, scale):
     """scale 0 averages the visible values; large scales make the softmax nearly one-hot (the
     kernels subtract the row max, so nothing overflows while scale * q.k fits float32); negative
@@ -223,9 +223,20 @@ def test_extreme_scales(path, scale):
     ref, ref_lse = reference.attention(q, k, v, causal=True, scale=scale, return_lse=True)
     assert np.isfinite(out).all()
     if dtype == FP8:
-        emu = reference.attention_fp8_emulated(q, k, v, causal=True, scale=scale, block_n=_fp8_block_n(64, True))
-        ok, stats = reference.check_close_fp8(out, ref, emu)
-        assert ok, stats
+        # Hopper's FP8 products accumulate with ~14 mantissa bits (docs/FP8.md): score errors of
+        # ~2^-14 |scale| sum|q k|, which a sharp softmax turns into weight errors the emulation
+        # (float32 sums) does not make. So: the FP8 rule while that error is small, and past it
+        # a loose bound on the output and the accumulation bound on the LSE.
+        acc = 2.0**-8 * abs(scale) * np.einsum("bihd,bjhd->bhij", np.abs(q.astype(np.float64)),
+                                               np.abs(k.astype(np.float64))).max(axis=3)
+        if abs(scale) <= 0.3:
+            emu = reference.attention_fp8_emulated(q, k, v, causal=True, scale=scale, block_n=_fp8_block_n(64, True))
+            ok, stats = reference.check_close_fp8(out, ref, emu)
+            assert ok, stats
+        else:
+            assert reference.error_stats(out, ref)["rel_rmse"] <= 0.1
+        assert (np.abs(lse - ref_lse) <= acc + 1e-4).all()
+        return
     else:
         naive = reference.attention_naive(q, k, v, causal=True, scale=scale, dtype=dtype)
         ok, err, bound = reference.check_close(out, ref, naive)
@@ -314,6 +325,17 @@ def test_out_of_memory_mid_call_leaks_nothing_and_the_next_call_works():
     assert np.abs(out.astype(np.float64) - ref).max() < 1e-2
 
 
+def test_empty_cache_gives_freed_memory_back_to_the_driver():
+    from cuda.bindings import driver
+
+    cudattn.empty_cache()
+    free0 = driver.cuMemGetInfo()[1]
+    x = cudattn._array.empty((1 << 30,), np.uint8)
+    del x  # back in cudattn's pool, not in the driver's free memory
+    cudattn.empty_cache()
+    assert driver.cuMemGetInfo()[1] >= free0 - (64 << 20)
+
+
 # ---------------------------------------------------------------------- more than 2**31 elements
 
 
@@ -329,9 +351,7 @@ def _random_bits(rng, shape, dtype):
 def _free_bytes() -> int:
     from cuda.bindings import driver
 
-    from cudattn import _device
-
-    _device.get_device(0)
+    cudattn.empty_cache()  # earlier tests' freed arrays sit in the pool
     err, free, total = driver.cuMemGetInfo()
     return int(free)
 
