@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nvrtc_cache as _package  # for __version__ at call time (tests monkeypatch it)
 
-from . import _entry, _key, _nvrtc, _sysinclude
+from . import _entry, _key, _nvrtc, _sysinclude, _trust
 from ._ptxas import PtxasReport, parse_ptxas
 from ._store import CacheEntry, DiskStore, default_directory
 
@@ -137,6 +137,8 @@ class Cache:
 
     Thread-safe; several processes may share a directory. If the directory cannot
     be created or written, the cache keeps working from memory and warns once.
+    A directory that another user could write is never used at all (one warning),
+    and an entry another user could write is a miss (one warning): see _trust.
     """
 
     def __init__(self, directory: str | os.PathLike | None = None):
@@ -149,7 +151,8 @@ class Cache:
         self._lock = threading.Lock()  # guards _memory, _key_locks and the state below
         self._key_locks: dict[str, threading.Lock] = {}
         self._writable: bool | None = None  # unknown until the first write
-        self._warned = False
+        self._trusted = True  # False once the directory failed the trust check
+        self._warned: set[str] = set()  # kinds of warning already given
 
     def __repr__(self) -> str:
         return f"Cache({str(self.directory)!r})"
@@ -182,7 +185,7 @@ class Cache:
                 with self._lock:
                     if key in self._memory:
                         return _result(self._memory[key], "memory")
-                entry = self._store.load(key)
+                entry = self._load_from_disk(key, req.arch)
                 source_kind = "disk"
                 if entry is None:
                     entry = self._compile(req, key)
@@ -203,30 +206,57 @@ class Cache:
         )
         return _entry.Entry(key=key, arch=req.arch, cubin=cubin, log=log, lowered_names=lowered)
 
+    def _load_from_disk(self, key: str, arch: str | None) -> _entry.Entry | None:
+        if not self._trusted:
+            return None
+        try:
+            return self._store.load(key, arch)
+        except _trust.UntrustedDirectory as exc:
+            self._distrust(exc)
+        except _trust.UntrustedEntry as exc:
+            # A miss: the compile that follows replaces the entry (the directory is trusted).
+            self._warn_once(
+                "entry",
+                f"nvrtc_cache: ignoring cache entry {exc.path!r}: it {exc.problem}; "
+                f"recompiling and replacing it",
+            )
+        return None
+
     def _save(self, entry: _entry.Entry) -> None:
-        if self._writable is False:
+        if self._writable is False or not self._trusted:
             return
         try:
-            self._store.ensure_directory()
             self._store.save(entry)
+        except _trust.UntrustedDirectory as exc:
+            self._distrust(exc)
         except OSError as exc:
-            self._fall_back_to_memory(exc)
+            self._writable = False
+            self._warn_once(
+                "write",
+                f"nvrtc_cache: cannot write to cache directory {str(self.directory)!r} "
+                f"({type(exc).__name__}: {exc.strerror or exc}); compiled kernels are "
+                f"cached in memory only for this process",
+            )
         else:
             self._writable = True
 
-    def _fall_back_to_memory(self, exc: OSError) -> None:
-        with self._lock:
-            self._writable = False
-            if self._warned:
-                return
-            self._warned = True
-        warnings.warn(
-            f"nvrtc_cache: cannot write to cache directory {str(self.directory)!r} "
-            f"({type(exc).__name__}: {exc.strerror or exc}); compiled kernels are "
-            f"cached in memory only for this process",
-            RuntimeWarning,
-            stacklevel=_stacklevel_outside_package(),
+    def _distrust(self, exc: _trust.UntrustedDirectory) -> None:
+        # Neither read nor write: another user could plant a cubin (code that runs
+        # in this process) or read back what we compile.
+        self._trusted = False
+        self._warn_once(
+            "directory",
+            f"nvrtc_cache: not using cache directory {exc.path!r}: it {exc.problem}, so "
+            f"another user could plant code that this process would run; compiled "
+            f"kernels are cached in memory only for this process. To fix: {exc.fix}",
         )
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        with self._lock:
+            if kind in self._warned:
+                return
+            self._warned.add(kind)
+        warnings.warn(message, RuntimeWarning, stacklevel=_stacklevel_outside_package())
 
     def entries(self) -> Iterator[CacheEntry]:
         """The entries on disk (by file name; contents are validated on load)."""
@@ -234,11 +264,13 @@ class Cache:
 
     def info(self) -> dict:
         entries = list(self.entries())
+        trusted = self._trusted and self._store.trust_problem() is None
         return {
             "directory": str(self.directory),
             "entries": len(entries),
             "total_bytes": sum(e.size_bytes for e in entries),
-            "writable": self._probe_writable(),
+            "writable": trusted and self._probe_writable(),
+            "trusted": trusted,  # False: the directory is not used at all (see _trust)
             "memory_entries": len(self._memory),
             "nvrtc_compiles": self.nvrtc_compiles,
         }
@@ -263,8 +295,8 @@ class Cache:
         return len(removed)
 
     def load(self, key: str) -> CompileResult | None:
-        """The valid entry stored on disk under ``key``, or ``None``."""
-        entry = self._store.load(key)
+        """The valid, trusted entry stored on disk under ``key``, or ``None``."""
+        entry = self._load_from_disk(key, None)
         return None if entry is None else _result(entry, "disk")
 
 

@@ -12,7 +12,7 @@ Layout (little-endian)::
         cubin    the rest
 
 Anything that does not match exactly (short file, wrong magic/version, length or
-checksum mismatch, bad JSON, an entry for another key) raises ``ValueError``,
+checksum mismatch, bad JSON, an entry for another key or arch) raises ``ValueError``,
 which the store turns into a cache miss.
 """
 
@@ -53,7 +53,7 @@ def encode(entry: Entry) -> bytes:
     return header + payload
 
 
-def decode(blob: bytes, expected_key: str) -> Entry:
+def decode(blob: bytes, expected_key: str, expected_arch: str | None = None) -> Entry:
     if len(blob) < _HEADER.size:
         raise ValueError("truncated header")
     magic, version, payload_len, checksum = _HEADER.unpack_from(blob)
@@ -66,6 +66,8 @@ def decode(blob: bytes, expected_key: str) -> Entry:
         raise ValueError("truncated payload")
     if hashlib.sha256(payload).digest() != checksum:
         raise ValueError("checksum mismatch")
+    if len(payload) < _META_LEN.size:  # else unpack_from raises struct.error, not ValueError
+        raise ValueError("payload too short")
     (meta_len,) = _META_LEN.unpack_from(payload)
     meta_end = _META_LEN.size + meta_len
     try:
@@ -81,6 +83,10 @@ def decode(blob: bytes, expected_key: str) -> Entry:
         raise ValueError(f"unparsable metadata: {exc}") from None
     if entry.key != expected_key:
         raise ValueError("entry belongs to another key")
+    # The key already covers the arch; checking it too means a colliding or forged
+    # entry still cannot hand a device code for the wrong architecture.
+    if expected_arch is not None and entry.arch != expected_arch:
+        raise ValueError(f"entry is for {entry.arch!r}, expected {expected_arch!r}")
     if not entry.cubin.startswith(b"\x7fELF"):
         raise ValueError("payload is not an ELF cubin")
     return entry
