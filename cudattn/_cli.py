@@ -1,4 +1,4 @@
-"""`python -m cudattn`: info, demo, bench, and the kernel cache (info | clear | warm --arch ARCH)."""
+"""`python -m cudattn`: info, demo, bench, selfcheck, and the kernel cache (info | clear | warm --arch ARCH)."""
 
 from __future__ import annotations
 
@@ -146,6 +146,12 @@ def main(argv=None) -> int:
 
     bench_cli.add_arguments(b)
     b.set_defaults(fn=lambda a: bench_cli.run(a, argv if argv is not None else sys.argv[1:]))
+    from cudattn._selfcheck import _main as selfcheck_main
+
+    sc = sub.add_parser("selfcheck", help="every kernel family against the reference; --sanitize, --load, --soak, "
+                        "--cold-procs", description=selfcheck_main.__doc__)
+    selfcheck_main.add_arguments(sc)
+    sc.set_defaults(fn=selfcheck_main.run)
     c = sub.add_parser("cache", help="the on-disk kernel cache")
     c.add_argument("action", choices=("info", "clear", "warm"))
     c.add_argument("--arch", default="sm_90a", help="compile target for warm: sm_80, sm_86, sm_89, sm_90a")
