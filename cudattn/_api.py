@@ -60,7 +60,7 @@ def attention(q, k, v, *, causal=False, scale=None, layout="bshd", return_lse=Fa
                               q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype,
                               num_splits=num_splits, out=out, stream=stream)
     _check_not_mixed(q, k, v)
-    device_id = _array.device_id_of(q)
+    device_id = _array.device_id_of(q, name="q")
     device = _device.get_device(device_id)
     sref = _stream.as_stream(stream, device)
     qa = _array.as_device_array(q, name="q", stream_handle=sref.handle)

@@ -458,7 +458,8 @@ def as_device_array(obj, *, stream_handle: int | None = None, name: str = "array
             except (BufferError, NotImplementedError) as e:
                 if not _has_cai(obj):
                     if isinstance(e, BufferError):  # the producer's (or the capsule's) refusal, as our TypeError
-                        raise TypeError(f"{name}: {type(obj).__name__} could not be imported through DLPack: {e}") from e
+                        raise TypeError(f"{name}: {type(obj).__name__} could not be imported through DLPack: "
+                                        f"{e}") from e
                     raise
                 # e.g. a dtype the producer cannot export through DLPack: try CAI below
         elif not _has_cai(obj):
@@ -494,7 +495,10 @@ def _from_dlpack(obj, dlpack, stream_handle, name) -> DeviceArray:
         capsule = dlpack(stream=consumer, max_version=(1, 0))
     except TypeError:  # producers from before DLPack 1.0 take no max_version
         capsule = dlpack(stream=consumer)
-    t = _dlpack.from_capsule(capsule, producer=obj)
+    try:
+        t = _dlpack.from_capsule(capsule, producer=obj)
+    except TypeError as e:  # not a capsule, or a dtype cudattn cannot take: say which argument
+        raise TypeError(f"{name}: {e}") from None
     if t.device_type not in _CUDA_DEVICE_TYPES:
         raise TypeError(f"{name}: DLPack tensor is on device type {t.device_type}, not CUDA")
     return DeviceArray(

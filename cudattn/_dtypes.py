@@ -88,7 +88,7 @@ def as_dtype(x: object, *, arg: str = "out_dtype") -> np.dtype:
             return known
     try:
         return np.dtype(x)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except Exception:  # TypeError, ValueError, and SyntaxError from comma strings such as "i4, ,"
         raise TypeError(
             f"{arg} must be a dtype (e.g. np.float16, ml_dtypes.bfloat16 or 'bfloat16'); got {x!r}"
         ) from None

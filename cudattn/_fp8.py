@@ -49,7 +49,10 @@ def _one(name: str, x, batch: int, heads_kv: int, host: bool) -> tuple[float, in
     if isinstance(x, (bool, np.bool_)):
         raise TypeError(f"{name} must be None, a float, or a float32 array of shape (batch, heads_kv); got {x!r}")
     if isinstance(x, numbers.Real):
-        v = float(x)
+        try:
+            v = float(x)
+        except OverflowError:  # an int or Fraction beyond float's range
+            v = math.inf
         if not math.isfinite(v):
             raise ValueError(f"{name} must be finite; got {x!r}")
         return v, 0
@@ -62,8 +65,11 @@ def _one(name: str, x, batch: int, heads_kv: int, host: bool) -> tuple[float, in
             raise ValueError(f"{name} must have shape (batch, heads_kv) = {want}; got {x.shape}")
         if x.dtype.kind != "f":
             raise TypeError(f"{name} must be a float32 array; got dtype {x.dtype}")
-        if not np.all(np.isfinite(x)):
-            raise ValueError(f"{name} must be finite; it holds NaN or inf")
+        with np.errstate(over="ignore"):  # float64 beyond float32's range becomes inf on the way up
+            finite = np.all(np.isfinite(x.astype(_F32)))
+        if not finite:
+            raise ValueError(f"{name} must be finite in float32 (the kernels read float32 descales); it holds NaN, "
+                             f"inf or a value beyond 3.4e38")
         return 1.0, 0  # uploaded by the NumPy path (as_device_descales)
     if host:
         raise TypeError(f"{name} must be None, a float, or a NumPy float32 array of shape {want} "

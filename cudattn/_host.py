@@ -99,7 +99,7 @@ def attention_host(q, k, v, *, causal, scale, layout, return_lse, q_descale, k_d
     if type(q) is not np.ndarray or type(k) is not np.ndarray or type(v) is not np.ndarray:
         validate(q, k, v, **kw, out=out, host=True)  # subclasses (masked arrays): refused by their own rule
     given = (q, k, v)
-    q, k, v = np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v)
+    q, k, v = (_copyable(x) for x in given)
     problem = validate(q, k, v, **kw, out=out, host=True)  # every argument error before any GPU work
 
     device = _device.get_device(None)
@@ -110,6 +110,13 @@ def attention_host(q, k, v, *, causal, scale, layout, return_lse, q_descale, k_d
     if staging is None:
         return _run_in_sequence(problem, q, k, v, kw, out, device, device_id, sref)
     return _run_pipelined(problem, q, k, v, given, kw, out, chunks, staging, device, device_id, sref)
+
+
+def _copyable(x: np.ndarray) -> np.ndarray:
+    """``x`` contiguous and 16-byte aligned (a fresh copy when it is not already): the device copy
+    is what the kernel reads, so a host view's strides and offset never matter."""
+    x = np.ascontiguousarray(x)
+    return x if x.ctypes.data % 16 == 0 else x.copy()
 
 
 def _run_in_sequence(problem, q, k, v, kw, out, device, device_id, sref):

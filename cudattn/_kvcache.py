@@ -185,6 +185,8 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
         raise ValueError(f"head_dim must be a multiple of 8 from 8 to 256; got {D}")
     if Hq % Hkv:
         raise ValueError(f"heads_q ({Hq}) must be a multiple of the caches' heads_kv ({Hkv})")
+    if max(B, Sq, Hq, n0, Hkv) > 2**31 - 1:  # the kernels take 32-bit sizes
+        raise ValueError(f"every axis of q {qs} and of the caches {ks} but head_dim must be at most 2**31 - 1")
 
     paged = table is not None
     if paged:
@@ -224,6 +226,14 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
             raise ValueError(f"k_new and v_new must both be (batch, S_new >= 1, heads_kv, head_dim) = "
                              f"({B}, S_new, {Hkv}, {D}); got {kns} and {vns}")
         s_new = kns[1]
+        if s_new > capacity:
+            raise ValueError(f"k_new and v_new hold {s_new} keys per sequence, more than the cache's capacity of "
+                             f"{capacity} keys per sequence")
+        readonly = [n for n, c in (("k_cache", k_cache), ("v_cache", v_cache))
+                    if (not c.flags.writeable if host else getattr(c, "readonly", False))]
+        if readonly:
+            raise ValueError(f"{readonly[0]} must be writeable: k_new/v_new are appended into the caches in place "
+                             f"(it is read-only)")
         new_geoms = (tensor_geom("k_new", kns, knst, qdt.itemsize, knptr, "bshd"),
                      tensor_geom("v_new", vns, vnst, qdt.itemsize, vnptr, "bshd"))
 

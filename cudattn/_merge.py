@@ -38,9 +38,10 @@ def merge_attention_states(outs, lses, *, layout="bshd", stream=None):
     ``stream`` by the combine kernel of the split-KV path. Device parts given as a list must share
     their strides and be at most 16; more parts must come as one stacked array.
     """
-    if _all_host(outs) and _all_host(lses):
+    if not _any_device(outs) and not _any_device(lses):  # NumPy parts, or no arrays: the host path's checks
         return merge_host(outs, lses, layout)
-    first = outs if _is_array(outs) else outs[0]
+    first = _first_part(outs, "outs")
+    _first_part(lses, "lses")
     device_id = _array.device_id_of(first, name="outs")
     device = _device.get_device(device_id)
     sref = _stream.as_stream(stream, device)
@@ -81,10 +82,24 @@ def _is_array(x) -> bool:
     return isinstance(x, np.ndarray) or (not isinstance(x, Sequence) and _array.is_device_array_like(x))
 
 
-def _all_host(x) -> bool:
-    if isinstance(x, np.ndarray):
-        return True
-    return isinstance(x, Sequence) and len(x) > 0 and all(isinstance(p, np.ndarray) for p in x)
+def _any_device(x) -> bool:
+    """A device array, or a sequence holding one."""
+    if _is_array(x):
+        return not isinstance(x, np.ndarray)
+    return (isinstance(x, Sequence) and not isinstance(x, (str, bytes))
+            and any(not isinstance(p, np.ndarray) and _array.is_device_array_like(p) for p in x))
+
+
+def _first_part(parts, name: str):
+    """The stacked device array, or the first of a sequence of parts (TypeError / ValueError otherwise)."""
+    if _is_array(parts):
+        return parts
+    if isinstance(parts, (str, bytes)) or not isinstance(parts, Sequence):
+        raise TypeError(f"merge_attention_states: {name} must be a sequence (list/tuple) of arrays or one array "
+                        f"with a leading N axis; got {type(parts).__name__}")
+    if not parts:
+        raise ValueError(f"merge_attention_states: {name} must hold at least one part (N >= 1); got 0")
+    return parts[0]
 
 
 def _lse_strides(a, i: int) -> tuple[int, int, int]:

@@ -32,6 +32,8 @@ def make_plan(problem: Problem, props) -> Plan:
     """The plan for this problem's shape on a device with properties ``props`` (memoised: on the
     hot path a repeated shape is one lookup)."""
     family = _traits.family_for(props.arch)
+    if family == "sm90" and not _tma_can_map(problem):
+        family = "sm80"  # the portable kernel reads any valid strides
     key = (problem.dtype, problem.out_dtype, problem.head_dim, problem.causal, problem.seqlen_q, problem.seqlen_k, problem.heads_q,
            problem.heads_kv, problem.batch, props.max_shared_memory_per_block_optin, props.sm_count,
            props.l2_cache_size, family)
@@ -42,6 +44,23 @@ def make_plan(problem: Problem, props) -> Plan:
         plan = _plans[key] = _make_plan(problem, props.max_shared_memory_per_block_optin, props.sm_count,
                                         props.l2_cache_size, family)
     return plan
+
+
+# A TMA map takes strides in (0, 2**40) bytes; a size-1 axis may carry any (_tma gives it a dense one).
+_TMA_MAX_STRIDE = 1 << 40
+
+
+def _tma_can_map(problem: Problem) -> bool:
+    """Whether the Hopper kernel's TMA maps can describe q, k and v: not when an axis of more than
+    one element has stride 0 (a broadcast view, e.g. kv heads expanded from one) or a huge stride."""
+    item = problem.dtype.itemsize
+    for geom, seqlen, heads in ((problem.q_strides, problem.seqlen_q, problem.heads_q),
+                                (problem.k_strides, problem.seqlen_k, problem.heads_kv),
+                                (problem.v_strides, problem.seqlen_k, problem.heads_kv)):
+        for st, n in ((geom.batch, problem.batch), (geom.seq, seqlen), (geom.head, heads)):
+            if n > 1 and not 0 < st * item < _TMA_MAX_STRIDE:
+                return False
+    return True
 
 
 def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, family: str) -> Plan:

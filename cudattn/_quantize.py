@@ -345,6 +345,9 @@ def _grouped(a: np.ndarray, g: _Geom) -> tuple[np.ndarray, tuple[int, ...], tupl
 
 
 def _quantize_host(x: np.ndarray, per: str, layout: str, heads_kv: int | None):
+    if isinstance(x, np.ma.MaskedArray):  # its amax and finiteness check would skip masked values, its data not
+        raise TypeError("x is a masked array; quantize_fp8 would ignore its mask, so pass x.filled(0) or "
+                        "np.asarray(x) to say what you mean")
     g = _x_geom(x.shape, layout, heads_kv)
     _check_x_dtype(x.dtype, host=True)
     finite = np.isfinite(x)

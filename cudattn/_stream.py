@@ -79,8 +79,8 @@ def as_stream(stream, device) -> StreamRef:
     """
     t = type(stream)
     if t is int:
-        if stream < 0:
-            raise ValueError(f"stream handle must be >= 0, got {stream}")
+        if not 0 <= stream < 1 << 64:  # a CUstream is a 64-bit handle
+            raise ValueError(f"stream handle must be from 0 to 2**64 - 1, got {stream}")
         return StreamRef(stream, None)
     if stream is None:
         return _default_stream_ref(device if type(device) is int else _device_id(device))
@@ -117,8 +117,8 @@ def _handle_int(handle, stream) -> int:
         h = operator.index(handle)
     except TypeError:
         raise TypeError(f"stream: {type(stream).__name__} gave a non-integer stream handle {handle!r}") from None
-    if h < 0:
-        raise ValueError(f"stream: {type(stream).__name__} gave a negative stream handle {h}")
+    if not 0 <= h < 1 << 64:
+        raise ValueError(f"stream: {type(stream).__name__} gave the stream handle {h}, not a 64-bit handle")
     return h
 
 

@@ -38,6 +38,12 @@ HEAD_DIMS = tuple(range(8, 257, 8))
 _HEAD_DIM_TEXT = "a multiple of 8 from 8 to 256 (8, 16, 24, ..., 256)"
 #: Kernels index with 64-bit offsets; refuse anything that could come near overflowing them.
 _MAX_ELEMENT_OFFSET = 2**62
+#: Batch, sequence lengths and head counts go to the kernels as 32-bit ints.
+_MAX_SIZE = 2**31 - 1
+#: The kernels take ``scale · log2(e)`` as a float32: at most this in magnitude keeps it finite,
+#: and below _SCALE_TINY it would round to 0, which turns masked scores (-inf · 0) into NaN.
+_SCALE_MAX = 2.0**127
+_SCALE_TINY = 2.0**-126
 
 _LAYOUT_AXES = {
     # name -> axes of a 4-D tensor in that layout, for q and for k/v (used in messages)
@@ -117,7 +123,7 @@ def tensor_geom(name: str, shape: tuple, strides: tuple, itemsize: int, ptr: int
         s = strides[i]
         n = shape[i]
         if n == 1:
-            elem.append(s // itemsize if s >= 0 and s % ALIGN_BYTES == 0 else 0)
+            elem.append(s // itemsize if 0 <= s <= _MAX_ELEMENT_OFFSET and s % ALIGN_BYTES == 0 else 0)
             continue
         if s < 0:
             raise ValueError(
@@ -194,7 +200,9 @@ def _check_scale(scale: object, head_dim: int) -> float:
         s = math.inf
     if not math.isfinite(s):
         raise ValueError(f"scale must be finite; got {scale!r}")
-    return s
+    if abs(s) > _SCALE_MAX:
+        raise ValueError(f"scale must be at most 2**127 in magnitude (the kernels compute in float32); got {scale!r}")
+    return s if abs(s) >= _SCALE_TINY else 0.0  # softmax(s · 1e-38 · qk) is uniform, as for 0
 
 
 def _check_layout(layout: object) -> None:
@@ -282,6 +290,8 @@ def validate(
     host = _check_kinds(q, k, v, host)
 
     # 2. layout
+    if not isinstance(layout, str):  # before ==, which NumPy arrays would answer elementwise
+        _check_layout(layout)
     if layout == "bshd":
         bshd = True
     elif layout == "bhsd":
@@ -345,6 +355,9 @@ def validate(
             f"heads_q ({Hq}, q's heads axis) must be a multiple of heads_kv ({Hkv}, k/v's heads axis): "
             f"with GQA/MQA query head h reads kv head h // (heads_q // heads_kv)"
         )
+    if max(B, Sq, Sk, Hq, Hkv) > _MAX_SIZE:  # e.g. a broadcast (stride 0) axis of 2**32 keys
+        raise ValueError(f"batch, seqlen and heads must each be at most 2**31 - 1 (the kernels take 32-bit sizes); "
+                         f"got q {qs}, k {ks}")
 
     # 6. strides and pointers
     itemsize = qdt.itemsize
@@ -363,6 +376,12 @@ def validate(
         from ._fp8 import parse_descales
 
         descales = parse_descales(q_descale, k_descale, v_descale, B, Hkv, host)
+        folded = scale * descales.q * descales.k  # float scalars are folded into the float32 score scale
+        if abs(folded) > _SCALE_MAX or abs(descales.v) > _SCALE_MAX:
+            raise ValueError(f"scale * q_descale * k_descale ({folded!r}) and v_descale ({descales.v!r}) must be at "
+                             f"most 2**127 in magnitude (the kernels compute in float32)")
+        if abs(folded) < _SCALE_TINY:
+            scale = 0.0
     elif q_descale is not None or k_descale is not None or v_descale is not None:
         name = "q_descale" if q_descale is not None else "k_descale" if k_descale is not None else "v_descale"
         raise ValueError(f"{name} applies to FP8 (float8_e4m3fn) inputs only; q, k, v are {dtype_name(qdt)}: "
