@@ -183,6 +183,14 @@ def family_for(arch: str) -> str:
     return "sm90"
 
 
+def key_tile(dtype, head_dim: int, causal: bool, props, out_dtype=None) -> int:
+    """Keys per tile of the variant that serves such a call on a device with properties ``props``.
+    The FP8 emulation (reference.attention_fp8_emulated) rounds P against the running max of the
+    same tiles, so the tests pass it this."""
+    return select(dtype, head_dim, causal, props.max_shared_memory_per_block_optin, family_for(props.arch),
+                  out_dtype).tiles.block_n
+
+
 def _dtype_name(dtype) -> str:
     if isinstance(dtype, str):
         return dtype

@@ -60,16 +60,10 @@ def kernel_family(request, monkeypatch):
 
 def _block_n(D, causal, out_dtype) -> int:
     """The key tile of the FP8 kernel that serves this call: the emulation rounds P against the
-    same running max then (128 if the tables cannot be asked)."""
-    try:
-        from cudattn import _device, _traits
+    same running max then."""
+    from cudattn import _device, _traits
 
-        props = _device.device_properties(0)
-        variant = _traits.select(_traits.FP8, D, causal, props.max_shared_memory_per_block_optin,
-                                 _traits.family_for(props.arch), out_dtype)
-        return int(variant.tiles.block_n)
-    except Exception:  # noqa: BLE001  the tables are private; the rule does not need the match
-        return 128
+    return _traits.key_tile(_traits.FP8, D, causal, _device.device_properties(0), out_dtype)
 
 
 def _shapes(B, Sq, Sk, Hq, Hkv, D, layout):

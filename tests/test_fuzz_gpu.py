@@ -296,16 +296,10 @@ def test_fuzz_decode_split_kv(data):
 
 
 def _fp8_block_n(D, causal, out_dtype) -> int:
-    """The key tile of the FP8 kernel that serves this call (tests/test_fp8_gpu.py's _block_n)."""
-    try:
-        from cudattn import _device, _traits
+    """The key tile of the FP8 kernel that serves this call (the emulation rounds P against it)."""
+    from cudattn import _device, _traits
 
-        props = _device.device_properties(0)
-        variant = _traits.select(_traits.FP8, D, causal, props.max_shared_memory_per_block_optin,
-                                 _traits.family_for(props.arch), out_dtype)
-        return int(variant.tiles.block_n)
-    except Exception:  # noqa: BLE001  the tables are private; the rule does not need the match
-        return 128
+    return _traits.key_tile(_traits.FP8, D, causal, _device.device_properties(0), out_dtype)
 
 
 @gpu_fuzz(60)

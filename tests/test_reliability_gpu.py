@@ -250,9 +250,7 @@ def _fp8_block_n(D: int, causal: bool) -> int:
     running max then (it matters once the scale sharpens the softmax)."""
     from cudattn import _device, _traits
 
-    props = _device.device_properties(0)
-    return int(_traits.select(_traits.FP8, D, causal, props.max_shared_memory_per_block_optin,
-                              _traits.family_for(props.arch), np.dtype(BF16)).tiles.block_n)
+    return _traits.key_tile(_traits.FP8, D, causal, _device.device_properties(0), np.dtype(BF16))
 
 
 @pytest.mark.parametrize("d", [8, 256])
