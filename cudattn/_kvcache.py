@@ -234,6 +234,10 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
         if readonly:
             raise ValueError(f"{readonly[0]} must be writeable: k_new/v_new are appended into the caches in place "
                              f"(it is read-only)")
+        if _share_elements(kptr, ks, kst, vptr, vs, vst, qdt.itemsize):
+            raise ValueError("k_cache and v_cache share memory: k_new and v_new are appended into them in place, so "
+                             "v_new would overwrite keys; pass two caches (views of one buffer are fine if no "
+                             "element is in both)")
         new_geoms = (tensor_geom("k_new", kns, knst, qdt.itemsize, knptr, "bshd"),
                      tensor_geom("v_new", vns, vnst, qdt.itemsize, vnptr, "bshd"))
 
@@ -252,6 +256,21 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
                       out_dtype=qdt, layout="bshd", causal=causal, scale=scale, return_lse=return_lse, host=host,
                       q_strides=q_geom, k_strides=k_geom, v_strides=v_geom, num_splits=num_splits, kv_cache=kv)
     return problem, new_geoms
+
+
+def _share_elements(kptr, ks, kst, vptr, vs, vst, itemsize: int) -> bool:
+    """Whether two views (address, shape, byte strides) hold a common element: exact, through NumPy
+    on stand-ins that are never read, so k and v interleaved in one buffer are not refused. A case
+    too hard to decide quickly counts as no overlap."""
+    a = _array._stand_in(kptr or 1 << 40, ks, kst, itemsize)
+    b = _array._stand_in(vptr or 1 << 40, vs, vst, itemsize)
+    try:
+        return bool(np.shares_memory(a, b, max_work=10**6))
+    except _TooHardError:
+        return False
+
+
+_TooHardError = getattr(np, "exceptions", np).TooHardError
 
 
 def _index_meta(x, name: str, host: bool):

@@ -98,3 +98,17 @@ def test_split_heuristic():
         for tiles in (1, 9, 100, 5000):
             s = c(blocks, tiles, 132)
             assert 1 <= s <= 128 and (s == 1 or s * _decode.MIN_TILES_PER_SPLIT <= tiles)
+
+
+def test_one_buffer_as_both_caches_is_refused_when_appending():
+    """Appending writes k_new and v_new into the caches in place: with k_cache and v_cache the same
+    memory, v_new would overwrite the keys (found by the issue-7 review)."""
+    c = np.ones((2, 64, 2, 64), F16)
+    with pytest.raises(ValueError, match="^k_cache and v_cache share memory"):
+        _validate(k_cache=c, v_cache=c, seqlens=(3, 5), s_new=1)
+    _validate(k_cache=c, v_cache=c, seqlens=(3, 5))  # nothing written: reading one buffer twice is fine
+
+
+def test_interleaved_k_and_v_views_of_one_buffer_may_append():
+    kv = np.ones((2, 64, 2, 2, 64), F16)  # (B, capacity, k|v, Hkv, D)
+    _validate(k_cache=kv[:, :, 0], v_cache=kv[:, :, 1], seqlens=(3, 5), s_new=1)
