@@ -641,20 +641,25 @@ def _allocate(dev, nbytes: int, ref):
     freed in smaller pieces cannot serve a larger request, but the driver can remap them), and try
     once more; then raise :class:`OutOfMemoryError` naming the bytes asked for."""
     stream = core_stream(ref, dev)
+    buf = _allocate_or_none(dev, nbytes, stream)
+    if buf is None:
+        check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
+        _trim_pool(dev)
+        buf = _allocate_or_none(dev, nbytes, stream)
+    if buf is None:
+        free, total = check(driver.cuMemGetInfo(), "cuMemGetInfo")
+        raise OutOfMemoryError(nbytes, dev.device_id, int(free), int(total))
+    return buf
+
+
+def _allocate_or_none(dev, nbytes: int, stream):
+    """The Buffer, or None when the device is out of memory; any other failure as a CudaError."""
     try:
         return dev.allocate(nbytes, stream=stream)
     except Exception as e:  # cuda.core raises its own CUDAError; the driver's name is in the text
-        if "CUDA_ERROR_OUT_OF_MEMORY" not in str(e):
-            raise CudaError(_error_name(e), -1, f"allocate({nbytes} bytes)", str(e)) from e
-    check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
-    _trim_pool(dev)
-    try:
-        return dev.allocate(nbytes, stream=stream)
-    except Exception as e:
-        if "CUDA_ERROR_OUT_OF_MEMORY" not in str(e):
-            raise CudaError(_error_name(e), -1, f"allocate({nbytes} bytes)", str(e)) from e
-    free, total = check(driver.cuMemGetInfo(), "cuMemGetInfo")
-    raise OutOfMemoryError(nbytes, dev.device_id, int(free), int(total)) from None
+        if "CUDA_ERROR_OUT_OF_MEMORY" in str(e):
+            return None
+        raise CudaError(_error_name(e), -1, f"allocate({nbytes} bytes)", str(e)) from e
 
 
 def _trim_pool(dev) -> None:

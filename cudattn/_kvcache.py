@@ -262,6 +262,9 @@ def _share_elements(kptr, ks, kst, vptr, vs, vst, itemsize: int) -> bool:
     """Whether two views (address, shape, byte strides) hold a common element: exact, through NumPy
     on stand-ins that are never read, so k and v interleaved in one buffer are not refused. A case
     too hard to decide quickly counts as no overlap."""
+    (klo, khi), (vlo, vhi) = _array._span(ks, kst, itemsize), _array._span(vs, vst, itemsize)
+    if kptr + khi <= vptr + vlo or vptr + vhi <= kptr + klo:  # disjoint byte ranges: the usual case
+        return False
     a = _array._stand_in(kptr or 1 << 40, ks, kst, itemsize)
     b = _array._stand_in(vptr or 1 << 40, vs, vst, itemsize)
     try:

@@ -104,10 +104,7 @@ def _prepare_attention(c: Case, inp: dict, stream) -> Prepared:
 def fp8_block_n(c: Case) -> int:
     """The key tile of the FP8 kernel that serves this case on device 0 under the current family:
     the emulation in the reference rounds P against the running max of the same key tiles."""
-    props = _device.device_properties(0)
-    variant = _traits.select(_traits.FP8, c.D, c.causal, props.max_shared_memory_per_block_optin,
-                             _traits.family_for(props.arch), c.out_dtype or None)
-    return int(variant.tiles.block_n)
+    return _traits.key_tile(_traits.FP8, c.D, c.causal, _device.device_properties(0), c.out_dtype or None)
 
 
 def _prepare_kvcache(c: Case, inp: dict, stream) -> Prepared:
