@@ -2,8 +2,8 @@
 reference on the dequantised inputs, next to the NumPy emulation of the same FP8 arithmetic and
 to cudattn's fp16 / bf16 paths on the same dequantised values.
 
-    python3 tools/fp8_accuracy.py --json docs/fp8_accuracy.json --markdown docs/FP8_ACCURACY.md
-    python3 tools/fp8_accuracy.py --cpu-only --quick        # no GPU: emulation rows only
+    python -m cudattn.bench.fp8_accuracy --json docs/fp8_accuracy.json --markdown docs/FP8_ACCURACY.md
+    python -m cudattn.bench.fp8_accuracy --cpu-only --quick        # no GPU: emulation rows only
 
 Inputs: float32 N(0,1), or "outliers" (N(0,1) with 0.1% of entries set to ±(20..100)),
 quantised to e4m3 per tensor or per head (descale = amax / 448; cudattn.quantize_fp8, or
@@ -35,9 +35,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
-
-from cudattn import reference  # noqa: E402
+from cudattn import reference
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 

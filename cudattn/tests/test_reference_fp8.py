@@ -489,15 +489,11 @@ def test_check_close_fp8_catches_corruptions(per, dist):
 
 
 def test_accuracy_tool_runs_on_cpu(tmp_path):
-    """tools/fp8_accuracy.py --cpu-only: the emulation and NumPy rows, JSON and Markdown."""
-    import importlib.util
+    """python -m cudattn.bench.fp8_accuracy --cpu-only: the emulation and NumPy rows, JSON and Markdown."""
     import json
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "tools" / "fp8_accuracy.py"
-    spec = importlib.util.spec_from_file_location("fp8_accuracy", path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    from cudattn.bench import fp8_accuracy as tool
+
     js, md = tmp_path / "a.json", tmp_path / "a.md"
     assert tool.main(["--cpu-only", "--quick", "--json", str(js), "--markdown", str(md)]) == 0
     result = json.loads(js.read_text())

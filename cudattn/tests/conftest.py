@@ -1,0 +1,72 @@
+"""Shared pytest setup.
+
+- Tests marked ``gpu`` are skipped (never faked) where no CUDA device is present.
+- Tests marked ``slow`` (long property-based runs) run by default; ``-m "not slow"`` leaves them out.
+- The markers are registered here, not in a configuration file, so the installed tests
+  (``python -m pytest --pyargs cudattn.tests``) need nothing from the checkout.
+- Host memory: the run's peak resident set size is printed at the end; with
+  ``CUDATTN_TEST_MAX_RSS_MIB`` set (CI sets it), a larger peak fails the run, so no test can
+  quietly build a multi-GiB host array.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import resource
+import sys
+
+import pytest
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU (skipped, never faked, where none is present)")
+    config.addinivalue_line("markers", "slow: a long property-based run; deselect with -m 'not slow'")
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_available() -> bool:
+    """True when the CUDA driver initialises and sees at least one device (checked once)."""
+    try:
+        from cuda.bindings import driver
+
+        (err,) = driver.cuInit(0)
+        if err != 0:
+            return False
+        err, count = driver.cuDeviceGetCount()
+        return err == 0 and count > 0
+    except Exception:  # no driver library, no cuda-bindings, ...
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if gpu_items and not gpu_available():
+        skip = pytest.mark.skip(reason="no CUDA device available")
+        for item in gpu_items:
+            item.add_marker(skip)
+
+
+def _peak_rss_mib() -> float:
+    """Peak resident set size of this process and of its waited-for children, in MiB (Linux: KiB units)."""
+    scale = 1 / 2**20 if sys.platform == "darwin" else 1 / 1024
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, children) * scale
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    peak = _peak_rss_mib()
+    limit = os.environ.get("CUDATTN_TEST_MAX_RSS_MIB")
+    line = f"peak host memory (RSS) of the test process: {peak:.0f} MiB"
+    if limit:
+        line += f" (limit {float(limit):.0f} MiB)"
+    terminalreporter.write_line(line)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    limit = os.environ.get("CUDATTN_TEST_MAX_RSS_MIB")
+    if limit and _peak_rss_mib() > float(limit) and session.exitstatus == 0:
+        session.exitstatus = 1
+        sys.stderr.write(f"FAILED: peak host memory {_peak_rss_mib():.0f} MiB exceeds "
+                         f"CUDATTN_TEST_MAX_RSS_MIB={limit}\n")
