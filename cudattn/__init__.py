@@ -6,14 +6,19 @@ and launched through the driver API. Importing makes no CUDA call.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from importlib import metadata as _metadata
+
+try:
+    __version__ = _metadata.version("cudattn")
+except _metadata.PackageNotFoundError:  # run from a source tree that was never installed (PYTHONPATH=.)
+    __version__ = "0+unknown"
 
 from . import reference
 from ._api import attention
 from ._array import DeviceArray, empty_cache, to_device, to_host
-from ._errors import CudaError, OutOfMemoryError
+from ._errors import CudaError, NoDeviceError, OutOfMemoryError
 from ._kvcache import attention_with_kvcache
 from ._merge import merge_attention_states
 from ._quantize import dequantize, quantize_fp8
 
-__all__ = ["attention", "attention_with_kvcache", "merge_attention_states", "quantize_fp8", "dequantize", "reference", "DeviceArray", "empty_cache", "to_device", "to_host", "CudaError", "OutOfMemoryError", "__version__"]
+__all__ = ["attention", "attention_with_kvcache", "merge_attention_states", "quantize_fp8", "dequantize", "reference", "DeviceArray", "empty_cache", "to_device", "to_host", "CudaError", "NoDeviceError", "OutOfMemoryError", "__version__"]

@@ -2,16 +2,46 @@
 
 from __future__ import annotations
 
+from typing import Literal, overload
+
 import numpy as np
 
 from . import _array, _decode, _device, _fp8, _kernels, _launch, _plan, _stream
+from ._types import ArrayLike, ArrayResult, DescaleLike, DTypeLike, Layout, StreamLike
 from ._validate import validate
 
 _F32 = np.dtype(np.float32)
 
 
-def attention(q, k, v, *, causal=False, scale=None, layout="bshd", return_lse=False, q_descale=None,
-              k_descale=None, v_descale=None, out_dtype=None, num_splits=None, out=None, stream=None):
+# The overloads only tell type checkers that return_lse=True gives a pair; the last def runs.
+@overload
+def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = ..., scale: float | None = ...,
+              layout: Layout = ..., return_lse: Literal[False] = ..., q_descale: DescaleLike = ...,
+              k_descale: DescaleLike = ..., v_descale: DescaleLike = ..., out_dtype: DTypeLike | None = ...,
+              num_splits: int | None = ..., out: ArrayLike | None = ..., stream: StreamLike = ...) -> ArrayResult: ...
+
+
+@overload
+def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = ..., scale: float | None = ...,
+              layout: Layout = ..., return_lse: Literal[True], q_descale: DescaleLike = ...,
+              k_descale: DescaleLike = ..., v_descale: DescaleLike = ..., out_dtype: DTypeLike | None = ...,
+              num_splits: int | None = ..., out: ArrayLike | None = ...,
+              stream: StreamLike = ...) -> tuple[ArrayResult, ArrayResult]: ...
+
+
+@overload
+def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = ..., scale: float | None = ...,
+              layout: Layout = ..., return_lse: bool, q_descale: DescaleLike = ...,
+              k_descale: DescaleLike = ..., v_descale: DescaleLike = ..., out_dtype: DTypeLike | None = ...,
+              num_splits: int | None = ..., out: ArrayLike | None = ...,
+              stream: StreamLike = ...) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
+
+
+def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False, scale: float | None = None,
+              layout: Layout = "bshd", return_lse: bool = False, q_descale: DescaleLike = None,
+              k_descale: DescaleLike = None, v_descale: DescaleLike = None, out_dtype: DTypeLike | None = None,
+              num_splits: int | None = None, out: ArrayLike | None = None,
+              stream: StreamLike = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
     """Fused scaled-dot-product attention: ``softmax(scale · q kᵀ) v`` per head.
 
     Layouts: ``"bshd"`` (default, as FlashAttention) q ``(B, Sq, Hq, D)``, k/v ``(B, Sk, Hkv, D)``;

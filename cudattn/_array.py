@@ -49,8 +49,11 @@ import operator
 import os
 import threading
 import warnings
+from collections.abc import Iterable, Sequence
+from typing import Any, SupportsIndex
 
 import numpy as np
+from numpy.typing import NDArray
 from cuda.bindings import driver
 
 from . import _dlpack
@@ -147,18 +150,28 @@ class DeviceArray:
 
     __slots__ = ("ptr", "shape", "strides", "dtype", "device_id", "owner", "stream_handle", "readonly", "__weakref__")
 
+    # Annotations only (no values, so no clash with __slots__).
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: np.dtype[Any]
+    device_id: int
+    owner: object
+    stream_handle: int | None
+    readonly: bool
+
     def __init__(
         self,
         ptr: int,
-        shape,
-        dtype,
-        strides=None,
+        shape: Iterable[SupportsIndex],
+        dtype: DTypeLike,
+        strides: Iterable[SupportsIndex] | None = None,
         *,
         device_id: int,
         owner: object = None,
         stream_handle: int | None = None,
         readonly: bool = False,
-    ):
+    ) -> None:
         self.ptr = int(ptr)
         if not 0 <= self.ptr < 1 << 64:
             raise ValueError(f"ptr {self.ptr:#x} is not a 64-bit device address")
@@ -218,7 +231,8 @@ class DeviceArray:
 
     # ------------------------------------------------------------------ views
 
-    def _derive(self, ptr: int, shape, strides, dtype=None) -> DeviceArray:
+    def _derive(self, ptr: int, shape: Iterable[SupportsIndex], strides: Iterable[SupportsIndex],
+                dtype: DTypeLike | None = None) -> DeviceArray:
         return DeviceArray(
             ptr,
             shape,
@@ -230,7 +244,7 @@ class DeviceArray:
             readonly=self.readonly,
         )
 
-    def __getitem__(self, key) -> DeviceArray:
+    def __getitem__(self, key: Index | tuple[Index, ...]) -> DeviceArray:
         """Basic indexing (ints, slices with any step, ``...``, ``None``) → a view; no data moves.
 
         The view's layout is computed by NumPy on a stand-in array that points at
@@ -250,7 +264,7 @@ class DeviceArray:
         new_ptr = v.__array_interface__["data"][0] - base + self.ptr if v.size else self.ptr
         return self._derive(new_ptr, v.shape, v.strides)
 
-    def transpose(self, *axes) -> DeviceArray:
+    def transpose(self, *axes: SupportsIndex | Sequence[SupportsIndex]) -> DeviceArray:
         """Permute axes (reverse them when none are given), as ``numpy.transpose``; a view."""
         if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
             axes = tuple(axes[0])
@@ -265,7 +279,7 @@ class DeviceArray:
     def T(self) -> DeviceArray:
         return self.transpose()
 
-    def view(self, dtype) -> DeviceArray:
+    def view(self, dtype: DTypeLike) -> DeviceArray:
         """The same bytes as another dtype of the same itemsize (e.g. float8_e4m3fn as uint8)."""
         dtype = np.dtype(dtype)
         if dtype.itemsize != self.dtype.itemsize:
@@ -275,7 +289,7 @@ class DeviceArray:
     # ------------------------------------------------------------------ interchange
 
     @property
-    def __cuda_array_interface__(self) -> dict:
+    def __cuda_array_interface__(self) -> dict[str, Any]:
         if self.dtype == BF16:
             raise AttributeError(
                 "bfloat16 has no CUDA Array Interface type code; exchange this array through DLPack "
@@ -298,7 +312,8 @@ class DeviceArray:
     def __dlpack_device__(self) -> tuple[int, int]:
         return (kDLCUDA, self.device_id)
 
-    def __dlpack__(self, stream=None, *, max_version=None, dl_device=None, copy=None):
+    def __dlpack__(self, stream: int | None = None, *, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> object:
         """Export as a DLPack ``"dltensor"`` capsule (zero copy; FP8 goes out as uint8).
 
         ``stream`` is the consumer's stream: ``None`` (legacy default stream), 1
@@ -327,11 +342,11 @@ class DeviceArray:
 
     # ------------------------------------------------------------------ conveniences
 
-    def copy_to_host(self, *, stream=None) -> np.ndarray:
+    def copy_to_host(self, *, stream: StreamLike = None) -> NDArray[Any]:
         """Synchronous copy to a new NumPy array (see :func:`to_host`)."""
         return to_host(self, stream=stream)
 
-    def fill_nan(self, *, stream=None) -> DeviceArray:
+    def fill_nan(self, *, stream: StreamLike = None) -> DeviceArray:
         """Overwrite every element with a quiet NaN (asynchronous on ``stream``); returns self."""
         try:
             pattern = _NAN_BITS[self.dtype]
@@ -340,7 +355,7 @@ class DeviceArray:
         memset(self, pattern, stream=stream)
         return self
 
-    def memset(self, pattern: int, *, stream=None) -> DeviceArray:
+    def memset(self, pattern: int, *, stream: StreamLike = None) -> DeviceArray:
         """Write the ``itemsize``-wide bit ``pattern`` over every element; returns self."""
         memset(self, pattern, stream=stream)
         return self
@@ -668,7 +683,7 @@ def _trim_pool(dev) -> None:
         check(driver.cuMemPoolTrimTo(driver.CUmemoryPool(int(pool)), 0), "cuMemPoolTrimTo")
 
 
-def empty_cache(device=None) -> None:
+def empty_cache(device: DeviceLike = None) -> None:
     """Give the device memory that cudattn's pool holds but no array uses back to the driver.
 
     Freed arrays return their memory to the device's stream-ordered pool, which keeps it for the
@@ -686,7 +701,7 @@ def _error_name(e: Exception) -> str:
     return text[start:].split(":")[0].split()[0] if start >= 0 else type(e).__name__
 
 
-def to_device(array, *, device=None, stream=None) -> DeviceArray:
+def to_device(array: HostArrayLike, *, device: DeviceLike = None, stream: StreamLike = None) -> DeviceArray:
     """Copy host data into a new C-contiguous :class:`DeviceArray` (asynchronous on ``stream``).
 
     The host array may be reused as soon as this returns: from pageable memory the
@@ -718,7 +733,7 @@ def _stream_for(arr: DeviceArray, stream) -> int:
     return h
 
 
-def to_host(arr, *, stream=None) -> np.ndarray:
+def to_host(arr: DeviceArrayLike, *, stream: StreamLike = None) -> NDArray[Any]:
     """Copy a device array into a new NumPy array; returns when the copy is done.
 
     Works for any strided view: the covering byte span is copied and the view
@@ -971,3 +986,8 @@ def memset(arr: DeviceArray, pattern: int, *, stream=None) -> None:
         check(driver.cuMemsetD32Async(dst, pattern, n, h), "cuMemsetD32Async")
     else:
         raise TypeError(f"memset: a non-zero pattern needs 1-, 2- or 4-byte elements, not {itemsize}")
+
+
+# Last: _types imports DeviceArray from here, so it must come after everything above (annotations
+# only; with `from __future__ import annotations` nothing on a call path reads these names).
+from ._types import DeviceArrayLike, DeviceLike, DTypeLike, HostArrayLike, Index, StreamLike  # noqa: E402

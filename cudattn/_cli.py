@@ -1,4 +1,8 @@
-"""`python -m cudattn`: info, demo, bench, selfcheck, and the kernel cache (info | clear | warm --arch ARCH)."""
+"""`python -m cudattn`: info, demo, bench, selfcheck, and the kernel cache (info | clear | warm --arch ARCH).
+
+A misused command (an unknown option, a bad value) prints one line on stderr and exits with
+status 2, never a traceback; every option's help shows its default.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,50 @@ import sys
 import time
 
 import numpy as np
+
+EXIT_USAGE = 2
+
+
+class _Defaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Help that shows each option's default, except where there is none to show (None, False)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _RawDescriptionDefaults(argparse.RawDescriptionHelpFormatter, _Defaults):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors as one line (``prog: error: ...``) and exit status 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Defaults)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _arch(text: str) -> str:
+    from cudattn._kernels import ARCHS
+
+    if text not in ARCHS:
+        raise argparse.ArgumentTypeError(f"unknown compile target {text!r}; choose one of {', '.join(ARCHS)}")
+    return text
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer; got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer; got {n}")
+    return n
 
 
 def _gpu_count() -> int:
@@ -21,15 +69,6 @@ def _gpu_count() -> int:
         return int(n) if err == driver.CUresult.CUDA_SUCCESS else 0
     except Exception:
         return 0
-
-
-def _progress(i: int, n: int, label: str) -> None:
-    width = 30
-    done = int(width * i / n)
-    sys.stderr.write(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{n} {label[:48]:<48}")
-    if i == n:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
 
 
 def cmd_info(args) -> int:
@@ -71,24 +110,22 @@ def cmd_cache(args) -> int:
     elif args.action == "clear":
         print(f"removed {cache.clear()} entries from {cache.directory}")
     else:
-        warm(args.arch, cache)
+        return 0 if warm(args.arch, args.jobs, cache) else 1
     return 0
 
 
-def warm(arch: str, cache=None) -> None:
-    """Compile every kernel variant for `arch` into the cache, with a progress bar."""
-    from cudattn import _kernels, _traits
+def warm(arch: str, jobs: int | None = None, cache=None) -> bool:
+    """Compile every kernel for ``arch`` into the cache in parallel, with progress; True if all built."""
+    from cudattn import _warm
 
-    variants = _traits.all_variants(arch) + _traits.all_fp8_variants(arch)
-    t0 = time.perf_counter()
-    fresh = 0
-    for i, v in enumerate(variants):
-        _progress(i, len(variants), v.describe())
-        res = _kernels.compile_variant(v, arch, cache=cache)
-        fresh += res.source == "compiled"
-    _progress(len(variants), len(variants), "done")
-    print(f"{len(variants)} variants for {arch}: {fresh} compiled, {len(variants) - fresh} already cached "
-          f"({time.perf_counter() - t0:.1f} s)")
+    jobs = jobs or _warm.default_jobs()
+    print(f"compiling every cudattn kernel for {arch} into the cache ({jobs} processes; "
+          f"later runs load them from disk)", flush=True)
+    report = _warm.warm(arch, jobs=jobs, cache=cache)
+    print(report.summary(), flush=True)
+    for name, error in report.failed:
+        print(f"failed: {name}: {error}", file=sys.stderr)
+    return not report.failed
 
 
 def cmd_demo(args) -> int:
@@ -99,10 +136,17 @@ def cmd_demo(args) -> int:
 
     B, H, S, D = args.batch, args.heads, args.seqlen, args.head_dim
     if _gpu_count() == 0:
-        print("No CUDA GPU found: nothing ran. Compiling the kernels for sm_90a into the cache instead,")
-        print("so that a later run on an H100/H200 starts warm.")
-        warm("sm_90a")
-        return 0
+        arch = args.arch or "sm_90a"
+        print(f"No CUDA GPU found: no attention ran. Compiling cudattn's kernels for {arch} instead, so that a "
+              f"later run on such a GPU starts warm (--arch picks another target).")
+        return 0 if warm(arch, args.jobs) else 1
+    from cudattn import _device
+
+    arch = _device.device_properties(0).arch
+    if args.arch and args.arch != arch:
+        print(f"note: --arch {args.arch} ignored; this GPU runs {arch} kernels", file=sys.stderr)
+    if not warm(arch, args.jobs):
+        return 1
     dtype = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}[args.dtype]
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((B, S, H, D), dtype=np.float32).astype(dtype) for _ in range(3))
@@ -128,18 +172,27 @@ def cmd_demo(args) -> int:
     return 0 if ok else 1
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m cudattn", description=__doc__)
-    sub = ap.add_subparsers(dest="cmd", required=True)
+def build_parser(argv=None) -> argparse.ArgumentParser:
+    import cudattn
+
+    ap = _Parser(prog="python -m cudattn", description="cudattn: fused scaled-dot-product attention on NVIDIA GPUs. "
+                 "Run the demo, time it against peers, check every kernel, or manage the kernel cache.")
+    ap.add_argument("--version", action="version", version=f"cudattn {cudattn.__version__}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=_Parser)
     sub.add_parser("info", help="GPU, arch, driver, NVRTC version, cache dir and size").set_defaults(fn=cmd_info)
-    d = sub.add_parser("demo", help="run attention on random inputs, check against the reference, print TFLOP/s")
-    d.add_argument("--batch", type=int, default=4)
-    d.add_argument("--heads", type=int, default=16)
-    d.add_argument("--seqlen", type=int, default=4096)
-    d.add_argument("--head-dim", type=int, default=128)
-    d.add_argument("--dtype", choices=("float16", "bfloat16"), default="bfloat16")
-    d.add_argument("--causal", action="store_true")
-    d.add_argument("--iters", type=int, default=20)
+    d = sub.add_parser("demo", help="compile every kernel for this GPU (in parallel), run attention on random "
+                       "inputs, check it against the float64 reference, print TFLOP/s",
+                       description="With no GPU, compile every kernel for --arch instead.")
+    d.add_argument("--batch", type=_positive_int, default=4, help="batch size B")
+    d.add_argument("--heads", type=_positive_int, default=16, help="heads H (query and key/value)")
+    d.add_argument("--seqlen", type=_positive_int, default=4096, help="sequence length S (queries and keys)")
+    d.add_argument("--head-dim", type=_positive_int, default=128, help="head dim D (8 to 256, a multiple of 8)")
+    d.add_argument("--dtype", choices=("float16", "bfloat16"), default="bfloat16", help="input and output dtype")
+    d.add_argument("--causal", action="store_true", help="causal mask (bottom right)")
+    d.add_argument("--iters", type=_positive_int, default=20, help="timed calls (the median is printed)")
+    d.add_argument("--arch", type=_arch, default=None,
+                   help="compile target when there is no GPU (default sm_90a); with a GPU, the GPU's own")
+    d.add_argument("--jobs", type=_positive_int, default=None, help="compile processes (default: the CPU count)")
     d.set_defaults(fn=cmd_demo)
     b = sub.add_parser("bench", help="time cudattn against torch SDPA (cuDNN, flash) on a grid of shapes")
     from cudattn.bench import cli as bench_cli
@@ -149,12 +202,22 @@ def main(argv=None) -> int:
     from cudattn._selfcheck import _main as selfcheck_main
 
     sc = sub.add_parser("selfcheck", help="every kernel family against the reference; --sanitize, --load, --soak, "
-                        "--cold-procs", description=selfcheck_main.__doc__)
+                        "--cold-procs", description=selfcheck_main.DESCRIPTION,
+                        formatter_class=_RawDescriptionDefaults)
     selfcheck_main.add_arguments(sc)
     sc.set_defaults(fn=selfcheck_main.run)
-    c = sub.add_parser("cache", help="the on-disk kernel cache")
-    c.add_argument("action", choices=("info", "clear", "warm"))
-    c.add_argument("--arch", default="sm_90a", help="compile target for warm: sm_80, sm_86, sm_89, sm_90a")
+    c = sub.add_parser("cache", help="the on-disk kernel cache: info, clear, or warm (compile every kernel)")
+    c.add_argument("action", choices=("info", "clear", "warm"), help="what to do")
+    c.add_argument("--arch", type=_arch, default="sm_90a", help="compile target for warm")
+    c.add_argument("--jobs", type=_positive_int, default=None, help="compile processes for warm (default: the CPU count)")
     c.set_defaults(fn=cmd_cache)
-    args = ap.parse_args(argv)
-    return args.fn(args)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser(argv).parse_args(argv)
+    try:
+        return args.fn(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from cuda.bindings import driver
 
-from ._errors import check
+from ._errors import NoDeviceError, check, no_device_error
 
 __all__ = [
     "DeviceProperties",
@@ -49,7 +49,12 @@ def _ensure_init() -> None:
         return
     with _init_lock:
         if not _initialized:
-            check(driver.cuInit(0), "cuInit")
+            try:
+                result = driver.cuInit(0)
+            except RuntimeError as exc:  # cuda.pathfinder's DynamicLibNotFoundError: no libcuda at all
+                raise no_device_error(exc) from None
+            if result[0] != driver.CUresult.CUDA_SUCCESS:
+                raise no_device_error(result=result[0])
             _device_count = check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
             _initialized = True
 
@@ -114,6 +119,8 @@ def _activate(device_id: int, by_id: dict, by_ctx: dict):
     from cuda.core import Device
 
     n = _device_count
+    if n == 0:
+        raise NoDeviceError("CUDA_ERROR_NO_DEVICE", 100, "cuDeviceGetCount", "the CUDA driver sees no GPU")
     if not 0 <= device_id < n:  # type: ignore[operator]
         raise ValueError(f"device {device_id} does not exist: this process sees {n} CUDA device(s)")
     dev = Device(device_id)

@@ -9,7 +9,7 @@ and the name of the call that failed, so an error report says what failed where.
 
 from __future__ import annotations
 
-__all__ = ["CudaError", "OutOfMemoryError", "check"]
+__all__ = ["CudaError", "NoDeviceError", "OutOfMemoryError", "check"]
 
 
 class CudaError(RuntimeError):
@@ -25,7 +25,7 @@ class CudaError(RuntimeError):
         What was being done: the driver call, with any detail the caller gave.
     """
 
-    def __init__(self, name: str, code: int, call: str, description: str = ""):
+    def __init__(self, name: str, code: int, call: str, description: str = "") -> None:
         self.name = name
         self.code = int(code)
         self.call = call
@@ -37,6 +37,31 @@ class CudaError(RuntimeError):
 
     def __reduce__(self):  # keep the exception picklable (multiprocessing, pytest-xdist)
         return (type(self), (self.name, self.code, self.call, self.description))
+
+
+class NoDeviceError(CudaError):
+    """No usable CUDA GPU: the driver library is missing, it fails to initialise, or it sees no device.
+
+    Raised by the first call that needs the GPU (never at import). The message says what is
+    missing and what to run; ``name`` is the driver's error name where the driver answered
+    (``CUDA_ERROR_NO_DEVICE``, ``CUDA_ERROR_INSUFFICIENT_DRIVER``), else ``"DRIVER_NOT_FOUND"``.
+    """
+
+    def __init__(self, name: str, code: int, call: str, description: str = "") -> None:
+        super().__init__(name, code, call, description)
+        self.args = (f"no usable CUDA GPU: {description} ({name}). cudattn runs kernels on an NVIDIA GPU with a "
+                     f"driver for CUDA 13.0 or newer; compiling them needs neither (python -m cudattn cache warm). "
+                     f"Run `python -m cudattn info` to see what cudattn finds.",)
+
+
+def no_device_error(exc: BaseException | None = None, result=None) -> NoDeviceError:
+    """The :class:`NoDeviceError` for a failed ``cuInit``: ``exc`` when the driver library could not
+    be loaded at all, ``result`` when the driver answered with an error."""
+    if exc is not None:
+        return NoDeviceError("DRIVER_NOT_FOUND", -1, "loading libcuda",
+                             f"the NVIDIA driver library (libcuda.so.1) was not found [{exc}]")
+    name, description = _describe(result)
+    return NoDeviceError(name, int(result), "cuInit", description or "the CUDA driver did not initialise")
 
 
 class OutOfMemoryError(CudaError, MemoryError):
@@ -54,7 +79,8 @@ class OutOfMemoryError(CudaError, MemoryError):
         The device's free and total memory in bytes, read just after the failure (-1 if unknown).
     """
 
-    def __init__(self, nbytes: int, device_id: int, free: int = -1, total: int = -1, call: str = "cuMemAllocFromPoolAsync"):
+    def __init__(self, nbytes: int, device_id: int, free: int = -1, total: int = -1,
+                 call: str = "cuMemAllocFromPoolAsync") -> None:
         self.nbytes = int(nbytes)
         self.device_id = int(device_id)
         self.free = int(free)

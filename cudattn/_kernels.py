@@ -45,6 +45,39 @@ def compile_variant(variant: Variant, arch: str, cache: nvrtc_cache.Cache | None
                                arch=arch, cache=cache)
 
 
+def cached_variant(variant: Variant, arch: str, cache: nvrtc_cache.Cache) -> nvrtc_cache.CompileResult | None:
+    """The cached build of ``variant`` for ``arch``, or ``None`` if it would have to be compiled."""
+    source, headers = sources(variant.source)
+    return cache.lookup(source, name=variant.source, headers=headers, options=options_for(variant), arch=arch)
+
+
+#: Compile targets a kernel can be built for (the traits know their shared-memory limits).
+ARCHS = tuple(sorted(_traits.ARCH_SMEM_LIMIT))
+
+
+def all_kernels(arch: str) -> list:
+    """Every kernel the API can launch on a device of compile target ``arch``, one entry per
+    distinct build: both forward families on Hopper (the portable one serves broadcast kv heads
+    and ``CUDATTN_KERNEL_FAMILY=sm80``), FP8 from sm_89, split-KV decode and its combine, the
+    KV-cache append, FP8 quantize/dequantize and the FP8 V transpose."""
+    if arch not in _traits.ARCH_SMEM_LIMIT:
+        raise ValueError(f"unknown compile target {arch!r}; cudattn builds for {', '.join(ARCHS)}")
+    from . import _decode_traits, _fp8, _quantize
+
+    specs = [*_traits.all_variants(arch), *_traits.all_fp8_variants(arch), *_decode_traits.all_decode_kernels(arch),
+             *_quantize.all_quantize_kernels(arch)]
+    if arch in _traits.FP8_ARCHS:
+        specs.append(_fp8.TRANSPOSE_V_KERNEL)
+    seen: set = set()
+    out = []
+    for spec in specs:  # fp8_amax and fp8_quantize are one build (one cubin, two entry points)
+        build = (spec.source, tuple(sorted(spec.defines().items())))
+        if build not in seen:
+            seen.add(build)
+            out.append(spec)
+    return out
+
+
 _loaded: dict = {}
 _loaded_lock = threading.Lock()
 

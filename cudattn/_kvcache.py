@@ -16,6 +16,7 @@ value gives a wrong result for that sequence but never a read or write outside t
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Literal, overload
 
 import numpy as np
 
@@ -23,14 +24,43 @@ from . import _array, _decode_traits, _device, _kernels, _launch, _stream
 from ._dtypes import FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error
 from ._params import AppendParams, KvCacheGeom
 from ._problem import KvCache, Problem, TensorGeom
+from ._types import ArrayLike, ArrayResult, StreamLike
 from ._validate import _check_bool, _check_scale, _describe, check_num_splits, tensor_geom
 
 _I32 = np.dtype(np.int32)
 _PAGE_MULTIPLE = 16
 
 
-def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, k_new=None, v_new=None,
-                           causal=False, scale=None, return_lse=False, num_splits=None, stream=None):
+# The overloads only tell type checkers that return_lse=True gives a pair; the last def runs.
+@overload
+def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike, *,
+                           cache_seqlens: ArrayLike | None = ..., block_table: ArrayLike | None = ...,
+                           k_new: ArrayLike | None = ..., v_new: ArrayLike | None = ..., causal: bool = ...,
+                           scale: float | None = ..., return_lse: Literal[False] = ..., num_splits: int | None = ...,
+                           stream: StreamLike = ...) -> ArrayResult: ...
+
+
+@overload
+def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike, *,
+                           cache_seqlens: ArrayLike | None = ..., block_table: ArrayLike | None = ...,
+                           k_new: ArrayLike | None = ..., v_new: ArrayLike | None = ..., causal: bool = ...,
+                           scale: float | None = ..., return_lse: Literal[True], num_splits: int | None = ...,
+                           stream: StreamLike = ...) -> tuple[ArrayResult, ArrayResult]: ...
+
+
+@overload
+def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike, *,
+                           cache_seqlens: ArrayLike | None = ..., block_table: ArrayLike | None = ...,
+                           k_new: ArrayLike | None = ..., v_new: ArrayLike | None = ..., causal: bool = ...,
+                           scale: float | None = ..., return_lse: bool, num_splits: int | None = ...,
+                           stream: StreamLike = ...) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
+
+
+def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike, *,
+                           cache_seqlens: ArrayLike | None = None, block_table: ArrayLike | None = None,
+                           k_new: ArrayLike | None = None, v_new: ArrayLike | None = None, causal: bool = False,
+                           scale: float | None = None, return_lse: bool = False, num_splits: int | None = None,
+                           stream: StreamLike = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
     """Attention of a few query tokens against a KV cache (FlashAttention's ``flash_attn_with_kvcache``).
 
     - ``q``: ``(B, Sq, Hq, D)`` (layout "bshd"; decode is Sq = 1..16, any Sq works).

@@ -16,12 +16,14 @@ from ._merge_host import merge_host, parse_merge_inputs
 from ._params import MERGE_MAX_TABLE
 from ._problem import TensorGeom
 from ._traits import DTYPE_NAMES
+from ._types import ArrayLike, ArrayResult, Layout, StreamLike
 from ._validate import tensor_geom
 
 _F32 = np.dtype(np.float32)
 
 
-def merge_attention_states(outs, lses, *, layout="bshd", stream=None):
+def merge_attention_states(outs: ArrayLike | Sequence[ArrayLike], lses: ArrayLike | Sequence[ArrayLike], *,
+                           layout: Layout = "bshd", stream: StreamLike = None) -> tuple[ArrayResult, ArrayResult]:
     """Merge N partial attentions over disjoint key sets into the attention over their union.
 
     ``outs``: N arrays (a list, or one array with a leading N axis), each ``(B, Sq, H, D)``

@@ -36,6 +36,7 @@ import numpy as np
 from . import _array, _device, _kernels, _launch, _stream
 from ._decode_traits import HelperKernel
 from ._dtypes import BFLOAT16, FLOAT16, FLOAT8_E4M3, as_dtype, dtype_name
+from ._types import ArrayLike, ArrayResult, DTypeLike, Layout, QuantizePer, StreamLike
 
 __all__ = [
     "E4M3_MAX",
@@ -229,7 +230,8 @@ def _check_out_dtype(out_dtype) -> np.dtype:
 # ---------------------------------------------------------------------- public API
 
 
-def quantize_fp8(x, *, per="tensor", layout="bshd", heads_kv=None, stream=None):
+def quantize_fp8(x: ArrayLike, *, per: QuantizePer = "tensor", layout: Layout = "bshd", heads_kv: int | None = None,
+                 stream: StreamLike = None) -> tuple[ArrayResult, ArrayResult]:
     """Quantize ``x`` to FP8 e4m3 with FlashAttention-3-style descales: ``x ≈ x_fp8 * descale``.
 
     Parameters
@@ -280,7 +282,8 @@ def quantize_fp8(x, *, per="tensor", layout="bshd", heads_kv=None, stream=None):
     return _quantize_device(x, per, layout, heads_kv, stream)
 
 
-def dequantize(x_fp8, descale, *, layout="bshd", out_dtype=np.float32, stream=None):
+def dequantize(x_fp8: ArrayLike, descale: ArrayLike, *, layout: Layout = "bshd", out_dtype: DTypeLike = np.float32,
+               stream: StreamLike = None) -> ArrayResult:
     """The inverse of :func:`quantize_fp8`: ``x_fp8 * descale[b, g]`` per element.
 
     Parameters

@@ -30,9 +30,14 @@ one block of one head's score matrix (about ``_BLOCK_ELEMENTS`` scores) is held 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Any
 
 import ml_dtypes
 import numpy as np
+from numpy.typing import NDArray
+
+from ._types import DTypeLike, HostArrayLike, Layout, QuantizePer
 
 __all__ = [
     "attention",
@@ -211,8 +216,11 @@ def _lse(m: np.ndarray, l: np.ndarray) -> np.ndarray:
     return np.where(nonempty, m + log_l, -np.inf).astype(l.dtype, copy=False)[:, 0]
 
 
-def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layout: str = "bshd",
-              return_lse: bool = False, rows=None, q_descale=None, k_descale=None, v_descale=None):
+def attention(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike, *, causal: bool = False,
+              scale: float | None = None, layout: Layout = "bshd", return_lse: bool = False,
+              rows: HostArrayLike | None = None, q_descale: HostArrayLike | None = None,
+              k_descale: HostArrayLike | None = None, v_descale: HostArrayLike | None = None,
+              ) -> NDArray[np.float64] | tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Scaled-dot-product attention in float64.
 
     Args:
@@ -274,9 +282,12 @@ def _weighted_values(p: np.ndarray, v: np.ndarray, idx: np.ndarray, Sq: int, Sk:
     return out
 
 
-def attention_naive(q, k, v, *, causal: bool = False, scale: float | None = None, layout: str = "bshd",
-                    dtype=None, return_lse: bool = False, round_scores: bool = False, rows=None,
-                    q_descale=None, k_descale=None, v_descale=None):
+def attention_naive(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike, *, causal: bool = False,
+                    scale: float | None = None, layout: Layout = "bshd", dtype: DTypeLike | None = None,
+                    return_lse: bool = False, round_scores: bool = False, rows: HostArrayLike | None = None,
+                    q_descale: HostArrayLike | None = None, k_descale: HostArrayLike | None = None,
+                    v_descale: HostArrayLike | None = None,
+                    ) -> NDArray[Any] | tuple[NDArray[Any], NDArray[np.float32]]:
     """The same attention done in low precision, as a plain (unfused) GPU implementation would.
 
     Inputs are rounded to ``dtype`` (default: q's dtype, which must then be 16-bit or FP8), then:
@@ -353,7 +364,8 @@ def _abs_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return d
 
 
-def check_close(out, ref, naive, *, atol: float = 1e-5) -> tuple[bool, float, float]:
+def check_close(out: HostArrayLike, ref: HostArrayLike, naive: HostArrayLike, *,
+                atol: float = 1e-5) -> tuple[bool, float, float]:
     """FlashAttention's rule: ``max|out − ref| ≤ 2·max|naive − ref| + atol``.
 
     ``ref`` is the float64 reference, ``naive`` the same math in the input dtype
@@ -418,7 +430,8 @@ def _expand_descale(descale: np.ndarray, shape: tuple, layout: str) -> np.ndarra
     return d[:, None, :, None] if layout == "bshd" else d[:, :, None, None]
 
 
-def quantize_fp8(x, *, per: str = "tensor", layout: str = "bshd", heads_kv: int | None = None):
+def quantize_fp8(x: HostArrayLike, *, per: QuantizePer = "tensor", layout: Layout = "bshd",
+                 heads_kv: int | None = None) -> tuple[NDArray[Any], NDArray[np.float32]]:
     """NumPy counterpart of ``cudattn.quantize_fp8``: ``(x_fp8, descale)``.
 
     ``descale`` is float32 ``(B, G)``, ``G = heads_kv`` (default: x's head count); head ``h`` of
@@ -453,7 +466,8 @@ def quantize_fp8(x, *, per: str = "tensor", layout: str = "bshd", heads_kv: int 
     return np.clip(scaled, -E4M3_MAX, E4M3_MAX).astype(_FP8), descale
 
 
-def dequantize(x_fp8, descale, *, layout: str = "bshd", out_dtype=np.float32) -> np.ndarray:
+def dequantize(x_fp8: HostArrayLike, descale: HostArrayLike, *, layout: Layout = "bshd",
+               out_dtype: DTypeLike = np.float32) -> NDArray[Any]:
     """``x_fp8.astype(float64) * descale`` (descale: a number or ``(B, G)``), cast to ``out_dtype``."""
     x = np.asarray(x_fp8).astype(np.float64)
     d = np.asarray(descale, dtype=np.float64)
@@ -462,9 +476,11 @@ def dequantize(x_fp8, descale, *, layout: str = "bshd", out_dtype=np.float32) ->
     return (x * _expand_descale(d, x.shape, layout)).astype(out_dtype)
 
 
-def attention_fp8_emulated(q, k, v, *, causal: bool = False, scale: float | None = None, layout: str = "bshd",
-                           q_descale=None, k_descale=None, v_descale=None, out_dtype=None,
-                           return_lse: bool = False, block_n: int = 128):
+def attention_fp8_emulated(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike, *, causal: bool = False,
+                           scale: float | None = None, layout: Layout = "bshd", q_descale: HostArrayLike | None = None,
+                           k_descale: HostArrayLike | None = None, v_descale: HostArrayLike | None = None,
+                           out_dtype: DTypeLike | None = None, return_lse: bool = False, block_n: int = 128,
+                           ) -> NDArray[Any] | tuple[NDArray[Any], NDArray[np.float32]]:
     """The FP8 kernels' arithmetic in NumPy (cu_src/include/cudattn/fp8.cuh, softmax.cuh).
 
     q, k, v are ``ml_dtypes.float8_e4m3fn`` (shapes, layouts, GQA and bottom-right causal as in
@@ -564,7 +580,7 @@ def attention_fp8_emulated(q, k, v, *, causal: bool = False, scale: float | None
     return (out, lse.reshape(B, Hq, Sq)) if return_lse else out
 
 
-def error_stats(out, ref) -> dict:
+def error_stats(out: HostArrayLike, ref: HostArrayLike) -> dict[str, float]:
     """Accuracy of ``out`` against ``ref`` (float64), over all elements:
 
     - ``rel_rmse`` = ``sqrt(mean((out − ref)²)) / sqrt(mean(ref²))``;
@@ -608,7 +624,8 @@ FP8_MAX_FLOOR = 1e-5  # times max|ref|
 FP8_RMSE_FLOOR = 1e-4  # relative RMSE
 
 
-def check_close_fp8(out, ref, emulated, *, max_factor: float | None = None) -> tuple[bool, dict]:
+def check_close_fp8(out: HostArrayLike, ref: HostArrayLike, emulated: HostArrayLike, *,
+                    max_factor: float | None = None) -> tuple[bool, dict[str, Any]]:
     """The FP8 correctness rule: the kernel's output ``out`` against the float64 reference ``ref``
     on the dequantised inputs (`attention` with the descales), measured against ``emulated``,
     the same FP8 arithmetic done in NumPy (`attention_fp8_emulated`). All three must hold:
@@ -719,7 +736,9 @@ def _slots(bt, b: int, positions: np.ndarray, cache_shape: tuple):
     return pages, positions % page_size
 
 
-def kvcache_append(k_cache, v_cache, k_new, v_new, cache_seqlens=None, block_table=None):
+def kvcache_append(k_cache: HostArrayLike, v_cache: HostArrayLike, k_new: HostArrayLike, v_new: HostArrayLike,
+                   cache_seqlens: HostArrayLike | None = None, block_table: HostArrayLike | None = None,
+                   ) -> tuple[NDArray[Any], NDArray[Any]]:
     """Write ``k_new``/``v_new`` ``(B, S_new, Hkv, D)`` into copies of the cache.
 
     Token ``t`` of sequence ``b`` goes to key position ``cache_seqlens[b] + t`` (contiguous cache
@@ -753,7 +772,8 @@ def kvcache_append(k_cache, v_cache, k_new, v_new, cache_seqlens=None, block_tab
     return k2, v2
 
 
-def gather_kv(k_cache, v_cache, cache_seqlens=None, block_table=None):
+def gather_kv(k_cache: HostArrayLike, v_cache: HostArrayLike, cache_seqlens: HostArrayLike | None = None,
+              block_table: HostArrayLike | None = None) -> list[tuple[NDArray[Any], NDArray[Any]]]:
     """Each sequence's valid keys and values as contiguous arrays.
 
     Returns a list of ``B`` pairs ``(k_b, v_b)``, each ``(L_b, Hkv, D)`` in the cache's dtype,
@@ -814,8 +834,11 @@ def _assemble(results, q: np.ndarray, out_dtype, lse_dtype):
     return out, lse
 
 
-def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, k_new=None,
-                           v_new=None, causal: bool = False, scale: float | None = None, return_lse: bool = False):
+def attention_with_kvcache(q: HostArrayLike, k_cache: HostArrayLike, v_cache: HostArrayLike, *,
+                           cache_seqlens: HostArrayLike | None = None, block_table: HostArrayLike | None = None,
+                           k_new: HostArrayLike | None = None, v_new: HostArrayLike | None = None,
+                           causal: bool = False, scale: float | None = None, return_lse: bool = False,
+                           ) -> NDArray[np.float64] | tuple[NDArray[np.float64], NDArray[np.float64]]:
     """`attention` (float64) of ``q`` ``(B, Sq, Hq, D)`` over a KV cache, layout bshd only.
 
     The cache is contiguous ``(B, Sk_cache, Hkv, D)`` or paged ``(num_pages, page_size, Hkv, D)``
@@ -835,9 +858,12 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens=None, block_tab
     return (out, lse) if return_lse else out
 
 
-def attention_with_kvcache_naive(q, k_cache, v_cache, *, cache_seqlens=None, block_table=None, k_new=None,
-                                 v_new=None, causal: bool = False, scale: float | None = None,
-                                 return_lse: bool = False, dtype=None):
+def attention_with_kvcache_naive(q: HostArrayLike, k_cache: HostArrayLike, v_cache: HostArrayLike, *,
+                                 cache_seqlens: HostArrayLike | None = None, block_table: HostArrayLike | None = None,
+                                 k_new: HostArrayLike | None = None, v_new: HostArrayLike | None = None,
+                                 causal: bool = False, scale: float | None = None, return_lse: bool = False,
+                                 dtype: DTypeLike | None = None,
+                                 ) -> NDArray[Any] | tuple[NDArray[Any], NDArray[np.float32]]:
     """`attention_with_kvcache` in low precision: `attention_naive` per sequence.
 
     ``dtype`` as in `attention_naive` (default: q's dtype, 16-bit or FP8). Returns ``out`` in the
@@ -862,7 +888,8 @@ def attention_with_kvcache_naive(q, k_cache, v_cache, *, cache_seqlens=None, blo
 # --------------------------------------------------------------------------------------------
 
 
-def merge_attention_states(outs, lses, *, layout: str = "bshd"):
+def merge_attention_states(outs: Iterable[HostArrayLike], lses: Iterable[HostArrayLike], *,
+                           layout: Layout = "bshd") -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Combine partial attentions over disjoint key sets into the attention over their union.
 
     ``outs``: N arrays of one shape, ``(B, Sq, H, D)`` for ``layout="bshd"`` (``(B, H, Sq, D)``

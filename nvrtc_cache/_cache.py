@@ -141,7 +141,7 @@ class Cache:
     and an entry another user could write is a miss (one warning): see _trust.
     """
 
-    def __init__(self, directory: str | os.PathLike | None = None):
+    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         if directory is None:
             directory = default_directory()
         self.directory = Path(directory).expanduser()
@@ -197,6 +197,27 @@ class Cache:
                 with self._lock:
                     self._key_locks.pop(key, None)
         return _result(entry, source_kind)
+
+    def lookup(
+        self,
+        source: str,
+        *,
+        name: str = "kernel.cu",
+        headers: Mapping[str, str] = {},
+        options: Sequence[str] = (),
+        arch: str,
+        name_expressions: Sequence[str] = (),
+    ) -> CompileResult | None:
+        """What :meth:`compile` would return from memory or disk for these arguments, without
+        compiling: ``None`` on a miss. Nothing is added to memory (callers that only ask which
+        kernels are missing, like a cache warm-up, should not hold every cubin)."""
+        req = _make_request(source, name, headers, options, arch, name_expressions)
+        key = _key_for(req)
+        with self._lock:
+            if key in self._memory:
+                return _result(self._memory[key], "memory")
+        entry = self._load_from_disk(key, req.arch)
+        return None if entry is None else _result(entry, "disk")
 
     def _compile(self, req: _Request, key: str) -> _entry.Entry:
         with self._lock:
@@ -262,7 +283,7 @@ class Cache:
         """The entries on disk (by file name; contents are validated on load)."""
         return self._store.entries()
 
-    def info(self) -> dict:
+    def info(self) -> dict[str, str | int | bool]:
         entries = list(self.entries())
         trusted = self._trusted and self._store.trust_problem() is None
         return {

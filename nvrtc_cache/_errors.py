@@ -11,7 +11,7 @@ class CompileError(Exception):
     and the source name.
     """
 
-    def __init__(self, result: str, *, log: str, options: list[str], name: str):
+    def __init__(self, result: str, *, log: str, options: list[str], name: str) -> None:
         self.result = result
         self.log = log
         self.options = list(options)

@@ -19,6 +19,12 @@ from ._sanitize import TOOLS, SanitizerNotFound, find_sanitizer, parse_tools
 
 EXIT_OK, EXIT_FAIL, EXIT_CANNOT_RUN = 0, 1, 2
 
+DESCRIPTION = """Run every kernel family against the float64 reference (the default), or, with a mode flag,
+under compute-sanitizer (--sanitize), from many threads (--load), for many calls (--soak) or in
+many cold processes at once (--cold-procs); several modes may be given and run in that order.
+Exit status: 0 when everything passed, 1 when something failed, 2 when nothing could run (no GPU,
+no compute-sanitizer, no case matching -k)."""
+
 
 def _tools(text: str) -> tuple[str, ...]:
     try:
@@ -43,24 +49,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("sanitizers")
     s.add_argument("--sanitize", action="store_true",
                    help="re-run the sanitize case list in child processes under compute-sanitizer")
-    s.add_argument("--tools", type=_tools, default=TOOLS, metavar="LIST",
-                   help=f"comma-separated compute-sanitizer tools (default {','.join(TOOLS)})")
+    s.add_argument("--tools", type=_tools, default=",".join(TOOLS), metavar="LIST",
+                   help="comma-separated compute-sanitizer tools")
     s.add_argument("--log-dir", help="where each tool's log and JSON go (default: a new temp dir, printed)")
-    s.add_argument("--print-limit", type=_positive, default=50, help="compute-sanitizer --print-limit (default 50)")
-    s.add_argument("--tool-timeout", type=float, default=1800.0, help="seconds per tool run (default 1800)")
+    s.add_argument("--print-limit", type=_positive, default=50, help="compute-sanitizer --print-limit")
+    s.add_argument("--tool-timeout", type=float, default=1800.0, help="seconds per tool run")
     ld = p.add_argument_group("load")
     ld.add_argument("--load", action="store_true", help="threads, each on its own stream, calling a pool of problems")
-    ld.add_argument("--threads", type=_positive, default=8)
-    ld.add_argument("--calls", type=_positive, default=1000, help="calls per thread (default 1000)")
-    ld.add_argument("--problems", type=_positive, default=40, help="problems in the load/soak mix (default 40)")
+    ld.add_argument("--threads", type=_positive, default=8, help="threads calling at once")
+    ld.add_argument("--calls", type=_positive, default=1000, help="calls per thread")
+    ld.add_argument("--problems", type=_positive, default=40, help="problems in the load/soak mix")
     ld.add_argument("--cold", action="store_true", help="start the load on an empty kernel cache")
     ld.add_argument("--stall-timeout", type=float, default=120.0,
-                    help="seconds without progress after which a load thread counts as stuck (default 120)")
+                    help="seconds without progress after which a load thread counts as stuck")
     ot = p.add_argument_group("soak and cold start")
     ot.add_argument("--soak", type=_positive, nargs="?", const=10000, metavar="N",
-                    help="N calls in one thread (default 10000), device/pool/host memory before and after")
+                    help="N calls in one thread (N = 10000 if omitted), device/pool/host memory before and after")
     ot.add_argument("--cold-procs", type=_positive, nargs="?", const=8, metavar="N",
-                    help="N processes (default 8) started together on an empty kernel cache")
+                    help="N processes (N = 8 if omitted) started together on an empty kernel cache")
 
 
 def run(args) -> int:

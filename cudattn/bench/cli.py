@@ -10,19 +10,45 @@ import time
 from . import grids
 
 
+def _shape(text: str) -> str:
+    """An argparse type: a valid ``--shape`` (kept as text; grids.parse_shape reads it again)."""
+    import argparse
+
+    try:
+        grids.parse_shape(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _count(minimum: int):
+    import argparse
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer; got {text!r}") from None
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}; got {n}")
+        return n
+
+    return parse
+
+
 def add_arguments(p) -> None:
     p.add_argument("--grid", choices=grids.GRIDS, default=None,
                    help="named grid: quick (3 shapes), prefill (the peer table's shapes and a curve of "
                         "S = 512..16384 for D = 64, 128, 256), decode (one query token, long KV caches), "
                         "all (prefill + decode); default quick unless --shape is given")
-    p.add_argument("--shape", action="append", default=[], metavar="B,H,S,D",
+    p.add_argument("--shape", action="append", type=_shape, default=[], metavar="B,H,S,D",
                    help="explicit case, B,H,S,D or B,Hq,Hkv,Sq,Sk,D (repeatable; replaces --grid)")
     p.add_argument("--dtype", action="append", choices=grids.ALL_DTYPES, default=None,
                    help="only these dtypes (repeatable); default: the grid's")
     p.add_argument("--causal", choices=("0", "1", "both"), default=None,
                    help="causal only (1), not (0), or both; default: the grid's")
-    p.add_argument("--iters", type=int, default=30, help="timed calls per row (default 30)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed calls before timing (default 5)")
+    p.add_argument("--iters", type=_count(1), default=30, help="timed calls per row")
+    p.add_argument("--warmup", type=_count(0), default=5, help="untimed calls before timing")
     p.add_argument("--host", action="store_true",
                    help="also time the NumPy end-to-end call (transfers included) against the "
                         "bytes-moved floor of the pinned host<->device bandwidth")
@@ -38,8 +64,6 @@ def _cases(args) -> list:
     if args.causal == "both":
         causals = (False, True)
     if args.shape:
-        if args.grid:
-            raise SystemExit("give either --grid or --shape, not both")
         return grids.explicit_cases(args.shape, args.dtype, causals)
     return grids.named_grid(args.grid or "quick", args.dtype, causals)
 
@@ -52,6 +76,9 @@ def _progress(i: int, n: int, label: str) -> None:
 def run(args, argv) -> int:
     from .._cli import _gpu_count
 
+    if args.shape and args.grid:
+        print("python -m cudattn bench: error: give either --grid or --shape, not both", file=sys.stderr)
+        return 2
     cases = _cases(args)
     if _gpu_count() == 0:
         print("cudattn bench: no CUDA GPU found; nothing was measured (the bench needs a GPU).", file=sys.stderr)

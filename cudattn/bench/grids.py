@@ -125,6 +125,11 @@ def parse_shape(text: str) -> tuple[int, int, int, int, int, int]:
         nums = [b, h, h, s, s, d]
     if len(nums) != 6 or min(nums) < 1:
         raise ValueError(f"--shape takes B,H,S,D or B,Hq,Hkv,Sq,Sk,D with positive integers; got {text!r}")
+    b, hq, hkv, sq, sk, d = nums
+    if hq % hkv:
+        raise ValueError(f"--shape {text!r}: query heads ({hq}) must be a multiple of key/value heads ({hkv})")
+    if d > 256 or d % 8:
+        raise ValueError(f"--shape {text!r}: head dim must be a multiple of 8 from 8 to 256; got {d}")
     return tuple(nums)
 
 

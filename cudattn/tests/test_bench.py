@@ -142,7 +142,7 @@ def test_plot_draws_a_png(tmp_path):
 
 
 def test_bench_without_gpu_says_so():
-    from conftest import gpu_available
+    from cudattn.tests.conftest import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is present")
