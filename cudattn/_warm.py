@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import nvrtc_cache
@@ -98,18 +99,20 @@ class _Progress:
         self.stream.flush()
 
 
-def warm(arch: str, *, jobs: int | None = None, cache: nvrtc_cache.Cache | None = None,
+def warm(arch: str | Sequence[str], *, jobs: int | None = None, cache: nvrtc_cache.Cache | None = None,
          progress: bool = True) -> WarmReport:
-    """Compile every kernel :func:`cudattn._kernels.all_kernels` lists for ``arch`` into ``cache``
-    (default: the default cache) with ``jobs`` processes (default: the CPUs available). A kernel that
-    fails to compile is reported in the result, and the others still compile."""
+    """Compile every kernel :func:`cudattn._kernels.all_kernels` lists for ``arch`` (one compile
+    target or several, sharing one pool) into ``cache`` (default: the default cache) with ``jobs``
+    processes (default: the CPUs available). A kernel that fails to compile is reported in the
+    result, and the others still compile."""
     t0 = time.perf_counter()
     cache = cache if cache is not None else nvrtc_cache.default_cache()
-    specs = _kernels.all_kernels(arch)
-    report = WarmReport(arch, len(specs))
-    todo = [s for s in specs if _kernels.cached_variant(s, arch, cache) is None]
-    report.cached = len(specs) - len(todo)
-    todo.sort(key=_cost, reverse=True)
+    archs = [arch] if isinstance(arch, str) else list(arch)
+    builds = [(s, a) for a in archs for s in _kernels.all_kernels(a)]
+    report = WarmReport(", ".join(archs), len(builds))
+    todo = [(s, a) for s, a in builds if _kernels.cached_variant(s, a, cache) is None]
+    report.cached = len(builds) - len(todo)
+    todo.sort(key=lambda build: _cost(build[0]), reverse=True)
     jobs = max(1, min(jobs or default_jobs(), len(todo) or 1))
     if todo and jobs > 1:
         info = cache.info()
@@ -132,9 +135,9 @@ def warm(arch: str, *, jobs: int | None = None, cache: nvrtc_cache.Cache | None 
         bar.step(f"{spec.describe()} ({seconds:.1f} s)")
 
     if jobs == 1:
-        for spec in todo:
+        for spec, a in todo:
             try:
-                outcome = _compile_one(spec, arch, cache)
+                outcome = _compile_one(spec, a, cache)
             except Exception as exc:  # noqa: BLE001  (reported, and the others go on)
                 finish(spec, None, exc)
             else:
@@ -142,7 +145,7 @@ def warm(arch: str, *, jobs: int | None = None, cache: nvrtc_cache.Cache | None 
     elif todo:
         ctx = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-            futures = {pool.submit(_compile_in_worker, s, arch, str(cache.directory)): s for s in todo}
+            futures = {pool.submit(_compile_in_worker, s, a, str(cache.directory)): s for s, a in todo}
             for fut in concurrent.futures.as_completed(futures):
                 exc = fut.exception()
                 finish(futures[fut], None if exc else fut.result(), exc)

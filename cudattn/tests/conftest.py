@@ -19,6 +19,24 @@ import sys
 import pytest
 
 
+#: The compile targets the CPU tests build every kernel for.
+COMPILE_ARCHS = ("sm_80", "sm_89", "sm_90a")
+
+
+@pytest.fixture(scope="session")
+def kernel_cache(tmp_path_factory):
+    """One kernel cache for the compile tests, filled first by the parallel warm-up for
+    COMPILE_ARCHS (what `python -m cudattn cache warm` runs), so that the builds use every CPU; the
+    tests then read each kernel's cubin, ptxas report and SASS from it. A kernel that failed to
+    build is not in it, and the test that asks for it compiles it again and reports the error."""
+    import nvrtc_cache
+    from cudattn import _warm
+
+    cache = nvrtc_cache.Cache(tmp_path_factory.mktemp("kernels"))
+    _warm.warm(COMPILE_ARCHS, cache=cache, progress=False)
+    return cache
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU (skipped, never faked, where none is present)")
     config.addinivalue_line("markers", "slow: a long property-based run; deselect with -m 'not slow'")

@@ -27,8 +27,8 @@ LOCAL = re.compile(r"\b(LDL|STL)\b")
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return nvrtc_cache.Cache(tmp_path_factory.mktemp("nvrtc_fp8"))
+def cache(kernel_cache):
+    return kernel_cache  # conftest: every kernel for sm_80, sm_89 and sm_90a, built in parallel
 
 
 def _tool(name):

@@ -65,9 +65,11 @@ LOG2E = 1.4426950408889634
 
 
 def fuzz(n: int):
-    """Hypothesis settings for CI: fixed examples (derandomize), no example database, no deadline."""
-    return settings(max_examples=n, deadline=None, database=None, derandomize=True,
-                    suppress_health_check=list(HealthCheck))
+    """Hypothesis settings for CI: fixed examples (derandomize), no example database, no deadline;
+    marked ``slow`` (CI runs them; ``-m "not slow"`` leaves them out of a quick run)."""
+    fixed = settings(max_examples=n, deadline=None, database=None, derandomize=True,
+                     suppress_health_check=list(HealthCheck))
+    return lambda test: pytest.mark.slow(fixed(test))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,8 +20,8 @@ ARCHS = ("sm_80", "sm_89", "sm_90a")
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return nvrtc_cache.Cache(tmp_path_factory.mktemp("nvrtc"))
+def cache(kernel_cache):
+    return kernel_cache  # conftest: every kernel for sm_80, sm_89 and sm_90a, built in parallel
 
 
 def _variants():

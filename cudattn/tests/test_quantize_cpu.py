@@ -515,8 +515,8 @@ def test_vec_needs_aligned_rows():
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return nvrtc_cache.Cache(tmp_path_factory.mktemp("nvrtc_quant"))
+def cache(kernel_cache):
+    return kernel_cache  # conftest: every kernel for sm_80, sm_89 and sm_90a, built in parallel
 
 
 def _specs():
