@@ -7,6 +7,7 @@ status 2, never a traceback; every option's help shows its default.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -71,6 +72,18 @@ def _gpu_count() -> int:
         return 0
 
 
+def _why_no_gpu() -> str:
+    """What the driver said when cudattn looked for a GPU (the NoDeviceError's reason)."""
+    from cudattn import _device
+    from cudattn._errors import CudaError
+
+    try:
+        n = _device.device_count()
+    except CudaError as e:
+        return e.description or str(e)
+    return "the CUDA driver sees no GPU" if n == 0 else f"{n} GPU(s) seen, but the driver did not answer"
+
+
 def cmd_info(args) -> int:
     import nvrtc_cache
 
@@ -83,7 +96,8 @@ def cmd_info(args) -> int:
     print(f"cache: {info['directory']} ({info['entries']} entries, {info['total_bytes'] / 2**20:.1f} MiB)")
     n = _gpu_count()
     if n == 0:
-        print("GPU: none found (kernels can still be compiled: python -m cudattn cache warm --arch sm_90a)")
+        print(f"GPU: none usable: {_why_no_gpu()}")
+        print("kernels can still be compiled for any GPU: python -m cudattn cache warm --arch sm_90a")
         return 0
     from cuda.bindings import driver
 
@@ -175,7 +189,8 @@ def cmd_demo(args) -> int:
 def build_parser(argv=None) -> argparse.ArgumentParser:
     import cudattn
 
-    ap = _Parser(prog="python -m cudattn", description="cudattn: fused scaled-dot-product attention on NVIDIA GPUs. "
+    prog = "cudattn" if os.path.basename(sys.argv[0]) == "cudattn" else "python -m cudattn"  # console script or -m
+    ap = _Parser(prog=prog, description="cudattn: fused scaled-dot-product attention on NVIDIA GPUs. "
                  "Run the demo, time it against peers, check every kernel, or manage the kernel cache.")
     ap.add_argument("--version", action="version", version=f"cudattn {cudattn.__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=_Parser)

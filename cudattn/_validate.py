@@ -10,7 +10,7 @@ Order of checks (the first error should be the one worth fixing first):
 2. ``layout``;
 3. rank (4-D) of q, k, v;
 4. dtype of q, k, v (supported, then shared);
-5. shapes: no zero-size batch/seqlen/heads, batch agrees, k and v agree, head_dim agrees,
+5. shapes: heads >= 1 (empty batches and sequences are valid), batch agrees, k and v agree, head_dim agrees,
    supported head_dim, heads_q % heads_kv;
 6. strides and pointer of q, k, v: unit last stride, no negative strides, strides multiples of
    the element size and of 16 bytes, 16-byte-aligned data pointer;

@@ -2,7 +2,7 @@
 reference on the dequantised inputs, next to the NumPy emulation of the same FP8 arithmetic and
 to cudattn's fp16 / bf16 paths on the same dequantised values.
 
-    python -m cudattn.bench.fp8_accuracy --json docs/fp8_accuracy.json --markdown docs/FP8_ACCURACY.md
+    python -m cudattn.bench.fp8_accuracy --json docs/fp8_accuracy.json --markdown fp8_accuracy.md  # the table in docs/FP8.md
     python -m cudattn.bench.fp8_accuracy --cpu-only --quick        # no GPU: emulation rows only
 
 Inputs: float32 N(0,1), or "outliers" (N(0,1) with 0.1% of entries set to ±(20..100)),
@@ -15,7 +15,8 @@ Rows (errors of the output, and NaN/inf counts):
 - ``cudattn fp8 -> bf16`` / ``-> f32``: cudattn.attention on the e4m3 inputs with their descales;
 - ``emulated fp8 -> bf16`` / ``-> f32``: reference.attention_fp8_emulated (key tiles of 128);
 - ``naive fp8 -> bf16``: reference.attention_naive with FP8 (probabilities normalised *then*
-  rounded to e4m3), the baseline DESIGN §6 would use, shown to say why it is not used;
+  rounded to e4m3), the baseline FlashAttention's
+  rule (2x the naive error) would use, shown to say why it is not used;
 - ``cudattn fp16`` / ``cudattn bf16``: cudattn.attention on the dequantised values cast to
   float16 / bfloat16 (that cast is part of their error); ``naive fp16`` the same in NumPy
   (reference.attention_naive), which --cpu-only also shows.

@@ -73,10 +73,23 @@ def _peak_rss_mib() -> float:
     return max(own, children) * scale
 
 
+_peak_seen = {"mib": 0.0, "test": "(collection)"}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Remember which test first pushed the peak to its final value (named in the summary)."""
+    yield
+    peak = _peak_rss_mib()
+    if peak > _peak_seen["mib"] + 1:
+        _peak_seen.update(mib=peak, test=item.nodeid)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     peak = _peak_rss_mib()
     limit = os.environ.get("CUDATTN_TEST_MAX_RSS_MIB")
-    line = f"peak host memory (RSS) of the test process: {peak:.0f} MiB"
+    line = f"peak host memory (RSS) of the test process or a child it waited for: {peak:.0f} MiB, " \
+           f"reached in {_peak_seen['test']}"
     if limit:
         line += f" (limit {float(limit):.0f} MiB)"
     terminalreporter.write_line(line)
