@@ -180,4 +180,6 @@ def test_bench_cli_end_to_end(tmp_path):
     assert all(r["check"]["ok"] for r in rep["rows"] + rep["host_rows"])
     assert rep["ceilings"]["copy_tbps"] > 0 and rep["ceilings"]["h2d_gbps"] > 0
     assert rep["environment"]["sm_count"] > 0 and rep["environment"]["gpu"]
-    assert "# cudattn performance" in md.read_text()
+    text = md.read_text()
+    assert text.startswith("# Prefill and decode performance\n"), text[:200]
+    assert f"Measured on {rep['environment']['gpu']}" in text

@@ -355,12 +355,29 @@ def _free_bytes() -> int:
     return int(free)
 
 
+def _fill_batches(dst, chunks) -> None:
+    """Fill a device array of shape (B, ...) batch entry by batch entry from host chunks of shape
+    (1, ...): entry b gets ``chunks[b]`` (a dict, b -> chunk) or else one of the shared fillers,
+    so a multi-GiB device tensor needs only a few hundred MiB of host memory."""
+    from cuda.bindings import driver
+
+    fillers, own = chunks
+    step = dst.strides[0]
+    for b in range(dst.shape[0]):
+        src = own.get(b, fillers[b % len(fillers)])
+        assert src.nbytes == step
+        (err,) = driver.cuMemcpyHtoD(dst.ptr + b * step, src.ctypes.data, src.nbytes)
+        assert err == driver.CUresult.CUDA_SUCCESS, err
+
+
 @pytest.mark.parametrize("dtype,kw", [(np.float16, {}), (np.float16, {"num_splits": 2}), (FP8, {})],
                          ids=["prefill-fp16", "decode-fp16", "prefill-fp8"])
 def test_more_than_2_31_elements(dtype, kw):
     """k and v (and, for prefill, q and out) hold more than 2**31 elements, so every element offset
     past 2**31 must be 64-bit; the last batch entries (the farthest offsets) are checked against
-    the reference."""
+    the reference. The tensors are filled on the device one batch entry at a time: the checked
+    entries hold their own random values, the others share three filler entries, so an offset
+    that wraps at 2**31 or 2**32 reads different data and fails the check."""
     B, S, H, D = 65, 2048, 128, 128  # 2.18e9 elements per tensor
     decode = "num_splits" in kw
     Sq = 1 if decode else S
@@ -370,17 +387,24 @@ def test_more_than_2_31_elements(dtype, kw):
         pytest.skip(f"needs {need / 2**30:.0f} GiB of free device memory")
     assert B * S * H * D > 2**31
     rng = np.random.default_rng(next(_seed))
-    k = _random_bits(rng, (B, S, H, D), dtype)
-    v = _random_bits(rng, (B, S, H, D), dtype)
-    q = _random_bits(rng, (B, Sq, H, D), dtype)
-    qd, kd, vd = (cudattn.to_device(x) for x in (q, k, v))
-    o = cudattn.to_host(cudattn.attention(qd, kd, vd, causal=True, **kw)).astype(np.float64)
-    del qd, kd, vd
+    checked = (B - 1, B // 2)
+    host = {}
+    devs = []
+    for name, rows in (("q", Sq), ("k", S), ("v", S)):
+        shape = (1, rows, H, D)
+        chunks = ([_random_bits(rng, shape, dtype) for _ in range(3)],
+                  {b: _random_bits(rng, shape, dtype) for b in checked})
+        host[name] = chunks[1]
+        dev = cudattn.empty((B, rows, H, D), dtype)
+        _fill_batches(dev, chunks)
+        devs.append(dev)
+    out = cudattn.attention(*devs, causal=True, **kw)
+    del devs
     heads = [0, 1, H - 2, H - 1]  # MHA: query head h reads kv head h
-    for b in (B - 1, B // 2):
-        qs, ks, vs = (x[b:b + 1][:, :, heads] for x in (q, k, v))
+    for b in checked:
+        qs, ks, vs = (host[name][b][:, :, heads] for name in ("q", "k", "v"))
         ref = reference.attention(qs, ks, vs, causal=True)
-        got = o[b:b + 1][:, :, heads]
+        got = cudattn.to_host(out[b:b + 1]).astype(np.float64)[:, :, heads]
         assert np.isfinite(got).all()
         if dtype == FP8:
             ok, stats = reference.check_close_fp8(got, ref, reference.attention_fp8_emulated(qs, ks, vs, causal=True))
