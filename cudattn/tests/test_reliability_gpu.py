@@ -395,7 +395,7 @@ def test_more_than_2_31_elements(dtype, kw):
         chunks = ([_random_bits(rng, shape, dtype) for _ in range(3)],
                   {b: _random_bits(rng, shape, dtype) for b in checked})
         host[name] = chunks[1]
-        dev = cudattn.empty((B, rows, H, D), dtype)
+        dev = cudattn._array.empty((B, rows, H, D), dtype)
         _fill_batches(dev, chunks)
         devs.append(dev)
     out = cudattn.attention(*devs, causal=True, **kw)
