@@ -6,8 +6,9 @@ from typing import Literal, overload
 
 import numpy as np
 
-from . import _array, _decode, _device, _fp8, _kernels, _launch, _plan, _stream
+from . import _array, _callpath, _decode, _device, _fp8, _kernels, _launch, _plan, _stream
 from ._types import ArrayLike, ArrayResult, DescaleLike, DTypeLike, Layout, StreamLike
+from ._operands import OTHER, kind_of
 from ._validate import validate
 
 _F32 = np.dtype(np.float32)
@@ -89,22 +90,49 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
         return attention_host(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse,
                               q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype,
                               num_splits=num_splits, out=out, stream=stream)
-    _check_not_mixed(q, k, v)
-    device_id = _array.device_id_of(q, name="q")
-    device = _device.get_device(device_id)
-    sref = _stream.as_stream(stream, device)
-    qa = _array.as_device_array(q, name="q", stream_handle=sref.handle)
-    ka = _array.as_device_array(k, name="k", stream_handle=sref.handle)
-    va = _array.as_device_array(v, name="v", stream_handle=sref.handle)
-    oa = None if out is None else _array.as_device_array(out, name="out", stream_handle=sref.handle)
-    for name, a in (("k", ka), ("v", va), ("out", oa)):
-        if a is not None and a.device_id != device_id:
-            raise ValueError(f"{name} is on device {a.device_id} but q is on device {device_id}; "
-                             "all operands must be on one device")
-    problem = validate(qa, ka, va, causal=causal, scale=scale, layout=layout, return_lse=return_lse,
-                       q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype,
-                       num_splits=num_splits, out=oa, host=False)
-    return run_device(problem, qa, ka, va, oa, device, device_id, sref)
+    if (isinstance(q, np.ndarray) or isinstance(k, np.ndarray) or isinstance(v, np.ndarray)
+            or kind_of(q) == OTHER):
+        _check_not_mixed(q, k, v)  # the one message for host/device mixes and non-arrays
+    objs = (q, k, v, out, *(_array_or_none(d) for d in (q_descale, k_descale, v_descale)))
+    consumer, keep, qa = _callpath.consumer_stream(q, stream)
+    ops = _callpath.adapt_all(objs, _NAMES, consumer, qa)
+    qa, ka, va, oa, dq, dk, dv = ops
+    tag = _callpath.tag
+    key = ("attention", qa.shape, qa.strides, qa.dtype, qa.device_id, ka.shape, ka.strides, ka.dtype, ka.device_id,
+           va.shape, va.strides, va.dtype, va.device_id,
+           None if oa is None else (oa.shape, oa.strides, oa.dtype, oa.device_id, oa.readonly),
+           tag(causal), tag(scale), layout, tag(return_lse), tag(out_dtype), tag(num_splits),
+           _descale_key(q_descale, dq), _descale_key(k_descale, dk), _descale_key(v_descale, dv))
+
+    def full(qa, ka, va, oa, dq, dk, dv):
+        device_id = qa.device_id
+        for name, a in (("k", ka), ("v", va), ("out", oa), ("q_descale", dq), ("k_descale", dk), ("v_descale", dv)):
+            if a is not None and a.device_id != device_id:
+                raise ValueError(f"{name} is on device {a.device_id} but q is on device {device_id}; "
+                                 "all operands must be on one device")
+        problem = validate(qa, ka, va, causal=causal, scale=scale, layout=layout, return_lse=return_lse,
+                           q_descale=q_descale if dq is None else dq, k_descale=k_descale if dk is None else dk,
+                           v_descale=v_descale if dv is None else dv, out_dtype=out_dtype,
+                           num_splits=num_splits, out=oa, host=False)
+        sref = _stream.StreamRef(consumer, keep)
+        return run_device(problem, qa, ka, va, oa, _device.get_device(device_id), device_id, sref)
+
+    return _callpath.run(key, objs, ops, _NAMES, consumer, keep, full, tensors=4, out_index=3,
+                         allocates=out is None or return_lse is True)
+
+
+_NAMES = ("q", "k", "v", "out", "q_descale", "k_descale", "v_descale")
+
+
+def _array_or_none(x):
+    """A descale that is an array (an operand of the call), else None (a scalar or None: in the key)."""
+    return None if x is None or isinstance(x, (int, float, np.number, np.ndarray)) else x
+
+
+def _descale_key(given, adapted):
+    if adapted is None:
+        return _callpath.tag(given)
+    return (adapted.shape, adapted.strides, adapted.dtype, adapted.device_id)
 
 
 def run_device(problem, qa, ka, va, oa, device, device_id, sref):

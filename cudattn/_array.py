@@ -56,12 +56,12 @@ import numpy as np
 from numpy.typing import NDArray
 from cuda.bindings import driver
 
-from . import _dlpack
+from . import _alloc, _dlpack, _recording
 from ._device import _ensure_init, get_device
 from ._dlpack import kDLCUDA, kDLCUDAManaged
-from ._errors import CudaError, OutOfMemoryError, check
+from ._errors import check
 from ._staging import parallel_memmove
-from ._stream import CU_STREAM_LEGACY, as_stream, core_stream, stream_wait
+from ._stream import CU_STREAM_LEGACY, as_stream, stream_wait
 
 __all__ = [
     "DeviceArray",
@@ -114,6 +114,24 @@ def _span(shape, strides, itemsize) -> tuple[int, int]:
         else:
             hi += (n - 1) * s
     return lo, hi + itemsize
+
+
+def share_bytes(aptr, ashape, astrides, aitem, bptr, bshape, bstrides, bitem) -> bool:
+    """Whether two views (address, shape, byte strides, itemsize) share a byte: exact, through NumPy
+    on stand-ins that are never read, so views interleaved in one buffer (two halves of an axis)
+    are not refused. A case too hard to decide quickly counts as no overlap."""
+    (alo, ahi), (blo, bhi) = _span(ashape, astrides, aitem), _span(bshape, bstrides, bitem)
+    if aptr + ahi <= bptr + blo or bptr + bhi <= aptr + alo:  # disjoint byte ranges: the usual case
+        return False
+    a = _stand_in(aptr or 1 << 40, ashape, astrides, aitem)
+    b = _stand_in(bptr or 1 << 40, bshape, bstrides, bitem)
+    try:
+        return bool(np.shares_memory(a, b, max_work=10**6))
+    except _TooHardError:
+        return False
+
+
+_TooHardError = getattr(np, "exceptions", np).TooHardError
 
 
 def _is_dense(shape, strides, itemsize) -> bool:
@@ -643,44 +661,30 @@ def empty(shape, dtype, *, device=None, stream=None) -> DeviceArray:
 def empty_on(shape: tuple[int, ...], dtype: np.dtype, dev, ref) -> DeviceArray:
     """`empty` for callers that already hold the current cuda.core Device and a StreamRef
     (the attention launch path), so neither is resolved a second time per call."""
+    return new_array(shape, dtype, dev.device_id, ref.handle, ref.obj)
+
+
+def new_array(shape: tuple[int, ...], dtype: np.dtype, device_id: int, stream: int, keep: object = None,
+              strides: tuple[int, ...] | None = None) -> DeviceArray:
+    """A C-contiguous (or ``strides``, dense) array on a fresh stream-ordered block (`_alloc`): the
+    light constructor the warm call path uses (no argument conversion)."""
     nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes == 0:
-        return DeviceArray(0, shape, dtype, device_id=dev.device_id, stream_handle=ref.handle)
-    buf = _allocate(dev, nbytes, ref)
-    return DeviceArray(int(buf.handle), shape, dtype, device_id=dev.device_id, owner=buf, stream_handle=ref.handle)
-
-
-def _allocate(dev, nbytes: int, ref):
-    """A stream-ordered Buffer from the device's pool. Out of memory: wait for the device's pending
-    work (stream-ordered frees included), hand the pool's unused blocks back to the driver (blocks
-    freed in smaller pieces cannot serve a larger request, but the driver can remap them), and try
-    once more; then raise :class:`OutOfMemoryError` naming the bytes asked for."""
-    stream = core_stream(ref, dev)
-    buf = _allocate_or_none(dev, nbytes, stream)
-    if buf is None:
-        check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
-        _trim_pool(dev)
-        buf = _allocate_or_none(dev, nbytes, stream)
-    if buf is None:
-        free, total = check(driver.cuMemGetInfo(), "cuMemGetInfo")
-        raise OutOfMemoryError(nbytes, dev.device_id, int(free), int(total))
-    return buf
-
-
-def _allocate_or_none(dev, nbytes: int, stream):
-    """The Buffer, or None when the device is out of memory; any other failure as a CudaError."""
-    try:
-        return dev.allocate(nbytes, stream=stream)
-    except Exception as e:  # cuda.core raises its own CUDAError; the driver's name is in the text
-        if "CUDA_ERROR_OUT_OF_MEMORY" in str(e):
-            return None
-        raise CudaError(_error_name(e), -1, f"allocate({nbytes} bytes)", str(e)) from e
+    a = object.__new__(DeviceArray)
+    a.shape, a.dtype, a.device_id, a.stream_handle, a.readonly = shape, dtype, device_id, stream, False
+    a.strides = _c_strides(shape, dtype.itemsize) if strides is None else strides
+    rec = _recording.current() if _recording.active else None
+    if rec is not None:  # a recorded call (`_replay`): a placeholder address, no memory
+        a.owner, a.ptr = None, rec.allocate(shape, dtype, a.strides) if nbytes else 0
+    elif nbytes:
+        a.owner = block = _alloc.allocate(device_id, nbytes, stream, keep)
+        a.ptr = block.ptr
+    else:
+        a.owner, a.ptr = None, 0
+    return a
 
 
 def _trim_pool(dev) -> None:
-    pool = getattr(dev.memory_resource, "handle", None)
-    if pool is not None:
-        check(driver.cuMemPoolTrimTo(driver.CUmemoryPool(int(pool)), 0), "cuMemPoolTrimTo")
+    _alloc.trim(dev.device_id)
 
 
 def empty_cache(device: DeviceLike = None) -> None:
@@ -693,12 +697,6 @@ def empty_cache(device: DeviceLike = None) -> None:
     dev = get_device(device)
     check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
     _trim_pool(dev)
-
-
-def _error_name(e: Exception) -> str:
-    text = str(e)
-    start = text.find("CUDA_ERROR_")
-    return text[start:].split(":")[0].split()[0] if start >= 0 else type(e).__name__
 
 
 def to_device(array: HostArrayLike, *, device: DeviceLike = None, stream: StreamLike = None) -> DeviceArray:
@@ -903,6 +901,7 @@ def staging_pool(device_id: int) -> _Staging | None:
 
 def _copy_h2d(dst: int, src: int, nbytes: int, stream: int, device_id: int) -> None:
     """Host ``src`` -> device ``dst``, ordered on ``stream``; returns before the DMA ends (``src`` reusable)."""
+    _recording.refuse("_copy_h2d")
     st = _get_staging(device_id) if _staging_enabled and nbytes >= STAGING_MIN else None
     if st is None:
         check(driver.cuMemcpyHtoDAsync(dst, src, nbytes, stream), "cuMemcpyHtoDAsync")
@@ -913,6 +912,7 @@ def _copy_h2d(dst: int, src: int, nbytes: int, stream: int, device_id: int) -> N
 
 def _copy_d2h(dst: int, src: int, nbytes: int, stream: int, device_id: int) -> None:
     """Device ``src`` -> host ``dst``, ordered on ``stream``; returns when ``dst`` holds the data."""
+    _recording.refuse("_copy_d2h")
     st = _get_staging(device_id) if _staging_enabled and nbytes >= STAGING_MIN else None
     if st is None:
         check(driver.cuMemcpyDtoHAsync(dst, src, nbytes, stream), "cuMemcpyDtoHAsync")
@@ -930,6 +930,7 @@ def _copy_d2h(dst: int, src: int, nbytes: int, stream: int, device_id: int) -> N
 def zero_fill(arr: DeviceArray, *, stream=None) -> None:
     """Write zeros over every element of a view whose last axis is contiguous (asynchronous on
     ``stream``): one memset when the view is dense, else one 2-D memset per leading index pair."""
+    _recording.refuse("zero_fill")
     if arr.size == 0:
         return
     itemsize = arr.dtype.itemsize
@@ -964,6 +965,7 @@ def memset(arr: DeviceArray, pattern: int, *, stream=None) -> None:
     dense (no gaps, no overlap; any axis order). 8-byte elements only take
     ``pattern=0``.
     """
+    _recording.refuse("memset")
     itemsize = arr.dtype.itemsize
     if arr.size == 0:
         return

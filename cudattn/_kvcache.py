@@ -20,12 +20,12 @@ from typing import Literal, overload
 
 import numpy as np
 
-from . import _array, _decode_traits, _device, _kernels, _launch, _stream
+from . import _array, _callpath, _decode_traits, _device, _kernels, _launch, _stream
 from ._dtypes import FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error
 from ._params import AppendParams, KvCacheGeom
 from ._problem import KvCache, Problem, TensorGeom
 from ._types import ArrayLike, ArrayResult, StreamLike
-from ._validate import _check_bool, _check_scale, _describe, check_num_splits, tensor_geom
+from ._validate import _check_bool, _check_out, _check_scale, _describe, check_num_splits, tensor_geom
 
 _I32 = np.dtype(np.int32)
 _PAGE_MULTIPLE = 16
@@ -37,7 +37,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            cache_seqlens: ArrayLike | None = ..., block_table: ArrayLike | None = ...,
                            k_new: ArrayLike | None = ..., v_new: ArrayLike | None = ..., causal: bool = ...,
                            scale: float | None = ..., return_lse: Literal[False] = ..., num_splits: int | None = ...,
-                           stream: StreamLike = ...) -> ArrayResult: ...
+                           out: ArrayLike | None = ..., stream: StreamLike = ...) -> ArrayResult: ...
 
 
 @overload
@@ -45,7 +45,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            cache_seqlens: ArrayLike | None = ..., block_table: ArrayLike | None = ...,
                            k_new: ArrayLike | None = ..., v_new: ArrayLike | None = ..., causal: bool = ...,
                            scale: float | None = ..., return_lse: Literal[True], num_splits: int | None = ...,
-                           stream: StreamLike = ...) -> tuple[ArrayResult, ArrayResult]: ...
+                           out: ArrayLike | None = ..., stream: StreamLike = ...) -> tuple[ArrayResult, ArrayResult]: ...
 
 
 @overload
@@ -53,14 +53,14 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            cache_seqlens: ArrayLike | None = ..., block_table: ArrayLike | None = ...,
                            k_new: ArrayLike | None = ..., v_new: ArrayLike | None = ..., causal: bool = ...,
                            scale: float | None = ..., return_lse: bool, num_splits: int | None = ...,
-                           stream: StreamLike = ...) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
+                           out: ArrayLike | None = ..., stream: StreamLike = ...) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
 
 
 def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike, *,
                            cache_seqlens: ArrayLike | None = None, block_table: ArrayLike | None = None,
                            k_new: ArrayLike | None = None, v_new: ArrayLike | None = None, causal: bool = False,
                            scale: float | None = None, return_lse: bool = False, num_splits: int | None = None,
-                           stream: StreamLike = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
+                           out: ArrayLike | None = None, stream: StreamLike = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
     """Attention of a few query tokens against a KV cache (FlashAttention's ``flash_attn_with_kvcache``).
 
     - ``q``: ``(B, Sq, Hq, D)`` (layout "bshd"; decode is Sq = 1..16, any Sq works).
@@ -74,7 +74,8 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
       ``cache_seqlens[b] .. cache_seqlens[b] + S_new - 1`` before attending, which then covers
       ``cache_seqlens[b] + S_new`` keys (``cache_seqlens`` itself is not changed; it is required).
     - ``causal``: bottom right per sequence: query ``i`` sees key ``j`` iff ``j <= i + L_b - Sq``.
-    - ``num_splits``, ``scale``, ``return_lse``, ``stream``: as in `cudattn.attention`.
+    - ``num_splits``, ``scale``, ``return_lse``, ``out``, ``stream``: as in `cudattn.attention`
+      (``out``: device calls only, q's shape and dtype; required while ``stream`` captures a CUDA graph).
 
     NumPy in (all of q, caches, new keys) -> NumPy out, synchronous, the NumPy caches updated in
     place; device arrays in -> DeviceArray out, asynchronous on ``stream``. ``cache_seqlens`` and
@@ -89,36 +90,56 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     if host:
         return _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale, return_lse,
                          num_splits, stream)
-    device_id = _array.device_id_of(q, name="q")
-    device = _device.get_device(device_id)
-    sref = _stream.as_stream(stream, device)
-    adapt = lambda x, n: None if x is None else _array.as_device_array(x, name=n, stream_handle=sref.handle)  # noqa: E731
-    qa, ka, va, kn, vn = (adapt(x, n) for x, n in ((q, "q"), (k_cache, "k_cache"), (v_cache, "v_cache"),
-                                                  (k_new, "k_new"), (v_new, "v_new")))
-    sl = _index_array(cache_seqlens, "cache_seqlens", sref)
-    bt = _index_array(block_table, "block_table", sref)
-    for name, a in (("k_cache", ka), ("v_cache", va), ("k_new", kn), ("v_new", vn), ("cache_seqlens", sl),
-                    ("block_table", bt)):
-        if isinstance(a, _array.DeviceArray) and a.device_id != device_id:
-            raise ValueError(f"{name} is on device {a.device_id} but q is on device {device_id}")
-    problem, new_geoms = validate_kvcache(qa, ka, va, sl, bt, kn, vn, causal, scale, return_lse, num_splits,
-                                          host=False)
-    # NumPy index arrays were checked; now they go up (stream-ordered, before the kernels).
-    sl = _array.to_device(sl, device=device, stream=sref) if isinstance(sl, np.ndarray) else sl
-    bt = _array.to_device(bt, device=device, stream=sref) if isinstance(bt, np.ndarray) else bt
-    return _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref)
+    if out is not None and isinstance(out, np.ndarray):
+        raise TypeError("out must be a device array for device calls (the NumPy path returns a new array)")
+    objs = (q, k_cache, v_cache, k_new, v_new, out, cache_seqlens, block_table)
+    for name, x in (("cache_seqlens", cache_seqlens), ("block_table", block_table)):
+        if x is not None and not isinstance(x, np.ndarray) and not _array.is_device_array_like(x):
+            raise TypeError(f"{name} must be an int32 NumPy or device array; got {type(x).__name__}")
+    consumer, keep, qa = _callpath.consumer_stream(q, stream)
+    dev_objs = tuple(None if isinstance(x, np.ndarray) else x for x in objs)  # NumPy index arrays: checked, uploaded
+    ops = _callpath.adapt_all(dev_objs, _NAMES, consumer, qa)
+    qa, ka, va, kn, vn, oa, sl, bt = ops
+    tag = _callpath.tag
+    key = ("kvcache", *(None if a is None else (a.shape, a.strides, a.dtype, a.device_id, a.readonly) for a in ops),
+           tag(causal), tag(scale), tag(return_lse), tag(num_splits),
+           None if dev_objs[6] is not None or cache_seqlens is None else cache_seqlens,  # NumPy: unhashable (full path)
+           None if dev_objs[7] is not None or block_table is None else block_table)
+    # Appending into caches whose byte ranges meet: the full path's exact test of shared elements.
+    suspect = kn is not None and _ranges_meet(ka, va)
+
+    def full(qa, ka, va, kn, vn, oa, sl, bt):
+        device_id = qa.device_id
+        for name, a in zip(_NAMES[1:], (ka, va, kn, vn, oa, sl, bt)):
+            if a is not None and a.device_id != device_id:
+                raise ValueError(f"{name} is on device {a.device_id} but q is on device {device_id}")
+        sl = cache_seqlens if sl is None else sl
+        bt = block_table if bt is None else bt
+        problem, new_geoms = validate_kvcache(qa, ka, va, sl, bt, kn, vn, causal, scale, return_lse, num_splits,
+                                              host=False)
+        if oa is not None:
+            problem = replace(problem, out_strides=_check_out(oa, False, qa.shape, problem.out_dtype, "bshd"))
+        device = _device.get_device(device_id)
+        sref = _stream.StreamRef(consumer, keep)
+        # NumPy index arrays were checked; now they go up (stream-ordered, before the kernels).
+        sl = _array.to_device(sl, device=device, stream=sref) if isinstance(sl, np.ndarray) else sl
+        bt = _array.to_device(bt, device=device, stream=sref) if isinstance(bt, np.ndarray) else bt
+        return _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa)
+
+    return _callpath.run(key, objs, ops, _NAMES, consumer, keep, full, tensors=6, out_index=5,
+                         allocates=out is None or return_lse is True, force_full=suspect)
 
 
-def _index_array(x, name, sref):
-    """cache_seqlens / block_table: None, a NumPy array (values checked), or a device array."""
-    if x is None or isinstance(x, np.ndarray):
-        return x
-    if not _array.is_device_array_like(x):
-        raise TypeError(f"{name} must be an int32 NumPy or device array; got {type(x).__name__}")
-    return _array.as_device_array(x, name=name, stream_handle=sref.handle)
+_NAMES = ("q", "k_cache", "v_cache", "k_new", "v_new", "out", "cache_seqlens", "block_table")
 
 
-def _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref):
+def _ranges_meet(a, b) -> bool:
+    alo, ahi = _array._span(a.shape, a.strides, a.dtype.itemsize)
+    blo, bhi = _array._span(b.shape, b.strides, b.dtype.itemsize)
+    return a.ptr + alo < b.ptr + bhi and b.ptr + blo < a.ptr + ahi
+
+
+def _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa=None):
     from ._api import run_device
 
     kv = problem.kv_cache
@@ -126,7 +147,7 @@ def _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref
     if kn is not None:
         _append(problem, kv, ka, va, kn, vn, new_geoms, device, device_id, sref)
     problem = replace(problem, kv_cache=kv)
-    return run_device(problem, qa, ka, va, None, device, device_id, sref)
+    return run_device(problem, qa, ka, va, oa, device, device_id, sref)
 
 
 def _append(problem: Problem, kv: KvCache, ka, va, kn, vn, new_geoms, device, device_id, sref) -> None:
@@ -289,21 +310,7 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
 
 
 def _share_elements(kptr, ks, kst, vptr, vs, vst, itemsize: int) -> bool:
-    """Whether two views (address, shape, byte strides) hold a common element: exact, through NumPy
-    on stand-ins that are never read, so k and v interleaved in one buffer are not refused. A case
-    too hard to decide quickly counts as no overlap."""
-    (klo, khi), (vlo, vhi) = _array._span(ks, kst, itemsize), _array._span(vs, vst, itemsize)
-    if kptr + khi <= vptr + vlo or vptr + vhi <= kptr + klo:  # disjoint byte ranges: the usual case
-        return False
-    a = _array._stand_in(kptr or 1 << 40, ks, kst, itemsize)
-    b = _array._stand_in(vptr or 1 << 40, vs, vst, itemsize)
-    try:
-        return bool(np.shares_memory(a, b, max_work=10**6))
-    except _TooHardError:
-        return False
-
-
-_TooHardError = getattr(np, "exceptions", np).TooHardError
+    return _array.share_bytes(kptr, ks, kst, itemsize, vptr, vs, vst, itemsize)
 
 
 def _index_meta(x, name: str, host: bool):

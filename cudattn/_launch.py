@@ -23,6 +23,7 @@ import threading
 
 from cuda.bindings import driver
 
+from . import _recording
 from ._device import _device_id, device_properties, get_device
 from ._errors import check
 
@@ -194,6 +195,11 @@ def launch(
     driver's error name. The stream decides the context the kernel runs in; for
     the NULL stream (0) the kernel's device must be current (:func:`get_device`).
     """
+    if _recording.active:
+        rec = _recording.current()
+        if rec is not None:  # a recorded call (`_replay`): remember the launch instead
+            rec.launch(kernel, grid, block, shared_mem, stream_handle, params)
+            return
     gx, gy, gz = grid
     if not (0 < gx <= MAX_GRID_X and 0 < gy <= MAX_GRID_YZ and 0 < gz <= MAX_GRID_YZ):
         raise ValueError(

@@ -33,6 +33,7 @@ import operator
 from cuda.bindings import driver
 
 from ._device import _default_stream_ref, _device_id
+from . import _recording
 from ._errors import check
 
 __all__ = ["StreamRef", "as_stream", "core_stream", "stream_wait"]
@@ -169,6 +170,7 @@ def stream_wait(consumer: int, producer: int) -> None:
     """
     if consumer == producer:
         return
+    _recording.refuse("stream_wait")
     ev = check(driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
     try:
         check(driver.cuEventRecord(ev, producer), "cuEventRecord(producer stream)")

@@ -13,6 +13,7 @@ import functools
 import numpy as np
 from cuda.bindings import driver
 
+from . import _recording
 from ._dtypes import BFLOAT16, FLOAT8_E4M3, FLOAT16
 from ._errors import check
 
@@ -64,9 +65,40 @@ def encode_2d(ptr: int, dtype, rows: int, cols: int, row_stride_bytes: int, box_
     return encode(ptr, dtype, (cols, rows), (row_stride_bytes,), (box_cols, box_rows))
 
 
-@functools.lru_cache(maxsize=1024)
 def encode_attention_operand(ptr: int, dtype, head_dim: int, seqlen: int, heads: int, batch: int, geom,
                              box_rows: int) -> bytes:
+    """See `_encode_attention_operand`; a recorded call (`_recording`) notes the map's address."""
+    raw = _encode_attention_operand(ptr, dtype, head_dim, seqlen, heads, batch, geom, box_rows)
+    if _recording.active:
+        _note(ptr, raw)
+    return raw
+
+
+def encode_vt(ptr: int, dtype, head_dim: int, seq_pad: int, heads: int, batch: int, box_rows: int) -> bytes:
+    """See `_encode_vt`; a recorded call (`_recording`) notes the map's address."""
+    raw = _encode_vt(ptr, dtype, head_dim, seq_pad, heads, batch, box_rows)
+    if _recording.active:
+        _note(ptr, raw)
+    return raw
+
+
+def _note(ptr: int, raw: bytes) -> None:
+    rec = _recording.current()
+    if rec is not None:
+        rec.tensor_map(ptr, raw)
+
+
+def replace_address(raw: bytes, ptr: int) -> bytes:
+    """``raw`` (a map's 128 bytes) pointing at ``ptr`` instead (``cuTensorMapReplaceAddress``)."""
+    tmap = driver.CUtensorMap()
+    ctypes.memmove(tmap.getPtr(), raw, TENSOR_MAP_BYTES)
+    check(driver.cuTensorMapReplaceAddress(tmap, ptr), "cuTensorMapReplaceAddress")
+    return ctypes.string_at(tmap.getPtr(), TENSOR_MAP_BYTES)
+
+
+@functools.lru_cache(maxsize=1024)
+def _encode_attention_operand(ptr: int, dtype, head_dim: int, seqlen: int, heads: int, batch: int, geom,
+                              box_rows: int) -> bytes:
     """The 4-D map (head dim, seq, head, batch) of a q/k/v/out tensor with element strides ``geom``
     (a TensorGeom), boxes of one 128-byte row (64 16-bit or 128 e4m3 columns) x ``box_rows`` sequence rows. A size-1 axis may carry any
     stride (even 0); TMA never steps along it, so it gets a dense one that TMA accepts.
@@ -86,7 +118,7 @@ def encode_attention_operand(ptr: int, dtype, head_dim: int, seqlen: int, heads:
 
 
 @functools.lru_cache(maxsize=256)
-def encode_vt(ptr: int, dtype, head_dim: int, seq_pad: int, heads: int, batch: int, box_rows: int) -> bytes:
+def _encode_vt(ptr: int, dtype, head_dim: int, seq_pad: int, heads: int, batch: int, box_rows: int) -> bytes:
     """The 4-D map (key, head-dim row, head, batch) of an FP8 Vt workspace (`_fp8.transpose_v`),
     contiguous, boxes of 128 keys x ``box_rows`` head-dim rows (rows past head_dim read as zero)."""
     row = seq_pad  # bytes: e4m3

@@ -14,7 +14,7 @@ import os
 
 import nvrtc_cache
 
-from cudattn import _decode, _kernels, _launch
+from cudattn import _callpath, _decode, _kernels, _launch
 
 ENV_VAR = "CUDATTN_CACHE_DIR"
 
@@ -24,6 +24,7 @@ def forget_loaded_kernels() -> None:
     with _kernels._loaded_lock:
         _kernels._loaded.clear()
     _decode._plans.clear()
+    _callpath._plans.clear()  # recorded calls hold loaded kernels too
     _launch.clear_cache()
 
 

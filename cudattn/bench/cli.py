@@ -40,14 +40,17 @@ def add_arguments(p) -> None:
     p.add_argument("--grid", choices=grids.GRIDS, default=None,
                    help="named grid: quick (3 shapes), prefill (the peer table's shapes and a curve of "
                         "S = 512..16384 for D = 64, 128, 256), decode (one query token, long KV caches), "
-                        "all (prefill + decode); default quick unless --shape is given")
+                        "all (prefill + decode), overhead (host microseconds per warm call by operand kind: "
+                        "cudattn, torch, CuPy, JAX arrays, beside torch SDPA; no kernel rows); default quick "
+                        "unless --shape is given")
     p.add_argument("--shape", action="append", type=_shape, default=[], metavar="B,H,S,D",
                    help="explicit case, B,H,S,D or B,Hq,Hkv,Sq,Sk,D (repeatable; replaces --grid)")
     p.add_argument("--dtype", action="append", choices=grids.ALL_DTYPES, default=None,
                    help="only these dtypes (repeatable); default: the grid's")
     p.add_argument("--causal", choices=("0", "1", "both"), default=None,
                    help="causal only (1), not (0), or both; default: the grid's")
-    p.add_argument("--iters", type=_count(1), default=30, help="timed calls per row")
+    p.add_argument("--iters", type=_count(1), default=30,
+                   help="timed calls per row (each way of timing), and as-called samples per overhead row")
     p.add_argument("--warmup", type=_count(0), default=5, help="untimed calls before timing")
     p.add_argument("--host", action="store_true",
                    help="also time the NumPy end-to-end call (transfers included) against the "
@@ -96,7 +99,9 @@ def run(args, argv) -> int:
         print("peers: none (torch not importable, or --no-peers)")
     else:
         print(f"peers: torch {env['peers']['torch']} SDPA cuDNN {env['peers']['cudnn']} and flash backends")
-    if peers is not None:
+    if not cases:  # --grid overhead: no kernel rows, so no ceilings to measure them against
+        s.ceilings = {}
+    elif peers is not None:
         with torch_mod.cuda.stream(peers.stream):
             s.ceilings = ceilings.measure(s.stream_handle, s.device_id, torch_mod, host=args.host)
     else:
@@ -105,12 +110,21 @@ def run(args, argv) -> int:
 
     t0 = time.perf_counter()
     rows = []
-    print("\n" + report.header(peers is not None))
+    if cases:
+        print("\n" + report.header(peers is not None))
     for i, case in enumerate(cases):
         _progress(i, len(cases), f"{case.kind} {case.dtype} {case.label()} causal={case.causal}")
         row = runner.run_case(case, s)
         rows.append(row)
         print(report.row_line(row, peers is not None), flush=True)
+    overhead_rows = []
+    if args.grid == "overhead":
+        from . import overhead
+
+        print("\nHost time per warm call (us), the GPU held by a spin kernel; as called: events around one call\n"
+              + report.overhead_header())
+        overhead_rows = overhead.run(s.device_id, torch_mod, iters=args.iters,
+                                     progress=lambda r: print(report.overhead_line(r), flush=True))
     host_rows = []
     if args.host:
         print("\nNumPy end to end (attention(numpy...), transfers included)\n" + report.host_header())
@@ -121,7 +135,7 @@ def run(args, argv) -> int:
             print(report.host_line(r), flush=True)
     command = "python -m cudattn " + shlex.join(argv)
     rep = {"command": command, "environment": env, "ceilings": s.ceilings, "iters": args.iters,
-           "warmup": args.warmup, "rows": rows, "host_rows": host_rows,
+           "warmup": args.warmup, "rows": rows, "host_rows": host_rows, "overhead_rows": overhead_rows,
            "seconds": time.perf_counter() - t0}
     print("\n" + report.summary(rep))
     if args.json:

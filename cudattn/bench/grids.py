@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 DTYPES = ("float16", "bfloat16")  # the grids' default
 FP8 = "float8_e4m3fn"
 ALL_DTYPES = DTYPES + (FP8,)  # --dtype float8_e4m3fn adds FP8 rows (no peer: torch SDPA has no FP8 backend)
-GRIDS = ("quick", "prefill", "decode", "all")
+GRIDS = ("quick", "prefill", "decode", "all", "overhead")  # overhead: host time per call (bench.overhead), no rows
 DECODE_MAX_SQ = 16  # up to this many query tokens a case is decode (bandwidth-bound, reported in TB/s)
 
 
@@ -95,8 +95,17 @@ def _decode(dtypes) -> list[Case]:
             for (b, hq, hkv, s) in _PEER_DECODE]
 
 
+# --grid overhead: problems small enough that the host, not the GPU, bounds a call. Prefill runs
+# `attention` (B, H, S, D = 1, 8, 512, 64); decode `attention_with_kvcache` on a contiguous cache of
+# OVERHEAD_DECODE.Sk keys per sequence, with the lengths in OVERHEAD_SEQLENS (one per sequence).
+OVERHEAD_PREFILL = Case("float16", 1, 8, 8, 512, 512, 64, False)
+OVERHEAD_DECODE = Case("float16", 4, 8, 8, 1, 1024, 128, False)
+OVERHEAD_SEQLENS = (1024, 1000, 700, 513)
+
+
 def named_grid(name: str, dtypes=None, causals=None) -> list[Case]:
-    """The cases of grid ``name``. ``dtypes``/``causals`` (None: the grid's own) narrow it."""
+    """The cases of grid ``name``. ``dtypes``/``causals`` (None: the grid's own) narrow it.
+    ``overhead`` has no cases: its problems are fixed (OVERHEAD_*), and it makes no kernel rows."""
     if name not in GRIDS:
         raise ValueError(f"unknown grid {name!r}; choose one of {', '.join(GRIDS)}")
     pdt = tuple(dtypes or DTYPES)

@@ -9,6 +9,8 @@ torch's top-left ``is_causal`` is not cudattn's bottom-right causal.
 
 from __future__ import annotations
 
+import contextlib
+
 from .grids import FP8, Case
 
 BACKENDS = ("cudnn", "flash")
@@ -54,14 +56,30 @@ class TorchPeers:
 
     def call(self, backend: str, case: Case):
         """``f(q, k, v)`` running the backend on the peers' stream (raises RuntimeError if unsupported)."""
-        t, sdpa, ctx, be = self.torch, self._sdpa, self._ctx, self._backend[backend]
+        bare, scope = self.bare(case), self.scope
+
+        def f(q, k, v):
+            with scope(backend):
+                return bare(q, k, v)
+
+        return f
+
+    def bare(self, case: Case):
+        """``f(q, k, v)``: SDPA alone, for callers already inside ``scope(backend)``. The as-called
+        timings use it, so that entering the contexts (microseconds of Python, which a torch user
+        pays once, not per call) stays out of the calls' host time."""
+        sdpa = self._sdpa
         kw = {"is_causal": case.causal}
         if case.Hq != case.Hkv:
             kw["enable_gqa"] = True
-        stream = self.stream
+        return lambda q, k, v: sdpa(q, k, v, **kw)
 
-        def f(q, k, v):
-            with t.cuda.stream(stream), ctx(be):
-                return sdpa(q, k, v, **kw)
-
-        return f
+    @contextlib.contextmanager
+    def scope(self, backend: str | None = None):
+        """The peers' stream made torch's current stream, and ``backend`` (None: all) made SDPA's only one."""
+        with self.torch.cuda.stream(self.stream):
+            if backend is None:
+                yield
+            else:
+                with self._ctx(self._backend[backend]):
+                    yield

@@ -5,9 +5,14 @@ from __future__ import annotations
 import json
 import math
 
+from .ascalled import BATCH
+from .grids import OVERHEAD_SEQLENS
+from .overhead import CALLS, MIN_CALLS, REPEATS
 from .peers import BACKENDS
 
 PEER_TITLE = {"cudnn": "cuDNN", "flash": "flash"}
+# The row fields holding peer ms / cudattn ms (above 1: cudattn is faster), one per way of timing.
+RATIOS = (("ratio", "GPU time"), ("ratio_as_called", "as called"), ("ratio_back_to_back", "back to back"))
 
 
 def _unit(kind: str) -> tuple[str, str]:
@@ -24,9 +29,12 @@ def _check_text(chk: dict) -> str:
 
 
 def header(peers: bool) -> str:
-    cols = f"{'kind':7} {'dtype':8} {'shape BxHxSxD':22} {'causal':6} | {'ms':>8} {'p90':>8} {'speed':>8} {'%ceil':>5}"
+    """Columns of `row_line`: GPU ms (p90), speed, % of ceiling, as-called and back-to-back ms; per peer its
+    speed and the GPU-time and as-called ratios (peer ms / cudattn ms)."""
+    cols = (f"{'kind':7} {'dtype':8} {'shape BxHxSxD':22} {'causal':6} | {'ms':>8} {'p90':>8} {'speed':>8} {'%ceil':>5} "
+            f"{'called':>8} {'b2b':>8}")
     if peers:
-        cols += "".join(f" | {PEER_TITLE[b]:>8} {'ratio':>6}" for b in BACKENDS)
+        cols += "".join(f" | {PEER_TITLE[b]:>8} {'ratio':>6} {'called':>6}" for b in BACKENDS)
     return cols + " | check (max err <= bound)"
 
 
@@ -36,14 +44,16 @@ def row_line(row: dict, peers: bool) -> str:
     ours = row["impls"]["cudattn"]
     line = (f"{c['kind']:7} {c['dtype']:8} {row['label']:22} {str(c['causal']):6} | {ours['median_ms']:8.3f} "
             f"{ours['p90_ms']:8.3f} {_f(ours[key], '8.2f' if unit == 'TB/s' else '8.1f')} "
-            f"{_f(ours.get('pct_of_ceiling'), '4.0f'):>4}%")
+            f"{_f(ours.get('pct_of_ceiling'), '4.0f'):>4}% {_f(ours.get('as_called_ms'), '8.3f')} "
+            f"{_f(ours.get('back_to_back_ms'), '8.3f')}")
     if peers:
         for b in BACKENDS:
             p = row["impls"].get(b, {})
             if "error" in p:
-                line += f" | {'n/a':>8} {'-':>6}"
+                line += f" | {'n/a':>8} {'-':>6} {'-':>6}"
             else:
-                line += f" | {_f(p.get(key), '8.2f' if unit == 'TB/s' else '8.1f')} {row['ratio'][b]:5.2f}x"
+                line += (f" | {_f(p.get(key), '8.2f' if unit == 'TB/s' else '8.1f')} {row['ratio'][b]:5.2f}x "
+                         f"{_f(row.get('ratio_as_called', {}).get(b), '5.2f')}x")
     return line + " | " + _check_text(row["check"])
 
 
@@ -79,10 +89,11 @@ def _fp8_vs_fp16(rows: list[dict]) -> list[str]:
     return md
 
 
-def geomean_ratios(rows: list[dict], kind: str | None = None) -> dict:
+def geomean_ratios(rows: list[dict], kind: str | None = None, key: str = "ratio") -> dict:
+    """Per peer, the geometric mean of ``row[key]`` (ratio, ratio_as_called, ratio_back_to_back) over rows."""
     out = {}
     for b in BACKENDS:
-        rs = [r["ratio"][b] for r in rows if b in r["ratio"] and (kind is None or r["case"]["kind"] == kind)]
+        rs = [r[key][b] for r in rows if b in r.get(key, {}) and (kind is None or r["case"]["kind"] == kind)]
         if rs:
             out[b] = math.exp(sum(math.log(x) for x in rs) / len(rs))
     return out
@@ -91,16 +102,21 @@ def geomean_ratios(rows: list[dict], kind: str | None = None) -> dict:
 def summary(report: dict) -> str:
     rows = report["rows"]
     bad = sum(not r["check"]["ok"] for r in rows + report.get("host_rows", []))
-    lines = [f"{len(rows)} rows, {bad} failing the correctness check"]
+    lines = [f"{len(rows)} rows, {bad} failing the correctness check"] if rows or not report.get("overhead_rows") else []
     for kind in ("prefill", "decode"):
-        g = geomean_ratios(rows, kind)
-        if g:
-            lines.append(f"{kind}: geometric mean of cudattn/peer speed: " +
-                         ", ".join(f"{PEER_TITLE[b]} {v:.2f}x" for b, v in g.items()))
+        for key, how in RATIOS:
+            g = geomean_ratios(rows, kind, key)
+            if g:
+                lines.append(f"{kind}: geometric mean of cudattn/peer speed, {how}: " +
+                             ", ".join(f"{PEER_TITLE[b]} {v:.2f}x" for b, v in g.items()))
+    for problem, ours, sdpa in _overhead_headline(report.get("overhead_rows", [])):
+        lines.append(f"overhead, {problem}: cudattn (DeviceArray) {ours} µs per call on the host, torch SDPA {sdpa} µs")
     return "\n".join(lines)
 
 
 def ceilings_text(c: dict) -> str:
+    if not c:
+        return "not measured (no kernel rows)"
     parts = [f"device copy {c['copy_tbps']:.2f} TB/s (read+write)"]
     parts.append(f"bf16 GEMM {c['gemm_bf16_tflops']:.0f} TFLOP/s" if c.get("gemm_bf16_tflops")
                  else f"bf16 GEMM not measured ({c.get('gemm_note')})")
@@ -115,8 +131,9 @@ def markdown(report: dict, command: str, plot_name: str | None = None) -> str:
     env = report["environment"]
     peers = env.get("peers")
     kinds = [k for k in ("prefill", "decode") if any(r["case"]["kind"] == k for r in report["rows"])]
-    title = " and ".join(kinds).capitalize() if kinds else "cudattn"
-    md = [f"# {title} performance", "", f"Measured on {env['gpu']} on {env['date']}.", "",
+    title = (" and ".join(kinds).capitalize() + " performance" if kinds
+             else "Host overhead" if report.get("overhead_rows") else "cudattn performance")
+    md = [f"# {title}", "", f"Measured on {env['gpu']} on {env['date']}.", "",
           "Generated by the bench command, not typed by hand; regenerate it with:", "", "```",
           command, "```", "",
           f"- date: {env['date']}",
@@ -124,13 +141,18 @@ def markdown(report: dict, command: str, plot_name: str | None = None) -> str:
           f"NVRTC {env['nvrtc']}",
           f"- cudattn {env['cudattn']}, commit `{env['git_commit'] or 'unknown'}`",
           f"- peers: torch {peers['torch']} SDPA, cuDNN {peers['cudnn']} (backends cudnn and flash)" if peers
-          else "- peers: none (torch not importable)",
-          f"- ceilings measured in the same run: {ceilings_text(report['ceilings'])}",
-          f"- method: CUDA events around each call queued behind a spin kernel, median (and p90) of "
-          f"{report['iters']} calls after warm-up, inputs rotated over copies larger than 3x L2; "
-          f"ratio = cudattn speed / peer speed (above 1: cudattn is faster); each cudattn row checked "
-          f"against the float64 reference on a subsample (FlashAttention's rule: max|out - ref| <= "
-          f"2·max|naive - ref| + 1e-5)", ""]
+          else "- peers: none (torch not importable)"]
+    if kinds:
+        md += [f"- ceilings measured in the same run: {ceilings_text(report['ceilings'])}",
+               f"- method: CUDA events around each call queued behind a spin kernel, median (and p90) of "
+               f"{report['iters']} calls after warm-up, inputs rotated over copies larger than 3x L2; "
+               f"ratio = cudattn speed / peer speed (above 1: cudattn is faster); each cudattn row checked "
+               f"against the float64 reference on a subsample (FlashAttention's rule: max|out - ref| <= "
+               f"2·max|naive - ref| + 1e-5)",
+               "- as called: CUDA events around one call on a stream left idle before it (the host's time of "
+               "the call included), median of the same count; back to back: events around "
+               f"{BATCH} calls queued without a sync, per call (the host's time overlaps the GPU's)"]
+    md.append("")
     if plot_name:
         md += [f"![TFLOP/s against sequence length]({plot_name})", ""]
     for kind, title in (("prefill", "Prefill (TFLOP/s; FLOPs = 4·B·H·Sq·Sk·D, halved for causal)"),
@@ -164,6 +186,7 @@ def markdown(report: dict, command: str, plot_name: str | None = None) -> str:
         if g:
             md += ["", "Geometric mean of cudattn/peer: " + ", ".join(f"{PEER_TITLE[b]} {v:.2f}x" for b, v in g.items())]
         md.append("")
+        md += _as_called_table(kind, rows, peers)
         md += _fp8_vs_fp16(rows)
     host = report.get("host_rows")
     if host:
@@ -178,7 +201,117 @@ def markdown(report: dict, command: str, plot_name: str | None = None) -> str:
                       f"{int(c['causal'])} | {r['median_ms']:.2f} | {r['gbps']:.1f} | {r['floor_ms']:.2f} | "
                       f"{100 * r['fraction_of_floor']:.0f}% | {'ok' if r['check']['ok'] else '**FAIL**'} |")
         md.append("")
+    md += overhead_markdown(report.get("overhead_rows", []))
     return "\n".join(md)
+
+
+def _triple(d: dict, keys=("median_ms", "as_called_ms", "back_to_back_ms"), fmt=".3f", suffix="") -> str:
+    return " / ".join(_f(d.get(k), fmt) + (suffix if isinstance(d.get(k), (int, float)) else "") for k in keys)
+
+
+def _as_called_table(kind: str, rows: list[dict], peers) -> list[str]:
+    """GPU time beside the two as-called times, ms as "GPU / as called / back to back", for cudattn and
+    each peer, with the three ratios; and cudattn called with torch tensors (what torch users see)."""
+    if not any("as_called_ms" in r["impls"]["cudattn"] for r in rows):
+        return []  # a report from before the as-called timings
+    head = ["dtype", "shape", "causal", "cudattn"]
+    if peers:
+        head.append("cudattn, torch tensors, as called")
+        for b in BACKENDS:
+            head += [PEER_TITLE[b], f"vs {PEER_TITLE[b]}"]
+    md = [f"### {kind.capitalize()} as called (ms: GPU / as called / back to back)", "",
+          "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        o = r["impls"]["cudattn"]
+        cells = [r["case"]["dtype"], r["label"], int(r["case"]["causal"]), _triple(o)]
+        if peers:
+            cells.append(_f(o.get("as_called_torch_ms"), ".3f"))
+            for b in BACKENDS:
+                p = r["impls"].get(b, {})
+                ratios = {k: r.get(k, {}).get(b) for k, _ in RATIOS}
+                cells += (["n/a", "-"] if "error" in p else
+                          [_triple(p), _triple(ratios, tuple(k for k, _ in RATIOS), ".2f", "x")])
+        md.append("| " + " | ".join(map(str, cells)) + " |")
+    for key, how in RATIOS[1:]:
+        g = geomean_ratios(rows, None, key)
+        if g:
+            md += ["", f"Geometric mean of cudattn/peer, {how}: " +
+                   ", ".join(f"{PEER_TITLE[b]} {v:.2f}x" for b, v in g.items())]
+    return md + [""]
+
+
+# ---------------------------------------------------------------------- --grid overhead
+
+OVERHEAD_KINDS = {"cudattn": "cudattn DeviceArray", "torch": "torch.Tensor", "cupy": "cupy.ndarray", "jax": "jax.Array"}
+
+
+def _us_cell(r: dict | None, key: str, why: bool = True) -> str:
+    """``r[key]`` in µs; for a row not measured, why not (or "-" when ``why`` is False: said once is enough)."""
+    if r is None:
+        return "-"
+    if "skipped" in r or "error" in r:
+        if not why:
+            return "-"
+        return ("skipped: " + r["skipped"]) if "skipped" in r else "error: " + r["error"]
+    return f"{r[key]:.1f}" + ("*" if key == "host_us" and r.get("outlasted_spin") else "")
+
+
+def overhead_header() -> str:
+    return (f"{'problem':8} {'impl':10} {'operands':8} {'stream=':28} {'out=':5} | {'host us':>8} {'p90':>7} | "
+            f"{'called us':>9} | runs on")
+
+
+def overhead_line(r: dict) -> str:
+    line = f"{r['problem']:8} {r['impl']:10} {r['operands']:8} {r['stream']:28} {str(r['out']):5} | "
+    if "skipped" in r or "error" in r:
+        return line + _us_cell(r, "host_us")
+    return (line + f"{r['host_us']:8.1f} {r['host_p90_us']:7.1f} | {r['as_called_us']:9.1f} | {r['launch_stream']}"
+            + ("  (outlasted its spin: the call waits for the GPU)" if r["outlasted_spin"] else ""))
+
+
+def _overhead_headline(rows: list[dict]):
+    """(problem, cudattn DeviceArray host µs, torch SDPA host µs) per problem, as text."""
+    for problem in dict.fromkeys(r["problem"] for r in rows):
+        ours = next((r for r in rows if r["problem"] == problem and r["impl"] == "cudattn"
+                     and r["operands"] == "cudattn" and not r["out"]), None)
+        sdpa = next((r for r in rows if r["problem"] == problem and r["impl"] == "torch_sdpa"), None)
+        yield problem, _us_cell(ours, "host_us"), _us_cell(sdpa, "host_us")
+
+
+def overhead_markdown(rows: list[dict]) -> list[str]:
+    """"Host time per call (µs)": one line per problem, operand kind and stream=, out= beside; torch SDPA's
+    figures repeated on each line of its problem, so each cudattn figure has its peer beside it."""
+    if not rows:
+        return []
+    md = ["## Host time per call (µs)", "",
+          f"Host µs: wall clock of {CALLS} back-to-back warm calls over {CALLS}, the GPU held by a spin kernel "
+          f"so that every launch is only queued, median of {REPEATS} batches (fewer calls per batch where "
+          f"{CALLS} fill the launch queue: the row's `calls` in the JSON). As called µs: CUDA events around "
+          "one call on an idle stream. Prefill: `attention`, float16, q, k, v (B, S, H, D) for cudattn, "
+          "(B, H, S, D) for torch SDPA (its default backend choice; it takes no out=). Decode: "
+          f"`attention_with_kvcache`, contiguous cache, cache_seqlens {list(OVERHEAD_SEQLENS)} (a device "
+          "array of the operands' kind); torch SDPA attends to the whole cache. \"runs on\": the stream "
+          f"the call's output was made on. *: batches outlasted their spin even at {MIN_CALLS} calls, so the "
+          "call waits for the GPU (a sync in its path): more than host time.", "",
+          "| problem | operands | stream= | runs on | host µs | host µs, out= | as called µs | as called µs, out= "
+          "| torch SDPA host µs | torch SDPA as called µs |", "|" + "---|" * 10]
+    groups: dict = {}
+    for r in rows:
+        if r["impl"] == "cudattn":
+            groups.setdefault((r["problem"], r["label"], r["operands"], r["stream"]), {})[r["out"]] = r
+    for (problem, label, kind, stream), g in groups.items():
+        sdpa = next((r for r in rows if r["problem"] == problem and r["impl"] == "torch_sdpa"), None)
+        plain, out = g.get(False), g.get(True)
+        first = plain or out
+        if "skipped" in first and out is None:  # the whole kind is missing: one cell says why
+            cells = [_us_cell(first, "host_us"), "-", "-", "-"]
+        else:
+            cells = [_us_cell(plain, "host_us"), _us_cell(out, "host_us"), _us_cell(plain, "as_called_us", False),
+                     _us_cell(out, "as_called_us", False)]
+        md.append(f"| {problem} {label} | {OVERHEAD_KINDS.get(kind, kind)} | {stream} | "
+                  f"{first.get('launch_stream', '-')} | " + " | ".join(cells) +
+                  f" | {_us_cell(sdpa, 'host_us')} | {_us_cell(sdpa, 'as_called_us', False)} |")
+    return md + [""]
 
 
 def write_json(path: str, report: dict) -> None:

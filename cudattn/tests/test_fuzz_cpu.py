@@ -27,6 +27,7 @@ No GPU here, so the module fixture `_no_gpu` replaces, for this module only:
 - ``_device.get_device`` (cuInit, primary context): a stand-in device object, with the real
   function's ordinal rules (only device 0 exists); ``_stream._default_stream_ref`` (the library
   stream, created on first use): handle 0x5EED; ``_array.stream_wait`` (an event): nothing;
+  ``_callpath.is_capturing`` (a stream query): never capturing;
 - the first GPU work of each entry point raises `ReachedGPU`: ``_api.run_device`` (the device
   path of attention, after validate), ``_kvcache._run``, ``_device.device_properties`` (the NumPy
   paths, and quantize/dequantize on the device, ask for it right after their checks),
@@ -52,7 +53,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cudattn
-from cudattn import _api, _array, _device, _dlpack, _kvcache, _plan, _stream, _validate
+from cudattn import _api, _array, _callpath, _device, _dlpack, _kvcache, _plan, _stream, _validate
 from cudattn._array import DeviceArray
 from cudattn._stream import StreamRef
 
@@ -148,6 +149,7 @@ def _no_gpu():
         mp.setattr(_array, "get_device", _fake_get_device)
         mp.setattr(_stream, "_default_stream_ref", lambda device_id: StreamRef(0x5EED, None))
         mp.setattr(_array, "stream_wait", lambda consumer, producer: None)
+        mp.setattr(_callpath, "is_capturing", lambda stream: False)
         mp.setattr(_device, "device_properties", _reached("device_properties"))
         mp.setattr(_api, "run_device", _reached_run_device)
         mp.setattr(_kvcache, "_run", _reached_kvcache_run)

@@ -1,0 +1,150 @@
+"""The device call path shared by the public entry points: stream -> operands -> plan -> launch.
+
+1. **Stream** (:func:`consumer_stream`): ``stream=None`` is the current stream of the operands'
+   package (torch's or CuPy's current stream, the stream that produced a cudattn DeviceArray,
+   else cudattn's own stream); an explicit stream is taken as given.
+2. **Operands** (`_operands.adapt`): device arrays of any runtime as DeviceArrays, each knowing its
+   producer stream. The call is ordered after every producer that is not the call's stream, and
+   those operands are kept alive until the call's work is done (`_lifetime`).
+3. **Plan** (:func:`run`): the call signature (shapes, strides, dtypes, devices, flags; never
+   addresses) finds a recorded `_replay.Replay`. The first call of a signature runs the full path
+   (validation with its precise errors, planning, the launches), then records it.
+4. **Launch**: the replay allocates the outputs on the call's stream and launches.
+
+Address checks run on every call: no null pointer, 16-byte alignment (else the full path reports
+which argument), and no output overlapping an input. While the call's stream captures a CUDA graph,
+cudattn cannot allocate an output (the graph is not cudattn's), so such calls must pass ``out=``.
+"""
+
+from __future__ import annotations
+
+from . import _device, _lifetime, _replay, _traits
+from ._alloc import is_capturing
+from ._array import share_bytes
+from ._operands import CUDATTN, OTHER, adapt, current_stream_owner, kind_of
+from ._stream import as_stream
+
+__all__ = ["consumer_stream", "adapt_all", "run", "tag"]
+
+_plans: dict = {}
+_PLANS_MAX = 4096
+_FULL_ONLY = object()  # a signature the replay cannot serve (empty problems, index uploads)
+
+
+def tag(x):
+    """``x`` for a call signature: bools and None as themselves, anything else with its type, so that
+    ``True``, ``1`` and ``1.0`` (equal and of equal hash) make different signatures."""
+    return x if x is None or x is True or x is False else (type(x), x)
+
+
+def consumer_stream(first, stream):
+    """``(stream handle, stream owner or None, first operand adapted)`` by the rule in the module doc."""
+    if stream is not None:
+        ref = as_stream(stream, None)
+        return ref.handle, ref.obj, None
+    kind = kind_of(first)
+    if kind == CUDATTN:
+        h = first.stream_handle
+        if h is None:
+            ref = as_stream(None, first.device_id)
+            return ref.handle, ref.obj, first
+        return h, getattr(first.owner, "keep", None), first  # the stream that allocated it stays alive
+    if kind != OTHER:
+        a = adapt(first, "q", -1)
+        if a.stream_handle is not None:
+            return a.stream_handle, current_stream_owner(kind, a.device_id), a
+    from ._array import device_id_of
+
+    ref = as_stream(None, device_id_of(first, name="q"))
+    return ref.handle, ref.obj, None
+
+
+def adapt_all(objs, names, consumer: int, first=None) -> list:
+    """Each of ``objs`` (None stays None) adapted for reading on ``consumer``."""
+    out = []
+    for i, (x, n) in enumerate(zip(objs, names)):
+        if x is None:
+            out.append(None)
+        elif i == 0 and first is not None:
+            out.append(first)
+        else:
+            out.append(adapt(x, n, consumer))
+    return out
+
+
+def order_and_hold(objs, ops, consumer: int):
+    """Order ``consumer`` after each operand's producer; return what must stay alive (None: nothing)."""
+    held = None
+    waited = ()
+    for x, a in zip(objs, ops):
+        if a is None:
+            continue
+        p = a.stream_handle
+        foreign = p is not None and p != consumer
+        if foreign and p not in waited:
+            _lifetime.order_after(consumer, p)
+            waited += (p,)
+        if foreign or kind_of(x) == OTHER:
+            held = (held or ()) + (a,)
+    return held
+
+
+def check_addresses(ops, names, tensors: int, out_index: int | None) -> bool:
+    """Per-call checks of the first ``tensors`` operands: ValueError for a null pointer or an output
+    overlapping an input; False when an address is misaligned (the full path says which)."""
+    for a, n in zip(ops[:tensors], names):
+        if a is None:
+            continue
+        if not a.ptr:
+            if 0 not in a.shape:
+                raise ValueError(f"{n} is a null pointer (device address 0) with shape {a.shape}")
+        elif a.ptr & 15:
+            return False
+    if out_index is not None and ops[out_index] is not None:
+        o = ops[out_index]
+        if o.ptr and 0 not in o.shape:
+            for a, n in zip(ops[:out_index], names):
+                if a is not None and a.ptr and 0 not in a.shape and share_bytes(
+                        o.ptr, o.shape, o.strides, o.dtype.itemsize, a.ptr, a.shape, a.strides, a.dtype.itemsize):
+                    raise ValueError(f"out overlaps {n} (they share device memory); the kernel would overwrite "
+                                     f"an input it still reads: pass a separate out")
+    return True
+
+
+def run(key, objs, ops, names, consumer: int, keep, full, *, tensors: int, out_index: int | None,
+        allocates: bool, force_full: bool = False):
+    """One call: the recorded plan for ``key`` when there is one (``full(*ops)`` records it on a miss).
+
+    ``full(*operands)`` is the full path (validate, plan, launch) on DeviceArrays; ``objs`` the caller's
+    arrays (for their kinds), ``ops`` them adapted; ``allocates``: the call returns arrays cudattn
+    allocates (no ``out=``, or an LSE); ``force_full``: an address-dependent case the caller wants the
+    full path to judge. Returns what ``full`` returns."""
+    _lifetime.release_done()
+    device_id = ops[0].device_id
+    _device.get_device(device_id)
+    aligned = check_addresses(ops, names, tensors, out_index)
+    held = order_and_hold(objs, ops, consumer)
+    key = (key, _traits.FORCED_FAMILY)  # tests and selfcheck may force the portable kernels
+    try:
+        plan = _plans.get(key)
+    except TypeError:  # an unhashable argument: the full path says which
+        key, plan = None, _FULL_ONLY
+    if allocates and is_capturing(consumer):
+        raise ValueError("the stream is in CUDA graph capture, and cudattn cannot allocate the output inside "
+                         "a graph it does not own: pass out= (and call without return_lse)")
+    if plan is not None and plan is not _FULL_ONLY and aligned and not force_full:
+        result = plan.run(ops, device_id, consumer, keep)
+    else:
+        result = full(*ops)
+        if key is not None and plan is None:
+            if len(_plans) >= _PLANS_MAX:  # many distinct shapes (variable lengths): keep the table bounded
+                _plans.clear()
+            try:
+                _plans[key] = _replay.record(full, ops, consumer)
+            except _replay.NotReplayable:
+                _plans[key] = _FULL_ONLY
+    if out_index is not None and ops[out_index] is not None:
+        ops[out_index].stream_handle = consumer  # consumers of `out` now order after this call
+    if held is not None:
+        _lifetime.hold(consumer, held)
+    return result

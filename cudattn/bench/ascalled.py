@@ -1,0 +1,58 @@
+"""Time of a call as its caller sees it: CUDA events around the call on an idle stream.
+
+`timing.gpu_time` hides the host: its calls queue behind a spin kernel. Here nothing hides it.
+The stream is drained before each sample, so the start event runs at once on the GPU and the
+end event only after the host has got through the call and the GPU through its kernels:
+
+- ``single``: one call per sample, the latency of a lone call (host time included whenever the
+  host is slower than the kernel, as it is for small problems);
+- ``back_to_back``: ``batch`` calls queued with no sync between them, per call; the host's time
+  of later calls overlaps the GPU's work of earlier ones, as in a loop of calls.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from .. import _launch
+from .timing import Timing, percentile
+
+BATCH = 10  # calls per back-to-back sample: few enough never to fill the launch queue
+
+
+def single(fn, stream_handle: int, *, iters: int = 30, warmup: int = 3) -> Timing:
+    """Events around ``fn(i)`` alone, ``i`` = 0..iters-1, the stream drained before each."""
+    for i in range(warmup):
+        fn(i)
+    start, end = _launch.Event(), _launch.Event()  # reused: elapsed_ms waits for each pair
+    ms = []
+    for i in range(iters):
+        _launch.synchronize(stream_handle)
+        start.record(stream_handle)
+        fn(i)
+        end.record(stream_handle)
+        ms.append(_launch.elapsed_ms(start, end))
+    return Timing(statistics.median(ms), percentile(ms, 90), len(ms))
+
+
+def back_to_back(fn, stream_handle: int, *, batch: int = BATCH, repeats: int = 3, warmup: int = 3) -> float:
+    """Median over ``repeats`` of (events around ``batch`` queued calls) / ``batch``, in ms."""
+    for i in range(warmup):
+        fn(i)
+    start, end = _launch.Event(), _launch.Event()
+    per_call = []
+    for _ in range(repeats):
+        _launch.synchronize(stream_handle)
+        start.record(stream_handle)
+        for i in range(batch):
+            fn(i)
+        end.record(stream_handle)
+        per_call.append(_launch.elapsed_ms(start, end) / batch)
+    return statistics.median(per_call)
+
+
+def measure(fn, stream_handle: int, *, iters: int = 30, warmup: int = 3, tag: str = "") -> dict:
+    """Both ways, as row fields: ``as_called{tag}_ms`` (and its p90), ``back_to_back{tag}_ms``."""
+    t = single(fn, stream_handle, iters=iters, warmup=warmup)
+    b2b = back_to_back(fn, stream_handle, repeats=max(3, iters // BATCH), warmup=0)
+    return {f"as_called{tag}_ms": t.median_ms, f"as_called{tag}_p90_ms": t.p90_ms, f"back_to_back{tag}_ms": b2b}

@@ -1,0 +1,229 @@
+"""`--grid overhead`: host microseconds per warm call, by the kind of operands, beside torch SDPA's.
+
+The problems (grids.OVERHEAD_PREFILL, grids.OVERHEAD_DECODE) are small, so the host, not the
+GPU, bounds a call. Host time per call: wall clock of CALLS back-to-back calls over CALLS, with
+the calls' stream held by a spin kernel longer than the batch, so that every launch is only
+queued and the GPU's speed cannot enter; median over REPEATS batches, the stream drained between
+them. A stream queues ~1024 commands before a launch blocks: a batch that fills the queue
+outlasts its spin and is timed again with fewer calls. One that outlasts it at MIN_CALLS is
+flagged (``outlasted_spin``): the call waits for the GPU (a sync in its path), and its figure
+is not host time alone.
+
+Each variant is also timed as called (`ascalled.single`: events around one call on an idle
+stream, its own stream: the one the call's output was made on).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import numpy as np
+from cuda.bindings import driver
+
+from .. import _array, _device, _launch, attention, attention_with_kvcache
+from .._errors import check
+from . import ascalled, grids, timing
+
+CALLS = 200
+MIN_CALLS = 25  # fewest calls per batch, when CALLS calls fill the launch queue (host_us)
+REPEATS = 7
+PROBE_CALLS = 20  # an unheld batch first, to size the spin
+SPIN_US_PER_CALL = 100.0  # spin per call at least; 3x the unheld batch's time per call where longer
+WARM_CALLS = 20
+KINDS = ("cudattn", "torch", "cupy", "jax")  # operand kinds, in the order measured (JAX last: it
+# starts its own CUDA client and threads, which must not disturb the others)
+CURRENT = "torch.cuda.current_stream()"
+
+
+def host_us(fn, stream_handle: int, device_id: int, *, calls: int = CALLS, repeats: int = REPEATS) -> dict:
+    """Host µs per call of ``fn()`` (median and p90 over batches) and whether a batch outlasted its spin.
+
+    The spin is sized from an unheld batch (a call that waits for the GPU there waits only for
+    its own kernel), so only a call that waits for the GPU outlasts it: one with a sync in its
+    path, or one that finds the launch queue full. A call can queue several commands (two
+    kernels, the operands' DLPack events), so a batch that outlasts its spin is timed again with
+    half the calls, down to MIN_CALLS, where it stays flagged: the call itself waits."""
+    _launch.synchronize(stream_handle)
+    t0 = time.perf_counter_ns()
+    for _ in range(PROBE_CALLS):
+        fn()
+    spin_us = max(SPIN_US_PER_CALL, 3 * (time.perf_counter_ns() - t0) / PROBE_CALLS / 1e3)
+    while True:
+        spin_ms = calls * spin_us / 1e3
+        per_call, outlasted = [], False
+        for _ in range(repeats):
+            _launch.synchronize(stream_handle)
+            timing.spin(stream_handle, spin_ms, device_id)
+            t0 = time.perf_counter_ns()
+            for _ in range(calls):
+                fn()
+            ns = time.perf_counter_ns() - t0
+            outlasted |= ns >= 0.9 * spin_ms * 1e6
+            per_call.append(ns / calls / 1e3)
+        _launch.synchronize(stream_handle)
+        if not outlasted or calls <= MIN_CALLS:
+            return {"host_us": statistics.median(per_call), "host_p90_us": timing.percentile(per_call, 90),
+                    "outlasted_spin": outlasted, "calls": calls, "repeats": repeats, "spin_us_per_call": spin_us}
+        calls = max(MIN_CALLS, calls // 2)
+
+
+def _load(kind: str, torch_mod):
+    """``(to_device(numpy array) -> array of this kind, module)``, or ``(None, why not)``."""
+    if kind == "cudattn":
+        return _array.to_device, None
+    if kind == "torch":
+        if torch_mod is None:
+            return None, "torch not importable with CUDA (or --no-peers)"
+        return (lambda x: torch_mod.from_numpy(x).cuda()), torch_mod
+    try:
+        if kind == "cupy":
+            import cupy
+
+            cupy.cuda.runtime.getDeviceCount()
+            return cupy.asarray, cupy
+        # JAX takes 75% of the GPU memory at its first use unless told not to.
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        import jax
+
+        dev = jax.devices("gpu")[0]  # RuntimeError without a CUDA backend
+        return (lambda x: jax.block_until_ready(jax.device_put(x, dev))), jax
+    except ImportError:
+        return None, f"{kind} not installed"
+    except Exception as e:  # installed but unusable (no CUDA build, driver mismatch, ...)
+        return None, f"{kind} has no usable CUDA device: {_first_line(e)}"
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:160] if text else ''}"
+
+
+def _host_operands(problem: str):
+    """NumPy (inputs, out): prefill q, k, v (B, S, H, D); decode q, k_cache, v_cache, cache_seqlens."""
+    rng = np.random.default_rng(0)
+    c = grids.OVERHEAD_PREFILL if problem == "prefill" else grids.OVERHEAD_DECODE
+
+    def randn(*shape):
+        return rng.standard_normal(shape, dtype=np.float32).astype(np.float16)
+
+    q, k, v = randn(c.B, c.Sq, c.Hq, c.D), randn(c.B, c.Sk, c.Hkv, c.D), randn(c.B, c.Sk, c.Hkv, c.D)
+    ins = (q, k, v) if problem == "prefill" else (q, k, v, np.array(grids.OVERHEAD_SEQLENS, np.int32))
+    return ins, np.zeros_like(q)
+
+
+def _call(problem: str, ops, out, stream_kw: dict):
+    kw = dict(stream_kw) if out is None else {**stream_kw, "out": out}
+    if problem == "prefill":
+        q, k, v = ops
+        return lambda: attention(q, k, v, **kw)
+    q, kc, vc, sl = ops
+    return lambda: attention_with_kvcache(q, kc, vc, cache_seqlens=sl, **kw)
+
+
+class _Namer:
+    """A stream handle's name: the legacy default stream, torch's or CuPy's current stream, or cudattn's own."""
+
+    def __init__(self, device_id: int, torch_mod):
+        self.names: dict[int, str] = {0: "legacy default stream (0)"}
+        self.add(int(_device.default_stream(device_id).handle), "cudattn's stream")
+        if torch_mod is not None:
+            self.add(torch_mod.cuda.current_stream().cuda_stream, "torch's current stream")
+
+    def add(self, handle: int, name: str) -> None:
+        self.names.setdefault(int(handle), name)
+
+    def __call__(self, handle: int) -> str:
+        return self.names.get(handle, f"stream {handle:#x}")
+
+
+def _measure(fn, stream_handle: int, device_id: int, iters: int) -> dict:
+    for _ in range(WARM_CALLS):  # kernel loaded, plan cached, memory pools grown
+        fn()
+    check(driver.cuCtxSynchronize(), "cuCtxSynchronize")  # nothing left over from the last variant
+    res = host_us(fn, stream_handle, device_id)
+    res["as_called_us"] = 1e3 * ascalled.single(lambda i: fn(), stream_handle, iters=iters, warmup=0).median_ms
+    return res
+
+
+def _current_stream(kind: str, mod, device_id: int) -> int:
+    """The package's current stream (what ``stream=None`` means after the call-path rewrite); cudattn's own
+    stream for cudattn arrays and for JAX, which has no current stream to speak of."""
+    if kind == "torch":
+        return int(mod.cuda.current_stream().cuda_stream)
+    if kind == "cupy":
+        return int(mod.cuda.get_current_stream().ptr)
+    return int(_device.default_stream(device_id).handle)
+
+
+def _cudattn_rows(problem: str, kind: str, to_dev, mod, namer, device_id: int, iters: int):
+    ins, out = _host_operands(problem)
+    ops, out_arr = tuple(to_dev(x) for x in ins), to_dev(out)
+    streams = [("omitted", {})]
+    if kind == "torch":
+        streams.append((CURRENT, {"stream": mod.cuda.current_stream()}))
+    for label, kw in streams:
+        handle = None
+        for with_out in (False, True):
+            row = {"impl": "cudattn", "operands": kind, "stream": label, "out": with_out}
+            fn = _call(problem, ops, out_arr if with_out else None, kw)
+            try:
+                if handle is None:  # where the call runs: the stream its new output was made on
+                    handle = None if with_out else _array.stream_of(fn())
+                    handle = _current_stream(kind, mod, device_id) if handle is None else handle
+                row.update(_measure(fn, handle, device_id, iters), launch_stream=namer(handle))
+            except TypeError as e:
+                if with_out and "unexpected keyword argument 'out'" in str(e):
+                    row["skipped"] = "no out= in this cudattn"
+                else:
+                    row["error"] = _first_line(e)
+            except Exception as e:
+                row["error"] = _first_line(e)
+            yield row
+
+
+def row_function(problem: str) -> str:
+    return "attention" if problem == "prefill" else "attention_with_kvcache"
+
+
+def _sdpa_row(problem: str, torch_mod, namer, device_id: int, iters: int) -> dict:
+    """torch SDPA on the same problem: (B, H, S, D) tensors, its default backend choice, torch's current stream."""
+    row = {"impl": "torch_sdpa", "operands": "torch", "stream": "omitted", "out": False}
+    if torch_mod is None:
+        return {**row, "skipped": "torch not importable with CUDA (or --no-peers)"}
+    ins, _ = _host_operands(problem)
+    q, k, v = (torch_mod.from_numpy(x).cuda().transpose(1, 2).contiguous() for x in ins[:3])
+    sdpa = torch_mod.nn.functional.scaled_dot_product_attention
+    handle = int(torch_mod.cuda.current_stream().cuda_stream)
+    try:
+        row.update(_measure(lambda: sdpa(q, k, v), handle, device_id, iters), launch_stream=namer(handle))
+    except Exception as e:
+        row["error"] = _first_line(e)
+    return row
+
+
+def _rows(problem: str, torch_mod, loaded: dict, namer, device_id: int, iters: int):
+    yield _sdpa_row(problem, torch_mod, namer, device_id, iters)
+    for kind in KINDS:
+        if kind not in loaded:
+            loaded[kind] = _load(kind, torch_mod)
+            if kind == "cupy" and loaded[kind][0] is not None:
+                namer.add(_current_stream(kind, loaded[kind][1], device_id), "cupy's current stream")
+        to_dev, mod = loaded[kind]
+        if to_dev is None:
+            yield {"impl": "cudattn", "operands": kind, "stream": "omitted", "out": False, "skipped": mod}
+        else:
+            yield from _cudattn_rows(problem, kind, to_dev, mod, namer, device_id, iters)
+
+
+def run(device_id: int, torch_mod, *, iters: int = 30, progress=None) -> list[dict]:
+    """Every overhead row: per problem, torch SDPA's, then cudattn's for each operand kind, stream and out=."""
+    namer, loaded, rows = _Namer(device_id, torch_mod), {}, []
+    for problem, case in (("prefill", grids.OVERHEAD_PREFILL), ("decode", grids.OVERHEAD_DECODE)):
+        head = {"problem": problem, "function": row_function(problem), "label": case.label(), "case": case.as_dict()}
+        for r in _rows(problem, torch_mod, loaded, namer, device_id, iters):
+            rows.append({**head, **r})
+            if progress:
+                progress(rows[-1])
+    return rows
