@@ -65,8 +65,12 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
     NumPy inputs (float16 or ml_dtypes.bfloat16) give a NumPy result, synchronously. Device
     inputs (a cudattn DeviceArray, or anything with ``__cuda_array_interface__`` / ``__dlpack__``
     on a CUDA device: CuPy, PyTorch, JAX, Numba) give a DeviceArray, computed asynchronously on
-    ``stream`` (None: cudattn's stream for the device; or an int handle, a cuda.core Stream, or
-    any object with ``__cuda_stream__``), with no copies.
+    ``stream`` (an int handle, a cuda.core Stream, or any object with ``__cuda_stream__``), with
+    no copies. ``stream=None`` is the operands' current stream: torch's or CuPy's current stream,
+    the stream that produced a cudattn DeviceArray, else cudattn's stream for the device. The call
+    waits (on the GPU) for the streams that produced its inputs and keeps inputs alive until its
+    kernels are done. While ``stream`` captures a CUDA graph, pass ``out=``. ``out`` must not
+    overlap q, k or v.
 
     Decode (at most 16 query tokens) runs the split-KV kernel: the keys are cut into ``num_splits``
     ranges processed by separate blocks and merged by their LSEs. ``num_splits=None`` chooses the
