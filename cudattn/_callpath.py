@@ -5,7 +5,7 @@
    else cudattn's own stream); an explicit stream is taken as given.
 2. **Operands** (`_operands.adapt`): device arrays of any runtime as DeviceArrays, each knowing its
    producer stream. The call is ordered after every producer that is not the call's stream, and
-   those operands are kept alive until the call's work is done (`_lifetime`).
+   those operands are kept alive until the call's work is done (`_stream.stream_wait`, `_lifetime`).
 3. **Plan** (:func:`run`): the call signature (shapes, strides, dtypes, devices, flags; never
    addresses) finds a recorded `_replay.Replay`. The first call of a signature runs the full path
    (validation with its precise errors, planning, the launches), then records it.
@@ -22,7 +22,7 @@ from . import _device, _lifetime, _replay, _traits
 from ._alloc import is_capturing
 from ._array import share_bytes
 from ._operands import CUDATTN, OTHER, adapt, current_stream_owner, kind_of
-from ._stream import as_stream
+from ._stream import as_stream, stream_wait
 
 __all__ = ["consumer_stream", "adapt_all", "run", "tag"]
 
@@ -82,7 +82,7 @@ def order_and_hold(objs, ops, consumer: int):
         p = a.stream_handle
         foreign = p is not None and p != consumer
         if foreign and p not in waited:
-            _lifetime.order_after(consumer, p)
+            stream_wait(consumer, p)
             waited += (p,)
         if foreign or kind_of(x) == OTHER:
             held = (held or ()) + (a,)

@@ -285,7 +285,7 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
         if readonly:
             raise ValueError(f"{readonly[0]} must be writeable: k_new/v_new are appended into the caches in place "
                              f"(it is read-only)")
-        if _share_elements(kptr, ks, kst, vptr, vs, vst, qdt.itemsize):
+        if _array.share_bytes(kptr, ks, kst, qdt.itemsize, vptr, vs, vst, qdt.itemsize):
             raise ValueError("k_cache and v_cache share memory: k_new and v_new are appended into them in place, so "
                              "v_new would overwrite keys; pass two caches (views of one buffer are fine if no "
                              "element is in both)")
@@ -307,10 +307,6 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
                       out_dtype=qdt, layout="bshd", causal=causal, scale=scale, return_lse=return_lse, host=host,
                       q_strides=q_geom, k_strides=k_geom, v_strides=v_geom, num_splits=num_splits, kv_cache=kv)
     return problem, new_geoms
-
-
-def _share_elements(kptr, ks, kst, vptr, vs, vst, itemsize: int) -> bool:
-    return _array.share_bytes(kptr, ks, kst, itemsize, vptr, vs, vst, itemsize)
 
 
 def _index_meta(x, name: str, host: bool):

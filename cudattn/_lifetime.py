@@ -1,8 +1,7 @@
 """Ordering a call after its operands' producers, and keeping their memory alive until it is done.
 
 A call runs on one stream (the consumer). An operand produced on another stream is read only after
-that stream's queued work (:func:`order_after`: an event recorded there, waited on by the consumer;
-no host blocking). Its memory belongs to an allocator that frees it stream-ordered on the producer's
+that stream's queued work (`_stream.stream_wait`: an event, no host blocking). Its memory belongs to an allocator that frees it stream-ordered on the producer's
 stream (PyTorch's and CuPy's caching allocators, cudattn's pool), which does not know the consumer:
 dropped right after the call, it could be handed to new work while the kernel still reads it. So
 such operands are held (:func:`hold`) until an event recorded on the consumer after the call's
@@ -20,19 +19,17 @@ import threading
 
 from cuda.bindings import driver
 
-from . import _recording
 from ._errors import check
 
-__all__ = ["order_after", "hold", "release_done"]
+__all__ = ["hold", "release_done"]
 
 _DISABLE_TIMING = driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
 _NOT_READY = driver.CUresult.CUDA_ERROR_NOT_READY
 _RELAXED = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
 _record = driver.cuEventRecord
-_wait = driver.cuStreamWaitEvent
 
 _lock = threading.Lock()
-_free_events: list = []  # reusable events (an event may be re-recorded once its waits are queued)
+_free_events: list = []  # events of released holds, reused
 _held: collections.deque = collections.deque()  # (event, refs), oldest first
 
 
@@ -41,24 +38,6 @@ def _event():
         return _free_events.pop()
     except IndexError:
         return check(driver.cuEventCreate(_DISABLE_TIMING), "cuEventCreate")
-
-
-def order_after(consumer: int, producer: int) -> None:
-    """Make ``consumer`` wait for the work queued so far on ``producer`` (same device).
-
-    Not while ``consumer`` captures a CUDA graph and ``producer`` does not: a graph cannot depend on
-    work outside it (the driver would invalidate the capture), and that work was queued before."""
-    _recording.refuse("order_after")
-    from ._alloc import is_capturing
-
-    if is_capturing(consumer) and not is_capturing(producer):
-        return
-    ev = _event()
-    try:
-        check(_record(ev, producer), "cuEventRecord(producer stream)")
-        check(_wait(consumer, ev, 0), "cuStreamWaitEvent(consumer stream)")
-    finally:
-        _free_events.append(ev)  # the wait is queued: re-recording it later is safe
 
 
 def hold(consumer: int, refs: tuple) -> None:

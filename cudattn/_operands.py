@@ -9,7 +9,7 @@ through `_array.as_device_array`.
 Streams follow nvmath-python's rule (docs/DESIGN.md, "Streams"): each operand's
 ``stream_handle`` is the stream its package knows it by: torch's or CuPy's current stream for
 their arrays, the producing stream for a cudattn DeviceArray. The caller orders the call after
-those streams (`_lifetime.order_after`). Other DLPack producers (JAX, ...) are asked to order
+those streams (`_stream.stream_wait`). Other DLPack producers (JAX, ...) are asked to order
 their own work before the consumer stream, and their arrays are kept alive until the call's
 work is done, since their owners do not know that stream.
 
@@ -49,9 +49,7 @@ def current_stream(kind: int, device_id: int) -> int | None:
         except AttributeError:
             return torch.cuda.current_stream(device_id).cuda_stream
     if kind == CUPY:
-        cupy = sys.modules["cupy"]
-        with cupy.cuda.Device(device_id):
-            return cupy.cuda.get_current_stream().ptr
+        return current_stream_owner(kind, device_id).ptr
     return None
 
 

@@ -81,9 +81,7 @@ class Replay:
                 buf[off:off + _MAP_BYTES] = m
             _launch.launch(st.kernel, st.grid, st.block, st.smem, stream, buf)  # the one way to launch
         n = self.n_operands
-        res = [operands[s] if s < n else made[s - n] for s in self.results]
-        for a in res:
-            a.stream_handle = stream
+        res = [operands[s] if s < n else made[s - n] for s in self.results]  # made on `stream` already
         return (res[0], res[1]) if self.pair else res[0]
 
 

@@ -36,7 +36,7 @@ from ._device import _default_stream_ref, _device_id
 from . import _recording
 from ._errors import check
 
-__all__ = ["StreamRef", "as_stream", "core_stream", "stream_wait"]
+__all__ = ["StreamRef", "as_stream", "stream_wait"]
 
 CU_STREAM_LEGACY = 1
 CU_STREAM_PER_THREAD = 2
@@ -123,58 +123,31 @@ def _handle_int(handle, stream) -> int:
     return h
 
 
-class _ProtocolStream:
-    """``__cuda_stream__`` view of a foreign stream object, so cuda.core can wrap (and keep) it."""
-
-    __slots__ = ("_handle", "_owner")
-
-    def __init__(self, handle: int, owner: object):
-        self._handle = handle
-        self._owner = owner
-
-    def __cuda_stream__(self):
-        return (0, self._handle)
-
-
-def core_stream(ref: StreamRef, device):
-    """A ``cuda.core.Stream`` for ``ref`` (what cuda.core's allocation and copy APIs want).
-
-    ``device`` is the cuda.core Device whose primary context is current.
-    A foreign stream object is wrapped so that the resulting Stream (and so every
-    Buffer allocated on it) keeps the foreign object alive.
-    """
-    Stream = _CoreStream or _core_stream_type()
-    obj = ref.obj
-    if isinstance(obj, Stream):
-        return obj
-    h = ref.handle
-    if h == 0 or h == CU_STREAM_LEGACY:
-        from cuda.core import LEGACY_DEFAULT_STREAM
-
-        return LEGACY_DEFAULT_STREAM
-    if h == CU_STREAM_PER_THREAD:
-        from cuda.core import PER_THREAD_DEFAULT_STREAM
-
-        return PER_THREAD_DEFAULT_STREAM
-    if obj is None:
-        return Stream.from_handle(h)
-    return device.create_stream(_ProtocolStream(h, obj))
+_free_events: list = []  # reusable events: re-recording one is safe once its waits are queued
 
 
 def stream_wait(consumer: int, producer: int) -> None:
     """Make stream ``consumer`` wait for the work queued so far on stream ``producer``.
 
     An event recorded on ``producer`` and waited on by ``consumer``; nothing is
-    blocked on the host. A no-op when they are the same stream. The producer's
-    device must be current (see :func:`cudattn._device.get_device`).
+    blocked on the host. A no-op when they are the same stream, and while ``consumer``
+    captures a CUDA graph that ``producer`` is not part of (a graph cannot depend on work
+    outside it: the driver would invalidate the capture; that work was queued before).
+    The producer's device must be current (see :func:`cudattn._device.get_device`).
     """
     if consumer == producer:
         return
     _recording.refuse("stream_wait")
-    ev = check(driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+    from ._alloc import is_capturing
+
+    if is_capturing(consumer) and not is_capturing(producer):
+        return
+    try:
+        ev = _free_events.pop()
+    except IndexError:
+        ev = check(driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
     try:
         check(driver.cuEventRecord(ev, producer), "cuEventRecord(producer stream)")
         check(driver.cuStreamWaitEvent(consumer, ev, 0), "cuStreamWaitEvent(consumer stream)")
     finally:
-        # Legal while the wait is pending: the driver releases the event once it completes.
-        check(driver.cuEventDestroy(ev), "cuEventDestroy")
+        _free_events.append(ev)

@@ -101,3 +101,12 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
         sys.stderr.write(f"FAILED: peak host memory {_peak_rss_mib():.0f} MiB exceeds "
                          f"CUDATTN_TEST_MAX_RSS_MIB={limit}\n")
+
+
+@pytest.fixture
+def torch():
+    """torch with CUDA, for tests that use it as a peer or a producer of operands (skipped without)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    return torch

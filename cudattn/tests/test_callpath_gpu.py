@@ -56,14 +56,6 @@ _seed = itertools.count(9000)
 # ---------------------------------------------------------------------------- helpers
 
 
-@pytest.fixture
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch without CUDA")
-    return torch
-
-
 def _rng():
     return np.random.default_rng(next(_seed))
 

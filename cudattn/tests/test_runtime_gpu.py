@@ -245,14 +245,6 @@ def test_dlpack_wrap_of_own_array_orders_streams():
 # ---------------------------------------------------------------------------- PyTorch interop
 
 
-@pytest.fixture
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch without CUDA")
-    return torch
-
-
 def test_torch_float16_tensor_is_wrapped_without_copy(torch):
     t = torch.randn(3, 113, 5, device="cuda", dtype=torch.float16)
     h = torch.cuda.current_stream().cuda_stream
