@@ -97,18 +97,19 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
     if (isinstance(q, np.ndarray) or isinstance(k, np.ndarray) or isinstance(v, np.ndarray)
             or kind_of(q) == OTHER):
         _check_not_mixed(q, k, v)  # the one message for host/device mixes and non-arrays
-    objs = (q, k, v, out, *(_array_or_none(d) for d in (q_descale, k_descale, v_descale)))
+    if q_descale is None and k_descale is None and v_descale is None:  # 16-bit inputs: four operands
+        objs, names, descales = (q, k, v, out), _NAMES[:4], None
+    else:
+        objs, names = (q, k, v, out, *(_array_or_none(d) for d in (q_descale, k_descale, v_descale))), _NAMES
     consumer, keep, qa = _callpath.consumer_stream(q, stream)
-    ops = _callpath.adapt_all(objs, _NAMES, consumer, qa)
-    qa, ka, va, oa, dq, dk, dv = ops
-    tag = _callpath.tag
-    key = ("attention", qa.shape, qa.strides, qa.dtype, qa.device_id, ka.shape, ka.strides, ka.dtype, ka.device_id,
-           va.shape, va.strides, va.dtype, va.device_id,
-           None if oa is None else (oa.shape, oa.strides, oa.dtype, oa.device_id, oa.readonly),
-           tag(causal), tag(scale), layout, tag(return_lse), tag(out_dtype), tag(num_splits),
-           _descale_key(q_descale, dq), _descale_key(k_descale, dk), _descale_key(v_descale, dv))
+    ops = _callpath.adapt_all(objs, names, consumer, qa)
+    if len(ops) > 4:
+        descales = tuple(_descale_key(g, a) for g, a in zip((q_descale, k_descale, v_descale), ops[4:]))
+    flags = (causal, scale, layout, return_lse, out_dtype, num_splits)
+    # Types join the values: True, 1 and 1.0 are equal and hash alike, but validate differently.
+    key = ("attention", _callpath.signature(ops), flags, tuple(map(type, flags)), descales)
 
-    def full(qa, ka, va, oa, dq, dk, dv):
+    def full(qa, ka, va, oa, dq=None, dk=None, dv=None):
         device_id = qa.device_id
         for name, a in (("k", ka), ("v", va), ("out", oa), ("q_descale", dq), ("k_descale", dk), ("v_descale", dv)):
             if a is not None and a.device_id != device_id:
@@ -121,7 +122,7 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
         sref = _stream.StreamRef(consumer, keep)
         return run_device(problem, qa, ka, va, oa, _device.get_device(device_id), device_id, sref)
 
-    return _callpath.run(key, objs, ops, _NAMES, consumer, keep, full, tensors=4, out_index=3,
+    return _callpath.run(key, objs, ops, names, consumer, keep, full, tensors=4, out_index=3,
                          allocates=out is None or return_lse is True)
 
 

@@ -123,12 +123,12 @@ def share_bytes(aptr, ashape, astrides, aitem, bptr, bshape, bstrides, bitem) ->
     (alo, ahi), (blo, bhi) = _span(ashape, astrides, aitem), _span(bshape, bstrides, bitem)
     if aptr + ahi <= bptr + blo or bptr + bhi <= aptr + alo:  # disjoint byte ranges: the usual case
         return False
-    a = _stand_in(aptr or 1 << 40, ashape, astrides, aitem)
-    b = _stand_in(bptr or 1 << 40, bshape, bstrides, bitem)
     try:
+        a = _stand_in(aptr or 1 << 40, ashape, astrides, aitem)
+        b = _stand_in(bptr or 1 << 40, bshape, bstrides, bitem)
         return bool(np.shares_memory(a, b, max_work=10**6))
-    except _TooHardError:
-        return False
+    except (_TooHardError, ValueError):  # ValueError: a view NumPy cannot describe (more bytes than it
+        return False  # addresses); validation refuses such shapes
 
 
 _TooHardError = getattr(np, "exceptions", np).TooHardError

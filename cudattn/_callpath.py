@@ -18,17 +18,24 @@ cudattn cannot allocate an output (the graph is not cudattn's), so such calls mu
 
 from __future__ import annotations
 
+import functools
+import operator
+from typing import Callable
+
 from . import _device, _lifetime, _replay, _traits
 from ._alloc import is_capturing
-from ._array import share_bytes
+from ._array import DeviceArray, _span, share_bytes
 from ._operands import CUDATTN, OTHER, adapt, current_stream_owner, kind_of
 from ._stream import as_stream, stream_wait
 
-__all__ = ["consumer_stream", "adapt_all", "run", "tag"]
+__all__ = ["consumer_stream", "adapt_all", "signature", "run", "tag"]
 
 _plans: dict = {}
 _PLANS_MAX = 4096
 _FULL_ONLY = object()  # a signature the replay cannot serve (empty problems, index uploads)
+# Stream handles whose context is the thread's current one (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD and
+# 0); any other handle carries its context, so a replay on it needs no current context.
+_SPECIAL_STREAMS = (0, 1, 2)
 
 
 def tag(x):
@@ -60,16 +67,17 @@ def consumer_stream(first, stream):
 
 
 def adapt_all(objs, names, consumer: int, first=None) -> list:
-    """Each of ``objs`` (None stays None) adapted for reading on ``consumer``."""
-    out = []
-    for i, (x, n) in enumerate(zip(objs, names)):
-        if x is None:
-            out.append(None)
-        elif i == 0 and first is not None:
-            out.append(first)
-        else:
-            out.append(adapt(x, n, consumer))
-    return out
+    """Each of ``objs`` (None stays None) adapted for reading on ``consumer``; ``first``: ``objs[0]``
+    adapted already (by `consumer_stream`)."""
+    if first is None:
+        first = adapt(objs[0], names[0], consumer)
+    return [first] + [x if x is None or type(x) is DeviceArray else adapt(x, n, consumer)
+                      for x, n in zip(objs[1:], names[1:])]
+
+
+def signature(ops) -> tuple:
+    """What a call's operands contribute to its signature: everything but their addresses."""
+    return tuple([None if a is None else (a.shape, a.strides, a.dtype, a.device_id, a.readonly) for a in ops])
 
 
 def order_and_hold(objs, ops, consumer: int):
@@ -89,17 +97,12 @@ def order_and_hold(objs, ops, consumer: int):
     return held
 
 
-def check_addresses(ops, names, tensors: int, out_index: int | None) -> bool:
+def check_addresses(ops, names, tensors: int, out_index: int | None) -> None:
     """Per-call checks of the first ``tensors`` operands: ValueError for a null pointer or an output
-    overlapping an input; False when an address is misaligned (the full path says which)."""
+    overlapping an input. (A misaligned address is the full path's to report, naming the argument.)"""
     for a, n in zip(ops[:tensors], names):
-        if a is None:
-            continue
-        if not a.ptr:
-            if 0 not in a.shape:
-                raise ValueError(f"{n} is a null pointer (device address 0) with shape {a.shape}")
-        elif a.ptr & 15:
-            return False
+        if a is not None and not a.ptr and 0 not in a.shape:
+            raise ValueError(f"{n} is a null pointer (device address 0) with shape {a.shape}")
     if out_index is not None and ops[out_index] is not None:
         o = ops[out_index]
         if o.ptr and 0 not in o.shape:
@@ -108,23 +111,71 @@ def check_addresses(ops, names, tensors: int, out_index: int | None) -> bool:
                         o.ptr, o.shape, o.strides, o.dtype.itemsize, a.ptr, a.shape, a.strides, a.dtype.itemsize):
                     raise ValueError(f"out overlaps {n} (they share device memory); the kernel would overwrite "
                                      f"an input it still reads: pass a separate out")
-    return True
+
+
+def _picker(slots) -> Callable:
+    """``ptrs -> tuple of ptrs[i] for i in slots`` (always a tuple, unlike one-index itemgetter)."""
+    if len(slots) > 1:
+        return operator.itemgetter(*slots)
+    if slots:
+        i = slots[0]
+        return lambda ptrs: (ptrs[i],)
+    return lambda ptrs: ()
+
+
+class _Plan:
+    """A recorded call signature: its replay, and what the per-call checks need, fixed by the
+    signature: which operands are non-empty tensors and their byte spans, whether an operand's
+    kind asks to be kept alive whatever its stream."""
+
+    __slots__ = ("replay", "nonempty", "out_index", "out_span", "inputs", "input_spans", "holds")
+
+    def __init__(self, replay, objs, ops, tensors: int, out_index: int | None):
+        self.replay = replay
+        spans = [None if a is None or 0 in a.shape else _span(a.shape, a.strides, a.dtype.itemsize)
+                 for a in ops[:tensors]]
+        self.nonempty = _picker([i for i, sp in enumerate(spans) if sp is not None])
+        self.out_index = out_index
+        self.out_span = None if out_index is None else spans[out_index]
+        inputs = [] if out_index is None else [i for i in range(out_index) if spans[i] is not None]
+        self.inputs = _picker(inputs)
+        self.input_spans = tuple(spans[i] for i in inputs)
+        self.holds = any(x is not None and kind_of(x) == OTHER for x in objs)
+
+    def plain(self, ptrs: list) -> bool:
+        """True when the addresses need no closer look: non-null, 16-byte aligned, the output's byte
+        range apart from every input's. False sends the call to `check_addresses` and the full path."""
+        sel = self.nonempty(ptrs)
+        if 0 in sel or functools.reduce(operator.or_, sel, 0) & 15:
+            return False
+        if self.out_span is not None:
+            o = ptrs[self.out_index]
+            lo, hi = o + self.out_span[0], o + self.out_span[1]
+            for p, (a, b) in zip(self.inputs(ptrs), self.input_spans):
+                if p + a < hi and lo < p + b:
+                    return False
+        return True
+
+    def order(self, objs, ops, consumer: int):
+        """`order_and_hold`, with a shortcut for the usual case: every operand made on ``consumer``."""
+        if not self.holds and {a.stream_handle for a in ops if a is not None} <= {consumer, None}:
+            return None
+        return order_and_hold(objs, ops, consumer)
 
 
 def run(key, objs, ops, names, consumer: int, keep, full, *, tensors: int, out_index: int | None,
         allocates: bool, force_full: bool = False):
     """One call: the recorded plan for ``key`` when there is one (``full(*ops)`` records it on a miss).
 
-    ``full(*operands)`` is the full path (validate, plan, launch) on DeviceArrays; ``objs`` the caller's
-    arrays (for their kinds), ``ops`` them adapted; ``allocates``: the call returns arrays cudattn
-    allocates (no ``out=``, or an LSE); ``force_full``: an address-dependent case the caller wants the
-    full path to judge. Returns what ``full`` returns."""
+    ``key``: the call's signature (`signature` of ``ops`` and the other arguments, tagged);
+    ``full(*operands)`` is the full path (validate, plan, launch) on DeviceArrays; ``objs`` the
+    caller's arrays (their types join the key), ``ops`` them adapted; ``tensors``: the leading
+    operands that are attention tensors (checked for null pointers and overlap with the output at
+    ``out_index``); ``allocates``: the call returns arrays cudattn allocates (no ``out=``, or an
+    LSE); ``force_full``: an address-dependent case the caller wants the full path to judge.
+    Returns what ``full`` returns."""
     _lifetime.release_done()
-    device_id = ops[0].device_id
-    _device.get_device(device_id)
-    aligned = check_addresses(ops, names, tensors, out_index)
-    held = order_and_hold(objs, ops, consumer)
-    key = (key, _traits.FORCED_FAMILY)  # tests and selfcheck may force the portable kernels
+    key = (key, tuple(map(type, objs)), _traits.FORCED_FAMILY)  # tests may force the portable kernels
     try:
         plan = _plans.get(key)
     except TypeError:  # an unhashable argument: the full path says which
@@ -132,15 +183,23 @@ def run(key, objs, ops, names, consumer: int, keep, full, *, tensors: int, out_i
     if allocates and is_capturing(consumer):
         raise ValueError("the stream is in CUDA graph capture, and cudattn cannot allocate the output inside "
                          "a graph it does not own: pass out= (and call without return_lse)")
-    if plan is not None and plan is not _FULL_ONLY and aligned and not force_full:
-        result = plan.run(ops, device_id, consumer, keep)
+    device_id = ops[0].device_id
+    ptrs = [0 if a is None else a.ptr for a in ops]
+    if plan.__class__ is _Plan and not force_full and plan.plain(ptrs):
+        held = plan.order(objs, ops, consumer)
+        if consumer in _SPECIAL_STREAMS:  # the legacy / per-thread stream: the current context decides
+            _device.get_device(device_id)
+        result = plan.replay.run(ops, ptrs, device_id, consumer, keep)
     else:
+        _device.get_device(device_id)
+        check_addresses(ops, names, tensors, out_index)
+        held = order_and_hold(objs, ops, consumer)
         result = full(*ops)
         if key is not None and plan is None:
             if len(_plans) >= _PLANS_MAX:  # many distinct shapes (variable lengths): keep the table bounded
                 _plans.clear()
             try:
-                _plans[key] = _replay.record(full, ops, consumer)
+                _plans[key] = _Plan(_replay.record(full, ops, consumer), objs, ops, tensors, out_index)
             except _replay.NotReplayable:
                 _plans[key] = _FULL_ONLY
     if out_index is not None and ops[out_index] is not None:

@@ -22,6 +22,7 @@ import numpy as np
 
 from . import _array, _callpath, _decode_traits, _device, _kernels, _launch, _stream
 from ._dtypes import FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error
+from ._operands import OTHER, kind_of
 from ._params import AppendParams, KvCacheGeom
 from ._problem import KvCache, Problem, TensorGeom
 from ._types import ArrayLike, ArrayResult, StreamLike
@@ -94,15 +95,17 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
         raise TypeError("out must be a device array for device calls (the NumPy path returns a new array)")
     objs = (q, k_cache, v_cache, k_new, v_new, out, cache_seqlens, block_table)
     for name, x in (("cache_seqlens", cache_seqlens), ("block_table", block_table)):
-        if x is not None and not isinstance(x, np.ndarray) and not _array.is_device_array_like(x):
+        if x is not None and kind_of(x) == OTHER and not isinstance(x, np.ndarray) and \
+                not _array.is_device_array_like(x):
             raise TypeError(f"{name} must be an int32 NumPy or device array; got {type(x).__name__}")
     consumer, keep, qa = _callpath.consumer_stream(q, stream)
-    dev_objs = tuple(None if isinstance(x, np.ndarray) else x for x in objs)  # NumPy index arrays: checked, uploaded
+    dev_objs = objs  # NumPy index arrays are no operands: checked and uploaded by the full path
+    if isinstance(cache_seqlens, np.ndarray) or isinstance(block_table, np.ndarray):
+        dev_objs = tuple(None if isinstance(x, np.ndarray) else x for x in objs)
     ops = _callpath.adapt_all(dev_objs, _NAMES, consumer, qa)
     qa, ka, va, kn, vn, oa, sl, bt = ops
-    tag = _callpath.tag
-    key = ("kvcache", *(None if a is None else (a.shape, a.strides, a.dtype, a.device_id, a.readonly) for a in ops),
-           tag(causal), tag(scale), tag(return_lse), tag(num_splits),
+    flags = (causal, scale, return_lse, num_splits)
+    key = ("kvcache", _callpath.signature(ops), flags, tuple(map(type, flags)),
            None if dev_objs[6] is not None or cache_seqlens is None else cache_seqlens,  # NumPy: unhashable (full path)
            None if dev_objs[7] is not None or block_table is None else block_table)
     # Appending into caches whose byte ranges meet: the full path's exact test of shared elements.

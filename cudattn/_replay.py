@@ -18,9 +18,14 @@ by the caller on every call; everything else a signature determines was checked 
 from __future__ import annotations
 
 import ctypes
+import math
+import operator
 import struct
 
-from . import _array, _launch, _tma
+from cuda.bindings import driver
+
+from . import _alloc, _array, _device, _tma
+from ._errors import check
 from ._recording import BASES, NotReplayable, Recorder, placeholder, slot_of
 
 __all__ = ["Replay", "record", "NotReplayable"]
@@ -29,57 +34,106 @@ _U64 = struct.Struct("<Q")
 _pack_u64 = _U64.pack_into
 _MAP_BYTES = _tma.TENSOR_MAP_BYTES
 _MAP_CACHE_MAX = 256  # addresses remembered per recorded tensor map
+_BUILT_MAX = 64  # argument blocks kept per launch
+_SCRATCH_ALIGN = 256
+_ArgPointers = ctypes.c_void_p * 1
+_cuLaunchKernel = driver.cuLaunchKernel
 
 
 class _Step:
-    """One launch: its params template and where the addresses go."""
+    """One launch: its params template, where the addresses go, and the argument blocks already
+    built for the address combinations seen (a warm call with the same addresses, the usual case
+    for decode loops and reused outputs, launches from one of them as it is)."""
 
-    __slots__ = ("kernel", "grid", "block", "smem", "buffer_type", "template", "pointers", "maps", "name")
+    __slots__ = ("kernel", "name", "args", "template", "pointers", "maps", "slots", "built")
 
     def __init__(self, kernel, grid, block, smem, template: bytes, pointers, maps):
         self.kernel = kernel
         self.name = kernel.name
-        self.grid, self.block, self.smem = grid, block, smem
-        self.buffer_type = ctypes.c_char * len(template)
+        self.args = (kernel.function, *grid, *block, smem)  # cuLaunchKernel's leading arguments
         self.template = template
         self.pointers = pointers  # (byte offset, slot, offset from the slot's address)
         self.maps = maps  # (byte offset, slot, offset, recorded map bytes, {address: map bytes})
+        slots = sorted({p[1] for p in pointers} | {m[1] for m in maps})
+        self.slots = operator.itemgetter(*slots) if slots else (lambda ptrs: ())
+        self.built: dict = {}  # the slots' addresses -> (argv address, argv, params buffer)
+
+    def argv(self, ptrs: list, device_id: int) -> int:
+        """Address of the ``void*[1]`` kernel-argument array for the operands at ``ptrs``."""
+        key = self.slots(ptrs)
+        entry = self.built.get(key)
+        if entry is None:
+            entry = self._build(ptrs, key, device_id)
+        return entry[0]
+
+    def _build(self, ptrs: list, key, device_id: int) -> tuple:
+        buf = ctypes.create_string_buffer(self.template, len(self.template))
+        base = ctypes.addressof(buf)
+        for off, slot, delta in self.pointers:
+            _pack_u64(buf, off, ptrs[slot] + delta)
+        for off, slot, delta, raw, seen in self.maps:
+            addr = ptrs[slot] + delta
+            m = seen.get(addr)
+            if m is None:
+                _device.get_device(device_id)  # the driver wants a current context to re-address a map
+                if len(seen) >= _MAP_CACHE_MAX:
+                    seen.clear()
+                m = seen[addr] = _tma.replace_address(raw, addr)
+            ctypes.memmove(base + off, m, _MAP_BYTES)
+        argv = _ArgPointers(base)
+        entry = (ctypes.addressof(argv), argv, buf)
+        if len(self.built) >= _BUILT_MAX:  # many address combinations: start over, bounded
+            self.built.clear()
+        self.built[key] = entry  # built whole before it is published: other threads only read it
+        return entry
 
 
 class Replay:
     """A recorded call: ``allocations`` (shape, dtype, strides) in slot order after the operands,
-    ``steps``, and ``results``: the slots of the returned arrays (an operand slot for `out`)."""
+    ``steps``, and ``results``: the slots of the returned arrays (an operand slot for `out`).
 
-    __slots__ = ("n_operands", "allocations", "steps", "results", "pair")
+    Allocations that are not results (workspaces: split-KV partials) share one block, carved at
+    256-byte offsets, taken before the launches and dropped after them (its free is stream-ordered,
+    so it waits for them): one allocation per call instead of one per workspace."""
+
+    __slots__ = ("n_operands", "allocations", "steps", "results", "pair", "scratch_bytes")
 
     def __init__(self, n_operands, allocations, steps, results, pair):
         self.n_operands = n_operands
-        self.allocations = allocations
         self.steps = steps
         self.results = results
         self.pair = pair  # the call returned (out, lse)
+        self.allocations = []  # (shape, dtype, strides, offset in the scratch block or None: a result)
+        offset = 0
+        for i, (shape, dtype, strides) in enumerate(allocations):
+            if n_operands + i in results:
+                self.allocations.append((shape, dtype, strides, None))
+            else:
+                self.allocations.append((shape, dtype, strides, offset))
+                offset += -(-math.prod(shape) * dtype.itemsize // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
+        self.scratch_bytes = offset
 
-    def run(self, operands: list, device_id: int, stream: int, keep: object):
-        """Launch the recorded work for ``operands`` (DeviceArrays, None for absent ones) on ``stream``."""
-        ptrs = [0 if a is None else a.ptr for a in operands]
+    def run(self, operands: list, ptrs: list, device_id: int, stream: int, keep: object):
+        """Launch the recorded work for ``operands`` (DeviceArrays, None for absent ones; ``ptrs``
+        their addresses, 0 for absent ones, extended here) on ``stream``.
+
+        The launches were checked when the call was recorded (grid, shared memory): here they go
+        straight to ``cuLaunchKernel``. The params block is copied by the driver at the launch."""
         made = []
-        for shape, dtype, strides in self.allocations:
-            a = _array.new_array(shape, dtype, device_id, stream, keep, strides)
-            made.append(a)
-            ptrs.append(a.ptr)
+        if self.allocations:
+            scratch = _alloc.allocate(device_id, self.scratch_bytes, stream, keep) if self.scratch_bytes else None
+            for shape, dtype, strides, offset in self.allocations:
+                if offset is None:
+                    a = _array.new_array(shape, dtype, device_id, stream, keep, strides)
+                    made.append(a)
+                    ptrs.append(a.ptr)
+                else:
+                    made.append(None)
+                    ptrs.append(scratch.ptr + offset)
         for st in self.steps:
-            buf = st.buffer_type.from_buffer_copy(st.template)
-            for off, slot, delta in st.pointers:
-                _pack_u64(buf, off, ptrs[slot] + delta)
-            for off, slot, delta, raw, seen in st.maps:
-                addr = ptrs[slot] + delta
-                m = seen.get(addr)
-                if m is None:
-                    if len(seen) >= _MAP_CACHE_MAX:
-                        seen.clear()
-                    m = seen[addr] = _tma.replace_address(raw, addr)
-                buf[off:off + _MAP_BYTES] = m
-            _launch.launch(st.kernel, st.grid, st.block, st.smem, stream, buf)  # the one way to launch
+            err = _cuLaunchKernel(*st.args, stream, st.argv(ptrs, device_id), 0)[0]
+            if err:
+                check(err, f"cuLaunchKernel({st.name}, grid={st.args[1:4]}, block={st.args[4:7]}, smem={st.args[7]})")
         n = self.n_operands
         res = [operands[s] if s < n else made[s - n] for s in self.results]  # made on `stream` already
         return (res[0], res[1]) if self.pair else res[0]

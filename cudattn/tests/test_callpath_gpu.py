@@ -524,6 +524,50 @@ def test_fp8_descales_produced_on_another_stream_are_ordered(torch):
     assert _same_bits(got, want), f"{np.isnan(got.astype(np.float32)).sum()} NaN; descales read before written?"
 
 
+def test_fp8_torch_tensors_match_device_arrays(torch):
+    """torch float8_e4m3fn tensors (read through torch's attributes, dtype kept) give the DeviceArray
+    path's result bit for bit, on the first call (full path) and on warm calls (recorded replay)."""
+    _need_fp8()
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this torch has no float8_e4m3fn")
+    (q, k, v), descales = _fp8_inputs(_rng())
+    names = ("q_descale", "k_descale", "v_descale")
+    want = cudattn.to_host(cudattn.attention(*(cudattn.to_device(x) for x in (q, k, v)), causal=True,
+                                             **{n: cudattn.to_device(d) for n, d in zip(names, descales)}))
+    tq, tk, tv = (torch.from_numpy(np.ascontiguousarray(x).view(np.uint8)).cuda().view(torch.float8_e4m3fn)
+                  for x in (q, k, v))
+    tds = {n: _to_torch(torch, d) for n, d in zip(names, descales)}
+    for call in range(3):
+        got = cudattn.to_host(cudattn.attention(tq, tk, tv, causal=True, **tds))
+        assert _same_bits(got, want), f"call {call}: torch FP8 operands differ from DeviceArray operands"
+
+
+def test_warm_call_from_a_thread_without_a_current_context():
+    """A new thread has no current CUDA context; a warm call there (a replay on cudattn's stream,
+    which carries its context) must still run and give the first call's result bit for bit."""
+    import threading
+
+    rng = _rng()
+    q, k, v = (cudattn.to_device(x) for x in _qkv(rng, 1, 77, 130, 4, 2, 64))
+    want = cudattn.to_host(cudattn.attention(q, k, v, causal=True))
+    got, errors = [], []
+
+    def worker():
+        try:
+            ctx = driver.cuCtxGetCurrent()[1]
+            got.append((int(ctx), cudattn.to_host(cudattn.attention(q, k, v, causal=True))))
+        except Exception as e:  # reported in the main thread
+            errors.append(e)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert not errors, errors
+    ctx, res = got[0]
+    assert ctx == 0, "the new thread had a current context: the test did not test what it says"
+    assert _same_bits(res, want)
+
+
 # ---------------------------------------------------------------------------- 6. CUDA graphs
 #
 # The captured sequence: a causal GQA prefill with an odd length, a decode against a contiguous KV
