@@ -117,7 +117,7 @@ def run(args, argv) -> int:
         row = runner.run_case(case, s)
         rows.append(row)
         print(report.row_line(row, peers is not None), flush=True)
-    overhead_rows = []
+    overhead_rows, graph_step = [], None
     if args.grid == "overhead":
         from . import overhead
 
@@ -125,6 +125,10 @@ def run(args, argv) -> int:
               + report.overhead_header())
         overhead_rows = overhead.run(s.device_id, torch_mod, iters=args.iters,
                                      progress=lambda r: print(report.overhead_line(r), flush=True))
+        from . import graphstep
+
+        graph_step = graphstep.run(s.device_id)
+        print("\n" + graphstep.line(graph_step), flush=True)
     host_rows = []
     if args.host:
         print("\nNumPy end to end (attention(numpy...), transfers included)\n" + report.host_header())
@@ -136,7 +140,7 @@ def run(args, argv) -> int:
     command = "python -m cudattn " + shlex.join(argv)
     rep = {"command": command, "environment": env, "ceilings": s.ceilings, "iters": args.iters,
            "warmup": args.warmup, "rows": rows, "host_rows": host_rows, "overhead_rows": overhead_rows,
-           "seconds": time.perf_counter() - t0}
+           "graph_step": graph_step, "seconds": time.perf_counter() - t0}
     print("\n" + report.summary(rep))
     if args.json:
         report.write_json(args.json, rep)

@@ -202,6 +202,10 @@ def markdown(report: dict, command: str, plot_name: str | None = None) -> str:
                       f"{100 * r['fraction_of_floor']:.0f}% | {'ok' if r['check']['ok'] else '**FAIL**'} |")
         md.append("")
     md += overhead_markdown(report.get("overhead_rows", []))
+    if report.get("graph_step"):
+        from .graphstep import line
+
+        md += ["## A decode step replayed from a CUDA graph", "", line(report["graph_step"]), ""]
     return "\n".join(md)
 
 
