@@ -96,7 +96,11 @@ def adapt(obj, name: str, consumer: int) -> DeviceArray:
         if dev < 0 or dtype is None or dtype.kind == "u":  # host memory, or FP8 that crossed as uint8
             raise TypeError
     except Exception:
-        return as_device_array(obj, name=name, stream_handle=consumer)
+        if kind == OTHER:
+            return as_device_array(obj, name=name, stream_handle=consumer)
+        a = as_device_array(obj, name=name, stream_handle=None)  # no ordering: the caller orders the call
+        a.stream_handle = current_stream(kind, a.device_id)  # after the package's current stream, as above
+        return a
     a = object.__new__(DeviceArray)
     a.ptr, a.shape, a.dtype, a.device_id, a.owner, a.readonly = view.ptr, view.shape, dtype, dev, view, view.readonly
     st = view.strides

@@ -28,24 +28,24 @@ def run(device_id: int, *, iters: int = 20) -> dict:
 
     dev = Device(device_id)
     dev.set_current()
-    s = dev.create_stream()
+    s = dev.create_stream()  # passed as the object: arrays allocated on it keep it alive until freed
     h = int(s.handle)
     rng = np.random.default_rng(7)
 
     def up(shape, dtype=np.float16):
         x = rng.standard_normal(shape, dtype=np.float32).astype(dtype)
-        return _array.to_device(x, device=device_id, stream=h)
+        return _array.to_device(x, device=device_id, stream=s)
 
     qs = [up((B, 1, HQ, D)) for _ in range(LAYERS)]
     kcs = [up((B, CAPACITY, HKV, D)) for _ in range(LAYERS)]
     vcs = [up((B, CAPACITY, HKV, D)) for _ in range(LAYERS)]
-    outs = [_array.empty((B, 1, HQ, D), np.float16, device=device_id, stream=h) for _ in range(LAYERS)]
+    outs = [_array.empty((B, 1, HQ, D), np.float16, device=device_id, stream=s) for _ in range(LAYERS)]
     seqlens = _array.to_device(rng.integers(CAPACITY // 2, CAPACITY + 1, size=B, dtype=np.int32),
-                               device=device_id, stream=h)
+                               device=device_id, stream=s)
 
     def step(i=0):
         for q, kc, vc, o in zip(qs, kcs, vcs, outs):
-            attention_with_kvcache(q, kc, vc, cache_seqlens=seqlens, out=o, stream=h)
+            attention_with_kvcache(q, kc, vc, cache_seqlens=seqlens, out=o, stream=s)
 
     step()
     _launch.synchronize(h)
