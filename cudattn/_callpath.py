@@ -22,11 +22,11 @@ import functools
 import operator
 from typing import Callable
 
-from . import _device, _lifetime, _replay, _traits
+from . import _device, _lifetime, _replay, _stream, _traits
 from ._alloc import is_capturing
 from ._array import DeviceArray, _span, share_bytes
 from ._operands import CUDATTN, OTHER, adapt, current_stream_owner, kind_of
-from ._stream import as_stream, stream_wait
+from ._stream import stream_wait
 
 __all__ = ["consumer_stream", "adapt_all", "signature", "run", "tag"]
 
@@ -47,13 +47,13 @@ def tag(x):
 def consumer_stream(first, stream):
     """``(stream handle, stream owner or None, first operand adapted)`` by the rule in the module doc."""
     if stream is not None:
-        ref = as_stream(stream, None)
+        ref = _stream.as_stream(stream, None)
         return ref.handle, ref.obj, None
     kind = kind_of(first)
     if kind == CUDATTN:
         h = first.stream_handle
         if h is None:
-            ref = as_stream(None, first.device_id)
+            ref = _stream.as_stream(None, first.device_id)
             return ref.handle, ref.obj, first
         return h, getattr(first.owner, "keep", None), first  # the stream that allocated it stays alive
     if kind != OTHER:
@@ -62,7 +62,7 @@ def consumer_stream(first, stream):
             return a.stream_handle, current_stream_owner(kind, a.device_id), a
     from ._array import device_id_of
 
-    ref = as_stream(None, device_id_of(first, name="q"))
+    ref = _stream.as_stream(None, device_id_of(first, name="q"))
     return ref.handle, ref.obj, None
 
 

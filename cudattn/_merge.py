@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import _array, _decode, _device, _stream
+from . import _array, _callpath, _decode, _device, _stream
 from ._decode import PartsView
 from ._merge_host import merge_host, parse_merge_inputs
 from ._params import MERGE_MAX_TABLE
@@ -42,14 +42,34 @@ def merge_attention_states(outs: ArrayLike | Sequence[ArrayLike], lses: ArrayLik
     """
     if not _any_device(outs) and not _any_device(lses):  # NumPy parts, or no arrays: the host path's checks
         return merge_host(outs, lses, layout)
-    first = _first_part(outs, "outs")
+    _first_part(outs, "outs")
     _first_part(lses, "lses")
-    device_id = _array.device_id_of(first, name="outs")
+    o_stacked, l_stacked = _is_array(outs), _is_array(lses)
+    objs = (*((outs,) if o_stacked else tuple(outs)), *((lses,) if l_stacked else tuple(lses)))
+    n_o = 1 if o_stacked else len(outs)
+    names = (("outs",) if o_stacked else tuple(f"outs[{i}]" for i in range(n_o))) + \
+        (("lses",) if l_stacked else tuple(f"lses[{i}]" for i in range(len(objs) - n_o)))
+    for x, name in zip(objs, names):
+        if not _array.is_device_array_like(x) or isinstance(x, np.ndarray):
+            raise TypeError(f"merge_attention_states: {name} must be a device array like the other parts (all "
+                            f"NumPy or all device arrays); got {type(x).__name__}")
+    consumer, keep, first = _callpath.consumer_stream(objs[0], stream)
+    ops = _callpath.adapt_all(objs, names, consumer, first)
+    key = ("merge", _callpath.signature(ops), n_o, o_stacked, l_stacked, layout)
+
+    def full(*ops):
+        outs_d = ops[0] if o_stacked else list(ops[:n_o])
+        lses_d = ops[n_o] if l_stacked else list(ops[n_o:])
+        return _merge_device(outs_d, lses_d, layout, _stream.StreamRef(consumer, keep))
+
+    return _callpath.run(key, objs, ops, names, consumer, keep, full, tensors=len(ops), out_index=None,
+                         allocates=True)
+
+
+def _merge_device(outs_d, lses_d, layout: str, sref):
+    """The device path on adapted parts, on the call path's stream ``sref``."""
+    device_id = (outs_d if isinstance(outs_d, _array.DeviceArray) else outs_d[0]).device_id
     device = _device.get_device(device_id)
-    sref = _stream.as_stream(stream, device)
-    adapt = lambda x, n: _array.as_device_array(x, name=n, stream_handle=sref.handle)  # noqa: E731
-    outs_d = adapt(outs, "outs") if _is_array(outs) else [adapt(x, f"outs[{i}]") for i, x in enumerate(outs)]
-    lses_d = adapt(lses, "lses") if _is_array(lses) else [adapt(x, f"lses[{i}]") for i, x in enumerate(lses)]
     parts_o, parts_l, B, Sq, H, D, dtype = parse_merge_inputs(outs_d, lses_d, layout)
     n = len(parts_o)
     for name, group in (("outs", parts_o), ("lses", parts_l)):

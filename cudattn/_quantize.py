@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _array, _device, _kernels, _launch, _stream
+from . import _array, _callpath, _device, _kernels, _launch, _stream
 from ._decode_traits import HelperKernel
 from ._dtypes import BFLOAT16, FLOAT16, FLOAT8_E4M3, as_dtype, dtype_name
 from ._types import ArrayLike, ArrayResult, DTypeLike, Layout, QuantizePer, StreamLike
@@ -253,9 +253,12 @@ def quantize_fp8(x: ArrayLike, *, per: QuantizePer = "tensor", layout: Layout = 
         :func:`cudattn.attention`'s ``q_descale`` / ``k_descale`` / ``v_descale`` take, q under GQA
         included (pass the kv head count).
     stream : optional
-        For device input: the stream to work on (None: cudattn's stream for the device; an int
-        handle, a cuda.core Stream, or anything with ``__cuda_stream__``). Unused for NumPy input,
-        which is computed by NumPy on the host.
+        For device input: the stream to work on (an int handle, a cuda.core Stream, or anything
+        with ``__cuda_stream__``). None: the operands' current stream, as in
+        :func:`cudattn.attention` (torch's or CuPy's current stream, the stream that produced a
+        DeviceArray, else cudattn's stream); the call waits on the GPU for the stream that produced
+        ``x``. Unused for NumPy input, which is computed by NumPy on the host. The device path
+        allocates its outputs, so it cannot run on a stream that captures a CUDA graph.
 
     Returns
     -------
@@ -279,7 +282,12 @@ def quantize_fp8(x: ArrayLike, *, per: QuantizePer = "tensor", layout: Layout = 
     if not _array.is_device_array_like(x):
         raise TypeError("x must be a NumPy array or a device array (DeviceArray, or an object with "
                         f"__cuda_array_interface__ or __dlpack__ on a CUDA device); got {type(x).__name__}")
-    return _quantize_device(x, per, layout, heads_kv, stream)
+    consumer, keep, xa = _callpath.consumer_stream(x, stream)
+    ops = _callpath.adapt_all((x,), ("x",), consumer, xa)
+    key = ("quantize_fp8", _callpath.signature(ops), per, layout, heads_kv)
+    return _callpath.run(key, (x,), ops, ("x",), consumer, keep,
+                         lambda xa: _quantize_device(xa, per, layout, heads_kv, _stream.StreamRef(consumer, keep)),
+                         tensors=1, out_index=None, allocates=True)
 
 
 def dequantize(x_fp8: ArrayLike, descale: ArrayLike, *, layout: Layout = "bshd", out_dtype: DTypeLike = np.float32,
@@ -314,7 +322,13 @@ def dequantize(x_fp8: ArrayLike, descale: ArrayLike, *, layout: Layout = "bshd",
         if not _array.is_device_array_like(a):
             raise TypeError(f"{name} must be a NumPy array or a device array (DeviceArray, or an object with "
                             f"__cuda_array_interface__ or __dlpack__ on a CUDA device); got {type(a).__name__}")
-    return _dequantize_device(x_fp8, descale, layout, out_dt, stream)
+    objs, names = (x_fp8, descale), ("x_fp8", "descale")
+    consumer, keep, xa = _callpath.consumer_stream(x_fp8, stream)
+    ops = _callpath.adapt_all(objs, names, consumer, xa)
+    key = ("dequantize", _callpath.signature(ops), layout, out_dt)
+    return _callpath.run(key, objs, ops, names, consumer, keep,
+                         lambda xa, da: _dequantize_device(xa, da, layout, out_dt, _stream.StreamRef(consumer, keep)),
+                         tensors=2, out_index=None, allocates=True)
 
 
 # ---------------------------------------------------------------------- host (NumPy)
@@ -481,13 +495,6 @@ def _check_sizes(name: str, shape, g: _Geom) -> None:
                          "below 2**31 on the device")
 
 
-def _device_setup(first, name: str, stream):
-    device_id = _array.device_id_of(first, name=name)
-    device = _device.get_device(device_id)
-    sref = _stream.as_stream(stream, device)
-    return device_id, device, sref
-
-
 def _params(x_ptr: int, y_ptr: int, xr: _Rows, yr: _Rows, g: _Geom, vec: bool, lpr: int) -> Fp8QuantParams:
     p = Fp8QuantParams()
     p.x, p.y = x_ptr, y_ptr
@@ -500,9 +507,10 @@ def _params(x_ptr: int, y_ptr: int, xr: _Rows, yr: _Rows, g: _Geom, vec: bool, l
     return p
 
 
-def _quantize_device(x, per: str, layout: str, heads_kv: int | None, stream):
-    device_id, device, sref = _device_setup(x, "x", stream)
-    xa = _array.as_device_array(x, name="x", stream_handle=sref.handle)
+def _quantize_device(xa, per: str, layout: str, heads_kv: int | None, sref):
+    """The device path on an adapted ``xa``, on the call path's stream ``sref`` (`_callpath`)."""
+    device_id = xa.device_id
+    device = _device.get_device(device_id)
     g = _x_geom(xa.shape, layout, heads_kv)
     _check_x_dtype(xa.dtype, host=False)
     _check_sizes("x", xa.shape, g)
@@ -532,10 +540,9 @@ def _quantize_device(x, per: str, layout: str, heads_kv: int | None, stream):
     return y, descale
 
 
-def _dequantize_device(x_fp8, descale, layout: str, out_dt: np.dtype, stream):
-    device_id, device, sref = _device_setup(x_fp8, "x_fp8", stream)
-    xa = _array.as_device_array(x_fp8, name="x_fp8", stream_handle=sref.handle)
-    da = _array.as_device_array(descale, name="descale", stream_handle=sref.handle)
+def _dequantize_device(xa, da, layout: str, out_dt: np.dtype, sref):
+    device_id = xa.device_id
+    device = _device.get_device(device_id)
     if da.device_id != device_id:
         raise ValueError(f"descale is on device {da.device_id} but x_fp8 is on device {device_id}; "
                          "both must be on one device")

@@ -568,6 +568,59 @@ def test_warm_call_from_a_thread_without_a_current_context():
     assert _same_bits(res, want)
 
 
+# ---------------------------------------------------------------------------- 5b. merge and quantize
+
+
+def test_quantize_and_merge_follow_the_stream_rule(torch):
+    """quantize_fp8, dequantize and merge_attention_states take the same call path: with torch
+    tensors and stream=None they run on torch's current stream (a side stream here), and give the
+    host path's results (quantize: the same bits; merge: within float32 rounding)."""
+    _need_fp8()
+    rng = _rng()
+    x = rng.standard_normal((2, 33, 4, 64), dtype=np.float32).astype(F16)
+    parts_o = [_rand(rng, (2, 33, 4, 64), F16) for _ in range(3)]
+    parts_l = [rng.standard_normal((2, 4, 33), dtype=np.float32) for _ in range(3)]
+    want_q, want_d = cudattn.quantize_fp8(x, per="head")
+    want_o, want_l = cudattn.merge_attention_states(parts_o, parts_l)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        xt = _to_torch(torch, x)
+        q, d = cudattn.quantize_fp8(xt, per="head")
+        back = cudattn.dequantize(q, d)
+        o, lse = cudattn.merge_attention_states([_to_torch(torch, p) for p in parts_o],
+                                                [_to_torch(torch, p) for p in parts_l])
+        for name, a in (("quantize_fp8", q), ("descale", d), ("dequantize", back), ("merge out", o),
+                        ("merge lse", lse)):
+            assert a.stream_handle == side.cuda_stream, f"{name} on {a.stream_handle:#x}, not torch's current stream"
+    assert _same_bits(cudattn.to_host(q), want_q) and _same_bits(cudattn.to_host(d), want_d)
+    assert _same_bits(cudattn.to_host(back), cudattn.dequantize(want_q, want_d))
+    np.testing.assert_allclose(cudattn.to_host(o).astype(np.float32), want_o.astype(np.float32), rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(cudattn.to_host(lse), want_l, rtol=1e-5, atol=1e-5)
+
+
+def test_merge_on_an_explicit_stream_waits_for_the_parts_producer(torch):
+    """Parts written on stream A behind a 0.1 s spin (NaN until then), merged on stream B: B waits for
+    A on the GPU, without a host sync."""
+    rng = _rng()
+    parts_o = [_rand(rng, (1, 40, 2, 64), F16) for _ in range(2)]
+    parts_l = [rng.standard_normal((1, 2, 40), dtype=np.float32) for _ in range(2)]
+    want_o, _ = cudattn.merge_attention_states(parts_o, parts_l)
+    A, B = torch.cuda.Stream(), torch.cuda.Stream()
+    late_o = [_nan_device(p.shape, F16, stream=A.cuda_stream) for p in parts_o]
+    late_l = [_nan_device(p.shape, F32, stream=A.cuda_stream) for p in parts_l]
+    srcs = [_to_torch(torch, p) for p in parts_o + parts_l]
+    torch.cuda.synchronize()
+    with torch.cuda.stream(A):
+        torch.cuda._sleep(SPIN)
+        for dst, src in zip(late_o + late_l, srcs):
+            torch.from_dlpack(dst).copy_(src)
+    o, _ = cudattn.merge_attention_states(late_o, late_l, stream=B.cuda_stream)
+    assert not A.query(), "the parts' producer finished before the call returned: the call synchronized the host"
+    got = cudattn.to_host(o).astype(np.float32)
+    assert not np.isnan(got).any(), "parts read before they were written"
+    np.testing.assert_allclose(got, want_o.astype(np.float32), rtol=2e-3, atol=2e-3)
+
+
 # ---------------------------------------------------------------------------- 6. CUDA graphs
 #
 # The captured sequence: a causal GQA prefill with an odd length, a decode against a contiguous KV
