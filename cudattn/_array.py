@@ -60,8 +60,13 @@ from . import _alloc, _dlpack, _recording
 from ._device import _ensure_init, get_device
 from ._dlpack import kDLCUDA, kDLCUDAManaged
 from ._errors import check
+from ._geometry import c_strides as _c_strides
+from ._geometry import is_dense as _is_dense
+from ._geometry import span as _span
+from ._geometry import stand_in
 from ._staging import parallel_memmove
 from ._stream import CU_STREAM_LEGACY, as_stream, stream_wait
+from ._types import DeviceArrayLike, DeviceLike, DTypeLike, HostArrayLike, Index, StreamLike
 
 __all__ = [
     "DeviceArray",
@@ -92,57 +97,6 @@ _NAN_BITS: dict[np.dtype, int] = {
 _CUDA_DEVICE_TYPES = (kDLCUDA, kDLCUDAManaged)
 _DLPACK_DEVICE_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA host (pinned)", 4: "OpenCL", 7: "Vulkan", 8: "Metal",
                         10: "ROCm", 11: "ROCm host", 13: "CUDA managed", 14: "oneAPI"}  # fmt: skip
-
-
-def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    strides = []
-    acc = itemsize
-    for n in reversed(shape):
-        strides.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(strides))
-
-
-def _span(shape, strides, itemsize) -> tuple[int, int]:
-    """Byte offsets ``[lo, hi)`` relative to ``ptr`` that the view touches (``(0, 0)`` if empty)."""
-    if 0 in shape:
-        return 0, 0
-    lo = hi = 0
-    for n, s in zip(shape, strides):
-        if s < 0:
-            lo += (n - 1) * s
-        else:
-            hi += (n - 1) * s
-    return lo, hi + itemsize
-
-
-def share_bytes(aptr, ashape, astrides, aitem, bptr, bshape, bstrides, bitem) -> bool:
-    """Whether two views (address, shape, byte strides, itemsize) share a byte: exact, through NumPy
-    on stand-ins that are never read, so views interleaved in one buffer (two halves of an axis)
-    are not refused. A case too hard to decide quickly counts as no overlap."""
-    (alo, ahi), (blo, bhi) = _span(ashape, astrides, aitem), _span(bshape, bstrides, bitem)
-    if aptr + ahi <= bptr + blo or bptr + bhi <= aptr + alo:  # disjoint byte ranges: the usual case
-        return False
-    try:
-        a = _stand_in(aptr or 1 << 40, ashape, astrides, aitem)
-        b = _stand_in(bptr or 1 << 40, bshape, bstrides, bitem)
-        return bool(np.shares_memory(a, b, max_work=10**6))
-    except (_TooHardError, ValueError):  # ValueError: a view NumPy cannot describe (more bytes than it
-        return False  # addresses); validation refuses such shapes
-
-
-_TooHardError = getattr(np, "exceptions", np).TooHardError
-
-
-def _is_dense(shape, strides, itemsize) -> bool:
-    """True when the view covers its span exactly once: no gaps and no overlap, in any axis order."""
-    dims = sorted((abs(s), n) for n, s in zip(shape, strides) if n != 1)
-    expect = itemsize
-    for s, n in dims:
-        if s != expect:
-            return False
-        expect *= n
-    return True
 
 
 class DeviceArray:
@@ -278,7 +232,7 @@ class DeviceArray:
         if Ellipsis not in key:
             key = key + (Ellipsis,)  # integer indexing then still yields a (0-d) view, never a read
         base = self.ptr if self.ptr else 1 << 40  # NumPy treats a NULL data pointer as "allocate"
-        v = _stand_in(base, self.shape, self.strides, self.dtype.itemsize)[key]
+        v = stand_in(base, self.shape, self.strides, self.dtype.itemsize)[key]
         new_ptr = v.__array_interface__["data"][0] - base + self.ptr if v.size else self.ptr
         return self._derive(new_ptr, v.shape, v.strides)
 
@@ -377,19 +331,6 @@ class DeviceArray:
         """Write the ``itemsize``-wide bit ``pattern`` over every element; returns self."""
         memset(self, pattern, stream=stream)
         return self
-
-
-class _ArrayInterface:
-    __slots__ = ("__array_interface__",)
-
-    def __init__(self, iface: dict):
-        self.__array_interface__ = iface
-
-
-def _stand_in(base: int, shape, strides, itemsize: int) -> np.ndarray:
-    """A NumPy array describing the view at address ``base`` without owning or reading it."""
-    iface = {"version": 3, "data": (base, True), "shape": shape, "strides": strides, "typestr": f"|V{itemsize}"}
-    return np.asarray(_ArrayInterface(iface))
 
 
 # ---------------------------------------------------------------------- wrapping foreign arrays
@@ -989,7 +930,3 @@ def memset(arr: DeviceArray, pattern: int, *, stream=None) -> None:
     else:
         raise TypeError(f"memset: a non-zero pattern needs 1-, 2- or 4-byte elements, not {itemsize}")
 
-
-# Last: _types imports DeviceArray from here, so it must come after everything above (annotations
-# only; with `from __future__ import annotations` nothing on a call path reads these names).
-from ._types import DeviceArrayLike, DeviceLike, DTypeLike, HostArrayLike, Index, StreamLike  # noqa: E402

@@ -24,7 +24,9 @@ from typing import Callable
 
 from . import _device, _lifetime, _replay, _stream, _traits
 from ._alloc import is_capturing
-from ._array import DeviceArray, _span, share_bytes
+from ._array import DeviceArray
+from ._geometry import share_bytes
+from ._geometry import span as _span
 from ._operands import CUDATTN, OTHER, adapt, current_stream_owner, kind_of
 from ._stream import stream_wait
 

@@ -17,6 +17,7 @@ import numpy as np
 from . import _array, _decode_traits, _kernels, _launch
 from ._decode_traits import MAX_SPLITS, DecodeVariant
 from ._params import CombineParams, DecodeParams, KvCacheGeom
+from ._geometry import contiguous_geom
 from ._problem import Problem, TensorGeom
 
 _F32 = np.dtype(np.float32)
@@ -151,7 +152,7 @@ def run(problem: Problem, q: int, k: int, v: int, o: int, lse: int, o_geom: Tens
     _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
     if splits > 1:
         parts = PartsView(o_part.ptr, lse_part.ptr, B * Hq * Sq * D, B * Hq * Sq,
-                          TensorGeom(batch=Hq * Sq * D, seq=D, head=Sq * D), (Hq * Sq, Sq, 1))
+                          contiguous_geom(Sq, Hq, D, "bhsd"), (Hq * Sq, Sq, 1))
         launch_combine(parts, splits, "float32", problem.out_dtype, o, lse, o_geom, B, Sq, Hq, D, props, device, sref)
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from . import _array, _callpath, _decode_traits, _device, _kernels, _launch, _stream
 from ._dtypes import FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error
+from ._geometry import contiguous_geom, share_bytes, span
 from ._operands import OTHER, kind_of
 from ._params import AppendParams, KvCacheGeom
 from ._problem import KvCache, Problem, TensorGeom
@@ -137,8 +138,8 @@ _NAMES = ("q", "k_cache", "v_cache", "k_new", "v_new", "out", "cache_seqlens", "
 
 
 def _ranges_meet(a, b) -> bool:
-    alo, ahi = _array._span(a.shape, a.strides, a.dtype.itemsize)
-    blo, bhi = _array._span(b.shape, b.strides, b.dtype.itemsize)
+    alo, ahi = span(a.shape, a.strides, a.dtype.itemsize)
+    blo, bhi = span(b.shape, b.strides, b.dtype.itemsize)
     return a.ptr + alo < b.ptr + bhi and b.ptr + blo < a.ptr + ahi
 
 
@@ -188,7 +189,7 @@ def _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cau
 
 def _dense(a) -> TensorGeom:
     _, s, h, d = a.shape
-    return TensorGeom(batch=s * h * d, seq=h * d, head=d)
+    return contiguous_geom(s, h, d, "bshd")
 
 
 def _append_host(k_cache, v_cache, k_new, v_new, seqlens, table, kv: KvCache) -> None:
@@ -288,7 +289,7 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
         if readonly:
             raise ValueError(f"{readonly[0]} must be writeable: k_new/v_new are appended into the caches in place "
                              f"(it is read-only)")
-        if _array.share_bytes(kptr, ks, kst, qdt.itemsize, vptr, vs, vst, qdt.itemsize):
+        if share_bytes(kptr, ks, kst, qdt.itemsize, vptr, vs, vst, qdt.itemsize):
             raise ValueError("k_cache and v_cache share memory: k_new and v_new are appended into them in place, so "
                              "v_new would overwrite keys; pass two caches (views of one buffer are fine if no "
                              "element is in both)")

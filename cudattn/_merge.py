@@ -14,7 +14,7 @@ from . import _array, _callpath, _decode, _device, _stream
 from ._decode import PartsView
 from ._merge_host import merge_host, parse_merge_inputs
 from ._params import MERGE_MAX_TABLE
-from ._problem import TensorGeom
+from ._geometry import contiguous_geom
 from ._traits import DTYPE_NAMES
 from ._types import ArrayLike, ArrayResult, Layout, StreamLike
 from ._validate import tensor_geom
@@ -93,7 +93,7 @@ def _merge_device(outs_d, lses_d, layout: str, sref):
     shape = (B, Sq, H, D) if layout == "bshd" else (B, H, Sq, D)
     out = _array.empty_on(shape, dtype, device, sref)
     lse = _array.empty_on((B, H, Sq), _F32, device, sref)
-    o_geom = TensorGeom(batch=Sq * H * D, seq=H * D, head=D) if layout == "bshd" else TensorGeom(H * Sq * D, D, Sq * D)
+    o_geom = contiguous_geom(Sq, H, D, layout)
     name = "float32" if dtype == _F32 else DTYPE_NAMES[dtype]
     props = _device.device_properties(device_id)
     _decode.launch_combine(parts, n, name, dtype, out.ptr, lse.ptr, o_geom, B, Sq, H, D, props, device, sref)

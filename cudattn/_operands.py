@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import sys
 
-from ._array import DeviceArray, _c_strides, as_device_array
+from ._array import DeviceArray, as_device_array
+from ._geometry import c_strides as _c_strides
 
 __all__ = ["OTHER", "TORCH", "CUPY", "CUDATTN", "adapt", "kind_of", "current_stream", "current_stream_owner"]
 

@@ -6,7 +6,7 @@ import ctypes
 
 from dataclasses import dataclass
 
-from . import _fp8, _tma, _traits
+from . import _fp8, _geometry, _tma, _traits
 from ._params import FwdParams, FwdSm90Params
 from ._problem import Problem, TensorGeom
 from ._traits import Variant
@@ -109,10 +109,7 @@ def _l2_section(problem: Problem, l2_bytes: int, ctas: int) -> int:
 
 def contiguous_geom(problem: Problem) -> TensorGeom:
     """Element strides of a freshly allocated C-contiguous output in the problem's layout."""
-    B, S, H, D = problem.batch, problem.seqlen_q, problem.heads_q, problem.head_dim
-    if problem.layout == "bshd":
-        return TensorGeom(batch=S * H * D, seq=H * D, head=D)
-    return TensorGeom(batch=H * S * D, seq=D, head=S * D)
+    return _geometry.contiguous_geom(problem.seqlen_q, problem.heads_q, problem.head_dim, problem.layout)
 
 
 def _scale_log2(scale: float) -> float:

@@ -42,10 +42,13 @@ ArrayResult
 from __future__ import annotations
 
 from types import EllipsisType
-from typing import Any, Literal, Protocol, SupportsIndex, TypeAlias, Union
+from typing import TYPE_CHECKING, Any, Literal, Protocol, SupportsIndex, TypeAlias, Union
 
 from numpy.typing import ArrayLike as HostArrayLike
 from numpy.typing import DTypeLike, NDArray
+
+if TYPE_CHECKING:
+    from ._array import DeviceArray
 
 __all__ = [
     "ArrayLike",
@@ -114,8 +117,16 @@ QuantizePer: TypeAlias = Literal["tensor", "head"]
 #: One entry of a basic index (``DeviceArray.__getitem__``).
 Index: TypeAlias = Union[SupportsIndex, slice, EllipsisType, None]
 
-# Results name DeviceArray, so _array is imported only now, after every alias it imports itself
-# (it does so at its end): either module may then be imported first.
-from ._array import DeviceArray  # noqa: E402
+if TYPE_CHECKING:
+    ArrayResult: TypeAlias = Union[NDArray[Any], DeviceArray]
 
-ArrayResult: TypeAlias = Union[NDArray[Any], DeviceArray]
+
+def __getattr__(name: str):
+    # ArrayResult names DeviceArray, whose module imports this one: the alias is made when first
+    # imported (by then _array can load), so neither module imports the other at module level.
+    if name == "ArrayResult":
+        from ._array import DeviceArray
+
+        alias = globals()["ArrayResult"] = Union[NDArray[Any], DeviceArray]
+        return alias
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

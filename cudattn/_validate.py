@@ -27,6 +27,7 @@ import numbers
 import numpy as np
 
 from ._dtypes import FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error, resolve_out_dtype
+from ._geometry import c_strides as _c_strides
 from ._problem import Problem, TensorGeom
 
 __all__ = ["validate", "tensor_geom", "ALIGN_BYTES", "HEAD_DIMS"]
@@ -89,15 +90,6 @@ def _describe(name: str, x: object, host: bool):
     elif type(strides) is not tuple:
         strides = tuple(strides)
     return shape, strides, dtype, int(ptr)
-
-
-def _c_strides(shape: tuple, itemsize: int) -> tuple:
-    out = []
-    step = itemsize
-    for n in reversed(shape):
-        out.append(step)
-        step *= max(int(n), 1)
-    return tuple(reversed(out))
 
 
 def tensor_geom(name: str, shape: tuple, strides: tuple, itemsize: int, ptr: int, layout: str) -> TensorGeom:
