@@ -15,7 +15,8 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
 
 from . import reference
 from ._api import attention
-from ._array import DeviceArray, empty_cache, to_device, to_host
+from ._array import DeviceArray, empty_cache
+from ._transfer import to_device, to_host
 from ._errors import CudaError, NoDeviceError, OutOfMemoryError
 from ._kvcache import attention_with_kvcache
 from ._merge import merge_attention_states

@@ -6,7 +6,7 @@ from typing import Literal, overload
 
 import numpy as np
 
-from . import _array, _callpath, _decode, _device, _fp8, _kernels, _launch, _plan, _stream
+from . import _array, _callpath, _decode, _device, _foreign, _fp8, _kernels, _launch, _plan, _stream, _transfer
 from ._types import ArrayLike, ArrayResult, DescaleLike, DTypeLike, Layout, StreamLike
 from ._operands import OTHER, kind_of
 from ._validate import validate
@@ -182,8 +182,8 @@ def _run_empty(problem, oa, device, sref):
     lse = None
     if problem.return_lse:
         lse = _array.empty_on((problem.batch, problem.heads_q, problem.seqlen_q), _F32, device, sref)
-        _array.memset(lse, _NEG_INF_F32_BITS, stream=sref.handle)
-    _array.zero_fill(oa, stream=sref.handle)
+        _transfer.memset(lse, _NEG_INF_F32_BITS, stream=sref.handle)
+    _transfer.zero_fill(oa, stream=sref.handle)
     return (oa, lse) if problem.return_lse else oa
 
 
@@ -204,6 +204,6 @@ def _check_not_mixed(q, k, v) -> None:
                         f"{'is' if sum(host) == 1 else 'are'} NumPy and the rest are not "
                         "(copy with cudattn.to_device or to_host first)")
     for name, x in (("q", q), ("k", k), ("v", v)):
-        if not _array.is_device_array_like(x):
+        if not _foreign.is_device_array_like(x):
             raise TypeError(f"{name} must be a NumPy array or a device array (DeviceArray, or an object with "
                             f"__cuda_array_interface__ or __dlpack__); got {type(x).__name__}")

@@ -62,7 +62,7 @@ def consumer_stream(first, stream):
         a = adapt(first, "q", -1)
         if a.stream_handle is not None:
             return a.stream_handle, current_stream_owner(kind, a.device_id), a
-    from ._array import device_id_of
+    from ._foreign import device_id_of
 
     ref = _stream.as_stream(None, device_id_of(first, name="q"))
     return ref.handle, ref.obj, None

@@ -15,7 +15,7 @@ import numbers
 
 import numpy as np
 
-from . import _array, _kernels, _launch
+from . import _array, _foreign, _kernels, _launch, _transfer
 from ._decode_traits import HelperKernel
 from ._params import TransposeVParams
 from ._problem import Descales, Problem
@@ -76,8 +76,8 @@ def _one(name: str, x, batch: int, heads_kv: int, host: bool) -> tuple[float, in
                         f"(q, k, v are NumPy arrays); got {type(x).__name__}")
     if all(hasattr(x, f) for f in ("ptr", "shape", "strides", "dtype")):  # a DeviceArray (or alike): no import
         shape, dtype, strides, ptr = tuple(x.shape), np.dtype(x.dtype), x.strides, int(x.ptr)
-    elif _array.is_device_array_like(x):
-        a = _array.as_device_array(x, name=name)
+    elif _foreign.is_device_array_like(x):
+        a = _foreign.as_device_array(x, name=name)
         shape, dtype, strides, ptr = a.shape, a.dtype, a.strides, a.ptr
     else:
         raise TypeError(f"{name} must be None, a float, or a float32 device array of shape {want}; "
@@ -97,7 +97,7 @@ def upload_descales(kw: dict, device, sref) -> dict:
     for name in ("q_descale", "k_descale", "v_descale"):
         x = kw.get(name)
         if isinstance(x, np.ndarray):
-            out[name] = _array.to_device(np.ascontiguousarray(x, dtype=_F32), device=device, stream=sref)
+            out[name] = _transfer.to_device(np.ascontiguousarray(x, dtype=_F32), device=device, stream=sref)
     return out
 
 

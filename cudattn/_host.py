@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 from cuda.bindings import driver
 
-from . import _array, _device, _fp8, _staging, _stream
+from . import _array, _device, _fp8, _staging, _stream, _transfer
 from ._errors import check
 from ._validate import validate
 
@@ -106,7 +106,7 @@ def attention_host(q, k, v, *, causal, scale, layout, return_lse, q_descale, k_d
     device_id = _device.device_properties(device).device_id
     sref = _stream.as_stream(stream, device)
     chunks = plan_batch_chunks(problem.batch, _bytes_per_item(problem))
-    staging = _array.staging_pool(device_id) if len(chunks) > 1 else None
+    staging = _transfer.staging_pool(device_id) if len(chunks) > 1 else None
     if staging is None:
         return _run_in_sequence(problem, q, k, v, kw, out, device, device_id, sref)
     return _run_pipelined(problem, q, k, v, given, kw, out, chunks, staging, device, device_id, sref)
@@ -127,21 +127,21 @@ def _run_in_sequence(problem, q, k, v, kw, out, device, device_id, sref):
     direct = out is not None and out.flags.c_contiguous
     o = out if direct else np.empty(q.shape, problem.out_dtype)
     faults = None if direct else _staging.prefault(o)
-    qd = _array.to_device(q, device=device, stream=sref)
-    kd = _array.to_device(k, device=device, stream=sref)
-    vd = _array.to_device(v, device=device, stream=sref)
+    qd = _transfer.to_device(q, device=device, stream=sref)
+    kd = _transfer.to_device(k, device=device, stream=sref)
+    vd = _transfer.to_device(v, device=device, stream=sref)
     kw = _fp8.upload_descales(kw, device, sref)
     res = run_device(validate(qd, kd, vd, **kw, out=None, host=False), qd, kd, vd, None, device, device_id, sref)
     o_dev, lse_dev = res if problem.return_lse else (res, None)
     if faults is not None:
         faults.result()
     if o_dev.nbytes:
-        _array._copy_d2h(o.ctypes.data, o_dev.ptr, o_dev.nbytes, sref.handle, device_id)
+        _transfer._copy_d2h(o.ctypes.data, o_dev.ptr, o_dev.nbytes, sref.handle, device_id)
     if out is not None and not direct:
         out[...] = o
         o = out
     if problem.return_lse:
-        return o, _array.to_host(lse_dev, stream=sref)
+        return o, _transfer.to_host(lse_dev, stream=sref)
     return o
 
 

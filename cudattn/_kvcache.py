@@ -20,7 +20,7 @@ from typing import Literal, overload
 
 import numpy as np
 
-from . import _array, _callpath, _decode_traits, _device, _kernels, _launch, _stream
+from . import _callpath, _decode_traits, _device, _foreign, _kernels, _launch, _stream, _transfer
 from ._dtypes import FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error
 from ._geometry import contiguous_geom, share_bytes, span
 from ._operands import OTHER, kind_of
@@ -97,7 +97,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     objs = (q, k_cache, v_cache, k_new, v_new, out, cache_seqlens, block_table)
     for name, x in (("cache_seqlens", cache_seqlens), ("block_table", block_table)):
         if x is not None and kind_of(x) == OTHER and not isinstance(x, np.ndarray) and \
-                not _array.is_device_array_like(x):
+                not _foreign.is_device_array_like(x):
             raise TypeError(f"{name} must be an int32 NumPy or device array; got {type(x).__name__}")
     consumer, keep, qa = _callpath.consumer_stream(q, stream)
     dev_objs = objs  # NumPy index arrays are no operands: checked and uploaded by the full path
@@ -126,8 +126,8 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
         device = _device.get_device(device_id)
         sref = _stream.StreamRef(consumer, keep)
         # NumPy index arrays were checked; now they go up (stream-ordered, before the kernels).
-        sl = _array.to_device(sl, device=device, stream=sref) if isinstance(sl, np.ndarray) else sl
-        bt = _array.to_device(bt, device=device, stream=sref) if isinstance(bt, np.ndarray) else bt
+        sl = _transfer.to_device(sl, device=device, stream=sref) if isinstance(sl, np.ndarray) else sl
+        bt = _transfer.to_device(bt, device=device, stream=sref) if isinstance(bt, np.ndarray) else bt
         return _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa)
 
     return _callpath.run(key, objs, ops, _NAMES, consumer, keep, full, tensors=6, out_index=5,
@@ -178,13 +178,13 @@ def _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cau
     device = _device.get_device(None)
     device_id = _device.device_properties(device).device_id
     sref = _stream.as_stream(stream, device)
-    up = lambda x: None if x is None else _array.to_device(np.ascontiguousarray(x), device=device, stream=sref)  # noqa: E731
+    up = lambda x: None if x is None else _transfer.to_device(np.ascontiguousarray(x), device=device, stream=sref)  # noqa: E731
     qa, ka, va, sl, bt = (up(x) for x in (q, k_cache, v_cache, cache_seqlens, block_table))
     problem = replace(problem, host=False, q_strides=_dense(qa), k_strides=_dense(ka), v_strides=_dense(va))
     res = _run(problem, qa, ka, va, None, None, sl, bt, None, device, device_id, sref)
     o_dev, lse_dev = res if return_lse else (res, None)
-    out = _array.to_host(o_dev, stream=sref)
-    return (out, _array.to_host(lse_dev, stream=sref)) if return_lse else out
+    out = _transfer.to_host(o_dev, stream=sref)
+    return (out, _transfer.to_host(lse_dev, stream=sref)) if return_lse else out
 
 
 def _dense(a) -> TensorGeom:

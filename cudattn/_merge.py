@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import _array, _callpath, _decode, _device, _stream
+from . import _array, _callpath, _decode, _device, _foreign, _stream
 from ._decode import PartsView
 from ._merge_host import merge_host, parse_merge_inputs
 from ._params import MERGE_MAX_TABLE
@@ -50,7 +50,7 @@ def merge_attention_states(outs: ArrayLike | Sequence[ArrayLike], lses: ArrayLik
     names = (("outs",) if o_stacked else tuple(f"outs[{i}]" for i in range(n_o))) + \
         (("lses",) if l_stacked else tuple(f"lses[{i}]" for i in range(len(objs) - n_o)))
     for x, name in zip(objs, names):
-        if not _array.is_device_array_like(x) or isinstance(x, np.ndarray):
+        if not _foreign.is_device_array_like(x) or isinstance(x, np.ndarray):
             raise TypeError(f"merge_attention_states: {name} must be a device array like the other parts (all "
                             f"NumPy or all device arrays); got {type(x).__name__}")
     consumer, keep, first = _callpath.consumer_stream(objs[0], stream)
@@ -101,7 +101,7 @@ def _merge_device(outs_d, lses_d, layout: str, sref):
 
 
 def _is_array(x) -> bool:
-    return isinstance(x, np.ndarray) or (not isinstance(x, Sequence) and _array.is_device_array_like(x))
+    return isinstance(x, np.ndarray) or (not isinstance(x, Sequence) and _foreign.is_device_array_like(x))
 
 
 def _any_device(x) -> bool:
@@ -109,7 +109,7 @@ def _any_device(x) -> bool:
     if _is_array(x):
         return not isinstance(x, np.ndarray)
     return (isinstance(x, Sequence) and not isinstance(x, (str, bytes))
-            and any(not isinstance(p, np.ndarray) and _array.is_device_array_like(p) for p in x))
+            and any(not isinstance(p, np.ndarray) and _foreign.is_device_array_like(p) for p in x))
 
 
 def _first_part(parts, name: str):

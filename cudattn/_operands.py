@@ -1,11 +1,13 @@
 """Operands from other runtimes, and the streams their packages call current.
 
-:func:`adapt` turns a device array of any runtime into a :class:`~cudattn._array.DeviceArray`
-through cuda.core's ``StridedMemoryView`` (DLPack, CUDA Array Interface, and a fast path for torch
-tensors: about 1.8 us an array with its attribute reads, measured on an H100 host; reading a
-tensor's own attributes instead measured no faster). What it cannot take (FP8 tensors that cross
-DLPack as uint8, malformed producers that deserve a precise message) goes through
-`_array.as_device_array`.
+:func:`adapt` turns a torch tensor or CuPy array into a :class:`~cudattn._array.DeviceArray`
+through cuda.core's ``StridedMemoryView`` (its torch fast path, DLPack, CUDA Array Interface):
+about 1.8 us an array with its attribute reads, measured on an H100 host. What the view cannot
+take (FP8 tensors that cross DLPack as uint8) goes through `_foreign.as_device_array`, as do
+arrays of every other producer (JAX, Numba, any DLPack or CAI object): that importer validates
+each field of a foreign producer and names what is wrong, where cuda.core 1.2, handed a malformed
+DLPack capsule by a fuzzed producer, returned without raising and left the interpreter's error
+state inconsistent (a SystemError at the next call, not an error the caller could catch).
 
 Streams follow nvmath-python's rule (docs/DESIGN.md, "Streams"): each operand's
 ``stream_handle`` is the stream its package knows it by: torch's or CuPy's current stream for
@@ -22,7 +24,8 @@ from __future__ import annotations
 
 import sys
 
-from ._array import DeviceArray, as_device_array
+from ._array import DeviceArray
+from ._foreign import as_device_array
 from ._geometry import c_strides as _c_strides
 
 __all__ = ["OTHER", "TORCH", "CUPY", "CUDATTN", "adapt", "kind_of", "current_stream", "current_stream_owner"]
@@ -87,18 +90,15 @@ def adapt(obj, name: str, consumer: int) -> DeviceArray:
         kind = kind_of(obj)
     if kind == CUDATTN:
         return obj
-    try:
-        if kind == OTHER:  # the producer orders its work before `consumer` (DLPack) or cuda.core does (CAI)
-            view = (_SMV or _smv_type()).from_any_interface(obj, consumer if consumer else _CU_STREAM_LEGACY)
-        else:  # torch / CuPy: ordered after their current stream by the caller, as their users expect
-            view = (_SMV or _smv_type()).from_any_interface(obj, -1)
+    if kind == OTHER:  # any other producer: cudattn's validating importer (see the module docstring)
+        return as_device_array(obj, name=name, stream_handle=consumer)
+    try:  # torch / CuPy: ordered after their current stream by the caller, as their users expect
+        view = (_SMV or _smv_type()).from_any_interface(obj, -1)
         dtype = view.dtype
         dev = view.device_id
         if dev < 0 or dtype is None or dtype.kind == "u":  # host memory, or FP8 that crossed as uint8
             raise TypeError
     except Exception:
-        if kind == OTHER:
-            return as_device_array(obj, name=name, stream_handle=consumer)
         a = as_device_array(obj, name=name, stream_handle=None)  # no ordering: the caller orders the call
         a.stream_handle = current_stream(kind, a.device_id)  # after the package's current stream, as above
         return a
@@ -106,8 +106,7 @@ def adapt(obj, name: str, consumer: int) -> DeviceArray:
     a.ptr, a.shape, a.dtype, a.device_id, a.owner, a.readonly = view.ptr, view.shape, dtype, dev, view, view.readonly
     st = view.strides
     a.strides = _contiguous(a.shape, dtype.itemsize) if st is None else tuple([s * dtype.itemsize for s in st])
-    a.stream_handle = (consumer if kind == OTHER else (_torch_stream or _torch_stream_getter())(dev) if kind == TORCH
-                       else current_stream(kind, dev))
+    a.stream_handle = (_torch_stream or _torch_stream_getter())(dev) if kind == TORCH else current_stream(kind, dev)
     return a
 
 

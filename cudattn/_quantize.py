@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _array, _callpath, _device, _kernels, _launch, _stream
+from . import _array, _callpath, _device, _foreign, _kernels, _launch, _stream, _transfer
 from ._decode_traits import HelperKernel
 from ._dtypes import BFLOAT16, FLOAT16, FLOAT8_E4M3, as_dtype, dtype_name
 from ._types import ArrayLike, ArrayResult, DTypeLike, Layout, QuantizePer, StreamLike
@@ -279,7 +279,7 @@ def quantize_fp8(x: ArrayLike, *, per: QuantizePer = "tensor", layout: Layout = 
     heads_kv = _check_heads_kv(heads_kv)
     if isinstance(x, np.ndarray):
         return _quantize_host(x, per, layout, heads_kv)
-    if not _array.is_device_array_like(x):
+    if not _foreign.is_device_array_like(x):
         raise TypeError("x must be a NumPy array or a device array (DeviceArray, or an object with "
                         f"__cuda_array_interface__ or __dlpack__ on a CUDA device); got {type(x).__name__}")
     consumer, keep, xa = _callpath.consumer_stream(x, stream)
@@ -319,7 +319,7 @@ def dequantize(x_fp8: ArrayLike, descale: ArrayLike, *, layout: Layout = "bshd",
         raise TypeError(f"{which} is a NumPy (host) array but {other} is not; pass both as NumPy arrays or both "
                         "as device arrays (copy with cudattn.to_device or cudattn.to_host first)")
     for name, a in (("x_fp8", x_fp8), ("descale", descale)):
-        if not _array.is_device_array_like(a):
+        if not _foreign.is_device_array_like(a):
             raise TypeError(f"{name} must be a NumPy array or a device array (DeviceArray, or an object with "
                             f"__cuda_array_interface__ or __dlpack__ on a CUDA device); got {type(a).__name__}")
     objs, names = (x_fp8, descale), ("x_fp8", "descale")
@@ -530,7 +530,7 @@ def _quantize_device(xa, per: str, layout: str, heads_kv: int | None, sref):
     vec = _vec_ok(xa.ptr, xa.itemsize, xr, g.head_dim)
     lpr, grid = _launch_shape(g, xr, vec, props.sm_count)
     amax = _array.empty_on((g.batch * g.groups if per == "head" else 1,), _U32, device, sref)
-    _array.memset(amax, 0, stream=sref)
+    _transfer.memset(amax, 0, stream=sref)
     p = _params(xa.ptr, y.ptr, xr, yr, g, vec, lpr)
     p.amax, p.descale, p.per_head = amax.ptr, descale.ptr, int(per == "head")
     for spec in (amax_kernel(xa.dtype), quantize_kernel(xa.dtype)):

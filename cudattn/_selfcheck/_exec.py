@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import cudattn
-from cudattn import _array, _device, _traits
+from cudattn import _array, _device, _traits, _transfer
 
 from ._cases import Case
 from ._inputs import DTYPES, make_inputs
@@ -85,8 +85,8 @@ def _prepare_attention(c: Case, inp: dict, stream) -> Prepared:
                  for n in names]
         p.args = dict(zip(names, (x8 for x8, _ in quant)))
         p.args["descales"] = {f"{n}_descale": d for n, (_, d) in zip(names, quant)}
-        p.ref = {n: _array.to_host(x8, stream=stream) for n, (x8, _) in zip(names, quant)}
-        p.ref["descales"] = {f"{n}_descale": _array.to_host(d, stream=stream) for n, (_, d) in zip(names, quant)}
+        p.ref = {n: _transfer.to_host(x8, stream=stream) for n, (x8, _) in zip(names, quant)}
+        p.ref["descales"] = {f"{n}_descale": _transfer.to_host(d, stream=stream) for n, (_, d) in zip(names, quant)}
         return p
     quant = [cudattn.quantize_fp8(inp[n], per=c.per, layout=c.layout, heads_kv=c.Hkv) for n in names]
     p.ref = dict(zip(names, (x8 for x8, _ in quant)))
@@ -179,7 +179,7 @@ def fetch(results: dict, stream=None) -> dict:
         elif isinstance(x, np.ndarray):
             got[k] = x.copy()
         else:
-            got[k] = _array.to_host(x, stream=stream)
+            got[k] = _transfer.to_host(x, stream=stream)
     return got
 
 

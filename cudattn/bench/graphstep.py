@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _array, _launch, attention_with_kvcache
+from .. import _array, attention_with_kvcache, _launch, _transfer
 from . import ascalled, timing
 
 LAYERS = 32
@@ -34,13 +34,13 @@ def run(device_id: int, *, iters: int = 20) -> dict:
 
     def up(shape, dtype=np.float16):
         x = rng.standard_normal(shape, dtype=np.float32).astype(dtype)
-        return _array.to_device(x, device=device_id, stream=s)
+        return _transfer.to_device(x, device=device_id, stream=s)
 
     qs = [up((B, 1, HQ, D)) for _ in range(LAYERS)]
     kcs = [up((B, CAPACITY, HKV, D)) for _ in range(LAYERS)]
     vcs = [up((B, CAPACITY, HKV, D)) for _ in range(LAYERS)]
     outs = [_array.empty((B, 1, HQ, D), np.float16, device=device_id, stream=s) for _ in range(LAYERS)]
-    seqlens = _array.to_device(rng.integers(CAPACITY // 2, CAPACITY + 1, size=B, dtype=np.int32),
+    seqlens = _transfer.to_device(rng.integers(CAPACITY // 2, CAPACITY + 1, size=B, dtype=np.int32),
                                device=device_id, stream=s)
 
     def step(i=0):
@@ -49,7 +49,7 @@ def run(device_id: int, *, iters: int = 20) -> dict:
 
     step()
     _launch.synchronize(h)
-    eager = [_array.to_host(o, stream=h) for o in outs]
+    eager = [_transfer.to_host(o, stream=h) for o in outs]
     gpu = timing.gpu_time(step, h, device_id, iters=iters, warmup=2, host_us_per_call=LAYERS * 200.0)
     b2b = ascalled.back_to_back(step, h, batch=10, repeats=3, warmup=1)
 
@@ -64,7 +64,7 @@ def run(device_id: int, *, iters: int = 20) -> dict:
         o.memset(0xFFFF, stream=h)  # NaN: the replay must write every output
     graph.launch(s)
     _launch.synchronize(h)
-    bitwise = all(np.array_equal(_array.to_host(o, stream=h).view(np.uint16), e.view(np.uint16))
+    bitwise = all(np.array_equal(_transfer.to_host(o, stream=h).view(np.uint16), e.view(np.uint16))
                   for o, e in zip(outs, eager))
     replay = ascalled.single(lambda i: graph.launch(s), h, iters=iters, warmup=3)
     per = 1e3 / LAYERS

@@ -8,7 +8,7 @@ import math
 import numpy as np
 from cuda.bindings import driver
 
-from .. import _array, _dtypes
+from .. import _array, _dtypes, _transfer
 from .._errors import check
 from .grids import Case
 
@@ -42,7 +42,7 @@ def duplicate(arr: _array.DeviceArray, stream_handle: int) -> _array.DeviceArray
 
 def device_sets(host: tuple, n: int, stream_handle: int) -> list[tuple]:
     """``n`` device copies of the host set (the first uploaded, the rest copied on the device)."""
-    first = tuple(_array.to_device(x, stream=stream_handle) for x in host)
+    first = tuple(_transfer.to_device(x, stream=stream_handle) for x in host)
     return [first] + [tuple(duplicate(a, stream_handle) for a in first) for _ in range(n - 1)]
 
 

@@ -22,7 +22,7 @@ import time
 import numpy as np
 from cuda.bindings import driver
 
-from .. import _array, _device, _launch, attention, attention_with_kvcache
+from .. import attention, attention_with_kvcache, _device, _foreign, _launch, _transfer
 from .._errors import check
 from . import ascalled, grids, timing
 
@@ -72,7 +72,7 @@ def host_us(fn, stream_handle: int, device_id: int, *, calls: int = CALLS, repea
 def _load(kind: str, torch_mod):
     """``(to_device(numpy array) -> array of this kind, module)``, or ``(None, why not)``."""
     if kind == "cudattn":
-        return _array.to_device, None
+        return _transfer.to_device, None
     if kind == "torch":
         if torch_mod is None:
             return None, "torch not importable with CUDA (or --no-peers)"
@@ -170,7 +170,7 @@ def _cudattn_rows(problem: str, kind: str, to_dev, mod, namer, device_id: int, i
             fn = _call(problem, ops, out_arr if with_out else None, kw)
             try:
                 if handle is None:  # where the call runs: the stream its new output was made on
-                    handle = None if with_out else _array.stream_of(fn())
+                    handle = None if with_out else _foreign.stream_of(fn())
                     handle = _current_stream(kind, mod, device_id) if handle is None else handle
                 row.update(_measure(fn, handle, device_id, iters), launch_stream=namer(handle))
             except TypeError as e:

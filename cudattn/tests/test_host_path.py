@@ -29,7 +29,7 @@ import pytest
 from cuda.bindings import driver
 
 import cudattn
-from cudattn import _api, _array, _device, _host, _staging, reference
+from cudattn import _api, _array, _device, _host, reference, _staging, _transfer
 from cudattn._array import DeviceArray
 from cudattn._host import plan_batch_chunks
 
@@ -315,12 +315,12 @@ def lazy(monkeypatch):
 
 
 def _install(fake, monkeypatch):
-    monkeypatch.setattr(_array, "driver", fake)
+    monkeypatch.setattr(_transfer, "driver", fake)
     monkeypatch.setattr(_host, "driver", fake)
-    monkeypatch.setattr(_array, "_staging", {})
-    monkeypatch.setattr(_array, "_staging_enabled", True)
-    monkeypatch.setattr(_array, "STAGING_CHUNK", 96)  # tiny chunks: every copy takes many, wrapping the pool
-    monkeypatch.setattr(_array, "STAGING_MIN", 0)
+    monkeypatch.setattr(_transfer, "_staging", {})
+    monkeypatch.setattr(_transfer, "_staging_enabled", True)
+    monkeypatch.setattr(_transfer, "STAGING_CHUNK", 96)  # tiny chunks: every copy takes many, wrapping the pool
+    monkeypatch.setattr(_transfer, "STAGING_MIN", 0)
     yield fake
 
 
@@ -330,12 +330,12 @@ def _bytes(n, seed):
 
 @pytest.mark.parametrize("chunks", [2, 3, 4])
 def test_staged_h2d_is_asynchronous_and_source_reusable(lazy, monkeypatch, chunks):
-    monkeypatch.setattr(_array, "STAGING_CHUNKS", chunks)
+    monkeypatch.setattr(_transfer, "STAGING_CHUNKS", chunks)
     for n in [1, 95, 96, 97, 1000, 96 * 7]:
         src = _bytes(n, n)
         keep = src.copy()
         dev = np.full(n, 0xEE, np.uint8)  # "device memory"
-        _array._copy_h2d(dev.ctypes.data, src.ctypes.data, n, 11, 0)
+        _transfer._copy_h2d(dev.ctypes.data, src.ctypes.data, n, 11, 0)
         if n > 96 * chunks:
             assert lazy.pending(11), "the last DMAs should still be in flight when the copy returns"
         src[:] = 0  # the caller may reuse its array at once
@@ -345,19 +345,19 @@ def test_staged_h2d_is_asynchronous_and_source_reusable(lazy, monkeypatch, chunk
 
 @pytest.mark.parametrize("chunks", [2, 3, 4])
 def test_staged_d2h_delivers_every_byte(lazy, monkeypatch, chunks):
-    monkeypatch.setattr(_array, "STAGING_CHUNKS", chunks)
+    monkeypatch.setattr(_transfer, "STAGING_CHUNKS", chunks)
     for n in [1, 95, 96, 97, 1000, 96 * 9]:
         dev = _bytes(n, n + 1)
         host = np.zeros(n, np.uint8)
-        _array._copy_d2h(host.ctypes.data, dev.ctypes.data, n, 12, 0)
+        _transfer._copy_d2h(host.ctypes.data, dev.ctypes.data, n, 12, 0)
         assert np.array_equal(host, dev), n
         assert lazy.pending(12) == 0
 
 
 def test_staging_pool_interleaves_uploads_and_downloads(lazy, monkeypatch):
     """Pieces of uploads and downloads on two streams share the pool's chunks (as the pipeline does)."""
-    monkeypatch.setattr(_array, "STAGING_CHUNKS", 3)
-    st = _array.staging_pool(0)
+    monkeypatch.setattr(_transfer, "STAGING_CHUNKS", 3)
+    st = _transfer.staging_pool(0)
     ups = [(_bytes(n, n), np.zeros(n, np.uint8)) for n in (250, 1, 500, 96)]
     downs = [(_bytes(n, n + 7), np.zeros(n, np.uint8)) for n in (300, 97, 5, 700)]
     with st.lock:
@@ -374,7 +374,7 @@ def test_staging_pool_interleaves_uploads_and_downloads(lazy, monkeypatch):
 
 
 def test_staging_discard_forgets_deliveries(lazy):
-    st = _array.staging_pool(0)
+    st = _transfer.staging_pool(0)
     dsrc = _bytes(200, 3)
     hdst = np.zeros(200, np.uint8)
     with st.lock:
@@ -406,38 +406,38 @@ def test_failed_download_delivers_nothing_later(lazy, monkeypatch):
     dsrc = _bytes(1000, 5)
     hdst = np.zeros(1000, np.uint8)
     with pytest.raises(cudattn.CudaError, match="ILLEGAL_ADDRESS|cuMemcpyDtoHAsync"):
-        _array._copy_d2h(hdst.ctypes.data, dsrc.ctypes.data, 1000, 9, 0)
-    st = _array.staging_pool(0)
-    assert all(p in (None, _array._WAIT) for p in st.pending)
+        _transfer._copy_d2h(hdst.ctypes.data, dsrc.ctypes.data, 1000, 9, 0)
+    st = _transfer.staging_pool(0)
+    assert all(p in (None, _transfer._WAIT) for p in st.pending)
     monkeypatch.setattr(lazy, "cuMemcpyDtoHAsync", real)
     other = np.zeros(500, np.uint8)
-    _array._copy_d2h(other.ctypes.data, dsrc.ctypes.data, 500, 9, 0)  # reuses the chunks
+    _transfer._copy_d2h(other.ctypes.data, dsrc.ctypes.data, 500, 9, 0)  # reuses the chunks
     assert np.array_equal(other, dsrc[:500])
     assert not hdst.any(), "pieces of the failed download were delivered"
 
 
 def test_staging_pool_is_made_once_lazily(lazy):
-    assert _array._staging == {}
-    st = _array.staging_pool(0)
-    assert st is _array.staging_pool(0) and len(st.ptrs) == _array.STAGING_CHUNKS
-    assert len(lazy.pinned) == _array.STAGING_CHUNKS
-    assert all(len(buf) == _array.STAGING_CHUNK for buf in lazy.pinned)
+    assert _transfer._staging == {}
+    st = _transfer.staging_pool(0)
+    assert st is _transfer.staging_pool(0) and len(st.ptrs) == _transfer.STAGING_CHUNKS
+    assert len(lazy.pinned) == _transfer.STAGING_CHUNKS
+    assert all(len(buf) == _transfer.STAGING_CHUNK for buf in lazy.pinned)
 
 
 def test_staging_disabled_or_failed_falls_back_to_pageable(lazy, monkeypatch):
-    monkeypatch.setattr(_array, "_staging_enabled", False)
-    assert _array.staging_pool(0) is None
+    monkeypatch.setattr(_transfer, "_staging_enabled", False)
+    assert _transfer.staging_pool(0) is None
     src, dev = _bytes(300, 1), np.zeros(300, np.uint8)
-    _array._copy_h2d(dev.ctypes.data, src.ctypes.data, 300, 3, 0)
+    _transfer._copy_h2d(dev.ctypes.data, src.ctypes.data, 300, 3, 0)
     lazy.run_all()
     assert np.array_equal(src, dev) and not lazy.pinned
-    monkeypatch.setattr(_array, "_staging_enabled", True)
+    monkeypatch.setattr(_transfer, "_staging_enabled", True)
     lazy.fail_host_alloc = True
     with pytest.warns(RuntimeWarning, match="pageable"):
-        assert _array.staging_pool(0) is None
-    assert _array.staging_pool(0) is None  # warned once, not retried
+        assert _transfer.staging_pool(0) is None
+    assert _transfer.staging_pool(0) is None  # warned once, not retried
     host = np.zeros(300, np.uint8)
-    _array._copy_d2h(host.ctypes.data, src.ctypes.data, 300, 3, 0)
+    _transfer._copy_d2h(host.ctypes.data, src.ctypes.data, 300, 3, 0)
     assert np.array_equal(host, src)
 
 
@@ -516,14 +516,14 @@ def fake_gpu(request, lazy, monkeypatch):
     """small-pool: 4 chunks of 96 B, reused all the time (which forces DMAs early); large-pool: 8
     chunks of 64 KiB, never reused within a call, so only the stream dependencies order the work."""
     if request.param == "large-pool":
-        monkeypatch.setattr(_array, "STAGING_CHUNK", 1 << 16)
-        monkeypatch.setattr(_array, "STAGING_CHUNKS", 8)
+        monkeypatch.setattr(_transfer, "STAGING_CHUNK", 1 << 16)
+        monkeypatch.setattr(_transfer, "STAGING_CHUNKS", 8)
     dev = FakeDevice(lazy)
     monkeypatch.setattr(_device, "get_device", lambda device_id=None: dev)
     monkeypatch.setattr(_device, "device_properties", lambda device=None: types.SimpleNamespace(device_id=0))
-    monkeypatch.setattr(_array, "get_device", lambda device=None: dev)
+    monkeypatch.setattr(_transfer, "get_device", lambda device=None: dev)
     monkeypatch.setattr(_array, "empty_on", lambda shape, dtype, d, ref: dev.alloc(shape, dtype, ref))
-    monkeypatch.setattr(_array, "empty", lambda shape, dtype, *, device=None, stream=None:
+    monkeypatch.setattr(_transfer, "empty", lambda shape, dtype, *, device=None, stream=None:
                         dev.alloc(shape, dtype, _host._stream.as_stream(stream, 0)))
     monkeypatch.setattr(_api, "run_device", dev.run_device)
     monkeypatch.setattr(_host, "PIPELINE_MIN_BYTES", 0)  # pipeline even these small problems
@@ -638,9 +638,9 @@ def test_pipeline_resources_made_once(fake_gpu, lazy):
     for _ in range(3):
         assert _same(cudattn.attention(q, k, v, stream=CALLER), _expected(q, k, v)[0])
     assert fake_gpu.streams_made == 2
-    st = _array.staging_pool(0)
+    st = _transfer.staging_pool(0)
     assert st.pipeline is not None and not st.lock.locked()
-    assert all(p in (None, _array._WAIT) for p in st.pending), "no download left undelivered"
+    assert all(p in (None, _transfer._WAIT) for p in st.pending), "no download left undelivered"
 
 
 def test_pipeline_error_releases_the_pool(fake_gpu, lazy, monkeypatch):
@@ -656,9 +656,9 @@ def test_pipeline_error_releases_the_pool(fake_gpu, lazy, monkeypatch):
     monkeypatch.setattr(_api, "run_device", failing)
     with pytest.raises(cudattn.CudaError):
         cudattn.attention(q, k, v, stream=CALLER)
-    st = _array.staging_pool(0)
+    st = _transfer.staging_pool(0)
     assert not st.lock.locked()
-    assert all(p in (None, _array._WAIT) for p in st.pending)
+    assert all(p in (None, _transfer._WAIT) for p in st.pending)
     monkeypatch.setattr(_api, "run_device", fake_gpu.run_device)
     assert _same(cudattn.attention(q, k, v, stream=CALLER), _expected(q, k, v)[0])
 
@@ -751,7 +751,7 @@ def test_gpu_round_trip_wraps_the_staging_pool():
     array is overwritten as soon as to_device returns (its bytes were staged already)."""
     rng = np.random.default_rng(next(_seed))
     x = _rand(rng, (4, 8195, 8, 128), BF16)
-    assert x.nbytes > _array.STAGING_CHUNKS * _array.STAGING_CHUNK and x.nbytes % _array.STAGING_CHUNK
+    assert x.nbytes > _transfer.STAGING_CHUNKS * _transfer.STAGING_CHUNK and x.nbytes % _transfer.STAGING_CHUNK
     keep = x.copy()
     d = cudattn.to_device(x)
     x[...] = 0

@@ -19,7 +19,7 @@ from hypothesis.extra import numpy as hnp
 
 import cudattn
 import nvrtc_cache
-from cudattn import _array, _callpath, _device, _kernels, _quantize, _stream
+from cudattn import _array, _callpath, _device, _kernels, _quantize, _stream, _transfer
 from cudattn._array import DeviceArray
 from cudattn._quantize import Fp8QuantParams, all_quantize_kernels, descale_from_amax, saturate_to_e4m3
 
@@ -416,7 +416,7 @@ def fake_device(monkeypatch):
     monkeypatch.setattr(_stream, "as_stream", lambda s, d: _stream.StreamRef(0, None))
     monkeypatch.setattr(_callpath, "is_capturing", lambda h: False)
     monkeypatch.setattr(_array, "empty_on", forbidden)
-    monkeypatch.setattr(_array, "memset", forbidden)
+    monkeypatch.setattr(_transfer, "memset", forbidden)
     return props
 
 

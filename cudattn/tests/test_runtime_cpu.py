@@ -1,7 +1,7 @@
 """Runtime layer tests that need no GPU: errors, stream adaptation, views, CAI, DLPack, copy logic.
 
 Where a code path would call the driver, the test replaces the one module-level
-function or module that does it (`_array._pointer_device`, `_array.driver`, ...):
+function or module that does it (`_foreign._pointer_device`, `_transfer.driver`, ...):
 "device memory" is then host memory, which exercises the same bookkeeping.
 """
 
@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 from cuda.bindings import driver
 
-from cudattn import _array, _dlpack, _launch, _stream
-from cudattn._array import DeviceArray, as_device_array, is_device_array_like
+from cudattn import _array, _dlpack, _foreign, _launch, _stream, _transfer
+from cudattn._array import DeviceArray
+from cudattn._foreign import as_device_array, is_device_array_like
 from cudattn._errors import CudaError, check
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -196,7 +197,7 @@ class FakeCAI:
 @pytest.fixture
 def no_driver_device_lookup(monkeypatch):
     """Wrap CAI arrays without a driver: their pointer's device is taken to be 0."""
-    monkeypatch.setattr(_array, "_pointer_device", lambda ptr: 0)
+    monkeypatch.setattr(_foreign, "_pointer_device", lambda ptr: 0)
 
 
 def test_cai_import_fields(no_driver_device_lookup):
@@ -222,8 +223,8 @@ def test_cai_import_errors_name_the_argument(no_driver_device_lookup):
 
 def test_cai_stream_is_waited_on(no_driver_device_lookup, monkeypatch):
     waits = []
-    monkeypatch.setattr(_array, "stream_wait", lambda consumer, producer: waits.append((consumer, producer)))
-    monkeypatch.setattr(_array, "get_device", lambda device_id=None: None)
+    monkeypatch.setattr(_foreign, "stream_wait", lambda consumer, producer: waits.append((consumer, producer)))
+    monkeypatch.setattr(_foreign, "get_device", lambda device_id=None: None)
     obj = FakeCAI(version=3, shape=(2,), typestr="<f2", data=(FAKE_PTR, False), stream=0x99)
     as_device_array(obj)  # no consumer stream: nothing to order
     a = as_device_array(obj, stream_handle=0x42)
@@ -268,9 +269,9 @@ def test_numpy_and_host_dlpack_rejected_with_argument_name():
 
 def test_device_id_of_and_stream_of(no_driver_device_lookup):
     a = DeviceArray(FAKE_PTR, (1,), np.float16, device_id=5, stream_handle=9)
-    assert _array.device_id_of(a) == 5 and _array.stream_of(a) == 9
-    assert _array.device_id_of(Producer(DeviceArray(FAKE_PTR, (1,), np.float16, device_id=2))) == 2
-    assert _array.device_id_of(FakeCAI(version=3, shape=(1,), typestr="<f2", data=(FAKE_PTR, False))) == 0
+    assert _foreign.device_id_of(a) == 5 and _foreign.stream_of(a) == 9
+    assert _foreign.device_id_of(Producer(DeviceArray(FAKE_PTR, (1,), np.float16, device_id=2))) == 2
+    assert _foreign.device_id_of(FakeCAI(version=3, shape=(1,), typestr="<f2", data=(FAKE_PTR, False))) == 0
 
 
 # ---------------------------------------------------------------------------- DLPack
@@ -482,10 +483,10 @@ class HostDriver:
 @pytest.fixture
 def host_driver(monkeypatch):
     fake = HostDriver()
-    monkeypatch.setattr(_array, "driver", fake)
-    monkeypatch.setattr(_array, "get_device", lambda device=None: types.SimpleNamespace(device_id=0))
-    monkeypatch.setattr(_array, "_staging", {})
-    monkeypatch.setattr(_array, "_staging_enabled", True)
+    monkeypatch.setattr(_transfer, "driver", fake)
+    monkeypatch.setattr(_transfer, "get_device", lambda device=None: types.SimpleNamespace(device_id=0))
+    monkeypatch.setattr(_transfer, "_staging", {})
+    monkeypatch.setattr(_transfer, "_staging_enabled", True)
     keep = []
 
     def fake_empty(shape, dtype, *, device=None, stream=None):
@@ -493,7 +494,7 @@ def host_driver(monkeypatch):
         keep.append(host)
         return DeviceArray(host.ctypes.data, host.shape, host.dtype, device_id=0, owner=host, stream_handle=7)
 
-    monkeypatch.setattr(_array, "empty", fake_empty)
+    monkeypatch.setattr(_transfer, "empty", fake_empty)
     return fake
 
 
@@ -504,17 +505,17 @@ def _on_fake_device(x: np.ndarray) -> DeviceArray:
 @pytest.mark.parametrize("staged", [False, True])
 def test_to_device_to_host_round_trip_logic(host_driver, monkeypatch, staged):
     if staged:  # tiny chunks so that every copy takes several, through both staging buffers
-        monkeypatch.setattr(_array, "STAGING_CHUNK", 64)
-        monkeypatch.setattr(_array, "STAGING_MIN", 0)
+        monkeypatch.setattr(_transfer, "STAGING_CHUNK", 64)
+        monkeypatch.setattr(_transfer, "STAGING_MIN", 0)
     else:
-        monkeypatch.setattr(_array, "STAGING_MIN", 1 << 40)
+        monkeypatch.setattr(_transfer, "STAGING_MIN", 1 << 40)
     rng = np.random.default_rng(0)
     for dtype in (np.float16, BF16, FP8):
         for shape in [(1,), (113,), (3, 41, 5), (2, 1, 203)]:
             x = rng.standard_normal(shape).astype(dtype)
-            d = _array.to_device(x)
+            d = _transfer.to_device(x)
             assert d.ptr != x.ctypes.data
-            y = _array.to_host(d)
+            y = _transfer.to_host(d)
             assert y.dtype == x.dtype and y.shape == x.shape
             assert np.array_equal(y.view(np.uint8), x.view(np.uint8))
     assert ("cuMemHostAlloc" in host_driver.calls) == staged
@@ -523,17 +524,17 @@ def test_to_device_to_host_round_trip_logic(host_driver, monkeypatch, staged):
 @pytest.mark.parametrize("staged", [False, True])
 def test_to_host_strided_views(host_driver, monkeypatch, staged):
     if staged:
-        monkeypatch.setattr(_array, "STAGING_CHUNK", 48)
-        monkeypatch.setattr(_array, "STAGING_MIN", 0)
+        monkeypatch.setattr(_transfer, "STAGING_CHUNK", 48)
+        monkeypatch.setattr(_transfer, "STAGING_MIN", 0)
     x = np.arange(4 * 7 * 9, dtype=np.float32).reshape(4, 7, 9).astype(BF16)
     d = _on_fake_device(x)
     for key in [(slice(None), slice(None, None, 2)), (Ellipsis, slice(None, None, -1)), (1, slice(2, 5), 3),
                 (slice(None, None, -2), 0)]:
-        got = _array.to_host(d[key])
+        got = _transfer.to_host(d[key])
         assert got.flags.c_contiguous
         assert np.array_equal(got.view(np.uint16), x[key].view(np.uint16)), key
-    assert np.array_equal(_array.to_host(d.T).view(np.uint16), x.T.view(np.uint16))
-    assert _array.to_host(d[:, 3:3]).shape == (4, 0, 9)
+    assert np.array_equal(_transfer.to_host(d.T).view(np.uint16), x.T.view(np.uint16))
+    assert _transfer.to_host(d[:, 3:3]).shape == (4, 0, 9)
 
 
 def test_memset_and_fill_nan(host_driver):

@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 from cuda.bindings import driver
 
-from cudattn import _array, _device, _launch, _stream
-from cudattn._array import as_device_array, empty, to_device, to_host
+from cudattn import _array, _device, _launch, _stream, _transfer
+from cudattn._array import empty
+from cudattn._foreign import as_device_array
+from cudattn._transfer import to_device, to_host
 from cudattn._errors import CudaError, check
 
 pytestmark = pytest.mark.gpu
@@ -104,7 +106,7 @@ def test_round_trip(dtype, shape):
 
 def test_round_trip_large_through_pinned_staging():
     x = _random((4, 8195, 8, 128), BF16)  # more than the whole pinned pool, plus a tail: chunks are reused
-    assert x.nbytes > _array.STAGING_CHUNKS * _array.STAGING_CHUNK and x.nbytes % _array.STAGING_CHUNK
+    assert x.nbytes > _transfer.STAGING_CHUNKS * _transfer.STAGING_CHUNK and x.nbytes % _transfer.STAGING_CHUNK
     assert _same_bits(to_host(to_device(x)), x)
 
 
