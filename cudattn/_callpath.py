@@ -4,15 +4,17 @@
    package (torch's or CuPy's current stream, the stream that produced a cudattn DeviceArray,
    else cudattn's own stream); an explicit stream is taken as given.
 2. **Operands** (`_operands.adapt`): device arrays of any runtime as DeviceArrays, each knowing its
-   producer stream. The call is ordered after every producer that is not the call's stream, and
+   producer stream. Their types join the signature. The call is ordered after every producer that is not the call's stream, and
    those operands are kept alive until the call's work is done (`_stream.stream_wait`, `_lifetime`).
 3. **Plan** (:func:`run`): the call signature (shapes, strides, dtypes, devices, flags; never
    addresses) finds a recorded `_replay.Replay`. The first call of a signature runs the full path
    (validation with its precise errors, planning, the launches), then records it.
 4. **Launch**: the replay allocates the outputs on the call's stream and launches.
 
-Address checks run on every call: no null pointer, 16-byte alignment (else the full path reports
-which argument), and no output overlapping an input. While the call's stream captures a CUDA graph,
+Address checks run on every call (`_Plan.plain`, from byte spans the signature fixes): no null
+pointer, 16-byte alignment, the output's byte range apart from each input's. A call that fails
+one goes to the full path, which names the argument (alignment), refuses a null pointer or an
+output that shares bytes with an input, and accepts views interleaved in one buffer. While the call's stream captures a CUDA graph,
 cudattn cannot allocate an output (the graph is not cudattn's), so such calls must pass ``out=``.
 """
 

@@ -6,10 +6,12 @@ strides, dtypes, flags, device: everything but the addresses) runs it for real, 
 second time with placeholder addresses under a `_recording.Recorder`, which keeps what it would
 have done: the allocations, and for each launch the kernel, grid, block, shared memory and the
 bytes of its params struct. Scanning those bytes for the placeholders finds where each address
-goes (a pointer field, or the address inside a TMA map). A warm call then only allocates, copies
-each params template, writes its addresses in, and launches: no validation objects, no ctypes
-structs built field by field, no tensor map encoded (``cuTensorMapReplaceAddress`` on a copy of
-the recorded map, memoised per address).
+goes (a pointer field, or the address inside a TMA map). A warm call then only allocates and
+launches: each launch's argument block is built once per combination of addresses (the template
+copied, the addresses written in, TMA maps re-addressed with ``cuTensorMapReplaceAddress``) and
+kept, so a call with addresses seen before (the same inputs, an ``out`` reused, an output the pool
+hands back at the same address) passes a ready block to ``cuLaunchKernel``: no validation objects,
+no ctypes structs built field by field, no tensor map encoded.
 
 Checks that depend on addresses (alignment, null pointers, `out` overlapping an input) are made
 by the caller on every call; everything else a signature determines was checked by the full path.
