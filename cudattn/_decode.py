@@ -16,12 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 from . import _array, _decode_traits, _kernels, _launch
 from ._decode_traits import MAX_SPLITS, DecodeVariant
-from ._params import CombineParams, DecodeParams, KvCacheGeom
+from ._params import CombineParams, DecodeParams, KvCacheGeom, scale_log2
 from ._geometry import contiguous_geom
 from ._problem import Problem, TensorGeom
 
 _F32 = np.dtype(np.float32)
-_LOG2E = 1.4426950408889634
 _COMBINE_ROWS_PER_BLOCK = 4  # one warp per output row, 128 threads
 
 #: Up to this many query tokens a call is decode and takes the split-KV kernel.
@@ -146,7 +145,7 @@ def run(problem: Problem, q: int, k: int, v: int, o: int, lse: int, o_geom: Tens
         kv_geom(problem),
         B, Sq, Hq, problem.heads_kv, problem.group_size, D, plan.rows, plan.num_m_blocks,
         splits, plan.tiles_per_split, int(problem.causal),
-        scale * _LOG2E if scale != 0 else 1e-30,  # see _plan._scale_log2
+        scale_log2(scale),
         int(lse != 0), 0,
     )
     _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)

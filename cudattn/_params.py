@@ -117,3 +117,14 @@ class TransposeVParams(ctypes.Structure):
         ("v_stride_b", _c_i64), ("v_stride_s", _c_i64), ("v_stride_h", _c_i64),
         ("seqlen_k", _c_i32), ("seq_pad", _c_i32), ("heads_kv", _c_i32), ("head_dim", _c_i32),
     ]
+
+
+_LOG2E = 1.4426950408889634
+
+
+def scale_log2(scale: float) -> float:
+    """The kernels' ``scale_log2`` field: scores are exponentiated with exp2, so the softmax scale is
+    carried times log2(e). The kernel masks scores with an infinity that the scale turns into -inf;
+    a zero scale would make NaN of it. 1e-30 gives the same float32 softmax as 0 (every
+    exp2(1e-30 * s) rounds to 1 for |s| < 1e22), so it stands in for zero."""
+    return scale * _LOG2E if scale != 0 else 1e-30

@@ -7,11 +7,10 @@ import ctypes
 from dataclasses import dataclass
 
 from . import _fp8, _geometry, _tma, _traits
-from ._params import FwdParams, FwdSm90Params
+from ._params import FwdParams, FwdSm90Params, scale_log2
 from ._problem import Problem, TensorGeom
 from ._traits import Variant
 
-_LOG2E = 1.4426950408889634
 _MAX_GRID_YZ = 65535
 
 
@@ -112,13 +111,6 @@ def contiguous_geom(problem: Problem) -> TensorGeom:
     return _geometry.contiguous_geom(problem.seqlen_q, problem.heads_q, problem.head_dim, problem.layout)
 
 
-def _scale_log2(scale: float) -> float:
-    # The kernel masks scores with an infinity that the scale turns into -inf; a zero scale would
-    # make NaN of it. 1e-30 gives the same float32 softmax as 0 (every exp2(1e-30 * s) rounds to
-    # 1 for |s| < 1e22), so it stands in for zero.
-    return scale * _LOG2E if scale != 0 else 1e-30
-
-
 def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, lse: int, o_geom: TensorGeom):
     """The kernel's by-value argument: FwdParams, or for the Hopper family FwdSm90Params, which
     adds the TMA maps of q, k and v (encoded per call: they hold the addresses). FP8: ``v`` is Vt
@@ -154,7 +146,7 @@ def _set_fp8(params: FwdParams, problem: Problem) -> None:
     params.v_stride_s = pad  # between Vt's head-dim rows
     params.v_stride_h = problem.head_dim * pad
     params.v_stride_b = problem.heads_kv * problem.head_dim * pad
-    params.scale_log2 = _scale_log2(problem.scale * d.q * d.k)
+    params.scale_log2 = scale_log2(problem.scale * d.q * d.k)
     params.out_scale = d.v
     params.q_descale, params.k_descale, params.v_descale = d.q_ptr, d.k_ptr, d.v_ptr
 
@@ -171,7 +163,7 @@ def _fwd_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, ls
         problem.group_size,
         problem.head_dim,
         problem.seqlen_k - problem.seqlen_q,
-        _scale_log2(problem.scale),
+        scale_log2(problem.scale),
         plan.num_m_blocks,
         int(lse != 0),
         0,

@@ -53,7 +53,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cudattn
-from cudattn import _api, _array, _callpath, _device, _dlpack, _foreign, _kvcache, _plan, _stream, _transfer, _validate
+from cudattn import _api, _array, _callpath, _device, _dlpack, _foreign, _kvcache, _params, _stream, _transfer, _validate
 from cudattn._array import DeviceArray
 from cudattn._stream import StreamRef
 
@@ -121,7 +121,7 @@ def _check_launchable(problem, arrays, handle) -> None:
     if problem.descales is not None:
         scale = scale * problem.descales.q * problem.descales.k
         assert math.isfinite(np.float32(problem.descales.v)), f"v_descale {problem.descales.v!r} overflows float32"
-    s32 = ctypes.c_float(_plan._scale_log2(scale)).value
+    s32 = ctypes.c_float(_params.scale_log2(scale)).value
     assert math.isfinite(s32) and s32 != 0, f"scale {problem.scale!r} gives a float32 score scale of {s32}"
 
 
@@ -1232,7 +1232,7 @@ def test_scale_below_float32_becomes_zero(scale):
     # NaN; 0 takes the kernels' zero-scale path instead (every exp2(tiny * s) is 1 anyway)
     q = np.ones((1, 4, 2, 16), F16)
     p = _validate.validate(q, q, q, scale=scale)
-    assert p.scale == 0.0 and ctypes.c_float(_plan._scale_log2(p.scale)).value != 0
+    assert p.scale == 0.0 and ctypes.c_float(_params.scale_log2(p.scale)).value != 0
     q8 = np.ones((1, 4, 2, 16), FP8)
     p = _validate.validate(q8, q8, q8, scale=1e-30, q_descale=1e-30, k_descale=1e-30)
     assert p.scale == 0.0
