@@ -33,6 +33,7 @@ __all__ = [
     "clear_cache",
     "elapsed_ms",
     "launch",
+    "launch_prepared",
     "load_kernel",
     "record_event",
     "synchronize",
@@ -175,7 +176,7 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-_ArgPointers = ctypes.c_void_p * 1
+ArgPointers = ctypes.c_void_p * 1  # the kernel-argument array: one pointer, to the params struct
 _cuLaunchKernel = driver.cuLaunchKernel
 
 
@@ -212,12 +213,21 @@ def launch(
             f"load_kernel unlocked {kernel.smem_limit} B (pass dynamic_smem= to load_kernel)"
         )
     bx, by, bz = block
-    argv = _ArgPointers(ctypes.addressof(params))
+    argv = ArgPointers(ctypes.addressof(params))
     err = _cuLaunchKernel(
         kernel.function, gx, gy, gz, bx, by, bz, shared_mem, stream_handle, ctypes.addressof(argv), 0
     )[0]
     if err:
         check(err, f"cuLaunchKernel({kernel.name}, grid={tuple(grid)}, block={tuple(block)}, smem={shared_mem})")
+
+
+def launch_prepared(args: tuple, stream_handle: int, argv: int, name: str) -> None:
+    """Launch from arguments prepared and checked once (`_replay`): ``args`` = (function, grid x, y,
+    z, block x, y, z, shared memory), ``argv`` the address of a ``void*[1]`` pointing at the params
+    block. No recording hook and no range checks: the warm call path."""
+    err = _cuLaunchKernel(*args, stream_handle, argv, 0)[0]
+    if err:
+        check(err, f"cuLaunchKernel({name}, grid={args[1:4]}, block={args[4:7]}, smem={args[7]})")
 
 
 # ---------------------------------------------------------------------- events and sync

@@ -22,6 +22,7 @@ theirs arrives.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 from ._array import DeviceArray
@@ -34,7 +35,6 @@ CUDATTN, TORCH, CUPY, OTHER = 0, 1, 2, 3
 _kinds: dict[type, int] = {DeviceArray: CUDATTN}
 _SMV = None
 _torch_stream = None  # torch's current-stream getter, bound when a torch tensor first arrives
-_CU_STREAM_LEGACY = 1
 
 
 def kind_of(obj) -> int:
@@ -106,18 +106,9 @@ def adapt(obj, name: str, consumer: int) -> DeviceArray:
     a.ptr, a.shape, a.dtype, a.device_id, a.owner, a.readonly = view.ptr, view.shape, dtype, dev, view, view.readonly
     st = view.strides
     a.strides = _contiguous(a.shape, dtype.itemsize) if st is None else tuple([s * dtype.itemsize for s in st])
-    a.stream_handle = (_torch_stream or _torch_stream_getter())(dev) if kind == TORCH else current_stream(kind, dev)
+    a.stream_handle = current_stream(kind, dev)
     return a
 
 
-_strides_memo: dict = {}
-
-
-def _contiguous(shape: tuple, itemsize: int) -> tuple:
-    """C-contiguous byte strides, memoised (operands of a signature repeat their shapes)."""
-    st = _strides_memo.get((shape, itemsize))
-    if st is None:
-        if len(_strides_memo) > 1024:
-            _strides_memo.clear()
-        st = _strides_memo[(shape, itemsize)] = _c_strides(shape, itemsize)
-    return st
+# C-contiguous byte strides, memoised: operands of a signature repeat their shapes.
+_contiguous = functools.lru_cache(maxsize=1024)(_c_strides)

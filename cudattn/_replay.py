@@ -24,10 +24,7 @@ import math
 import operator
 import struct
 
-from cuda.bindings import driver
-
-from . import _alloc, _array, _device, _tma
-from ._errors import check
+from . import _alloc, _array, _device, _launch, _tma
 from ._recording import BASES, NotReplayable, Recorder, placeholder, slot_of
 
 __all__ = ["Replay", "record", "NotReplayable"]
@@ -38,8 +35,6 @@ _MAP_BYTES = _tma.TENSOR_MAP_BYTES
 _MAP_CACHE_MAX = 256  # addresses remembered per recorded tensor map
 _BUILT_MAX = 64  # argument blocks kept per launch
 _SCRATCH_ALIGN = 256
-_ArgPointers = ctypes.c_void_p * 1
-_cuLaunchKernel = driver.cuLaunchKernel
 
 
 class _Step:
@@ -82,7 +77,7 @@ class _Step:
                     seen.clear()
                 m = seen[addr] = _tma.replace_address(raw, addr)
             ctypes.memmove(base + off, m, _MAP_BYTES)
-        argv = _ArgPointers(base)
+        argv = _launch.ArgPointers(base)
         entry = (ctypes.addressof(argv), argv, buf)
         if len(self.built) >= _BUILT_MAX:  # many address combinations: start over, bounded
             self.built.clear()
@@ -133,9 +128,7 @@ class Replay:
                     made.append(None)
                     ptrs.append(scratch.ptr + offset)
         for st in self.steps:
-            err = _cuLaunchKernel(*st.args, stream, st.argv(ptrs, device_id), 0)[0]
-            if err:
-                check(err, f"cuLaunchKernel({st.name}, grid={st.args[1:4]}, block={st.args[4:7]}, smem={st.args[7]})")
+            _launch.launch_prepared(st.args, stream, st.argv(ptrs, device_id), st.name)
         n = self.n_operands
         res = [operands[s] if s < n else made[s - n] for s in self.results]  # made on `stream` already
         return (res[0], res[1]) if self.pair else res[0]
