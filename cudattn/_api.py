@@ -7,6 +7,7 @@ from typing import Literal, overload
 import numpy as np
 
 from . import _array, _callpath, _decode, _device, _foreign, _fp8, _kernels, _launch, _plan, _stream, _transfer
+from ._array import DeviceArray
 from ._types import ArrayLike, ArrayResult, DescaleLike, DTypeLike, Layout, StreamLike
 from ._operands import OTHER, kind_of
 from ._validate import validate
@@ -88,26 +89,25 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
     so FP8 results are less accurate than 16-bit ones (README: "FP8 accuracy"). FP8 takes no
     ``num_splits`` and no KV cache yet.
     """
-    if isinstance(q, np.ndarray) and isinstance(k, np.ndarray) and isinstance(v, np.ndarray):
+    host_q, host_k, host_v = isinstance(q, np.ndarray), isinstance(k, np.ndarray), isinstance(v, np.ndarray)
+    if host_q and host_k and host_v:
         from ._host import attention_host
 
         return attention_host(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse,
                               q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype,
                               num_splits=num_splits, out=out, stream=stream)
-    if (isinstance(q, np.ndarray) or isinstance(k, np.ndarray) or isinstance(v, np.ndarray)
-            or kind_of(q) == OTHER):
+    if host_q or host_k or host_v or type(q) is not DeviceArray and kind_of(q) == OTHER:
         _check_not_mixed(q, k, v)  # the one message for host/device mixes and non-arrays
     if q_descale is None and k_descale is None and v_descale is None:  # 16-bit inputs: four operands
-        objs, names, descales = (q, k, v, out), _NAMES[:4], None
+        objs, names, descales = (q, k, v, out), _NAMES4, None
     else:
         objs, names = (q, k, v, out, *(_array_or_none(d) for d in (q_descale, k_descale, v_descale))), _NAMES
-    consumer, keep, qa = _callpath.consumer_stream(q, stream)
-    ops = _callpath.adapt_all(objs, names, consumer, qa)
+    consumer, keep, ops, sig, unordered = _callpath.operands(objs, names, stream)
     if len(ops) > 4:
         descales = tuple(_descale_key(g, a) for g, a in zip((q_descale, k_descale, v_descale), ops[4:]))
     flags = (causal, scale, layout, return_lse, out_dtype, num_splits)
     # Types join the values: True, 1 and 1.0 are equal and hash alike, but validate differently.
-    key = ("attention", _callpath.signature(ops), flags, tuple(map(type, flags)), descales)
+    key = ("attention", sig, flags, tuple(map(type, flags)), descales)
 
     def full(qa, ka, va, oa, dq=None, dk=None, dv=None):
         device_id = qa.device_id
@@ -123,10 +123,11 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
         return run_device(problem, qa, ka, va, oa, _device.get_device(device_id), device_id, sref)
 
     return _callpath.run(key, objs, ops, names, consumer, keep, full, tensors=4, out_index=3,
-                         allocates=out is None or return_lse is True)
+                         allocates=out is None or return_lse is True, unordered=unordered)
 
 
 _NAMES = ("q", "k", "v", "out", "q_descale", "k_descale", "v_descale")
+_NAMES4 = _NAMES[:4]
 
 
 def _array_or_none(x):

@@ -3,26 +3,26 @@
 1. **Stream** (:func:`consumer_stream`): ``stream=None`` is the current stream of the operands'
    package (torch's or CuPy's current stream, the stream that produced a cudattn DeviceArray,
    else cudattn's own stream); an explicit stream is taken as given.
-2. **Operands** (`_operands.adapt`): device arrays of any runtime as DeviceArrays, each knowing its
-   producer stream. Their types join the signature. The call is ordered after every producer that is not the call's stream, and
-   those operands are kept alive until the call's work is done (`_stream.stream_wait`, `_lifetime`).
-3. **Plan** (:func:`run`): the call signature (shapes, strides, dtypes, devices, flags; never
-   addresses) finds a recorded `_replay.Replay`. The first call of a signature runs the full path
-   (validation with its precise errors, planning, the launches), then records it.
+2. **Operands** (:func:`operands`, `_operands.adapt`): device arrays of any runtime as
+   DeviceArrays, each knowing its producer stream, and the call's signature from them (types,
+   shapes, strides, dtypes, devices). The call is ordered after every producer that is not the
+   call's stream, and those operands are kept alive until the call's work is done
+   (`_stream.stream_wait`, `_lifetime`); when every operand was made on the call's stream
+   there is nothing to do.
+3. **Plan** (:func:`run`): the call signature (with the flags; never addresses) finds a recorded
+   `_replay.Replay`. The first call of a signature runs the full path (validation with its
+   precise errors, planning, the launches), then records it.
 4. **Launch**: the replay allocates the outputs on the call's stream and launches.
 
 Address checks run on every call (`_Plan.plain`, from byte spans the signature fixes): no null
 pointer, 16-byte alignment, the output's byte range apart from each input's. A call that fails
 one goes to the full path, which names the argument (alignment), refuses a null pointer or an
-output that shares bytes with an input, and accepts views interleaved in one buffer. While the call's stream captures a CUDA graph,
-cudattn cannot allocate an output (the graph is not cudattn's), so such calls must pass ``out=``.
+output that shares bytes with an input, and accepts views interleaved in one buffer. While the
+call's stream captures a CUDA graph, cudattn cannot allocate an output (the graph is not
+cudattn's), so such calls must pass ``out=``.
 """
 
 from __future__ import annotations
-
-import functools
-import operator
-from typing import Callable
 
 from . import _device, _lifetime, _replay, _stream, _traits
 from ._alloc import is_capturing
@@ -32,7 +32,7 @@ from ._geometry import span as _span
 from ._operands import CUDATTN, OTHER, adapt, current_stream_owner, kind_of
 from ._stream import stream_wait
 
-__all__ = ["consumer_stream", "adapt_all", "signature", "run", "tag"]
+__all__ = ["consumer_stream", "operands", "run", "tag"]
 
 _plans: dict = {}
 _PLANS_MAX = 4096
@@ -70,18 +70,37 @@ def consumer_stream(first, stream):
     return ref.handle, ref.obj, None
 
 
-def adapt_all(objs, names, consumer: int, first=None) -> list:
-    """Each of ``objs`` (None stays None) adapted for reading on ``consumer``; ``first``: ``objs[0]``
-    adapted already (by `consumer_stream`)."""
-    if first is None:
-        first = adapt(objs[0], names[0], consumer)
-    return [first] + [x if x is None or type(x) is DeviceArray else adapt(x, n, consumer)
-                      for x, n in zip(objs[1:], names[1:])]
+def operands(objs, names, stream) -> tuple:
+    """The call's stream and its operands: ``(consumer, keep, ops, sig, unordered)``.
 
-
-def signature(ops) -> tuple:
-    """What a call's operands contribute to its signature: everything but their addresses."""
-    return tuple([None if a is None else (a.shape, a.strides, a.dtype, a.device_id, a.readonly) for a in ops])
+    ``consumer``/``keep``: `consumer_stream`; ``ops``: each of ``objs`` (None stays None) adapted
+    for reading on ``consumer``; ``sig``: what they contribute to the call's signature (type,
+    shape, strides, dtype, device, read-only: everything but the address); ``unordered``: some
+    operand was produced on another stream or belongs to a producer that must be kept alive
+    (`order_and_hold` has work to do)."""
+    x = objs[0]
+    consumer, keep, a = consumer_stream(x, stream)
+    if a is None:
+        a = adapt(x, names[0], consumer)
+    t = type(x)
+    ops = [a]
+    sig = [(t, a.shape, a.strides, a.dtype, a.device_id, a.readonly)]
+    h = a.stream_handle
+    unordered = h != consumer and h is not None or t is not DeviceArray and kind_of(x) == OTHER
+    for i in range(1, len(objs)):
+        x = objs[i]
+        if x is None:
+            ops.append(None)
+            sig.append(None)
+            continue
+        t = type(x)
+        a = x if t is DeviceArray else adapt(x, names[i], consumer)
+        ops.append(a)
+        sig.append((t, a.shape, a.strides, a.dtype, a.device_id, a.readonly))
+        h = a.stream_handle
+        if h != consumer and h is not None or t is not DeviceArray and kind_of(x) == OTHER:
+            unordered = True
+    return consumer, keep, ops, tuple(sig), unordered
 
 
 def order_and_hold(objs, ops, consumer: int):
@@ -117,69 +136,54 @@ def check_addresses(ops, names, tensors: int, out_index: int | None) -> None:
                                      f"an input it still reads: pass a separate out")
 
 
-def _picker(slots) -> Callable:
-    """``ptrs -> tuple of ptrs[i] for i in slots`` (always a tuple, unlike one-index itemgetter)."""
-    if len(slots) > 1:
-        return operator.itemgetter(*slots)
-    if slots:
-        i = slots[0]
-        return lambda ptrs: (ptrs[i],)
-    return lambda ptrs: ()
-
-
 class _Plan:
     """A recorded call signature: its replay, and what the per-call checks need, fixed by the
-    signature: which operands are non-empty tensors and their byte spans, whether an operand's
-    kind asks to be kept alive whatever its stream."""
+    signature: which operands are non-empty tensors, and the byte spans of the output and inputs."""
 
-    __slots__ = ("replay", "nonempty", "out_index", "out_span", "inputs", "input_spans", "holds")
+    __slots__ = ("replay", "nonempty", "out_index", "out_span", "inputs")
 
-    def __init__(self, replay, objs, ops, tensors: int, out_index: int | None):
+    def __init__(self, replay, ops, tensors: int, out_index: int | None):
         self.replay = replay
         spans = [None if a is None or 0 in a.shape else _span(a.shape, a.strides, a.dtype.itemsize)
                  for a in ops[:tensors]]
-        self.nonempty = _picker([i for i, sp in enumerate(spans) if sp is not None])
+        self.nonempty = tuple(i for i, sp in enumerate(spans) if sp is not None)
         self.out_index = out_index
-        self.out_span = None if out_index is None else spans[out_index]
-        inputs = [] if out_index is None else [i for i in range(out_index) if spans[i] is not None]
-        self.inputs = _picker(inputs)
-        self.input_spans = tuple(spans[i] for i in inputs)
-        self.holds = any(x is not None and kind_of(x) == OTHER for x in objs)
+        self.out_span = None if out_index is None or spans[out_index] is None else spans[out_index]
+        # (slot, span start, span end) of each non-empty input, checked against the output's span
+        self.inputs = () if self.out_span is None else tuple(
+            (i, *spans[i]) for i in range(out_index) if spans[i] is not None)
 
     def plain(self, ptrs: list) -> bool:
         """True when the addresses need no closer look: non-null, 16-byte aligned, the output's byte
         range apart from every input's. False sends the call to `check_addresses` and the full path."""
-        sel = self.nonempty(ptrs)
-        if 0 in sel or functools.reduce(operator.or_, sel, 0) & 15:
-            return False
+        for i in self.nonempty:
+            p = ptrs[i]
+            if not p or p & 15:
+                return False
         if self.out_span is not None:
             o = ptrs[self.out_index]
             lo, hi = o + self.out_span[0], o + self.out_span[1]
-            for p, (a, b) in zip(self.inputs(ptrs), self.input_spans):
+            for i, a, b in self.inputs:
+                p = ptrs[i]
                 if p + a < hi and lo < p + b:
                     return False
         return True
 
-    def order(self, objs, ops, consumer: int):
-        """`order_and_hold`, with a shortcut for the usual case: every operand made on ``consumer``."""
-        if not self.holds and {a.stream_handle for a in ops if a is not None} <= {consumer, None}:
-            return None
-        return order_and_hold(objs, ops, consumer)
-
 
 def run(key, objs, ops, names, consumer: int, keep, full, *, tensors: int, out_index: int | None,
-        allocates: bool, force_full: bool = False):
+        allocates: bool, unordered: bool = True, force_full: bool = False):
     """One call: the recorded plan for ``key`` when there is one (``full(*ops)`` records it on a miss).
 
-    ``key``: the call's signature (`signature` of ``ops`` and the other arguments, tagged);
+    ``key``: the call's signature (``sig`` from `operands` and the other arguments, tagged);
     ``full(*operands)`` is the full path (validate, plan, launch) on DeviceArrays; ``objs`` the
-    caller's arrays (their types join the key), ``ops`` them adapted; ``tensors``: the leading
-    operands that are attention tensors (checked for null pointers and overlap with the output at
-    ``out_index``); ``allocates``: the call returns arrays cudattn allocates (no ``out=``, or an
-    LSE); ``force_full``: an address-dependent case the caller wants the full path to judge.
-    Returns what ``full`` returns."""
-    _lifetime.release_done()
-    key = (key, tuple(map(type, objs)), _traits.FORCED_FAMILY)  # tests may force the portable kernels
+    caller's arrays, ``ops`` them adapted; ``tensors``: the leading operands that are attention
+    tensors (checked for null pointers and overlap with the output at ``out_index``);
+    ``allocates``: the call returns arrays cudattn allocates (no ``out=``, or an LSE);
+    ``unordered``: from `operands`; ``force_full``: an address-dependent case the caller wants the
+    full path to judge. Returns what ``full`` returns."""
+    if _lifetime.pending:
+        _lifetime.release_done()
+    key = (key, _traits.FORCED_FAMILY)  # tests may force the portable kernels
     try:
         plan = _plans.get(key)
     except TypeError:  # an unhashable argument: the full path says which
@@ -190,7 +194,7 @@ def run(key, objs, ops, names, consumer: int, keep, full, *, tensors: int, out_i
     device_id = ops[0].device_id
     ptrs = [0 if a is None else a.ptr for a in ops]
     if plan.__class__ is _Plan and not force_full and plan.plain(ptrs):
-        held = plan.order(objs, ops, consumer)
+        held = order_and_hold(objs, ops, consumer) if unordered else None
         if consumer in _SPECIAL_STREAMS:  # the legacy / per-thread stream: the current context decides
             _device.get_device(device_id)
         result = plan.replay.run(ops, ptrs, device_id, consumer, keep)
@@ -203,7 +207,7 @@ def run(key, objs, ops, names, consumer: int, keep, full, *, tensors: int, out_i
             if len(_plans) >= _PLANS_MAX:  # many distinct shapes (variable lengths): keep the table bounded
                 _plans.clear()
             try:
-                _plans[key] = _Plan(_replay.record(full, ops, consumer), objs, ops, tensors, out_index)
+                _plans[key] = _Plan(_replay.record(full, ops, consumer), ops, tensors, out_index)
             except _replay.NotReplayable:
                 _plans[key] = _FULL_ONLY
     if out_index is not None and ops[out_index] is not None:

@@ -99,14 +99,13 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
         if x is not None and kind_of(x) == OTHER and not isinstance(x, np.ndarray) and \
                 not _foreign.is_device_array_like(x):
             raise TypeError(f"{name} must be an int32 NumPy or device array; got {type(x).__name__}")
-    consumer, keep, qa = _callpath.consumer_stream(q, stream)
     dev_objs = objs  # NumPy index arrays are no operands: checked and uploaded by the full path
     if isinstance(cache_seqlens, np.ndarray) or isinstance(block_table, np.ndarray):
         dev_objs = tuple(None if isinstance(x, np.ndarray) else x for x in objs)
-    ops = _callpath.adapt_all(dev_objs, _NAMES, consumer, qa)
+    consumer, keep, ops, sig, unordered = _callpath.operands(dev_objs, _NAMES, stream)
     qa, ka, va, kn, vn, oa, sl, bt = ops
     flags = (causal, scale, return_lse, num_splits)
-    key = ("kvcache", _callpath.signature(ops), flags, tuple(map(type, flags)),
+    key = ("kvcache", sig, flags, tuple(map(type, flags)),
            None if dev_objs[6] is not None or cache_seqlens is None else cache_seqlens,  # NumPy: unhashable (full path)
            None if dev_objs[7] is not None or block_table is None else block_table)
     # Appending into caches whose byte ranges meet: the full path's exact test of shared elements.
@@ -131,7 +130,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
         return _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa)
 
     return _callpath.run(key, objs, ops, _NAMES, consumer, keep, full, tensors=6, out_index=5,
-                         allocates=out is None or return_lse is True, force_full=suspect)
+                         allocates=out is None or return_lse is True, unordered=unordered, force_full=suspect)
 
 
 _NAMES = ("q", "k_cache", "v_cache", "k_new", "v_new", "out", "cache_seqlens", "block_table")

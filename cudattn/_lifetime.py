@@ -31,6 +31,7 @@ _record = driver.cuEventRecord
 _lock = threading.Lock()
 _free_events: list = []  # events of released holds, reused
 _held: collections.deque = collections.deque()  # (event, refs), oldest first
+pending = _held  # truthy while something is held (the call path tests it before `release_done`)
 
 
 def _event():

@@ -53,9 +53,8 @@ def merge_attention_states(outs: ArrayLike | Sequence[ArrayLike], lses: ArrayLik
         if not _foreign.is_device_array_like(x) or isinstance(x, np.ndarray):
             raise TypeError(f"merge_attention_states: {name} must be a device array like the other parts (all "
                             f"NumPy or all device arrays); got {type(x).__name__}")
-    consumer, keep, first = _callpath.consumer_stream(objs[0], stream)
-    ops = _callpath.adapt_all(objs, names, consumer, first)
-    key = ("merge", _callpath.signature(ops), n_o, o_stacked, l_stacked, layout)
+    consumer, keep, ops, sig, unordered = _callpath.operands(objs, names, stream)
+    key = ("merge", sig, n_o, o_stacked, l_stacked, layout)
 
     def full(*ops):
         outs_d = ops[0] if o_stacked else list(ops[:n_o])
@@ -63,7 +62,7 @@ def merge_attention_states(outs: ArrayLike | Sequence[ArrayLike], lses: ArrayLik
         return _merge_device(outs_d, lses_d, layout, _stream.StreamRef(consumer, keep))
 
     return _callpath.run(key, objs, ops, names, consumer, keep, full, tensors=len(ops), out_index=None,
-                         allocates=True)
+                         allocates=True, unordered=unordered)
 
 
 def _merge_device(outs_d, lses_d, layout: str, sref):

@@ -282,12 +282,11 @@ def quantize_fp8(x: ArrayLike, *, per: QuantizePer = "tensor", layout: Layout = 
     if not _foreign.is_device_array_like(x):
         raise TypeError("x must be a NumPy array or a device array (DeviceArray, or an object with "
                         f"__cuda_array_interface__ or __dlpack__ on a CUDA device); got {type(x).__name__}")
-    consumer, keep, xa = _callpath.consumer_stream(x, stream)
-    ops = _callpath.adapt_all((x,), ("x",), consumer, xa)
-    key = ("quantize_fp8", _callpath.signature(ops), per, layout, heads_kv)
+    consumer, keep, ops, sig, unordered = _callpath.operands((x,), ("x",), stream)
+    key = ("quantize_fp8", sig, per, layout, heads_kv)
     return _callpath.run(key, (x,), ops, ("x",), consumer, keep,
                          lambda xa: _quantize_device(xa, per, layout, heads_kv, _stream.StreamRef(consumer, keep)),
-                         tensors=1, out_index=None, allocates=True)
+                         tensors=1, out_index=None, allocates=True, unordered=unordered)
 
 
 def dequantize(x_fp8: ArrayLike, descale: ArrayLike, *, layout: Layout = "bshd", out_dtype: DTypeLike = np.float32,
@@ -323,12 +322,11 @@ def dequantize(x_fp8: ArrayLike, descale: ArrayLike, *, layout: Layout = "bshd",
             raise TypeError(f"{name} must be a NumPy array or a device array (DeviceArray, or an object with "
                             f"__cuda_array_interface__ or __dlpack__ on a CUDA device); got {type(a).__name__}")
     objs, names = (x_fp8, descale), ("x_fp8", "descale")
-    consumer, keep, xa = _callpath.consumer_stream(x_fp8, stream)
-    ops = _callpath.adapt_all(objs, names, consumer, xa)
-    key = ("dequantize", _callpath.signature(ops), layout, out_dt)
+    consumer, keep, ops, sig, unordered = _callpath.operands(objs, names, stream)
+    key = ("dequantize", sig, layout, out_dt)
     return _callpath.run(key, objs, ops, names, consumer, keep,
                          lambda xa, da: _dequantize_device(xa, da, layout, out_dt, _stream.StreamRef(consumer, keep)),
-                         tensors=2, out_index=None, allocates=True)
+                         tensors=2, out_index=None, allocates=True, unordered=unordered)
 
 
 # ---------------------------------------------------------------------- host (NumPy)

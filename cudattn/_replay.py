@@ -29,6 +29,7 @@ from ._recording import BASES, NotReplayable, Recorder, placeholder, slot_of
 
 __all__ = ["Replay", "record", "NotReplayable"]
 
+launch_prepared = _launch.launch_prepared
 _U64 = struct.Struct("<Q")
 _pack_u64 = _U64.pack_into
 _MAP_BYTES = _tma.TENSOR_MAP_BYTES
@@ -55,13 +56,10 @@ class _Step:
         self.slots = operator.itemgetter(*slots) if slots else (lambda ptrs: ())
         self.built: dict = {}  # the slots' addresses -> (argv address, argv, params buffer)
 
-    def argv(self, ptrs: list, device_id: int) -> int:
-        """Address of the ``void*[1]`` kernel-argument array for the operands at ``ptrs``."""
-        key = self.slots(ptrs)
-        entry = self.built.get(key)
-        if entry is None:
-            entry = self._build(ptrs, key, device_id)
-        return entry[0]
+    def build(self, ptrs: list, device_id: int) -> int:
+        """Address of a new ``void*[1]`` kernel-argument array for the operands at ``ptrs`` (a
+        combination not in ``built``, where `Replay.run` looks first)."""
+        return self._build(ptrs, self.slots(ptrs), device_id)[0]
 
     def _build(self, ptrs: list, key, device_id: int) -> tuple:
         buf = ctypes.create_string_buffer(self.template, len(self.template))
@@ -116,19 +114,25 @@ class Replay:
 
         The launches were checked when the call was recorded (grid, shared memory): here they go
         straight to ``cuLaunchKernel``. The params block is copied by the driver at the launch."""
+        if not self.allocations:  # out= given, no workspace: the results are operands
+            for st in self.steps:
+                entry = st.built.get(st.slots(ptrs))
+                launch_prepared(st.args, stream, st.build(ptrs, device_id) if entry is None else entry[0], st.name)
+            res = self.results
+            return (operands[res[0]], operands[res[1]]) if self.pair else operands[res[0]]
         made = []
-        if self.allocations:
-            scratch = _alloc.allocate(device_id, self.scratch_bytes, stream, keep) if self.scratch_bytes else None
-            for shape, dtype, strides, offset in self.allocations:
-                if offset is None:
-                    a = _array.new_array(shape, dtype, device_id, stream, keep, strides)
-                    made.append(a)
-                    ptrs.append(a.ptr)
-                else:
-                    made.append(None)
-                    ptrs.append(scratch.ptr + offset)
+        scratch = _alloc.allocate(device_id, self.scratch_bytes, stream, keep) if self.scratch_bytes else None
+        for shape, dtype, strides, offset in self.allocations:
+            if offset is None:
+                a = _array.new_array(shape, dtype, device_id, stream, keep, strides)
+                made.append(a)
+                ptrs.append(a.ptr)
+            else:
+                made.append(None)
+                ptrs.append(scratch.ptr + offset)
         for st in self.steps:
-            _launch.launch_prepared(st.args, stream, st.argv(ptrs, device_id), st.name)
+            entry = st.built.get(st.slots(ptrs))
+            launch_prepared(st.args, stream, st.build(ptrs, device_id) if entry is None else entry[0], st.name)
         n = self.n_operands
         res = [operands[s] if s < n else made[s - n] for s in self.results]  # made on `stream` already
         return (res[0], res[1]) if self.pair else res[0]

@@ -542,6 +542,35 @@ def test_fp8_torch_tensors_match_device_arrays(torch):
         assert _same_bits(got, want), f"call {call}: torch FP8 operands differ from DeviceArray operands"
 
 
+def test_torch_operands_of_every_form_are_read_as_they_are(torch):
+    """torch tensors read through their own accessors: a strided slice, an nn.Parameter, a tensor
+    that requires grad and a tensor subclass give the DeviceArray path's result bit for bit, cold
+    and warm; a negated view (torch._neg_view: its memory holds -x) is refused, where cuda.core's
+    view hands over its bytes as if they were x (a wrong result, silently)."""
+    rng = _rng()
+    q, k, v = _qkv(rng, 2, 77, 77, 4, 2, 64)
+    want = cudattn.to_host(cudattn.attention(*(cudattn.to_device(x) for x in (q, k, v))))
+    wide = _to_torch(torch, np.concatenate([q, _rand(rng, q.shape, F16)], axis=-1))
+    sliced = wide[..., :64]  # rows 256 bytes apart, unit stride last
+    assert not sliced.is_contiguous()
+
+    class Sub(torch.Tensor):
+        pass
+
+    tk, tv = _to_torch(torch, k), _to_torch(torch, v)
+    forms = {"slice": sliced, "parameter": torch.nn.Parameter(_to_torch(torch, q)),
+             "requires-grad": _to_torch(torch, q).requires_grad_(), "subclass": _to_torch(torch, q).as_subclass(Sub)}
+    for name, tq in forms.items():
+        for call in range(3):
+            got = cudattn.to_host(cudattn.attention(tq, tk, tv))
+            assert _same_bits(got, want), f"{name}, call {call}: differs from the DeviceArray result"
+    neg = torch._neg_view(_to_torch(torch, -q.astype(np.float32)).to(torch.float16))  # its values are q
+    assert neg.is_neg()
+    for where in ("q", "k"):  # as the first operand (it picks the stream) and as another
+        with pytest.raises(TypeError, match="negated"):
+            cudattn.attention(neg, tk, tv) if where == "q" else cudattn.attention(forms["slice"], neg, tv)
+
+
 def test_warm_call_from_a_thread_without_a_current_context():
     """A new thread has no current CUDA context; a warm call there (a replay on cudattn's stream,
     which carries its context) must still run and give the first call's result bit for bit."""
