@@ -37,13 +37,14 @@ class Block:
     ``keep`` holds the stream's owner (a cuda.core or torch stream object), so the stream outlives
     the free queued on it."""
 
-    __slots__ = ("ptr", "nbytes", "stream", "keep", "__weakref__")
+    __slots__ = ("ptr", "nbytes", "stream", "keep", "graph", "__weakref__")
 
-    def __init__(self, ptr: int, nbytes: int, stream: int, keep: object = None):
+    def __init__(self, ptr: int, nbytes: int, stream: int, keep: object = None, graph: bool = False):
         self.ptr = ptr
         self.nbytes = nbytes
         self.stream = stream
         self.keep = keep
+        self.graph = graph  # a graph memory node: the stream was capturing
 
     def __del__(self):
         ptr, self.ptr = self.ptr, 0
@@ -71,7 +72,7 @@ def allocate(device_id: int, nbytes: int, stream: int, keep: object = None) -> B
         return Block(int(ptr), nbytes, stream, keep)
     if err == _CAPTURE_UNSUPPORTED:  # a capturing stream: a graph memory node (freed in the graph too)
         return Block(int(check(driver.cuMemAllocAsync(nbytes, stream), f"cuMemAllocAsync({nbytes} bytes)")),
-                     nbytes, stream, keep)
+                     nbytes, stream, keep, True)
     if err != _OOM:
         check(err, f"cuMemAllocFromPoolAsync({nbytes} bytes)")
     return Block(_retry(device_id, nbytes, stream), nbytes, stream, keep)

@@ -367,9 +367,13 @@ def empty_cache(device: DeviceLike = None) -> None:
 
     Freed arrays return their memory to the device's stream-ordered pool, which keeps it for the
     next allocation (as PyTorch's caching allocator does); other libraries on the GPU cannot use
-    it until it is given back. Waits for the device's pending work first.
+    it until it is given back. The streams' arrival counters (a few KiB each, kept for the split-KV
+    decode kernel) go back too. Waits for the device's pending work first.
     """
+    from . import _counters
+
     dev = get_device(device)
+    _counters.release(dev.device_id)  # freed stream-ordered: done by the synchronize below
     check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
     _trim_pool(dev)
 

@@ -4,8 +4,10 @@ Few query tokens against a long KV sequence: the work is reading K and V once, s
 fill the GPU even when batch x kv heads is small. Each kv head's query heads are packed into one
 block's rows (GQA packing: every K/V byte is read once per kv head), the keys are cut into
 ``num_splits`` ranges of whole tiles, one block per (packed row block, split, kv head, batch),
-and with more than one split `split_kv_combine` merges the normalised partial outputs by their
-LSEs. Data flow: plan (variant, splits, grid) -> flash_decode -> [split_kv_combine].
+and with more than one split the last block of each packed row block to finish merges the
+normalised partial outputs by their LSEs (arrival counters, `_counters`): one launch. Data flow:
+plan (variant, splits, grid) -> flash_decode. `launch_combine` merges parts given by the caller
+(`cudattn.merge_attention_states`) with the same math.
 """
 
 from __future__ import annotations
@@ -14,10 +16,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from . import _array, _decode_traits, _kernels, _launch
+from . import _array, _counters, _decode_traits, _kernels, _launch
 from ._decode_traits import MAX_SPLITS, DecodeVariant
 from ._params import CombineParams, DecodeParams, KvCacheGeom, scale_log2
-from ._geometry import contiguous_geom
 from ._problem import Problem, TensorGeom
 
 _F32 = np.dtype(np.float32)
@@ -129,15 +130,17 @@ def run(problem: Problem, q: int, k: int, v: int, o: int, lse: int, o_geom: Tens
     plan, kernel = make_plan(problem, props, device)
     B, Sq, Hq, D = problem.batch, problem.seqlen_q, problem.heads_q, problem.head_dim
     splits = plan.num_splits
-    o_part = lse_part = None
+    o_part = lse_part = counters = None
     if splits > 1:
         o_part = _array.empty_on((splits, B, Hq, Sq, D), _F32, device, sref)
         lse_part = _array.empty_on((splits, B, Hq, Sq), _F32, device, sref)
+        counters = _counters.counters(props.device_id, sref.handle, plan.num_m_blocks * problem.heads_kv * B, sref.obj)
     qs, ks, vs = problem.q_strides, problem.k_strides, problem.v_strides
     scale = problem.scale
     params = DecodeParams(
         q, k, v, o, lse,
         0 if o_part is None else o_part.ptr, 0 if lse_part is None else lse_part.ptr,
+        0 if counters is None else counters.ptr,
         qs.batch, qs.seq, qs.head,
         ks.batch, ks.seq, ks.head,
         vs.batch, vs.seq, vs.head,
@@ -149,10 +152,7 @@ def run(problem: Problem, q: int, k: int, v: int, o: int, lse: int, o_geom: Tens
         int(lse != 0), 0,
     )
     _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
-    if splits > 1:
-        parts = PartsView(o_part.ptr, lse_part.ptr, B * Hq * Sq * D, B * Hq * Sq,
-                          contiguous_geom(Sq, Hq, D, "bhsd"), (Hq * Sq, Sq, 1))
-        launch_combine(parts, splits, "float32", problem.out_dtype, o, lse, o_geom, B, Sq, Hq, D, props, device, sref)
+    del counters  # held until the launch is queued (`_counters`)
 
 
 @dataclass(frozen=True)

@@ -114,10 +114,9 @@ def combine_kernel(in_dtype: str, out_dtype: str) -> HelperKernel:
 
 APPEND_KERNEL = HelperKernel("kv_cache_append.cu", "kv_cache_append")
 
-# The combine pairs that exist: split-KV partials (float32 -> the input dtype) and merges of parts
-# of one dtype (merge_attention_states).
-COMBINE_PAIRS = (("float32", "float16"), ("float32", "bfloat16"), ("float32", "float32"),
-                 ("float16", "float16"), ("bfloat16", "bfloat16"))
+# The combine pairs that exist: merges of parts of one dtype (merge_attention_states; the split-KV
+# decode kernel merges its own float32 partials).
+COMBINE_PAIRS = (("float32", "float32"), ("float16", "float16"), ("bfloat16", "bfloat16"))
 
 
 def all_decode_kernels(arch: str) -> list:

@@ -68,7 +68,7 @@ class KvCacheGeom(ctypes.Structure):
 class DecodeParams(ctypes.Structure):
     _fields_ = [
         ("q", _c_ptr), ("k", _c_ptr), ("v", _c_ptr), ("o", _c_ptr), ("lse", _c_ptr),
-        ("o_part", _c_ptr), ("lse_part", _c_ptr),
+        ("o_part", _c_ptr), ("lse_part", _c_ptr), ("counters", _c_ptr),
         ("q_stride_b", _c_i64), ("q_stride_s", _c_i64), ("q_stride_h", _c_i64),
         ("k_stride_page", _c_i64), ("k_stride_s", _c_i64), ("k_stride_h", _c_i64),
         ("v_stride_page", _c_i64), ("v_stride_s", _c_i64), ("v_stride_h", _c_i64),

@@ -24,8 +24,8 @@ import math
 import operator
 import struct
 
-from . import _alloc, _array, _device, _launch, _tma
-from ._recording import BASES, NotReplayable, Recorder, placeholder, slot_of
+from . import _alloc, _array, _counters, _device, _launch, _tma
+from ._recording import BASES, COUNTERS, NotReplayable, Recorder, placeholder, slot_of
 
 __all__ = ["Replay", "record", "NotReplayable"]
 
@@ -89,7 +89,9 @@ class Replay:
 
     Allocations that are not results (workspaces: split-KV partials) share one block, carved at
     256-byte offsets, taken before the launches and dropped after them (its free is stream-ordered,
-    so it waits for them): one allocation per call instead of one per workspace."""
+    so it waits for them): one allocation per call instead of one per workspace. Arrival counters
+    (dtype COUNTERS) are the stream's (`_counters`), or the graph's while the stream captures one
+    (told by the workspace block, which was then made as a graph memory node)."""
 
     __slots__ = ("n_operands", "allocations", "steps", "results", "pair", "scratch_bytes")
 
@@ -101,7 +103,7 @@ class Replay:
         self.allocations = []  # (shape, dtype, strides, offset in the scratch block or None: a result)
         offset = 0
         for i, (shape, dtype, strides) in enumerate(allocations):
-            if n_operands + i in results:
+            if n_operands + i in results or dtype is COUNTERS:
                 self.allocations.append((shape, dtype, strides, None))
             else:
                 self.allocations.append((shape, dtype, strides, offset))
@@ -120,16 +122,19 @@ class Replay:
                 launch_prepared(st.args, stream, st.build(ptrs, device_id) if entry is None else entry[0], st.name)
             res = self.results
             return (operands[res[0]], operands[res[1]]) if self.pair else operands[res[0]]
-        made = []
+        made = []  # what each allocation slot holds (results, and counters until the launches are queued)
         scratch = _alloc.allocate(device_id, self.scratch_bytes, stream, keep) if self.scratch_bytes else None
         for shape, dtype, strides, offset in self.allocations:
-            if offset is None:
+            if dtype is COUNTERS:  # the stream's zeroed counters; a capturing stream's are the graph's
+                a = _counters.counters(device_id, stream, shape[0], keep, None if scratch is None else scratch.graph)
+            elif offset is None:
                 a = _array.new_array(shape, dtype, device_id, stream, keep, strides)
-                made.append(a)
-                ptrs.append(a.ptr)
             else:
                 made.append(None)
                 ptrs.append(scratch.ptr + offset)
+                continue
+            made.append(a)
+            ptrs.append(a.ptr)
         for st in self.steps:
             entry = st.built.get(st.slots(ptrs))
             launch_prepared(st.args, stream, st.build(ptrs, device_id) if entry is None else entry[0], st.name)

@@ -1,7 +1,7 @@
 """Cold processes: N fresh interpreters (spawned) on one empty cache directory, released together
 by a barrier once each has initialised CUDA and uploaded its inputs, so that they compile and
 write the same kernels at the same moment. Each runs the same two calls (a prefill and a
-split-KV decode, three kernels) and checks them against the reference.
+split-KV decode, two kernels) and checks them against the reference.
 
 Afterwards the directory must hold exactly the kernels the processes loaded, every entry valid
 (checksum), and no stray file (a temp file left by a writer). Processes that compile the same

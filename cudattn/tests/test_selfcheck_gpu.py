@@ -56,7 +56,7 @@ def test_short_soak():
 def test_cold_processes():
     res = _coldprocs.run_cold_procs(3, timeout=300, out=lambda s: None)
     assert res.ok, _coldprocs.summary(res)
-    assert len(res.cache_keys) == 3, "a prefill kernel, the decode kernel and its combine"
+    assert len(res.cache_keys) == 2, "a prefill kernel and the decode kernel (which merges its own splits)"
 
 
 def test_cli_json_report(tmp_path):

@@ -6,8 +6,11 @@
 // tile of the cp.async ring is cut into NW slices of WN keys, one per warp, and every warp runs
 // an online softmax over all BM rows for its slices. At the end the warps' states are merged
 // through shared memory in a fixed order (deterministic), and the block writes either the final
-// output (one split) or its normalised partial output and LSE (split_kv_combine.cu merges them).
+// output (one split) or its normalised partial output and LSE. With splits, the blocks of one
+// block of rows count their arrivals; the last to arrive merges the partials (cudattn/combine.cuh),
+// so decode is one launch.
 #pragma once
+#include "cudattn/combine.cuh"
 #include "cudattn/kv_cache.cuh"
 #include "cudattn/params_decode.cuh"
 #include "cudattn/smem_tile.cuh"
@@ -59,6 +62,7 @@ struct FwdDecode {
 
         if (n_tiles <= 0) {  // this split (or the whole cache) has no key for these rows
             write_empty(p, b, hkv, m_start, rows_valid, split, tid);
+            combine_if_last(p, b, hkv, m_block, m_start, rows_valid);
             return;
         }
 
@@ -223,6 +227,46 @@ struct FwdDecode {
         __syncthreads();  // every warp is done with the ring and Q: shared memory becomes the merge buffer
 
         merge_warps_and_store(p, softmax, o, b, hkv, m_start, rows_valid, split, warp, lane);
+        combine_if_last(p, b, hkv, m_block, m_start, rows_valid);
+    }
+
+    // With splits: count this block's arrival at its block of rows; the last of the num_splits
+    // blocks to arrive merges their partials into the output (and LSE) and resets the counter for
+    // the next kernel on the stream. Release/acquire through fences around the atomic, as in the
+    // CUDA programming guide's last-block reduction: each thread fences its partial stores before
+    // the arrival is counted, and the last block reads the partials from L2 after its own fence.
+    static __device__ __forceinline__ void combine_if_last(const DecodeParams& p, int b, int hkv, int m_block,
+                                                           int m_start, int rows_valid) {
+        if (p.num_splits == 1) return;
+        extern __shared__ __align__(128) unsigned char smem_raw[];
+        volatile int* last = reinterpret_cast<volatile int*>(smem_raw);
+        __threadfence();
+        __syncthreads();  // every thread fenced; shared memory (the merge buffer) is free again
+        if (threadIdx.x == 0) {
+            int* c = p.counters + ((long long)b * p.heads_kv + hkv) * p.num_m_blocks + m_block;
+            const bool is_last = atomicAdd(c, 1) == p.num_splits - 1;
+            if (is_last) *c = 0;  // every split has arrived; nothing else touches it in this kernel
+            *last = is_last;
+        }
+        __syncthreads();
+        if (!*last) return;
+        __threadfence();
+        typedef typename CombineElemOf<T>::type Out;
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        const long long part_rows = (long long)p.batch * p.heads_q * p.seqlen_q;
+        for (int r = warp; r < rows_valid; r += NW) {
+            const int gr = m_start + r;
+            const int t = gr / p.group, hq = hkv * p.group + gr % p.group;
+            const long long row = ((long long)b * p.heads_q + hq) * p.seqlen_q + t;  // (b, hq, t) of each part
+            const float* lse_row = p.lse_part + row;
+            const float* o_row = p.o_part + row * p.head_dim;
+            const long long o_part_stride = part_rows * p.head_dim;
+            const float lse = combine_row<Out>(
+                p.num_splits, p.head_dim, lane, [lse_row, part_rows](int s) { return __ldcg(lse_row + s * part_rows); },
+                [o_row, o_part_stride](int s, int c) { return CombineElem<0>::load4_l2(o_row + s * o_part_stride + c); },
+                static_cast<T*>(p.o) + b * p.o_stride_b + t * p.o_stride_s + hq * p.o_stride_h);
+            if (p.write_lse && lane == 0) p.lse[row] = lse;
+        }
     }
 
     // The block's warps each hold (max, sum, unnormalised O) over their key slices. Rescaled to the

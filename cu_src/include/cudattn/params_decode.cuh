@@ -1,4 +1,4 @@
-// Parameters of the split-KV decode kernel (flash_decode.cu), the split combine
+// Parameters of the split-KV decode kernel (flash_decode.cu), the merge of attention states
 // (split_kv_combine.cu) and the KV-cache append (kv_cache_append.cu), each passed BY VALUE as the
 // kernel's single argument. Mirrored field for field by cudattn/_params.py; change both together.
 #pragma once
@@ -26,6 +26,9 @@ struct DecodeParams {
     float* lse;     // (B, Hq, Sq) float32 when write_lse
     float* o_part;  // (num_splits, B, Hq, Sq, head_dim) float32, normalised partial outputs (num_splits > 1)
     float* lse_part;  // (num_splits, B, Hq, Sq) float32 partial LSEs, -inf for a split that saw no key
+    // (num_splits > 1) One arrival counter per block of rows, (B, heads_kv, num_m_blocks) int32: zero
+    // at launch, and left at zero by the kernel. The last split to arrive merges the block's rows.
+    int* counters;
 
     // Element strides (64-bit). q and o: (batch, seq, head); k and v: (page, seq-in-page, head).
     long long q_stride_b, q_stride_s, q_stride_h;
