@@ -23,8 +23,7 @@
 // Compile-time switches: CUDATTN_QX (input of fp8_amax / fp8_quantize) and CUDATTN_DQ_OUT (output
 // of fp8_dequantize), each 0 float32, 1 float16, 2 bfloat16; a build defines one of the two. The
 // e4m3 conversion instruction needs sm_89+, so CUDATTN_QX builds are for sm_89 and newer only.
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
+#include "cudattn/elem.cuh"
 
 // One parameter struct for the three kernels; mirrored by cudattn/_quantize.py (Fp8QuantParams).
 struct Fp8QuantParams {
@@ -49,51 +48,8 @@ namespace fp8q {
 constexpr int THREADS = 256;
 constexpr int WARPS = THREADS / 32;
 
-// Element types by code: 0 float32, 1 float16, 2 bfloat16. load4 needs 4-element alignment.
-template <int K> struct Elem;
-template <> struct Elem<0> {
-    typedef float type;
-    static __device__ __forceinline__ float load1(const float* p) { return *p; }
-    static __device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
-    static __device__ __forceinline__ void store1(float* p, float v) { *p = v; }
-    static __device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
-};
-template <> struct Elem<1> {
-    typedef __half type;
-    static __device__ __forceinline__ float load1(const __half* p) { return __half2float(*p); }
-    static __device__ __forceinline__ float4 load4(const __half* p) {
-        const uint2 u = *reinterpret_cast<const uint2*>(p);
-        const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
-        const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
-        return make_float4(a.x, a.y, b.x, b.y);
-    }
-    static __device__ __forceinline__ void store1(__half* p, float v) { *p = __float2half_rn(v); }
-    static __device__ __forceinline__ void store4(__half* p, float4 v) {
-        __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
-        uint2 u;
-        u.x = *reinterpret_cast<unsigned*>(&a);
-        u.y = *reinterpret_cast<unsigned*>(&b);
-        *reinterpret_cast<uint2*>(p) = u;
-    }
-};
-template <> struct Elem<2> {
-    typedef __nv_bfloat16 type;
-    static __device__ __forceinline__ float load1(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-    static __device__ __forceinline__ float4 load4(const __nv_bfloat16* p) {
-        const uint2 u = *reinterpret_cast<const uint2*>(p);
-        const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
-        const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
-        return make_float4(a.x, a.y, b.x, b.y);
-    }
-    static __device__ __forceinline__ void store1(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
-    static __device__ __forceinline__ void store4(__nv_bfloat16* p, float4 v) {
-        __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
-        uint2 u;
-        u.x = *reinterpret_cast<unsigned*>(&a);
-        u.y = *reinterpret_cast<unsigned*>(&b);
-        *reinterpret_cast<uint2*>(p) = u;
-    }
-};
+// Element types by code: 0 float32, 1 float16, 2 bfloat16 (cudattn/elem.cuh).
+using cudattn::Elem;
 
 // Calls f(x_offset, y_offset, lane_in_row) for every row of group blockIdx.x that this thread
 // shares: rows j = j0, j0 + step, ... (j = outer * n_inner + inner), stepped without a division

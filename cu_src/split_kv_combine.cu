@@ -4,8 +4,8 @@
 #include "cudattn/params_decode.cuh"
 
 // CUDATTN_IN / CUDATTN_OUT: 0 float32, 1 float16, 2 bfloat16.
-typedef cudattn::CombineElem<CUDATTN_IN> In;
-typedef cudattn::CombineElem<CUDATTN_OUT> Out;
+typedef cudattn::Elem<CUDATTN_IN> In;
+typedef cudattn::Elem<CUDATTN_OUT> Out;
 
 extern "C" __global__ void __launch_bounds__(128) split_kv_combine(const __grid_constant__ CombineParams p) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

@@ -7,8 +7,7 @@
 // results are bit-reproducible. Used by the combine kernel (split_kv_combine.cu: the parts given
 // to cudattn.merge_attention_states) and by the decode kernel's last split of each block of rows.
 #pragma once
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
+#include "cudattn/elem.cuh"
 
 #ifndef CUDATTN_INF
 #define CUDATTN_INF __int_as_float(0x7f800000)
@@ -16,56 +15,9 @@
 
 namespace cudattn {
 
-// Four consecutive elements of a part or of the output, as float4. K: 0 float32, 1 float16, 2 bfloat16.
-template <int K> struct CombineElem;
-template <> struct CombineElem<0> {
-    typedef float type;
-    static __device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
-    // From L2, past this SM's L1: parts written by other blocks of the running kernel.
-    static __device__ __forceinline__ float4 load4_l2(const float* p) { return __ldcg(reinterpret_cast<const float4*>(p)); }
-    static __device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
-};
-template <> struct CombineElem<1> {
-    typedef __half type;
-    static __device__ __forceinline__ float4 load4(const __half* p) {
-        const uint2 u = *reinterpret_cast<const uint2*>(p);
-        const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
-        const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
-        return make_float4(a.x, a.y, b.x, b.y);
-    }
-    static __device__ __forceinline__ void store4(__half* p, float4 v) {
-        __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
-        uint2 u;
-        u.x = *reinterpret_cast<unsigned*>(&a);
-        u.y = *reinterpret_cast<unsigned*>(&b);
-        *reinterpret_cast<uint2*>(p) = u;
-    }
-};
-template <> struct CombineElem<2> {
-    typedef __nv_bfloat16 type;
-    static __device__ __forceinline__ float4 load4(const __nv_bfloat16* p) {
-        const uint2 u = *reinterpret_cast<const uint2*>(p);
-        const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
-        const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
-        return make_float4(a.x, a.y, b.x, b.y);
-    }
-    static __device__ __forceinline__ void store4(__nv_bfloat16* p, float4 v) {
-        __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
-        uint2 u;
-        u.x = *reinterpret_cast<unsigned*>(&a);
-        u.y = *reinterpret_cast<unsigned*>(&b);
-        *reinterpret_cast<uint2*>(p) = u;
-    }
-};
-
-// The CombineElem of a kernel's 16-bit element type.
-template <typename T> struct CombineElemOf;
-template <> struct CombineElemOf<__half> { typedef CombineElem<1> type; };
-template <> struct CombineElemOf<__nv_bfloat16> { typedef CombineElem<2> type; };
-
 // One output row, merged by one warp (all 32 lanes call it). lse_of(s): part s's LSE; load4(s, c):
 // part s's elements c..c+3 as float4; dst: the row's output (head_dim elements). Returns the merged
-// LSE (every lane), for the caller to store where it wants.
+// LSE (every lane), for the caller to store where it wants. Out: an Elem (elem.cuh).
 template <class Out, class LseOf, class Load4>
 __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int lane, LseOf lse_of, Load4 load4,
                                              typename Out::type* dst) {

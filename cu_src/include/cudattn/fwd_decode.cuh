@@ -251,7 +251,7 @@ struct FwdDecode {
         __syncthreads();
         if (!*last) return;
         __threadfence();
-        typedef typename CombineElemOf<T>::type Out;
+        typedef typename ElemOf<T>::type Out;
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
         const long long part_rows = (long long)p.batch * p.heads_q * p.seqlen_q;
         for (int r = warp; r < rows_valid; r += NW) {
@@ -263,7 +263,7 @@ struct FwdDecode {
             const long long o_part_stride = part_rows * p.head_dim;
             const float lse = combine_row<Out>(
                 p.num_splits, p.head_dim, lane, [lse_row, part_rows](int s) { return __ldcg(lse_row + s * part_rows); },
-                [o_row, o_part_stride](int s, int c) { return CombineElem<0>::load4_l2(o_row + s * o_part_stride + c); },
+                [o_row, o_part_stride](int s, int c) { return Elem<0>::load4_l2(o_row + s * o_part_stride + c); },
                 static_cast<T*>(p.o) + b * p.o_stride_b + t * p.o_stride_s + hq * p.o_stride_h);
             if (p.write_lse && lane == 0) p.lse[row] = lse;
         }
