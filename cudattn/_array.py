@@ -373,8 +373,8 @@ def empty_cache(device: DeviceLike = None) -> None:
     from . import _counters
 
     dev = get_device(device)
-    _counters.release(dev.device_id)  # freed stream-ordered: done by the synchronize below
     check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
+    _counters.release(dev.device_id)  # their kernels are done
     _trim_pool(dev)
 
 

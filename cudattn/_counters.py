@@ -1,15 +1,20 @@
 """Arrival counters for kernels whose last block finishes the work (the split-KV decode merge).
 
 Such a kernel needs int32 counters that are zero at its launch, and leaves them at zero. Each
-(device, stream) keeps one block of them, zeroed once on that stream when it is made or grown, so
-the calls on a stream reuse it with no memset per call: the stream orders them. Streams never share
-a block (calls on different streams may run at once). A replaced block is freed stream-ordered on
-its stream, after the kernels queued there that use it; a caller holds the block it was given
-until its launch is queued, so a block replaced by another thread in between stays alive.
+(device, stream) keeps one block of them, zeroed once on that stream when it is made, so the calls
+on a stream reuse it with no memset per call: the stream orders them. Streams never share a block
+(calls on different streams may run at once).
+
+The blocks come from ``cuMemAlloc``, not from the stream-ordered pool: a block outlives the calls
+that made it, and a stream named by a bare handle may be destroyed by its owner at any time, after
+which no free may be queued on it. A block that is outgrown, or dropped when the table is full,
+is retired, not freed (a kernel queued earlier may still count in it); `empty_cache` frees every
+block (:func:`release`, after the device is synchronised); at exit they are left to the driver. A
+stream with an owner object (a cuda.core or CuPy stream) keeps its owner alive while its block is
+in the table, so its handle cannot be reused by another stream meanwhile.
 
 While a stream captures a CUDA graph, the counters are the graph's own (a graph memory node zeroed
-by a memset node), so that replays of the graph share nothing with eager calls. `empty_cache`
-gives the blocks back (:func:`release`); at exit they are left to the driver.
+by a memset node), so that replays of the graph share nothing with eager calls.
 """
 
 from __future__ import annotations
@@ -24,8 +29,16 @@ from ._errors import check
 __all__ = ["counters", "release"]
 
 _MIN_COUNT = 1024  # 4 KiB: a block of rows per (batch, kv head) for most decode grids
-_MAX_STREAMS = 64  # blocks kept; past it the table starts over (the old blocks are freed stream-ordered)
-_blocks: dict[tuple[int, int], _alloc.Block] = {}
+_MAX_STREAMS = 64  # blocks in the table; past it the table starts over (the old blocks are retired)
+
+
+class _Counters:
+    """``count`` zeroed int32 counters at ``ptr`` on ``device_id``, for one stream (``keep``: its owner)."""
+
+    __slots__ = ("ptr", "count", "device_id", "keep")
+
+    def __init__(self, ptr: int, count: int, device_id: int, keep: object):
+        self.ptr, self.count, self.device_id, self.keep = ptr, count, device_id, keep
 
 
 class _Placeholder:
@@ -37,6 +50,10 @@ class _Placeholder:
         self.ptr = ptr
 
 
+_blocks: dict[tuple[int, int], _Counters] = {}
+_retired: list[_Counters] = []
+
+
 def counters(device_id: int, stream: int, count: int, keep: object = None, capturing: bool | None = None):
     """An object whose ``ptr`` addresses ``count`` zeroed int32 counters for a kernel on ``stream``;
     hold it until the launch is queued. ``capturing``: whether ``stream`` captures a graph (None:
@@ -46,38 +63,48 @@ def counters(device_id: int, stream: int, count: int, keep: object = None, captu
         return _Placeholder(rec.counters(count))
     if capturing is None:
         capturing = _alloc.is_capturing(stream)
-    if capturing:
-        return _zeroed(device_id, stream, count, keep)
+    if capturing:  # the graph's own: a memory node, zeroed by a memset node, freed inside the graph
+        block = _alloc.allocate(device_id, 4 * count, stream, keep)
+        check(driver.cuMemsetD32Async(block.ptr, 0, count, stream), "cuMemsetD32Async(arrival counters)")
+        return block
     key = (device_id, stream)
-    block = _blocks.get(key)
-    if block is None or block.nbytes < 4 * count:
-        n = max(count, _MIN_COUNT, 0 if block is None else 2 * block.nbytes // 4)
-        block = _zeroed(device_id, stream, n, keep)
-        if key not in _blocks and len(_blocks) >= _MAX_STREAMS:
+    entry = _blocks.get(key)
+    if entry is None or entry.count < count:
+        n = max(count, _MIN_COUNT, 0 if entry is None else 2 * entry.count)
+        ptr = int(check(driver.cuMemAlloc(4 * n), f"cuMemAlloc({4 * n} bytes: arrival counters)"))
+        fresh = _Counters(ptr, n, device_id, keep)
+        _blocks.pop(key, None)
+        if len(_blocks) >= _MAX_STREAMS:
+            _retired.extend(_blocks.values())
             _blocks.clear()
-        _blocks[key] = block
-    return block
-
-
-def _zeroed(device_id: int, stream: int, count: int, keep: object) -> _alloc.Block:
-    block = _alloc.allocate(device_id, 4 * count, stream, keep)
-    check(driver.cuMemsetD32Async(block.ptr, 0, count, stream), "cuMemsetD32Async(arrival counters)")
-    return block
+        if entry is not None:
+            _retired.append(entry)
+        try:
+            check(driver.cuMemsetD32Async(ptr, 0, n, stream), "cuMemsetD32Async(arrival counters)")
+        except BaseException:
+            _retired.append(fresh)
+            raise
+        _blocks[key] = entry = fresh
+    return entry
 
 
 def release(device_id: int | None = None) -> None:
-    """Drop the blocks of ``device_id`` (every device: None); each is freed stream-ordered."""
+    """Free the blocks of ``device_id`` (every device: None), retired ones included. Their kernels
+    must be done: the caller synchronises the device first (and its context is current)."""
+    keep = [c for c in _retired if device_id is not None and c.device_id != device_id]
+    done = [c for c in _retired if c not in keep]
+    _retired[:] = keep
     for key in [k for k in _blocks if device_id is None or k[0] == device_id]:
-        del _blocks[key]
+        done.append(_blocks.pop(key))
+    for c in done:
+        check(driver.cuMemFree(c.ptr), "cuMemFree(arrival counters)")
 
 
 def _abandon() -> None:
-    """At exit: the blocks are not freed (the driver takes the memory back with the process). A
-    free queued then can meet a stream or context already torn down by another library's exit
-    handler: freeing them from an exit handler segfaulted in the driver on an H100."""
-    for block in _blocks.values():
-        block.ptr = 0
+    """At exit: nothing is freed (the driver takes the memory back with the process); another
+    library's exit handler may have torn down a context already."""
     _blocks.clear()
+    _retired.clear()
 
 
 atexit.register(_abandon)

@@ -146,7 +146,7 @@ def test_last_split_merges_every_block_of_rows_back_to_back():
     naive = reference.attention_naive(*(cudattn.to_host(x) for x in (q, k, v)), dtype=F16)
     _check(got[0], None, ref, None, naive)
     block = _counters._blocks[(0, outs[0].stream_handle)]
-    host = cudattn.to_host(cudattn._array.DeviceArray(block.ptr, (block.nbytes // 4,), np.int32, device_id=0))
+    host = cudattn.to_host(cudattn._array.DeviceArray(block.ptr, (block.count,), np.int32, device_id=0))
     assert not host.any(), f"{np.count_nonzero(host)} arrival counters left non-zero"
 
 
@@ -167,6 +167,27 @@ def test_last_split_merge_on_concurrent_streams():
         s.sync()
         for o in row:
             assert cudattn.to_host(o).tobytes() == alone.tobytes(), "a concurrent split decode differs"
+
+
+def test_split_decode_on_a_stream_destroyed_afterwards():
+    """A split decode on a stream named by a bare handle, whose owner then destroys it: the stream's
+    arrival counters are not freed on it (a free queued on a destroyed stream crashed the process
+    in empty_cache), empty_cache works, and a new stream gets correct results."""
+    from cuda.core import Device
+
+    dev = Device(0)
+    dev.set_current()
+    rng = np.random.default_rng(next(_seed))
+    q, k, v = (cudattn.to_device(_rand(rng, s, F16)) for s in ((2, 1, 8, 64), (2, 3000, 2, 64), (2, 3000, 2, 64)))
+    want = cudattn.to_host(cudattn.attention(q, k, v, num_splits=12))
+    for _ in range(2):
+        s = dev.create_stream()
+        got = cudattn.attention(q, k, v, num_splits=12, stream=int(s.handle))
+        s.sync()
+        assert cudattn.to_host(got).tobytes() == want.tobytes()
+        del got
+        s.close()
+        cudattn.empty_cache()
 
 
 def test_heuristic_splits():
