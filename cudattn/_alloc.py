@@ -10,8 +10,9 @@ No call here synchronises the host on the normal path. Out of memory, the pool i
 allocation tried again; then, unless the stream is capturing a CUDA graph, the allocating stream
 (only it, never the whole device) is waited for, so that its pending frees complete, and the
 allocation tried a last time before :class:`~cudattn._errors.OutOfMemoryError`. On a stream that
-captures a CUDA graph (where an explicit pool is refused) a block becomes a graph memory node
-(``cuMemAllocAsync``); cudattn allocates there only workspaces, freed before the call returns.
+captures a CUDA graph a block becomes a graph memory node: the pool's allocation is captured as
+one, or, where the driver refuses an explicit pool during capture, ``cuMemAllocAsync`` makes one.
+cudattn allocates there only workspaces, freed before the call returns.
 """
 
 from __future__ import annotations
@@ -37,14 +38,13 @@ class Block:
     ``keep`` holds the stream's owner (a cuda.core or torch stream object), so the stream outlives
     the free queued on it."""
 
-    __slots__ = ("ptr", "nbytes", "stream", "keep", "graph", "__weakref__")
+    __slots__ = ("ptr", "nbytes", "stream", "keep", "__weakref__")
 
-    def __init__(self, ptr: int, nbytes: int, stream: int, keep: object = None, graph: bool = False):
+    def __init__(self, ptr: int, nbytes: int, stream: int, keep: object = None):
         self.ptr = ptr
         self.nbytes = nbytes
         self.stream = stream
         self.keep = keep
-        self.graph = graph  # a graph memory node: the stream was capturing
 
     def __del__(self):
         ptr, self.ptr = self.ptr, 0
@@ -72,7 +72,7 @@ def allocate(device_id: int, nbytes: int, stream: int, keep: object = None) -> B
         return Block(int(ptr), nbytes, stream, keep)
     if err == _CAPTURE_UNSUPPORTED:  # a capturing stream: a graph memory node (freed in the graph too)
         return Block(int(check(driver.cuMemAllocAsync(nbytes, stream), f"cuMemAllocAsync({nbytes} bytes)")),
-                     nbytes, stream, keep, True)
+                     nbytes, stream, keep)
     if err != _OOM:
         check(err, f"cuMemAllocFromPoolAsync({nbytes} bytes)")
     return Block(_retry(device_id, nbytes, stream), nbytes, stream, keep)

@@ -374,7 +374,7 @@ def empty_cache(device: DeviceLike = None) -> None:
 
     dev = get_device(device)
     check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
-    _counters.release(dev.device_id)  # their kernels are done
+    _counters.release(dev.device_id)  # their kernels are done; the frees are waited for
     _trim_pool(dev)
 
 

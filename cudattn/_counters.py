@@ -1,20 +1,22 @@
 """Arrival counters for kernels whose last block finishes the work (the split-KV decode merge).
 
 Such a kernel needs int32 counters that are zero at its launch, and leaves them at zero. Each
-(device, stream) keeps one block of them, zeroed once on that stream when it is made, so the calls
-on a stream reuse it with no memset per call: the stream orders them. Streams never share a block
-(calls on different streams may run at once).
+(device, stream) keeps one block of them from the device's pool, taken and zeroed on that stream
+when first needed (stream-ordered, so legal while other streams capture graphs), and reused by
+every later call on the stream with no memset: the stream orders them. Streams never share a
+block (calls on different streams may run at once).
 
-The blocks come from ``cuMemAlloc``, not from the stream-ordered pool: a block outlives the calls
-that made it, and a stream named by a bare handle may be destroyed by its owner at any time, after
-which no free may be queued on it. A block that is outgrown, or dropped when the table is full,
-is retired, not freed (a kernel queued earlier may still count in it); `empty_cache` frees every
-block (:func:`release`, after the device is synchronised); at exit they are left to the driver. A
-stream with an owner object (a cuda.core or CuPy stream) keeps its owner alive while its block is
-in the table, so its handle cannot be reused by another stream meanwhile.
+A block is never freed on its stream: a stream named by a bare handle may be destroyed by its
+owner at any time, and a free queued on it afterwards crashed the process. Outgrown blocks, and
+those dropped when the table is full, are retired (a kernel queued earlier may still count in
+them); `empty_cache` frees them all after synchronising the device, on cudattn's own stream
+(:func:`release`); at exit they are left to the driver. A stream with an owner object (a
+cuda.core or CuPy stream) keeps its owner alive while its block is in the table, so its handle
+cannot pass to another stream meanwhile.
 
-While a stream captures a CUDA graph, the counters are the graph's own (a graph memory node zeroed
-by a memset node), so that replays of the graph share nothing with eager calls.
+While a stream captures a CUDA graph (asked of the driver at each call), the counters are the
+graph's own: a graph memory node zeroed by a memset node, so that replays of the graph share
+nothing with eager calls.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ _MAX_STREAMS = 64  # blocks in the table; past it the table starts over (the old
 
 
 class _Counters:
-    """``count`` zeroed int32 counters at ``ptr`` on ``device_id``, for one stream (``keep``: its owner)."""
+    """``count`` zeroed int32 counters at ``ptr``: pool memory of ``device_id``, for one stream
+    (``keep``: its owner, or None)."""
 
     __slots__ = ("ptr", "count", "device_id", "keep")
 
@@ -54,50 +57,64 @@ _blocks: dict[tuple[int, int], _Counters] = {}
 _retired: list[_Counters] = []
 
 
-def counters(device_id: int, stream: int, count: int, keep: object = None, capturing: bool | None = None):
+def counters(device_id: int, stream: int, count: int, keep: object = None):
     """An object whose ``ptr`` addresses ``count`` zeroed int32 counters for a kernel on ``stream``;
-    hold it until the launch is queued. ``capturing``: whether ``stream`` captures a graph (None:
-    ask the driver)."""
+    hold it until the launch is queued."""
     rec = _recording.current() if _recording.active else None
     if rec is not None:
         return _Placeholder(rec.counters(count))
-    if capturing is None:
-        capturing = _alloc.is_capturing(stream)
-    if capturing:  # the graph's own: a memory node, zeroed by a memset node, freed inside the graph
+    if _alloc.is_capturing(stream):  # a graph memory node (freed inside the graph) and a memset node
         block = _alloc.allocate(device_id, 4 * count, stream, keep)
-        check(driver.cuMemsetD32Async(block.ptr, 0, count, stream), "cuMemsetD32Async(arrival counters)")
+        _zero(block.ptr, count, stream)
         return block
     key = (device_id, stream)
     entry = _blocks.get(key)
     if entry is None or entry.count < count:
         n = max(count, _MIN_COUNT, 0 if entry is None else 2 * entry.count)
-        ptr = int(check(driver.cuMemAlloc(4 * n), f"cuMemAlloc({4 * n} bytes: arrival counters)"))
+        ptr = _raw_alloc(device_id, 4 * n, stream)
         fresh = _Counters(ptr, n, device_id, keep)
+        try:
+            _zero(ptr, n, stream)
+        except BaseException:
+            _retired.append(fresh)
+            raise
         _blocks.pop(key, None)
         if len(_blocks) >= _MAX_STREAMS:
             _retired.extend(_blocks.values())
             _blocks.clear()
         if entry is not None:
             _retired.append(entry)
-        try:
-            check(driver.cuMemsetD32Async(ptr, 0, n, stream), "cuMemsetD32Async(arrival counters)")
-        except BaseException:
-            _retired.append(fresh)
-            raise
         _blocks[key] = entry = fresh
     return entry
 
 
-def release(device_id: int | None = None) -> None:
-    """Free the blocks of ``device_id`` (every device: None), retired ones included. Their kernels
-    must be done: the caller synchronises the device first (and its context is current)."""
-    keep = [c for c in _retired if device_id is not None and c.device_id != device_id]
-    done = [c for c in _retired if c not in keep]
-    _retired[:] = keep
-    for key in [k for k in _blocks if device_id is None or k[0] == device_id]:
+def _raw_alloc(device_id: int, nbytes: int, stream: int) -> int:
+    """Pool memory that no `_alloc.Block` owns (so nothing frees it on ``stream``)."""
+    block = _alloc.allocate(device_id, nbytes, stream)
+    ptr, block.ptr = block.ptr, 0  # the block's destructor frees nothing now: `release` will
+    return ptr
+
+
+def _zero(ptr: int, count: int, stream: int) -> None:
+    check(driver.cuMemsetD32Async(ptr, 0, count, stream), "cuMemsetD32Async(arrival counters)")
+
+
+def release(device_id: int) -> None:
+    """Free the blocks of ``device_id``, retired ones included, on cudattn's stream, and wait for
+    the frees. Their kernels must be done: the caller synchronises the device first, with the
+    device's context current."""
+    from ._device import _default_stream_ref
+
+    done = [c for c in _retired if c.device_id == device_id]
+    _retired[:] = [c for c in _retired if c.device_id != device_id]
+    for key in [k for k in _blocks if k[0] == device_id]:
         done.append(_blocks.pop(key))
+    if not done:
+        return
+    h = _default_stream_ref(device_id).handle
     for c in done:
-        check(driver.cuMemFree(c.ptr), "cuMemFree(arrival counters)")
+        check(driver.cuMemFreeAsync(c.ptr, h), "cuMemFreeAsync(arrival counters)")
+    check(driver.cuStreamSynchronize(h), "cuStreamSynchronize")
 
 
 def _abandon() -> None:

@@ -90,8 +90,7 @@ class Replay:
     Allocations that are not results (workspaces: split-KV partials) share one block, carved at
     256-byte offsets, taken before the launches and dropped after them (its free is stream-ordered,
     so it waits for them): one allocation per call instead of one per workspace. Arrival counters
-    (dtype COUNTERS) are the stream's (`_counters`), or the graph's while the stream captures one
-    (told by the workspace block, which was then made as a graph memory node)."""
+    (dtype COUNTERS) are the stream's (`_counters`), or the graph's while the stream captures one."""
 
     __slots__ = ("n_operands", "allocations", "steps", "results", "pair", "scratch_bytes")
 
@@ -126,7 +125,7 @@ class Replay:
         scratch = _alloc.allocate(device_id, self.scratch_bytes, stream, keep) if self.scratch_bytes else None
         for shape, dtype, strides, offset in self.allocations:
             if dtype is COUNTERS:  # the stream's zeroed counters; a capturing stream's are the graph's
-                a = _counters.counters(device_id, stream, shape[0], keep, None if scratch is None else scratch.graph)
+                a = _counters.counters(device_id, stream, shape[0], keep)
             elif offset is None:
                 a = _array.new_array(shape, dtype, device_id, stream, keep, strides)
             else:
