@@ -78,12 +78,15 @@ def counters(device_id: int, stream: int, count: int, keep: object = None):
         except BaseException:
             _retired.append(fresh)
             raise
-        _blocks.pop(key, None)
+        # Whatever held the key is retired: the entry outgrown, or one another thread made meanwhile.
+        old = _blocks.pop(key, None)
+        if old is not None:
+            _retired.append(old)
+        elif entry is not None:
+            _retired.append(entry)
         if len(_blocks) >= _MAX_STREAMS:
             _retired.extend(_blocks.values())
             _blocks.clear()
-        if entry is not None:
-            _retired.append(entry)
         _blocks[key] = entry = fresh
     return entry
 

@@ -79,6 +79,21 @@ def test_a_larger_grid_doubles_the_block_and_retires_the_old_one(fake):
     assert not [x for x in fake.drv.log if x[0] == "free"], "an outgrown block was freed while kernels may use it"
 
 
+def test_a_block_made_meanwhile_by_another_thread_is_retired_not_lost(fake, monkeypatch):
+    other = _counters._Counters(0xBEEF00, 1024, 0, None)
+    real = _counters._raw_alloc
+
+    def racing_alloc(device_id, nbytes, stream):  # another thread fills the key while this one allocates
+        _counters._blocks[(device_id, stream)] = other
+        return real(device_id, nbytes, stream)
+
+    monkeypatch.setattr(_counters, "_raw_alloc", racing_alloc)
+    mine = _counters.counters(0, CALL_STREAM, 10)
+    assert _counters._blocks[(0, CALL_STREAM)] is mine and _counters._retired == [other]
+    _counters.release(0)
+    assert {mine.ptr, other.ptr} <= {x[1] for x in fake.drv.log if x[0] == "free"}
+
+
 def test_release_frees_everything_on_the_library_stream_and_waits(fake):
     a = _counters.counters(0, CALL_STREAM, 10)
     b = _counters.counters(0, CALL_STREAM, 5000)
