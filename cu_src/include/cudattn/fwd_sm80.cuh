@@ -14,6 +14,7 @@
 #include "cudattn/fp8.cuh"
 #include "cudattn/mask.cuh"
 #include "cudattn/params.cuh"
+#include "cudattn/pv_product.cuh"
 #include "cudattn/smem_tile.cuh"
 #include "cudattn/softmax.cuh"
 
@@ -243,27 +244,7 @@ struct FwdSm80 {
             if constexpr (FP8) {
                 pv_product_e4m3(o, s, v_base, v_lane);
             } else {  // P packed per k16 step; V read transposed
-#pragma unroll
-                for (int kk = 0; kk < BN / 16; ++kk) {
-                    u32 pa[MF][4];
-#pragma unroll
-                    for (int mf = 0; mf < MF; ++mf) {
-                        pa[mf][0] = Mma<T>::pack(s[mf][2 * kk][0], s[mf][2 * kk][1]);
-                        pa[mf][1] = Mma<T>::pack(s[mf][2 * kk][2], s[mf][2 * kk][3]);
-                        pa[mf][2] = Mma<T>::pack(s[mf][2 * kk + 1][0], s[mf][2 * kk + 1][1]);
-                        pa[mf][3] = Mma<T>::pack(s[mf][2 * kk + 1][2], s[mf][2 * kk + 1][3]);
-                    }
-#pragma unroll
-                    for (int dp = 0; dp < DF / 2; ++dp) {
-                        u32 bv[4];
-                        ldmatrix_x4_trans(bv, v_base + v_lane.at(kk * 16, 2 * dp));
-#pragma unroll
-                        for (int mf = 0; mf < MF; ++mf) {
-                            Mma<T>::run(o[mf][2 * dp], pa[mf], bv[0], bv[1]);
-                            Mma<T>::run(o[mf][2 * dp + 1], pa[mf], bv[2], bv[3]);
-                        }
-                    }
-                }
+                pv_product_16bit<T, MF, BN / 16>(o, s, v_base, v_lane);
             }
         }
         cp_async_wait<0>();  // no copy may still target shared memory when the block exits
