@@ -105,9 +105,10 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
     consumer, keep, ops, sig, unordered = _callpath.operands(objs, names, stream)
     if len(ops) > 4:
         descales = tuple(_descale_key(g, a) for g, a in zip((q_descale, k_descale, v_descale), ops[4:]))
-    flags = (causal, scale, layout, return_lse, out_dtype, num_splits)
     # Types join the values: True, 1 and 1.0 are equal and hash alike, but validate differently.
-    key = ("attention", sig, flags, tuple(map(type, flags)), descales)
+    key = ("attention", sig, (causal, scale, layout, return_lse, out_dtype, num_splits),
+           (causal.__class__, scale.__class__, layout.__class__, return_lse.__class__, out_dtype.__class__,
+            num_splits.__class__), descales)
 
     def full(qa, ka, va, oa, dq=None, dk=None, dv=None):
         device_id = qa.device_id

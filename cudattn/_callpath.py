@@ -79,10 +79,13 @@ def operands(objs, names, stream) -> tuple:
     operand was produced on another stream or belongs to a producer that must be kept alive
     (`order_and_hold` has work to do)."""
     x = objs[0]
-    consumer, keep, a = consumer_stream(x, stream)
-    if a is None:
-        a = adapt(x, names[0], consumer)
     t = type(x)
+    if stream is None and t is DeviceArray and x.stream_handle is not None:  # `consumer_stream`'s usual case
+        consumer, keep, a = x.stream_handle, getattr(x.owner, "keep", None), x
+    else:
+        consumer, keep, a = consumer_stream(x, stream)
+        if a is None:
+            a = adapt(x, names[0], consumer)
     ops = [a]
     sig = [(t, a.shape, a.strides, a.dtype, a.device_id, a.readonly)]
     h = a.stream_handle

@@ -104,8 +104,8 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
         dev_objs = tuple(None if isinstance(x, np.ndarray) else x for x in objs)
     consumer, keep, ops, sig, unordered = _callpath.operands(dev_objs, _NAMES, stream)
     qa, ka, va, kn, vn, oa, sl, bt = ops
-    flags = (causal, scale, return_lse, num_splits)
-    key = ("kvcache", sig, flags, tuple(map(type, flags)),
+    key = ("kvcache", sig, (causal, scale, return_lse, num_splits),
+           (causal.__class__, scale.__class__, return_lse.__class__, num_splits.__class__),
            None if dev_objs[6] is not None or cache_seqlens is None else cache_seqlens,  # NumPy: unhashable (full path)
            None if dev_objs[7] is not None or block_table is None else block_table)
     # Appending into caches whose byte ranges meet: the full path's exact test of shared elements.
