@@ -74,8 +74,11 @@ def current_stream_owner(kind: int, device_id: int):
     with its object); torch's streams come from pools that are never destroyed."""
     if kind == CUPY:
         cupy = sys.modules["cupy"]
-        with cupy.cuda.Device(device_id):
-            return cupy.cuda.get_current_stream()
+        try:  # by device id: no switch of the current device (two runtime calls) per operand
+            return cupy.cuda.get_current_stream(device_id)
+        except TypeError:  # a CuPy whose get_current_stream takes no device id
+            with cupy.cuda.Device(device_id):
+                return cupy.cuda.get_current_stream()
     return None
 
 
