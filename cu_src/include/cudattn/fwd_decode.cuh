@@ -12,7 +12,7 @@
 #pragma once
 #include "cudattn/combine.cuh"
 #include "cudattn/kv_cache.cuh"
-#include "cudattn/pv_product.cuh"
+#include "cudattn/tile_products.cuh"
 #include "cudattn/params_decode.cuh"
 #include "cudattn/smem_tile.cuh"
 #include "cudattn/softmax.cuh"
@@ -164,28 +164,7 @@ struct FwdDecode {
             const u32 v_base = sV_addr + slot * BN * D * (int)sizeof(T);
 
             float s[MF][NF][4];
-#pragma unroll
-            for (int mf = 0; mf < MF; ++mf)
-#pragma unroll
-                for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) s[mf][nf][e] = 0.f;
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) {
-                u32 a[MF][4];
-#pragma unroll
-                for (int mf = 0; mf < MF; ++mf) ldmatrix_x4(a[mf], sQ_addr + q_lane.at(mf * 16, 2 * kk));
-#pragma unroll
-                for (int np = 0; np < NF / 2; ++np) {
-                    u32 bk[4];
-                    ldmatrix_x4(bk, k_base + k_lane.at(np * 16, 2 * kk));
-#pragma unroll
-                    for (int mf = 0; mf < MF; ++mf) {
-                        Mma<T>::run(s[mf][2 * np], a[mf], bk[0], bk[1]);
-                        Mma<T>::run(s[mf][2 * np + 1], a[mf], bk[2], bk[3]);
-                    }
-                }
-            }
+            qk_product<T, MF, NF, D / 16>(s, sQ_addr, q_lane, k_base, k_lane);
 
             const int col0 = (t_begin + it) * BN + warp * WN;
             if (col0 + WN > min_limit) {

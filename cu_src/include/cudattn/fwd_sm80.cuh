@@ -14,7 +14,7 @@
 #include "cudattn/fp8.cuh"
 #include "cudattn/mask.cuh"
 #include "cudattn/params.cuh"
-#include "cudattn/pv_product.cuh"
+#include "cudattn/tile_products.cuh"
 #include "cudattn/smem_tile.cuh"
 #include "cudattn/softmax.cuh"
 
@@ -208,31 +208,7 @@ struct FwdSm80 {
             const u32 v_base = sV_addr + slot * BN * DU * 2;
 
             float s[MF][NF][4];
-#pragma unroll
-            for (int mf = 0; mf < MF; ++mf)
-#pragma unroll
-                for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) s[mf][nf][e] = 0.f;
-
-            // k16 steps of 16-bit types, k32 steps of e4m3: 32 bytes of Q and K rows either way.
-#pragma unroll
-            for (int kk = 0; kk < DU / 16; ++kk) {
-                u32 a[MF][4];
-#pragma unroll
-                for (int mf = 0; mf < MF; ++mf)
-                    ldmatrix_x4(a[mf], sQ_addr + q_lane.at(mf * 16, 2 * kk));
-#pragma unroll
-                for (int np = 0; np < NF / 2; ++np) {
-                    u32 bk[4];
-                    ldmatrix_x4(bk, k_base + k_lane.at(np * 16, 2 * kk));
-#pragma unroll
-                    for (int mf = 0; mf < MF; ++mf) {
-                        Mma<T>::run(s[mf][2 * np], a[mf], bk[0], bk[1]);
-                        Mma<T>::run(s[mf][2 * np + 1], a[mf], bk[2], bk[3]);
-                    }
-                }
-            }
+            qk_product<T, MF, NF, DU / 16>(s, sQ_addr, q_lane, k_base, k_lane);
 
             const int n_start = (n_tiles - 1 - it) * BN;
             const bool need_mask = (n_start + BN > p.seqlen_k) ||
