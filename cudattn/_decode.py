@@ -6,8 +6,8 @@ block's rows (GQA packing: every K/V byte is read once per kv head), the keys ar
 ``num_splits`` ranges of whole tiles, one block per (packed row block, split, kv head, batch),
 and with more than one split the last block of each packed row block to finish merges the
 normalised partial outputs by their LSEs (arrival counters, `_counters`): one launch. Data flow:
-plan (variant, splits, grid) -> flash_decode. `launch_combine` merges parts given by the caller
-(`cudattn.merge_attention_states`) with the same math.
+plan (variant, splits, grid) -> flash_decode. `cudattn.merge_attention_states` (`_merge`) merges
+parts given by the caller with the same math.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 from . import _array, _counters, _decode_traits, _kernels, _launch
 from ._decode_traits import MAX_SPLITS, DecodeVariant
-from ._params import CombineParams, DecodeParams, KvCacheGeom, scale_log2
+from ._params import DecodeParams, KvCacheGeom, scale_log2
 from ._problem import Problem, TensorGeom
 
 _F32 = np.dtype(np.float32)
-_COMBINE_ROWS_PER_BLOCK = 4  # one warp per output row, 128 threads
 
 #: Up to this many query tokens a call is decode and takes the split-KV kernel.
 DECODE_MAX_SQ = 16
@@ -153,41 +152,3 @@ def run(problem: Problem, q: int, k: int, v: int, o: int, lse: int, o_geom: Tens
     )
     _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
     del counters  # held until the launch is queued (`_counters`)
-
-
-@dataclass(frozen=True)
-class PartsView:
-    """Where the parts of a merge are: O part s at ``o + s * o_part_stride`` (or ``o_table[s]``),
-    its LSE at ``lse + s * lse_part_stride`` (or ``lse_table[s]``); strides in elements."""
-
-    o: int
-    lse: int
-    o_part_stride: int
-    lse_part_stride: int
-    o_geom: TensorGeom  # (batch, seq, head) strides of each O part
-    lse_strides: tuple[int, int, int]  # (batch, head, seq) strides of each LSE part
-    o_table: tuple[int, ...] = ()
-    lse_table: tuple[int, ...] = ()
-
-
-def launch_combine(parts: PartsView, num_parts: int, in_dtype: str, out_dtype, o: int, lse: int,
-                   o_geom: TensorGeom, B: int, Sq: int, H: int, D: int, props, device, sref) -> None:
-    from ._traits import DTYPE_NAMES
-
-    out_name = out_dtype if isinstance(out_dtype, str) else ("float32" if np.dtype(out_dtype) == _F32
-                                                            else DTYPE_NAMES[np.dtype(out_dtype)])
-    spec = _decode_traits.combine_kernel(in_dtype, out_name)
-    kernel = _kernels.get_kernel(spec, device, props.device_id, props.arch)
-    p = CombineParams()
-    p.o_parts, p.lse_parts, p.o, p.lse = parts.o, parts.lse, o, lse
-    p.use_table = int(bool(parts.o_table))
-    for i, (a, b) in enumerate(zip(parts.o_table, parts.lse_table)):
-        p.o_table[i], p.lse_table[i] = a, b
-    p.o_part_stride, p.lse_part_stride = parts.o_part_stride, parts.lse_part_stride
-    p.in_stride_b, p.in_stride_s, p.in_stride_h = parts.o_geom.batch, parts.o_geom.seq, parts.o_geom.head
-    p.lse_stride_b, p.lse_stride_h, p.lse_stride_s = parts.lse_strides
-    p.o_stride_b, p.o_stride_s, p.o_stride_h = o_geom.batch, o_geom.seq, o_geom.head
-    p.batch, p.seqlen_q, p.heads, p.head_dim, p.num_parts = B, Sq, H, D, num_parts
-    rows = B * H * Sq
-    grid = (-(-rows // _COMBINE_ROWS_PER_BLOCK), 1, 1)
-    _launch.launch(kernel, grid, (32 * _COMBINE_ROWS_PER_BLOCK, 1, 1), 0, sref.handle, p)

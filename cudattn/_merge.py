@@ -1,25 +1,28 @@
 """`cudattn.merge_attention_states`: merge attentions computed over disjoint key sets.
 
-NumPy parts -> `_merge_host` (float32 math); device parts -> the `split_kv_combine` kernel, the
-same one that merges split-KV partials, so both paths share one rule (DESIGN.md §5).
+NumPy parts -> `_merge_host` (float32 math); device parts -> the `split_kv_combine` kernel, whose
+math (`combine.cuh`) is the one the split-KV decode kernel merges its partials with, so both paths
+share one rule (DESIGN.md §5).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from . import _array, _callpath, _decode, _device, _foreign, _stream
-from ._decode import PartsView
+from . import _array, _callpath, _decode_traits, _device, _foreign, _kernels, _launch, _stream
 from ._merge_host import merge_host, parse_merge_inputs
-from ._params import MERGE_MAX_TABLE
+from ._params import MERGE_MAX_TABLE, CombineParams
+from ._problem import TensorGeom
 from ._geometry import contiguous_geom
 from ._traits import DTYPE_NAMES
 from ._types import ArrayLike, ArrayResult, Layout, StreamLike
 from ._validate import tensor_geom
 
 _F32 = np.dtype(np.float32)
+_COMBINE_ROWS_PER_BLOCK = 4  # one warp per output row, 128 threads
 
 
 def merge_attention_states(outs: ArrayLike | Sequence[ArrayLike], lses: ArrayLike | Sequence[ArrayLike], *,
@@ -95,7 +98,7 @@ def _merge_device(outs_d, lses_d, layout: str, sref):
     o_geom = contiguous_geom(Sq, H, D, layout)
     name = "float32" if dtype == _F32 else DTYPE_NAMES[dtype]
     props = _device.device_properties(device_id)
-    _decode.launch_combine(parts, n, name, dtype, out.ptr, lse.ptr, o_geom, B, Sq, H, D, props, device, sref)
+    launch_combine(parts, n, name, dtype, out.ptr, lse.ptr, o_geom, B, Sq, H, D, props, device, sref)
     return out, lse
 
 
@@ -140,3 +143,39 @@ def _even_step(parts) -> int | None:
     if any(parts[i + 1].ptr - parts[i].ptr != step for i in range(len(parts) - 1)):
         return None
     return step // parts[0].itemsize
+
+
+@dataclass(frozen=True)
+class PartsView:
+    """Where the parts of a merge are: O part s at ``o + s * o_part_stride`` (or ``o_table[s]``),
+    its LSE at ``lse + s * lse_part_stride`` (or ``lse_table[s]``); strides in elements."""
+
+    o: int
+    lse: int
+    o_part_stride: int
+    lse_part_stride: int
+    o_geom: TensorGeom  # (batch, seq, head) strides of each O part
+    lse_strides: tuple[int, int, int]  # (batch, head, seq) strides of each LSE part
+    o_table: tuple[int, ...] = ()
+    lse_table: tuple[int, ...] = ()
+
+
+def launch_combine(parts: PartsView, num_parts: int, in_dtype: str, out_dtype, o: int, lse: int,
+                   o_geom: TensorGeom, B: int, Sq: int, H: int, D: int, props, device, sref) -> None:
+    out_name = out_dtype if isinstance(out_dtype, str) else ("float32" if np.dtype(out_dtype) == _F32
+                                                            else DTYPE_NAMES[np.dtype(out_dtype)])
+    spec = _decode_traits.combine_kernel(in_dtype, out_name)
+    kernel = _kernels.get_kernel(spec, device, props.device_id, props.arch)
+    p = CombineParams()
+    p.o_parts, p.lse_parts, p.o, p.lse = parts.o, parts.lse, o, lse
+    p.use_table = int(bool(parts.o_table))
+    for i, (a, b) in enumerate(zip(parts.o_table, parts.lse_table)):
+        p.o_table[i], p.lse_table[i] = a, b
+    p.o_part_stride, p.lse_part_stride = parts.o_part_stride, parts.lse_part_stride
+    p.in_stride_b, p.in_stride_s, p.in_stride_h = parts.o_geom.batch, parts.o_geom.seq, parts.o_geom.head
+    p.lse_stride_b, p.lse_stride_h, p.lse_stride_s = parts.lse_strides
+    p.o_stride_b, p.o_stride_s, p.o_stride_h = o_geom.batch, o_geom.seq, o_geom.head
+    p.batch, p.seqlen_q, p.heads, p.head_dim, p.num_parts = B, Sq, H, D, num_parts
+    rows = B * H * Sq
+    grid = (-(-rows // _COMBINE_ROWS_PER_BLOCK), 1, 1)
+    _launch.launch(kernel, grid, (32 * _COMBINE_ROWS_PER_BLOCK, 1, 1), 0, sref.handle, p)

@@ -115,13 +115,21 @@ class Replay:
 
         The launches were checked when the call was recorded (grid, shared memory): here they go
         straight to ``cuLaunchKernel``. The params block is copied by the driver at the launch."""
-        if not self.allocations:  # out= given, no workspace: the results are operands
-            for st in self.steps:
-                entry = st.built.get(st.slots(ptrs))
-                launch_prepared(st.args, stream, st.build(ptrs, device_id) if entry is None else entry[0], st.name)
+        made = self._allocate(ptrs, device_id, stream, keep) if self.allocations else None
+        for st in self.steps:
+            entry = st.built.get(st.slots(ptrs))
+            launch_prepared(st.args, stream, st.build(ptrs, device_id) if entry is None else entry[0], st.name)
+        if made is None:  # out= given, no workspace: the results are operands
             res = self.results
             return (operands[res[0]], operands[res[1]]) if self.pair else operands[res[0]]
-        made = []  # what each allocation slot holds (results, and counters until the launches are queued)
+        n = self.n_operands
+        res = [operands[s] if s < n else made[s - n] for s in self.results]  # made on `stream` already
+        return (res[0], res[1]) if self.pair else res[0]
+
+    def _allocate(self, ptrs: list, device_id: int, stream: int, keep: object) -> list:
+        """Take the call's allocations, their addresses appended to ``ptrs``; returns what each slot
+        holds (results, and counters until the launches are queued; None for workspace slices)."""
+        made = []
         scratch = _alloc.allocate(device_id, self.scratch_bytes, stream, keep) if self.scratch_bytes else None
         for shape, dtype, strides, offset in self.allocations:
             if dtype is COUNTERS:  # the stream's zeroed counters; a capturing stream's are the graph's
@@ -134,12 +142,8 @@ class Replay:
                 continue
             made.append(a)
             ptrs.append(a.ptr)
-        for st in self.steps:
-            entry = st.built.get(st.slots(ptrs))
-            launch_prepared(st.args, stream, st.build(ptrs, device_id) if entry is None else entry[0], st.name)
-        n = self.n_operands
-        res = [operands[s] if s < n else made[s - n] for s in self.results]  # made on `stream` already
-        return (res[0], res[1]) if self.pair else res[0]
+        made.append(scratch)  # dropped with `made`, after the launches (its free is stream-ordered)
+        return made
 
 
 def placeholders(operands: list, base: int) -> list:
