@@ -367,14 +367,15 @@ def empty_cache(device: DeviceLike = None) -> None:
 
     Freed arrays return their memory to the device's stream-ordered pool, which keeps it for the
     next allocation (as PyTorch's caching allocator does); other libraries on the GPU cannot use
-    it until it is given back. The streams' arrival counters (a few KiB each, kept for the split-KV
-    decode kernel) go back too. Waits for the device's pending work first.
+    it until it is given back. What streams keep for the split-KV decode kernel goes back too: its
+    arrival counters (a few KiB a stream) and workspaces (at most 8 MiB a stream, 64 MiB a device).
+    Waits for the device's pending work first.
     """
-    from . import _counters
+    from . import _stream_memory
 
     dev = get_device(device)
     check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
-    _counters.release(dev.device_id)  # their kernels are done; the frees are waited for
+    _stream_memory.release(dev.device_id)  # their kernels are done; the frees are waited for
     _trim_pool(dev)
 
 

@@ -5,7 +5,7 @@ fill the GPU even when batch x kv heads is small. Each kv head's query heads are
 block's rows (GQA packing: every K/V byte is read once per kv head), the keys are cut into
 ``num_splits`` ranges of whole tiles, one block per (packed row block, split, kv head, batch),
 and with more than one split the last block of each packed row block to finish merges the
-normalised partial outputs by their LSEs (arrival counters, `_counters`): one launch. Data flow:
+normalised partial outputs by their LSEs (arrival counters, `_stream_memory`): one launch. Data flow:
 plan (variant, splits, grid) -> flash_decode. `cudattn.merge_attention_states` (`_merge`) merges
 parts given by the caller with the same math.
 """
@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from . import _array, _counters, _decode_traits, _kernels, _launch
+from . import _array, _decode_traits, _kernels, _launch, _stream_memory
 from ._decode_traits import MAX_SPLITS, DecodeVariant
 from ._params import DecodeParams, KvCacheGeom, scale_log2
 from ._problem import Problem, TensorGeom
@@ -133,7 +133,7 @@ def run(problem: Problem, q: int, k: int, v: int, o: int, lse: int, o_geom: Tens
     if splits > 1:
         o_part = _array.empty_on((splits, B, Hq, Sq, D), _F32, device, sref)
         lse_part = _array.empty_on((splits, B, Hq, Sq), _F32, device, sref)
-        counters = _counters.counters(props.device_id, sref.handle, plan.num_m_blocks * problem.heads_kv * B, sref.obj)
+        counters = _stream_memory.counters(props.device_id, sref.handle, plan.num_m_blocks * problem.heads_kv * B, sref.obj)
     qs, ks, vs = problem.q_strides, problem.k_strides, problem.v_strides
     scale = problem.scale
     params = DecodeParams(
@@ -151,4 +151,4 @@ def run(problem: Problem, q: int, k: int, v: int, o: int, lse: int, o_geom: Tens
         int(lse != 0), 0,
     )
     _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
-    del counters  # held until the launch is queued (`_counters`)
+    del counters  # held until the launch is queued (`_stream_memory`)

@@ -3,7 +3,7 @@
 While a :class:`Recorder` is active on this thread, the places where a call touches the device
 report to it instead: `_launch.launch` (kernel, grid, block, shared memory, the bytes of the
 params struct), `_array.new_array` (an allocation: it gets a placeholder address, not memory),
-`_counters.counters` (a stream's zeroed arrival counters: a placeholder too) and `_tma.encode`
+`_stream_memory.counters` (a stream's zeroed arrival counters: a placeholder too) and `_tma.encode`
 (a tensor map made for a placeholder address). Any other device operation
 during a recording (a copy, a memset, a stream wait) raises :class:`NotReplayable`, and that call
 signature is then served by the full path every time.
@@ -21,7 +21,7 @@ import threading
 __all__ = ["Recorder", "NotReplayable", "BASES", "COUNTERS", "active", "current", "placeholder", "slot_of", "refuse"]
 
 BASES = (0x5000_0000_0000, 0x6000_0000_0000)
-COUNTERS = "arrival counters"  # the dtype of an allocation that is a stream's zeroed counters (`_counters`)
+COUNTERS = "arrival counters"  # the dtype of an allocation that is a stream's zeroed counters (`_stream_memory`)
 _SLOT_SHIFT = 36
 _OFFSET_MASK = (1 << _SLOT_SHIFT) - 1
 MAX_SLOTS = 15
@@ -83,7 +83,7 @@ class Recorder:
         return placeholder(self.n_operands + len(self.allocations) - 1, self.base)
 
     def counters(self, count: int) -> int:
-        """Zeroed arrival counters (`_counters`): a slot like an allocation, marked COUNTERS."""
+        """Zeroed arrival counters (`_stream_memory`): a slot like an allocation, marked COUNTERS."""
         return self.allocate((count,), COUNTERS, None)
 
     def launch(self, kernel, grid, block, smem: int, stream: int, params) -> None:

@@ -24,7 +24,7 @@ import math
 import operator
 import struct
 
-from . import _alloc, _array, _counters, _device, _launch, _tma
+from . import _array, _device, _launch, _stream_memory, _tma
 from ._recording import BASES, COUNTERS, NotReplayable, Recorder, placeholder, slot_of
 
 __all__ = ["Replay", "record", "NotReplayable"]
@@ -88,9 +88,10 @@ class Replay:
     ``steps``, and ``results``: the slots of the returned arrays (an operand slot for `out`).
 
     Allocations that are not results (workspaces: split-KV partials) share one block, carved at
-    256-byte offsets, taken before the launches and dropped after them (its free is stream-ordered,
-    so it waits for them): one allocation per call instead of one per workspace. Arrival counters
-    (dtype COUNTERS) are the stream's (`_counters`), or the graph's while the stream captures one."""
+    256-byte offsets: the stream's kept workspace (`_stream_memory`: no allocation per call), or
+    the call's own when large or captured, dropped after the launches (its free is stream-ordered,
+    so it waits for them). Arrival counters (dtype COUNTERS) are the stream's too, or the graph's
+    while the stream captures one."""
 
     __slots__ = ("n_operands", "allocations", "steps", "results", "pair", "scratch_bytes")
 
@@ -130,10 +131,10 @@ class Replay:
         """Take the call's allocations, their addresses appended to ``ptrs``; returns what each slot
         holds (results, and counters until the launches are queued; None for workspace slices)."""
         made = []
-        scratch = _alloc.allocate(device_id, self.scratch_bytes, stream, keep) if self.scratch_bytes else None
+        scratch = _stream_memory.workspace(device_id, stream, self.scratch_bytes, keep) if self.scratch_bytes else None
         for shape, dtype, strides, offset in self.allocations:
             if dtype is COUNTERS:  # the stream's zeroed counters; a capturing stream's are the graph's
-                a = _counters.counters(device_id, stream, shape[0], keep)
+                a = _stream_memory.counters(device_id, stream, shape[0], keep)
             elif offset is None:
                 a = _array.new_array(shape, dtype, device_id, stream, keep, strides)
             else:
@@ -142,7 +143,7 @@ class Replay:
                 continue
             made.append(a)
             ptrs.append(a.ptr)
-        made.append(scratch)  # dropped with `made`, after the launches (its free is stream-ordered)
+        made.append(scratch)  # held until the launches are queued (a call's own: freed stream-ordered)
         return made
 
 

@@ -125,8 +125,9 @@ def test_last_split_merges_every_block_of_rows_back_to_back():
     differ (the stream's counters are reused, and grown once), each into its own NaN-poisoned
     output, all equal the first call of their shape bit for bit; a miscounted arrival (a merge
     before every split has written, or none) would leave NaN or move bits. The counters are zero
-    again afterwards."""
-    from cudattn import _counters, _launch
+    again afterwards. The warm calls' partials share the stream's kept workspace."""
+    from cudattn import _launch
+    from cudattn import _stream_memory as sm
 
     rng = np.random.default_rng(next(_seed))
     shapes = [((3, 1, 16, 128), (3, 3000, 4, 128), 24), ((64, 2, 8, 64), (64, 700, 8, 64), 5)]
@@ -145,7 +146,8 @@ def test_last_split_merges_every_block_of_rows_back_to_back():
     ref = reference.attention(*(cudattn.to_host(x) for x in (q, k, v)))
     naive = reference.attention_naive(*(cudattn.to_host(x) for x in (q, k, v)), dtype=F16)
     _check(got[0], None, ref, None, naive)
-    block = _counters._blocks[(0, outs[0].stream_handle)]
+    assert (0, outs[0].stream_handle, sm._WORKSPACE) in sm._blocks, "the warm calls did not keep a workspace"
+    block = sm._blocks[(0, outs[0].stream_handle, sm._COUNTERS)]
     host = cudattn.to_host(cudattn._array.DeviceArray(block.ptr, (block.count,), np.int32, device_id=0))
     assert not host.any(), f"{np.count_nonzero(host)} arrival counters left non-zero"
 

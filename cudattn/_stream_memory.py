@@ -1,0 +1,169 @@
+"""Device memory a stream keeps between calls: zeroed arrival counters and a workspace.
+
+Kernels whose last block finishes the work (the split-KV decode merge) need int32 counters that
+are zero at their launch, and leave them at zero; split-KV calls also need a workspace for their
+partial results, overwritten by each call. Neither outlives the call's kernels, and calls on one
+stream run one after another on the GPU, so each (device, stream) keeps one block of each kind
+from the device's pool, taken on that stream when first needed (counters zeroed then, once),
+and reused by every later call on the stream with no allocation, free or memset. Streams never
+share a block (calls on different streams may run at once). Workspaces are kept only while
+they are small: one of more than `WORKSPACE_KEPT_MAX` bytes, or one that would take the device's
+kept workspaces (retired ones included) past `WORKSPACE_BUDGET`, is the call's own (allocated
+and freed stream-ordered, as other arrays), so the memory that no array shows stays bounded.
+
+A block is never freed on its stream: a stream named by a bare handle may be destroyed by its
+owner at any time (a free queued on it afterwards crashed the process), and another thread may
+have read the block for a launch it has not queued yet. Outgrown blocks, and those dropped when
+the table is full, are retired; `empty_cache` frees them all after synchronising the device, on
+cudattn's own stream (:func:`release`); at exit they are left to the driver. A stream with an
+owner object (a cuda.core or CuPy stream) keeps its owner alive while its blocks are in the
+table, so its handle cannot pass to another stream meanwhile.
+
+While a stream captures a CUDA graph (asked of the driver at each call), both are the graph's
+own: graph memory nodes (the counters zeroed by a memset node), so that replays of the graph
+share nothing with eager calls.
+"""
+
+from __future__ import annotations
+
+import atexit
+
+from cuda.bindings import driver
+
+from . import _alloc, _recording
+from ._errors import check
+
+__all__ = ["counters", "workspace", "release", "WORKSPACE_KEPT_MAX", "WORKSPACE_BUDGET"]
+
+_MIN_COUNTERS = 1024  # 4 KiB: a block of rows per (batch, kv head) for most decode grids
+_MIN_WORKSPACE = 256 << 10
+WORKSPACE_KEPT_MAX = 8 << 20  # larger workspaces are allocated per call
+WORKSPACE_BUDGET = 64 << 20  # per device: kept and retired workspaces together
+_MAX_BLOCKS = 128  # blocks in the table; past it the table starts over (the old blocks are retired)
+_COUNTERS, _WORKSPACE = 0, 1  # the kinds of block, in the table's keys
+
+
+class _Kept:
+    """``nbytes`` of pool memory of ``device_id`` at ``ptr``, kept for one stream (``keep``: its
+    owner, or None). ``count``: the int32 counters it holds (counter blocks)."""
+
+    __slots__ = ("ptr", "nbytes", "device_id", "keep")
+
+    def __init__(self, ptr: int, nbytes: int, device_id: int, keep: object):
+        self.ptr, self.nbytes, self.device_id, self.keep = ptr, nbytes, device_id, keep
+
+    @property
+    def count(self) -> int:
+        return self.nbytes // 4
+
+
+class _Placeholder:
+    """What a recorded call gets: the placeholder address of a counters slot (`_recording`)."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+
+_blocks: dict[tuple[int, int, int], _Kept] = {}
+_retired: list[_Kept] = []
+_workspace_bytes: dict[int, int] = {}  # device id -> bytes of its workspaces, kept or retired
+
+
+def counters(device_id: int, stream: int, count: int, keep: object = None):
+    """An object whose ``ptr`` addresses ``count`` zeroed int32 counters for a kernel on ``stream``;
+    hold it until the launch is queued."""
+    rec = _recording.current() if _recording.active else None
+    if rec is not None:
+        return _Placeholder(rec.counters(count))
+    if _alloc.is_capturing(stream):  # a graph memory node (freed inside the graph) and a memset node
+        block = _alloc.allocate(device_id, 4 * count, stream, keep)
+        _zero(block.ptr, count, stream)
+        return block
+    entry = _blocks.get((device_id, stream, _COUNTERS))
+    if entry is None or entry.nbytes < 4 * count:
+        n = max(count, _MIN_COUNTERS, 0 if entry is None else 2 * entry.count)
+        entry = _grow(device_id, stream, _COUNTERS, 4 * n, entry, keep)
+    return entry
+
+
+def workspace(device_id: int, stream: int, nbytes: int, keep: object = None):
+    """An object whose ``ptr`` addresses ``nbytes`` (> 0) of device memory that the kernels queued
+    next on ``stream`` may overwrite; hold it until they are queued."""
+    if nbytes > WORKSPACE_KEPT_MAX or _alloc.is_capturing(stream):  # the call's own (a graph node)
+        return _alloc.allocate(device_id, nbytes, stream, keep)
+    entry = _blocks.get((device_id, stream, _WORKSPACE))
+    if entry is None or entry.nbytes < nbytes:
+        n = max(-(-nbytes // _MIN_WORKSPACE) * _MIN_WORKSPACE, 0 if entry is None else 2 * entry.nbytes)
+        n = min(n, WORKSPACE_KEPT_MAX)  # whole units of the least size (the cap is one too)
+        if _workspace_bytes.get(device_id, 0) + n > WORKSPACE_BUDGET:  # the budget is spent: the call's own
+            return _alloc.allocate(device_id, nbytes, stream, keep)
+        entry = _grow(device_id, stream, _WORKSPACE, n, entry, keep)
+    return entry
+
+
+def _grow(device_id: int, stream: int, kind: int, n: int, entry, keep) -> _Kept:
+    """A new block of ``n`` bytes for ``stream``, in the table (``entry``: the block it outgrows)."""
+    fresh = _Kept(_raw_alloc(device_id, n, stream), n, device_id, keep)
+    if kind == _WORKSPACE:
+        _workspace_bytes[device_id] = _workspace_bytes.get(device_id, 0) + n
+    else:
+        try:
+            _zero(fresh.ptr, n // 4, stream)
+        except BaseException:
+            _retired.append(fresh)
+            raise
+    key = (device_id, stream, kind)
+    # Whatever held the key is retired: the entry outgrown, or one another thread made meanwhile.
+    old = _blocks.pop(key, None)
+    if old is not None:
+        _retired.append(old)
+    elif entry is not None:
+        _retired.append(entry)
+    if len(_blocks) >= _MAX_BLOCKS:
+        _retired.extend(_blocks.values())
+        _blocks.clear()
+    _blocks[key] = fresh
+    return fresh
+
+
+def _raw_alloc(device_id: int, nbytes: int, stream: int) -> int:
+    """Pool memory that no `_alloc.Block` owns (so nothing frees it on ``stream``)."""
+    block = _alloc.allocate(device_id, nbytes, stream)
+    ptr, block.ptr = block.ptr, 0  # the block's destructor frees nothing now: `release` will
+    return ptr
+
+
+def _zero(ptr: int, count: int, stream: int) -> None:
+    check(driver.cuMemsetD32Async(ptr, 0, count, stream), "cuMemsetD32Async(arrival counters)")
+
+
+def release(device_id: int) -> None:
+    """Free the blocks of ``device_id``, retired ones included, on cudattn's stream, and wait for
+    the frees. Their kernels must be done: the caller synchronises the device first, with the
+    device's context current."""
+    from ._device import _default_stream_ref
+
+    done = [c for c in _retired if c.device_id == device_id]
+    _retired[:] = [c for c in _retired if c.device_id != device_id]
+    _workspace_bytes.pop(device_id, None)
+    for key in [k for k in _blocks if k[0] == device_id]:
+        done.append(_blocks.pop(key))
+    if not done:
+        return
+    h = _default_stream_ref(device_id).handle
+    for c in done:
+        check(driver.cuMemFreeAsync(c.ptr, h), "cuMemFreeAsync(a stream's kept memory)")
+    check(driver.cuStreamSynchronize(h), "cuStreamSynchronize")
+
+
+def _abandon() -> None:
+    """At exit: nothing is freed (the driver takes the memory back with the process); another
+    library's exit handler may have torn down a context already."""
+    _blocks.clear()
+    _retired.clear()
+    _workspace_bytes.clear()
+
+
+atexit.register(_abandon)
