@@ -90,6 +90,7 @@ def operands(objs, names, stream) -> tuple:
     sig = [(t, a.shape, a.strides, a.dtype, a.device_id, a.readonly)]
     h = a.stream_handle
     unordered = h != consumer and h is not None or t is not DeviceArray and kind_of(x) == OTHER
+    current = None if t is DeviceArray else (t, a.device_id, h)  # its package's current stream, asked once
     for i in range(1, len(objs)):
         x = objs[i]
         if x is None:
@@ -97,7 +98,7 @@ def operands(objs, names, stream) -> tuple:
             sig.append(None)
             continue
         t = type(x)
-        a = x if t is DeviceArray else adapt(x, names[i], consumer)
+        a = x if t is DeviceArray else adapt(x, names[i], consumer, current)
         ops.append(a)
         sig.append((t, a.shape, a.strides, a.dtype, a.device_id, a.readonly))
         h = a.stream_handle

@@ -90,9 +90,11 @@ def _smv_type():
     return _SMV
 
 
-def adapt(obj, name: str, consumer: int) -> DeviceArray:
+def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> DeviceArray:
     """``obj`` as a DeviceArray whose ``stream_handle`` is its producer's stream (see the module
-    docstring); ``consumer`` is the stream the call will read it on."""
+    docstring); ``consumer`` is the stream the call will read it on. ``current``: ``(type, device
+    id, stream handle)`` of an operand of the same call already adapted, whose package's current
+    stream serves every operand of its type and device (one query per call, not per operand)."""
     kind = _kinds.get(type(obj))
     if kind is None:
         kind = kind_of(obj)
@@ -115,15 +117,26 @@ def adapt(obj, name: str, consumer: int) -> DeviceArray:
             if a is not None:
                 return a
         a = as_device_array(obj, name=name, stream_handle=None)  # no ordering: the caller orders the call
-        a.stream_handle = current_stream(kind, a.device_id)  # after the package's current stream, as above
+        a.stream_handle = _current(kind, obj, a.device_id, current)  # after the package's current stream
         return a
     a = object.__new__(DeviceArray)
     shape = view.shape
     a.ptr, a.shape, a.dtype, a.device_id, a.owner, a.readonly = view.ptr, shape, dtype, dev, view, view.readonly
     st = view.strides
     a.strides = _contiguous(shape, dtype.itemsize) if st is None else _byte_strides(st, dtype.itemsize)
-    a.stream_handle = (_torch_stream or _torch_stream_getter())(dev) if kind == TORCH else current_stream(kind, dev)
+    if current is not None and current[0] is type(obj) and current[1] == dev:  # `_current`, inline
+        a.stream_handle = current[2]
+    else:
+        a.stream_handle = (_torch_stream or _torch_stream_getter())(dev) if kind == TORCH else current_stream(kind, dev)
     return a
+
+
+def _current(kind: int, obj, dev: int, current: tuple | None) -> int | None:
+    """The current stream of ``obj``'s package on ``dev``: ``current``'s when it is of the same type
+    and device (see `adapt`), else asked of the package."""
+    if current is not None and current[0] is type(obj) and current[1] == dev:
+        return current[2]
+    return (_torch_stream or _torch_stream_getter())(dev) if kind == TORCH else current_stream(kind, dev)
 
 
 # C-contiguous byte strides, memoised: operands of a signature repeat their shapes.

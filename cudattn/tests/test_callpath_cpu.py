@@ -106,3 +106,45 @@ def test_an_input_from_another_stream_orders_the_call_and_out_takes_its_stream(w
     assert world["waits"] == [(CONSUMER, PRODUCER)] and world["full"] == 1
     assert world["holds"] and world["holds"][-1][0] == CONSUMER
     assert o.stream_handle == CONSUMER, "out must remember the stream its contents are now written on"
+
+
+def test_a_packages_current_stream_is_asked_once_per_call_not_per_operand(monkeypatch):
+    """CuPy-like operands (the view and the package faked): every operand is ordered after its
+    package's current stream on its own device; the package is asked for the first operand (its
+    stream and what keeps it alive), and the later operands on that device reuse the answer."""
+    import sys
+    import types
+
+    from cudattn import _operands
+
+    asked = []
+
+    def get_current_stream(device_id):
+        asked.append(device_id)
+        return types.SimpleNamespace(ptr=0x5000 + device_id)
+
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.SimpleNamespace(get_current_stream=get_current_stream)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+
+    class Arr:  # a type of the package "cupy", as `kind_of` sees it
+        __module__ = "cupy._core.core"
+
+        def __init__(self, ptr, device_id):
+            self.ptr, self.device_id = ptr, device_id
+
+    class View:
+        def __init__(self, obj):
+            self.ptr, self.device_id, self.shape, self.strides = obj.ptr, obj.device_id, (2, 3), None
+            self.dtype, self.readonly = F16, False
+
+    monkeypatch.setattr(_operands, "_SMV", types.SimpleNamespace(from_any_interface=lambda obj, s: View(obj)))
+    names = ("q", "k", "v", "out", "x")
+    consumer, keep, ops, sig, unordered = _callpath.operands(tuple(Arr(p << 16, 0) for p in range(1, 6)), names, None)
+    assert consumer == 0x5000 and keep.ptr == 0x5000 and not unordered
+    assert [a.stream_handle for a in ops] == [0x5000] * 5
+    assert asked == [0, 0], asked  # the call's stream and its owner, then the first operand's
+    asked.clear()  # operands on another device (refused later by the full path) get that device's stream
+    objs = (Arr(0x10000, 0), Arr(0x20000, 0), Arr(0x30000, 1), Arr(0x40000, 1))
+    consumer, keep, ops, sig, unordered = _callpath.operands(objs, names[:4], None)
+    assert [a.stream_handle for a in ops] == [0x5000, 0x5000, 0x5001, 0x5001] and unordered
