@@ -7,7 +7,8 @@ happen inside `setup`, in the process that runs the benchmark.
 
 Only API that old commits of cudattn have too is used (`attention`, `to_device`, `_launch.time_ms`,
 `_launch.synchronize`, `_kernels.compile_variant`, `_traits.all_variants`), so one suite can
-record results for any commit.
+record results for any commit; a benchmark of a later feature (FP8, KV caches) checks for it with
+`require_api` and is skipped where it is missing, never faked.
 """
 
 from __future__ import annotations
@@ -76,20 +77,22 @@ def compile_arch() -> str:
 
 
 def compile_variant_for(arch: str, dtype="bfloat16", tile_dim=128, causal=False):
-    """The variant cudattn would compile for this (dtype, head dim, causal) on `arch`."""
+    """The variant cudattn launches for this (dtype, head dim, causal) on `arch`: the Hopper family's
+    where the commit has one for the arch (what a Hopper user compiles), else the portable one."""
     from cudattn import _traits
 
-    for v in _traits.all_variants(arch):
-        if v.dtype == dtype and v.tile_dim == tile_dim and v.causal == causal:
-            return v
-    raise LookupError(f"no {dtype} d{tile_dim} causal={causal} variant for {arch}")
+    found = [v for v in _traits.all_variants(arch)
+             if v.dtype == dtype and v.tile_dim == tile_dim and v.causal == causal]
+    if not found:
+        raise LookupError(f"no {dtype} d{tile_dim} causal={causal} variant for {arch}")
+    return next((v for v in found if getattr(v, "family", "sm80") == "sm90"), found[0])
 
 
 def np_dtype(name: str):
-    if name == "bfloat16":
+    if name in ("bfloat16", "float8_e4m3fn"):
         import ml_dtypes
 
-        return ml_dtypes.bfloat16
+        return getattr(ml_dtypes, name)
     return {"float16": np.float16}[name]
 
 
@@ -136,6 +139,29 @@ def gpu_ms_per_call(call, sets, *, samples=10, calls_per_sample=10) -> float:
 
     _launch.time_ms(batch)  # warm-up: compile or load the kernel, settle clocks
     return statistics.median(_launch.time_ms(batch) / calls_per_sample for _ in range(samples))
+
+
+def as_called_ms(call, sets, *, samples=15) -> float:
+    """Median over `samples` of one call as its caller sees it: CUDA events recorded on cudattn's
+    stream around the call, the stream idle before it (the host's time of the call included)."""
+    from cudattn import _launch
+
+    call(*sets[0])
+    _launch.synchronize()
+    times = []
+    for i in range(samples):
+        _launch.synchronize()
+        times.append(_launch.time_ms(lambda: call(*sets[i % len(sets)])))
+    return statistics.median(times)
+
+
+def require_api(*names: str) -> None:
+    """Skip (asv's NotImplementedError) at a commit whose cudattn lacks one of `names`."""
+    import cudattn
+
+    missing = [n for n in names if not hasattr(cudattn, n)]
+    if missing:
+        raise NotImplementedError(f"this cudattn has no {', '.join(missing)}")
 
 
 def wall_seconds(fn, repeats: int) -> float:

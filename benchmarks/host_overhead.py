@@ -1,53 +1,84 @@
-"""Host time of one warm attention() call on device arrays, from call to return.
+"""Host time of one warm call on device arrays, from call to return, by the kind of operands.
 
-The shape is tiny, so the GPU keeps up and launches never block: what is measured is validation,
-planning, output allocation and the launch itself, which bound the speed of small decode steps.
-Operands: cudattn DeviceArrays, and torch tensors where torch imports with CUDA (what torch users
-pay: the DLPack import of each tensor on top), passed with no stream= (the operands' default).
+The shapes are small, so the GPU keeps up and launches never block: what is measured is the call
+path (operands, plan, output allocation) and the launch itself, which bound the speed of small
+decode steps. Operands: cudattn DeviceArrays; torch tensors and CuPy arrays where those import
+with CUDA (what their users pay: each array's import on top), passed with no stream= (the
+operands' default).
 """
 
 import statistics
 import time
+
+import numpy as np
 
 from . import _common
 
 _CALLS = 2000
 _SYNC_EVERY = 200  # keeps the queue short, so a full launch queue never blocks a call
 _SHAPE = (1, 128, 1, 64)  # (B, S, H, D)
+_SEQLENS = np.array([1024, 1000, 700, 513], np.int32)  # KV-cache decode: 4 sequences, capacity 1024
 
 
-def _torch():
-    """torch with CUDA, or NotImplementedError (asv's "skipped")."""
+def _package(name):
+    """torch or CuPy with a CUDA device, or NotImplementedError (asv's "skipped")."""
     try:
-        import torch
+        if name == "torch":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise NotImplementedError("torch has no CUDA device")
+            return torch
+        import cupy
+
+        cupy.cuda.runtime.getDeviceCount()
+        return cupy
     except ImportError:
-        raise NotImplementedError("torch not installed") from None
-    if not torch.cuda.is_available():
-        raise NotImplementedError("torch has no CUDA device")
-    return torch
+        raise NotImplementedError(f"{name} not installed") from None
+    except NotImplementedError:
+        raise
+    except Exception as exc:  # a CuPy without a usable CUDA runtime
+        raise NotImplementedError(f"{name} has no CUDA device: {exc}") from None
+
+
+def _importer(operands):
+    """(host array -> device array of that kind, sync of every stream the calls may use)."""
+    import cudattn
+    from cudattn import _launch
+
+    if operands == "DeviceArray":
+        return cudattn.to_device, _launch.synchronize
+    pkg = _package(operands)
+    if operands == "torch":
+        return (lambda a: pkg.from_numpy(a).cuda()), (lambda: (pkg.cuda.synchronize(), _launch.synchronize()))
+    return pkg.asarray, (lambda: (pkg.cuda.Device().synchronize(), _launch.synchronize()))
+
+
+def _median_us(call, sync) -> float:
+    times = []
+    for i in range(_CALLS):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+        if i % _SYNC_EVERY == _SYNC_EVERY - 1:
+            sync()
+    sync()
+    return statistics.median(times) * 1e6
 
 
 class HostOverhead:
-    params = (["DeviceArray", "torch"], ["new_output", "out="])
+    params = (["DeviceArray", "torch", "cupy"], ["new_output", "out="])
     param_names = ["operands", "output"]
     timeout = 120
 
     def setup(self, operands, output):
         _common.require_gpu()
         import cudattn
-        from cudattn import _launch
 
-        host = _common.randn(_SHAPE, "float16", 0)
-        if operands == "torch":
-            torch = _torch()
-            q = torch.from_numpy(host).cuda()
-            # torch's stream and cudattn's: wherever stream=None puts the work, the sync covers it
-            self.sync = lambda: (torch.cuda.synchronize(), _launch.synchronize())
-        else:
-            q = cudattn.to_device(host)
-            self.sync = _launch.synchronize
+        to_dev, self.sync = _importer(operands)
+        q = to_dev(_common.randn(_SHAPE, "float16", 0))
         if output == "out=":
-            o = q.clone() if operands == "torch" else cudattn.attention(q, q, q)
+            o = to_dev(_common.randn(_SHAPE, "float16", 1))
             self.call = lambda: cudattn.attention(q, q, q, out=o)
         else:
             self.call = lambda: cudattn.attention(q, q, q)
@@ -56,14 +87,33 @@ class HostOverhead:
         self.sync()
 
     def track_host_overhead_us(self, operands, output):
-        call, sync, times = self.call, self.sync, []
-        for i in range(_CALLS):
-            t0 = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - t0)
-            if i % _SYNC_EVERY == _SYNC_EVERY - 1:
-                sync()
-        sync()
-        return statistics.median(times) * 1e6
+        return _median_us(self.call, self.sync)
+
+    track_host_overhead_us.unit = "us"
+
+
+class HostOverheadKvcache:
+    """`attention_with_kvcache` decode step (4 sequences of up to 1024 keys, 8 heads, D=128) into `out`."""
+
+    params = (["DeviceArray", "torch", "cupy"],)
+    param_names = ["operands"]
+    timeout = 120
+
+    def setup(self, operands):
+        _common.require_gpu()
+        _common.require_api("attention_with_kvcache")
+        import cudattn
+
+        to_dev, self.sync = _importer(operands)
+        q, o = (to_dev(_common.randn((4, 1, 8, 128), "float16", s)) for s in (0, 1))
+        kc, vc = (to_dev(_common.randn((4, 1024, 8, 128), "float16", s)) for s in (2, 3))
+        sl = to_dev(_SEQLENS)
+        self.call = lambda: cudattn.attention_with_kvcache(q, kc, vc, cache_seqlens=sl, out=o)
+        for _ in range(50):
+            self.call()
+        self.sync()
+
+    def track_host_overhead_us(self, operands):
+        return _median_us(self.call, self.sync)
 
     track_host_overhead_us.unit = "us"

@@ -1,40 +1,18 @@
 #!/usr/bin/env bash
-# Build the asv dashboard from the committed results and take headless-Chromium screenshots of it,
-# to check that the graphs show points (not an empty page).
+# Build the offline asv dashboard (tools/asv_publish.sh) and take headless-Chromium screenshots of
+# it, to check that the graphs show points (not an empty page).
 #
-#   tools/asv_screenshot.sh OUT_DIR [BENCHMARK ...]     e.g. numpy_path.NumpyEndToEnd.time_numpy_end_to_end
+#   tools/asv_screenshot.sh OUT_DIR [BENCHMARK ...]     e.g. prefill.Prefill.track_tflops
 #
-# The page loads jQuery, flot, bootstrap, stupidtable and md5 from CDNs. Offline, a copy of it is
-# pointed at Debian's packages instead (apt-get install chromium libjs-jquery libjs-jquery-flot
-# libjs-bootstrap libjs-jquery-stupidtable node-blueimp-md5); flot 4 there bundles the time,
-# selection and categories plugins the CDN page loads one by one.
+# A BENCHMARK may carry asv's URL query, e.g. "decode.Decode.track_tbps?machine=h100".
+# Needs chromium (Debian: apt-get install chromium).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "$1"); shift
 mkdir -p "$out"
-python3 -m asv publish >/dev/null
-site=$(mktemp -d)/html
-cp -r .asv/html "$site"
-if ! curl -sfI --max-time 5 https://code.jquery.com >/dev/null 2>&1; then
-    js=/usr/share/javascript
-    mkdir -p "$site/ext"
-    cp $js/jquery/jquery.js $js/jquery-flot/jquery.flot.js $js/jquery-stupidtable/stupidtable.js \
-       $js/blueimp-md5/md5.js $js/bootstrap/js/bootstrap.js $js/bootstrap/css/bootstrap.min.css "$site/ext/"
-    python3 - "$site/index.html" <<'PY'
-import re, sys
-path = sys.argv[1]
-s = open(path).read()
-for pat, local in ((r"jquery-[\d.]+\.min\.js", "jquery.js"), (r"flot/[\d.]+/jquery\.flot\.min\.js", "jquery.flot.js"),
-                   (r"stupidtable\.min\.js", "stupidtable.js"), (r"md5\.min\.js", "md5.js"),
-                   (r"bootstrap\.min\.js", "bootstrap.js"), (r"bootstrap\.min\.css", "bootstrap.min.css")):
-    s = re.sub(r'"https://[^"]*' + pat + '"', f'"ext/{local}"', s)
-s = re.sub(r'<script[^>]*src="https://[^"]*"[^>]*></script>', "", s)  # plugins flot 4 already bundles
-s = re.sub(r' integrity="[^"]*"', "", s)  # the local files are other builds than the pinned hashes
-open(path, "w").write(s)
-PY
-fi
+tools/asv_publish.sh >/dev/null
 port=$((20000 + RANDOM % 20000))
-(cd "$site" && exec python3 -m http.server "$port" >/dev/null 2>&1) &
+(exec python3 -m http.server -d .asv/html "$port" >/dev/null 2>&1) &
 server=$!
 trap 'kill $server' EXIT
 sleep 1
@@ -44,4 +22,4 @@ shot() {
     echo "$2"
 }
 shot "" "$out/asv_grid.png"
-for b in "$@"; do shot "#$b" "$out/asv_$b.png"; done
+for b in "$@"; do shot "#$b" "$out/asv_$(echo "${b%%\?*}" | tr -c 'A-Za-z0-9._\n' '_').png"; done
