@@ -24,6 +24,8 @@ for pat, local in ((r"jquery-[\d.]+\.min\.js", "jquery.min.js"), (r"flot/[\d.]+/
 # the flot plugins the bundle already holds, and orderBars (bar charts of categorical axes only)
 s = re.sub(r'<script[^>]*src="https://[^"]*"[^>]*></script>\s*', "", s)
 s = re.sub(r' integrity="[^"]*"', "", s)  # the local files are other builds than the pinned hashes
+# flot 4 draws the legend as SVG over a rect that asv's page leaves unfilled (black)
+s = s.replace("</head>", "<style>.legendLayer rect.background { fill: #fff; fill-opacity: 0.9; stroke: #ccc; }</style>\n</head>", 1)
 if "https://" in re.sub(r'href="https://[^"]*"', "", s):
     sys.exit("asv_publish: the page still loads something from the network")
 open(path, "w").write(s)
