@@ -9,6 +9,11 @@ Only API that old commits of cudattn have too is used (`attention`, `to_device`,
 `_launch.synchronize`, `_kernels.compile_variant`, `_traits.all_variants`), so one suite can
 record results for any commit; a benchmark of a later feature (FP8, KV caches) checks for it with
 `require_api` and is skipped where it is missing, never faked.
+
+Every benchmark class states a `version`. asv's dashboard shows only results recorded under the
+benchmark's current version, which by default is a hash of its code: any edit would hide the
+history. The version changes only when what a benchmark measures changes (its unit, its method),
+never for a refactoring, so results recorded over months stay on one graph.
 """
 
 from __future__ import annotations

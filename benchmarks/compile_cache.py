@@ -24,6 +24,7 @@ class CompileCold:
     second compile of the same source cheaper), so the child times its one compile (NVRTC and
     ptxas, then the atomic write of the entry into an empty cache) and prints the seconds."""
 
+    version = "1"  # what it measures (see _common): bump only when that changes
     rounds = 1
     repeat = 1
     number = 1
@@ -75,6 +76,7 @@ print(seconds)
 
 
 class CacheHit:
+    version = "1"  # what it measures (see _common): bump only when that changes
     repeat = (20, 200, 2.0)
     timeout = 120
 

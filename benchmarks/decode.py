@@ -10,6 +10,7 @@ _D = 128
 
 
 class Decode:
+    version = "1"  # what it measures (see _common): bump only when that changes
     # (batch, query heads, KV heads, KV length): GQA at two batch sizes, and one long context.
     params = ([(32, 32, 8, 4096), (8, 32, 8, 32768), (1, 32, 8, 131072)],)
     param_names = ["B_Hq_Hkv_Skv"]

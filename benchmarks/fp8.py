@@ -4,6 +4,7 @@ from . import _common
 
 
 class Fp8Prefill:
+    version = "1"  # what it measures (see _common): bump only when that changes
     # (head dim, sequence length, causal): 16 Ki tokens per call, heads halved at D=256.
     params = ([(128, 8192, False), (256, 8192, False), (128, 8192, True)],)
     param_names = ["D_S_causal"]

@@ -67,6 +67,7 @@ def _median_us(call, sync) -> float:
 
 
 class HostOverhead:
+    version = "1"  # what it measures (see _common): bump only when that changes
     params = (["DeviceArray", "torch", "cupy"], ["new_output", "out="])
     param_names = ["operands", "output"]
     timeout = 120
@@ -95,6 +96,7 @@ class HostOverhead:
 class HostOverheadKvcache:
     """`attention_with_kvcache` decode step (4 sequences of up to 1024 keys, 8 heads, D=128) into `out`."""
 
+    version = "1"  # what it measures (see _common): bump only when that changes
     params = (["DeviceArray", "torch", "cupy"],)
     param_names = ["operands"]
     timeout = 120

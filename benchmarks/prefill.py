@@ -4,6 +4,7 @@ from . import _common
 
 
 class Prefill:
+    version = "1"  # what it measures (see _common): bump only when that changes
     # (dtype, head dim, sequence length, causal): 16 Ki tokens per call (heads halved at D=256), so
     # every shape fills the GPU; short and long sequences, each head-dim tile, both masks.
     params = ([("bfloat16", 128, 1024, False), ("bfloat16", 128, 8192, False), ("bfloat16", 128, 8192, True),

@@ -7,7 +7,12 @@ version as its only parameter (`params.python`, given: the path of an `existing`
 not say it), and renames the files to match (`<commit8>-<ENV>.json`), keeping the newest result
 where two files name one commit.
 
-    python tools/asv_normalize.py MACHINE [--env NAME] [--python X.Y]
+    python tools/asv_normalize.py MACHINE [--env NAME] [--python X.Y] [--adopt-versions]
+
+--adopt-versions also files every result under its benchmark's version in
+`benchmarks/results/benchmarks.json` (the current suite's): for results recorded before the suite
+stated its versions (asv hides results of other versions), where what the benchmark measures has
+not changed since.
 """
 
 from __future__ import annotations
@@ -20,8 +25,12 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 
 
-def normalize(machine: str, env: str, version: str) -> list[Path]:
+def normalize(machine: str, env: str, version: str, adopt: bool = False) -> list[Path]:
     folder = RESULTS / machine
+    current = {}
+    if adopt:
+        current = {k: v["version"] for k, v in json.loads((RESULTS / "benchmarks.json").read_text()).items()
+                   if isinstance(v, dict) and "version" in v}
     if not folder.is_dir():
         raise SystemExit(f"no results for machine {machine!r} in {folder}")
     machine_json = folder / "machine.json"
@@ -37,6 +46,11 @@ def normalize(machine: str, env: str, version: str) -> list[Path]:
         data["env_name"] = env
         data["python"] = version
         data["params"] = {"machine": machine, "python": version}
+        if current:
+            col = data["result_columns"].index("version")
+            for name, row in data["results"].items():
+                if name in current:
+                    row[col] = current[name]
         commit = data["commit_hash"]
         date = int(data.get("date") or 0)
         if commit in kept and kept[commit][0] > date:
@@ -61,8 +75,9 @@ def main() -> None:
     ap.add_argument("machine")
     ap.add_argument("--env", default="gpu")
     ap.add_argument("--python", default="{}.{}".format(*sys.version_info[:2]), help="default: this interpreter's")
+    ap.add_argument("--adopt-versions", action="store_true", help="file results under the current suite's versions")
     args = ap.parse_args()
-    for path in normalize(args.machine, args.env, args.python):
+    for path in normalize(args.machine, args.env, args.python, args.adopt_versions):
         print(path.relative_to(RESULTS.parent.parent))
 
 
