@@ -39,14 +39,13 @@ class CompileCold:
         import sys
 
         with tempfile.TemporaryDirectory(prefix="cudattn-asv-") as root:
-            # the suite's parent (for `_common`) and the benchmark process's path (this commit's cudattn)
-            path = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), *(p for p in sys.path if p)]
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+            # the benchmark process's path as it is: the commit's cudattn first (not the checkout
+            # that holds the suite)
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
             times = []
             for _ in range(3):
-                child = subprocess.run([sys.executable, "-c", _CHILD.replace("benchmarks", __package__), self.arch,
-                                        json.dumps(_variant_key(self.variant)), tempfile.mkdtemp(dir=root)],
-                                       env=env, capture_output=True, text=True)
+                child = subprocess.run([sys.executable, "-c", _CHILD, self.arch, json.dumps(_variant_key(self.variant)),
+                                        tempfile.mkdtemp(dir=root)], env=env, capture_output=True, text=True, cwd=root)
                 if child.returncode:
                     raise RuntimeError(f"the compile process failed:\n{child.stderr[-3000:]}")
                 times.append(float(child.stdout.split()[-1]))
@@ -59,14 +58,15 @@ def _variant_key(v):
     return [v.dtype, v.tile_dim, v.causal]
 
 
-# One compile in a fresh process: the benchmark's variant, an empty cache, the seconds printed last.
+# One compile in a fresh process: the benchmark's variant (chosen as `_common.compile_variant_for`
+# does; the suite itself is not importable there), an empty cache, the seconds printed last.
 _CHILD = """
 import json, sys, time
 import nvrtc_cache
-from benchmarks import _common
-from cudattn import _kernels
+from cudattn import _kernels, _traits
 arch, (dtype, tile_dim, causal), root = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
-variant = _common.compile_variant_for(arch, dtype, tile_dim, causal)
+found = [v for v in _traits.all_variants(arch) if (v.dtype, v.tile_dim, v.causal) == (dtype, tile_dim, causal)]
+variant = next((v for v in found if getattr(v, "family", "sm80") == "sm90"), found[0])
 t0 = time.perf_counter()
 res = _kernels.compile_variant(variant, arch, cache=nvrtc_cache.Cache(root))
 seconds = time.perf_counter() - t0

@@ -368,7 +368,8 @@ def empty_cache(device: DeviceLike = None) -> None:
     Freed arrays return their memory to the device's stream-ordered pool, which keeps it for the
     next allocation (as PyTorch's caching allocator does); other libraries on the GPU cannot use
     it until it is given back. What streams keep for the split-KV decode kernel goes back too: its
-    arrival counters (a few KiB a stream) and workspaces (at most 8 MiB a stream, 64 MiB a device).
+    arrival counters (a few KiB a stream) and workspaces (64 MiB a device at most, outgrown ones
+    included; one stream's in use is at most 8 MiB).
     Waits for the device's pending work first.
     """
     from . import _stream_memory

@@ -94,7 +94,7 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
     """``obj`` as a DeviceArray whose ``stream_handle`` is its producer's stream (see the module
     docstring); ``consumer`` is the stream the call will read it on. ``current``: ``(type, device
     id, stream handle)`` of an operand of the same call already adapted, whose package's current
-    stream serves every operand of its type and device (one query per call, not per operand)."""
+    stream serves the later operands of its type and device (not asked again for each)."""
     kind = _kinds.get(type(obj))
     if kind is None:
         kind = kind_of(obj)

@@ -24,7 +24,7 @@ import math
 import operator
 import struct
 
-from . import _array, _device, _launch, _stream_memory, _tma
+from . import _alloc, _array, _device, _launch, _stream_memory, _tma
 from ._recording import BASES, COUNTERS, NotReplayable, Recorder, placeholder, slot_of
 
 __all__ = ["Replay", "record", "NotReplayable"]
@@ -87,11 +87,12 @@ class Replay:
     """A recorded call: ``allocations`` (shape, dtype, strides) in slot order after the operands,
     ``steps``, and ``results``: the slots of the returned arrays (an operand slot for `out`).
 
-    Allocations that are not results (workspaces: split-KV partials) share one block, carved at
-    256-byte offsets: the stream's kept workspace (`_stream_memory`: no allocation per call), or
-    the call's own when large or captured, dropped after the launches (its free is stream-ordered,
-    so it waits for them). Arrival counters (dtype COUNTERS) are the stream's too, or the graph's
-    while the stream captures one."""
+    Allocations that are not results (workspaces: split-KV partials, FP8's transposed V) share one
+    block, carved at 256-byte offsets: for a single-launch call the stream's kept workspace
+    (`_stream_memory`: no allocation per call; the call's own when large, past the budget or
+    captured), else the call's own, dropped after the launches (its free is stream-ordered, so it
+    waits for them). Arrival counters (dtype COUNTERS) are the stream's too, or the graph's while
+    the stream captures one."""
 
     __slots__ = ("n_operands", "allocations", "steps", "results", "pair", "scratch_bytes")
 
@@ -131,7 +132,11 @@ class Replay:
         """Take the call's allocations, their addresses appended to ``ptrs``; returns what each slot
         holds (results, and counters until the launches are queued; None for workspace slices)."""
         made = []
-        scratch = _stream_memory.workspace(device_id, stream, self.scratch_bytes, keep) if self.scratch_bytes else None
+        scratch = None
+        if self.scratch_bytes and len(self.steps) == 1:  # one kernel writes and reads it: the stream's
+            scratch = _stream_memory.workspace(device_id, stream, self.scratch_bytes, keep)
+        elif self.scratch_bytes:  # read by a later kernel of the call: its own (`_stream_memory`)
+            scratch = _alloc.allocate(device_id, self.scratch_bytes, stream, keep)
         for shape, dtype, strides, offset in self.allocations:
             if dtype is COUNTERS:  # the stream's zeroed counters; a capturing stream's are the graph's
                 a = _stream_memory.counters(device_id, stream, shape[0], keep)

@@ -2,14 +2,18 @@
 
 Kernels whose last block finishes the work (the split-KV decode merge) need int32 counters that
 are zero at their launch, and leave them at zero; split-KV calls also need a workspace for their
-partial results, overwritten by each call. Neither outlives the call's kernels, and calls on one
-stream run one after another on the GPU, so each (device, stream) keeps one block of each kind
-from the device's pool, taken on that stream when first needed (counters zeroed then, once),
-and reused by every later call on the stream with no allocation, free or memset. Streams never
-share a block (calls on different streams may run at once). Workspaces are kept only while
-they are small: one of more than `WORKSPACE_KEPT_MAX` bytes, or one that would take the device's
-kept workspaces (retired ones included) past `WORKSPACE_BUDGET`, is the call's own (allocated
-and freed stream-ordered, as other arrays), so the memory that no array shows stays bounded.
+partial results, overwritten by each call. Both serve one kernel: it writes and reads them, and
+kernels on one stream run one after another on the GPU, so each (device, stream) keeps one block
+of each kind from the device's pool, taken on that stream when first needed (counters zeroed
+then, once), and reused by every later call on the stream with no allocation, free or memset.
+(A workspace that one kernel of a call writes and a later kernel reads is the call's own: another
+thread's call on the same stream could run between them; `_replay` asks for a kept workspace only
+for single-launch calls.) Streams never share a block (calls on different streams may run at
+once); the per-thread default stream (handle 2, a different stream in each thread) keeps none.
+Workspaces are kept only while they are small: one of more than `WORKSPACE_KEPT_MAX` bytes, or
+one that would take the device's kept workspaces (retired ones included) past
+`WORKSPACE_BUDGET`, is the call's own (allocated and freed stream-ordered, as other arrays), so
+the memory that no array shows stays bounded.
 
 A block is never freed on its stream: a stream named by a bare handle may be destroyed by its
 owner at any time (a free queued on it afterwards crashed the process), and another thread may
@@ -17,7 +21,7 @@ have read the block for a launch it has not queued yet. Outgrown blocks, and tho
 the table is full, are retired; `empty_cache` frees them all after synchronising the device, on
 cudattn's own stream (:func:`release`); at exit they are left to the driver. A stream with an
 owner object (a cuda.core or CuPy stream) keeps its owner alive while its blocks are in the
-table, so its handle cannot pass to another stream meanwhile.
+table, so its handle cannot pass to another stream meanwhile (a retired block lets it go).
 
 While a stream captures a CUDA graph (asked of the driver at each call), both are the graph's
 own: graph memory nodes (the counters zeroed by a memset node), so that replays of the graph
@@ -27,6 +31,7 @@ share nothing with eager calls.
 from __future__ import annotations
 
 import atexit
+import threading
 
 from cuda.bindings import driver
 
@@ -41,6 +46,7 @@ WORKSPACE_KEPT_MAX = 8 << 20  # larger workspaces are allocated per call
 WORKSPACE_BUDGET = 64 << 20  # per device: kept and retired workspaces together
 _MAX_BLOCKS = 128  # blocks in the table; past it the table starts over (the old blocks are retired)
 _COUNTERS, _WORKSPACE = 0, 1  # the kinds of block, in the table's keys
+_PER_THREAD = 2  # CU_STREAM_PER_THREAD: one handle, a different stream in each thread
 
 
 class _Kept:
@@ -69,6 +75,7 @@ class _Placeholder:
 _blocks: dict[tuple[int, int, int], _Kept] = {}
 _retired: list[_Kept] = []
 _workspace_bytes: dict[int, int] = {}  # device id -> bytes of its workspaces, kept or retired
+_grow_lock = threading.Lock()  # the table's changes and the budget's count (not the lookups)
 
 
 def counters(device_id: int, stream: int, count: int, keep: object = None):
@@ -77,8 +84,8 @@ def counters(device_id: int, stream: int, count: int, keep: object = None):
     rec = _recording.current() if _recording.active else None
     if rec is not None:
         return _Placeholder(rec.counters(count))
-    if _alloc.is_capturing(stream):  # a graph memory node (freed inside the graph) and a memset node
-        block = _alloc.allocate(device_id, 4 * count, stream, keep)
+    if stream == _PER_THREAD or _alloc.is_capturing(stream):  # the call's own (in a graph: a memory
+        block = _alloc.allocate(device_id, 4 * count, stream, keep)  # node, zeroed by a memset node)
         _zero(block.ptr, count, stream)
         return block
     entry = _blocks.get((device_id, stream, _COUNTERS))
@@ -91,41 +98,55 @@ def counters(device_id: int, stream: int, count: int, keep: object = None):
 def workspace(device_id: int, stream: int, nbytes: int, keep: object = None):
     """An object whose ``ptr`` addresses ``nbytes`` (> 0) of device memory that the kernels queued
     next on ``stream`` may overwrite; hold it until they are queued."""
-    if nbytes > WORKSPACE_KEPT_MAX or _alloc.is_capturing(stream):  # the call's own (a graph node)
-        return _alloc.allocate(device_id, nbytes, stream, keep)
+    if nbytes > WORKSPACE_KEPT_MAX or stream == _PER_THREAD or _alloc.is_capturing(stream):
+        return _alloc.allocate(device_id, nbytes, stream, keep)  # the call's own (in a graph: a node)
     entry = _blocks.get((device_id, stream, _WORKSPACE))
     if entry is None or entry.nbytes < nbytes:
         n = max(-(-nbytes // _MIN_WORKSPACE) * _MIN_WORKSPACE, 0 if entry is None else 2 * entry.nbytes)
         n = min(n, WORKSPACE_KEPT_MAX)  # whole units of the least size (the cap is one too)
-        if _workspace_bytes.get(device_id, 0) + n > WORKSPACE_BUDGET:  # the budget is spent: the call's own
-            return _alloc.allocate(device_id, nbytes, stream, keep)
-        entry = _grow(device_id, stream, _WORKSPACE, n, entry, keep)
+        with _grow_lock:
+            if _workspace_bytes.get(device_id, 0) + n > WORKSPACE_BUDGET:  # spent: the call's own
+                return _alloc.allocate(device_id, nbytes, stream, keep)
+            _workspace_bytes[device_id] = _workspace_bytes.get(device_id, 0) + n
+        try:
+            entry = _grow(device_id, stream, _WORKSPACE, n, entry, keep)
+        except BaseException:  # nothing was kept (out of memory): nothing counts
+            with _grow_lock:
+                _workspace_bytes[device_id] -= n
+            raise
     return entry
 
 
 def _grow(device_id: int, stream: int, kind: int, n: int, entry, keep) -> _Kept:
     """A new block of ``n`` bytes for ``stream``, in the table (``entry``: the block it outgrows)."""
     fresh = _Kept(_raw_alloc(device_id, n, stream), n, device_id, keep)
-    if kind == _WORKSPACE:
-        _workspace_bytes[device_id] = _workspace_bytes.get(device_id, 0) + n
-    else:
+    if kind == _COUNTERS:
         try:
             _zero(fresh.ptr, n // 4, stream)
         except BaseException:
-            _retired.append(fresh)
+            _retire(fresh)
             raise
     key = (device_id, stream, kind)
-    # Whatever held the key is retired: the entry outgrown, or one another thread made meanwhile.
-    old = _blocks.pop(key, None)
-    if old is not None:
-        _retired.append(old)
-    elif entry is not None:
-        _retired.append(entry)
-    if len(_blocks) >= _MAX_BLOCKS:
-        _retired.extend(_blocks.values())
-        _blocks.clear()
-    _blocks[key] = fresh
+    with _grow_lock:
+        # Whatever held the key is retired: the entry outgrown, or one another thread made meanwhile.
+        old = _blocks.pop(key, None)
+        if old is not None:
+            _retire(old)
+        elif entry is not None:
+            _retire(entry)
+        if len(_blocks) >= _MAX_BLOCKS:
+            for b in _blocks.values():
+                _retire(b)
+            _blocks.clear()
+        _blocks[key] = fresh
     return fresh
+
+
+def _retire(block: _Kept) -> None:
+    """Out of the table, freed by `release`; its stream's owner is no longer held (a kernel queued
+    on that stream still runs if the owner destroys it: the driver frees the stream after its work)."""
+    block.keep = None
+    _retired.append(block)
 
 
 def _raw_alloc(device_id: int, nbytes: int, stream: int) -> int:

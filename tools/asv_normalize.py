@@ -4,8 +4,8 @@
 machines of one GPU kind and between images; the dashboard then draws one line per path. This
 rewrites the results of `benchmarks/results/<machine>/` to the environment `ENV` with the Python
 version as its only parameter (`params.python`, given: the path of an `existing` environment does
-not say it), and renames the files to match (`<commit8>-<ENV>.json`), keeping the newest result
-where two files name one commit.
+not say it), and renames the files to match (`<commit8>-<ENV>.json`), keeping the newest run
+where two files name one commit (by when its benchmarks started: asv's ``date`` is the commit's).
 
     python tools/asv_normalize.py MACHINE [--env NAME] [--python X.Y] [--adopt-versions]
 
@@ -52,7 +52,9 @@ def normalize(machine: str, env: str, version: str, adopt: bool = False) -> list
                 if name in current:
                     row[col] = current[name]
         commit = data["commit_hash"]
-        date = int(data.get("date") or 0)
+        col = data["result_columns"].index("started_at") if "started_at" in data["result_columns"] else None
+        date = max(((row[col] if len(row) > col else 0) or 0 for row in data["results"].values()), default=0) \
+            if col is not None else 0
         if commit in kept and kept[commit][0] > date:
             path.unlink()
             continue

@@ -20,12 +20,13 @@ machine=""
 minutes=0
 while [ $# -gt 0 ]; do
     case "$1" in
-        --machine) machine=$2; shift 2 ;;
-        --minutes) minutes=$2; shift 2 ;;
+        --machine) machine=${2:?--machine needs a name}; shift 2 ;;
+        --minutes) minutes=${2:?--minutes needs a whole number}; shift 2 ;;
         *) break ;;
     esac
 done
 [ $# -ge 1 ] || { echo "usage: $0 [--machine NAME] [--minutes N] COMMIT [COMMIT ...]" >&2; exit 2; }
+[[ $minutes =~ ^[0-9]+$ ]] || { echo "$0: --minutes takes a whole number of minutes, not '$minutes'" >&2; exit 2; }
 if [ -z "$machine" ]; then
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
     case "$gpu" in
@@ -48,8 +49,10 @@ for c in "$@"; do
         continue
     fi
     full=$(git rev-parse --verify "$c^{commit}") || { status=1; continue; }
-    wt=$(mktemp -d)/cudattn
-    git worktree add -q --detach "$wt" "$full"
+    tmp=$(mktemp -d)
+    wt=$tmp/cudattn
+    # without its worktree the benchmarks would import another cudattn and file it under this hash
+    git worktree add -q --detach "$wt" "$full" || { echo "asv: no worktree for $c"; rm -rf "$tmp"; status=1; continue; }
     subject=$(git log -1 --format=%s "$full")
     echo "== asv: $machine, commit ${full:0:12} (${subject:0:90})"
     (cd "$wt" && CUDATTN_CACHE_DIR="$cache" PYTHONPATH="$wt" timeout 120 python3 -m cudattn cache warm --jobs "$(nproc)" \
@@ -59,6 +62,7 @@ for c in "$@"; do
         python3 -m asv run --python=same --launch-method spawn --machine "$machine" \
         --set-commit-hash "$full" --show-stderr || { echo "asv: failures for ${full:0:12}"; status=1; }
     git worktree remove --force "$wt"
+    rm -rf "$tmp"
     took=$(( $(date +%s) - now ))
     echo "== ${full:0:12}: ${took} s"
     [ "$took" -gt "$slowest" ] && slowest=$took

@@ -143,7 +143,7 @@ def test_a_packages_current_stream_is_asked_once_per_call_not_per_operand(monkey
     consumer, keep, ops, sig, unordered = _callpath.operands(tuple(Arr(p << 16, 0) for p in range(1, 6)), names, None)
     assert consumer == 0x5000 and keep.ptr == 0x5000 and not unordered
     assert [a.stream_handle for a in ops] == [0x5000] * 5
-    assert asked == [0, 0], asked  # the call's stream and its owner, then the first operand's
+    assert asked == [0, 0], asked  # the first operand's stream, then its owner (the call's keep)
     asked.clear()  # operands on another device (refused later by the full path) get that device's stream
     objs = (Arr(0x10000, 0), Arr(0x20000, 0), Arr(0x30000, 1), Arr(0x40000, 1))
     consumer, keep, ops, sig, unordered = _callpath.operands(objs, names[:4], None)

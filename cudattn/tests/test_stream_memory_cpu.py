@@ -182,3 +182,40 @@ def test_release_frees_kept_workspaces_too(fake):
     sm.release(0)
     assert sorted(x[1] for x in fake.drv.log if x[0] == "free") == sorted([a.ptr, b.ptr])
     assert not sm._blocks and not sm._retired and not sm._workspace_bytes
+
+
+def test_the_per_thread_stream_keeps_nothing(fake):
+    """Handle 2 names a different stream in each thread: a block kept under it would be shared by
+    kernels that run at once."""
+    a = sm.workspace(0, 2, 1000)
+    c = sm.counters(0, 2, 10)
+    assert not sm._blocks and not isinstance(a, sm._Kept) and not isinstance(c, sm._Kept)
+    assert fake.drv.log == [("memset", c.ptr, 0, 10, 2)]  # the call's own counters, zeroed
+
+
+def test_a_retired_block_lets_its_streams_owner_go(fake):
+    owner = object()
+    a = sm.workspace(0, CALL_STREAM, 10, keep=owner)
+    assert a.keep is owner
+    sm.workspace(0, CALL_STREAM, a.nbytes + 1, keep=owner)
+    assert sm._retired == [a] and a.keep is None
+
+
+@pytest.mark.parametrize("launches", [1, 2])
+def test_only_a_single_launch_call_uses_the_kept_workspace(fake, monkeypatch, launches):
+    """A workspace one kernel writes and a later kernel of the same call reads (FP8's transposed V)
+    must be the call's own: another thread's call on the stream could run between the two."""
+    import numpy as np
+
+    from cudattn import _replay
+
+    kept = []
+    monkeypatch.setattr(sm, "workspace", lambda d, s, n, keep=None: kept.append(n) or types.SimpleNamespace(ptr=0x9000))
+    rep = _replay.Replay(1, [((256,), np.dtype(np.float32), (4,))], [object()] * launches, [0], False)
+    ptrs = [0x1000]
+    made = rep._allocate(ptrs, 0, CALL_STREAM, None)
+    if launches == 1:
+        assert kept == [1024] and ptrs[1] == 0x9000 and not fake.allocs
+    else:
+        assert not kept and fake.allocs == [(ptrs[1], 1024, CALL_STREAM)]
+    assert made[-1] is not None  # the scratch is held until the launches are queued
