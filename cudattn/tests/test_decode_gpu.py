@@ -172,6 +172,39 @@ def test_last_split_merge_on_concurrent_streams():
             assert cudattn.to_host(o).tobytes() == alone.tobytes(), "a concurrent split decode differs"
 
 
+def test_split_decode_from_threads_on_the_per_thread_stream():
+    """Threads call split decode on the per-thread default stream (handle 2: a different stream in
+    each thread, so their kernels run at once). Memory a stream keeps between calls would be shared
+    by those kernels under the one handle: each call has its own there. Every result equals the
+    same call made alone."""
+    import threading
+
+    from cuda.core import Device
+
+    dev = Device(0)
+    dev.set_current()
+    rng = np.random.default_rng(next(_seed))
+    cases = [tuple(cudattn.to_device(_rand(rng, s, F16)) for s in ((2, 1, 8, 64), (2, 3000, 2, 64), (2, 3000, 2, 64)))
+             for _ in range(4)]
+    alone = [cudattn.to_host(cudattn.attention(*c, num_splits=12)) for c in cases]
+    got: dict = {}
+
+    def work(i):
+        dev.set_current()
+        outs = [cudattn.attention(*cases[i], num_splits=12, stream=2) for _ in range(20)]
+        cudattn._launch.synchronize(2)
+        got[i] = [cudattn.to_host(o) for o in outs]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(4):
+        for o in got[i]:
+            assert o.tobytes() == alone[i].tobytes(), f"thread {i}: a split decode on the per-thread stream differs"
+
+
 def test_split_decode_on_a_stream_destroyed_afterwards():
     """A split decode on a stream named by a bare handle, whose owner then destroys it: the stream's
     arrival counters are not freed on it (a free queued on a destroyed stream crashed the process

@@ -290,3 +290,42 @@ def test_quantize_fp8_matches_the_reference_quantiser(per):
     a, b = x8.astype(np.float64), r8.astype(np.float64)
     assert np.all(np.abs(a - b) <= np.maximum(2.0**-3 * np.abs(b), 2.0**-9))
     assert np.mean(a != b) < 1e-3
+
+
+def test_threads_sharing_a_stream_keep_their_transposed_v():
+    """Four threads call FP8 attention on one stream at once, each with its own inputs. A warm FP8
+    call is two launches (V's transpose into a workspace, then attention reading it): were the
+    workspace shared by the stream's calls, another thread's transpose could land between a call's
+    two launches and the call would read the wrong V. Every result equals its thread's call alone."""
+    import threading
+
+    from cuda.core import Device
+
+    dev = Device(0)
+    dev.set_current()
+    rng = np.random.default_rng(next(_seed))
+    inputs = []
+    for _ in range(4):
+        q, k, v, kw = make_inputs(rng, 1, 256, 1024, 4, 4, 128)
+        inputs.append((tuple(cudattn.to_device(x) for x in (q, k, v)), {n: cudattn.to_device(d) for n, d in kw.items()}))
+    stream = dev.create_stream()
+    alone = []
+    for args, dkw in inputs:
+        alone.append(cudattn.to_host(cudattn.attention(*args, stream=stream, **dkw)))
+    got: dict = {}
+
+    def work(i):
+        dev.set_current()
+        args, dkw = inputs[i]
+        got[i] = [cudattn.attention(*args, stream=stream, **dkw) for _ in range(25)]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stream.sync()
+    for i in range(4):
+        for o in got[i]:
+            assert cudattn.to_host(o).view(np.uint16).tobytes() == alone[i].view(np.uint16).tobytes(), \
+                f"thread {i}: a call read another call's data"
