@@ -91,7 +91,7 @@ def counters(device_id: int, stream: int, count: int, keep: object = None):
     entry = _blocks.get((device_id, stream, _COUNTERS))
     if entry is None or entry.nbytes < 4 * count:
         n = max(count, _MIN_COUNTERS, 0 if entry is None else 2 * entry.count)
-        entry = _grow(device_id, stream, _COUNTERS, 4 * n, entry, keep)
+        entry = _grow(device_id, stream, _COUNTERS, 4 * n, keep)
     return entry
 
 
@@ -109,7 +109,7 @@ def workspace(device_id: int, stream: int, nbytes: int, keep: object = None):
                 return _alloc.allocate(device_id, nbytes, stream, keep)
             _workspace_bytes[device_id] = _workspace_bytes.get(device_id, 0) + n
         try:
-            entry = _grow(device_id, stream, _WORKSPACE, n, entry, keep)
+            entry = _grow(device_id, stream, _WORKSPACE, n, keep)
         except BaseException:  # nothing was kept (out of memory): nothing counts
             with _grow_lock:
                 _workspace_bytes[device_id] -= n
@@ -117,8 +117,8 @@ def workspace(device_id: int, stream: int, nbytes: int, keep: object = None):
     return entry
 
 
-def _grow(device_id: int, stream: int, kind: int, n: int, entry, keep) -> _Kept:
-    """A new block of ``n`` bytes for ``stream``, in the table (``entry``: the block it outgrows)."""
+def _grow(device_id: int, stream: int, kind: int, n: int, keep) -> _Kept:
+    """A new block of ``n`` bytes for ``stream``, in the table in place of the one it outgrows."""
     fresh = _Kept(_raw_alloc(device_id, n, stream), n, device_id, keep)
     if kind == _COUNTERS:
         try:
@@ -128,12 +128,11 @@ def _grow(device_id: int, stream: int, kind: int, n: int, entry, keep) -> _Kept:
             raise
     key = (device_id, stream, kind)
     with _grow_lock:
-        # Whatever held the key is retired: the entry outgrown, or one another thread made meanwhile.
+        # Whatever holds the key now is retired: the entry outgrown, or one another thread made
+        # meanwhile. An entry no longer there was retired by whoever took it out (never twice).
         old = _blocks.pop(key, None)
         if old is not None:
             _retire(old)
-        elif entry is not None:
-            _retire(entry)
         if len(_blocks) >= _MAX_BLOCKS:
             for b in _blocks.values():
                 _retire(b)

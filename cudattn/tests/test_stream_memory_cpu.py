@@ -219,3 +219,23 @@ def test_only_a_single_launch_call_uses_the_kept_workspace(fake, monkeypatch, la
     else:
         assert not kept and fake.allocs == [(ptrs[1], 1024, CALL_STREAM)]
     assert made[-1] is not None  # the scratch is held until the launches are queued
+
+
+def test_a_block_the_full_table_retired_meanwhile_is_not_retired_twice(fake, monkeypatch):
+    """Another thread empties the full table (retiring every block) while this one grows its entry:
+    the entry is retired once (freed once by `release`)."""
+    a = sm.counters(0, CALL_STREAM, 10)
+    real = sm._raw_alloc
+
+    def clearing_alloc(device_id, nbytes, stream):
+        for b in sm._blocks.values():
+            sm._retire(b)
+        sm._blocks.clear()
+        return real(device_id, nbytes, stream)
+
+    monkeypatch.setattr(sm, "_raw_alloc", clearing_alloc)
+    sm.counters(0, CALL_STREAM, a.count + 1)
+    assert sm._retired.count(a) == 1
+    sm.release(0)
+    frees = [x[1] for x in fake.drv.log if x[0] == "free"]
+    assert frees.count(a.ptr) == 1, "a block was freed twice"
