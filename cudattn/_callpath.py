@@ -201,7 +201,8 @@ def run(key, objs, ops, names, consumer: int, keep, full, *, tensors: int, out_i
         held = order_and_hold(objs, ops, consumer) if unordered else None
         if consumer in _SPECIAL_STREAMS:  # the legacy / per-thread stream: the current context decides
             _device.get_device(device_id)
-        result = plan.replay.run(ops, ptrs, device_id, consumer, keep)
+        # a call that allocates has just learnt that its stream does not capture (else it raised)
+        result = plan.replay.run(ops, ptrs, device_id, consumer, keep, False if allocates else None)
     else:
         _device.get_device(device_id)
         check_addresses(ops, names, tensors, out_index)

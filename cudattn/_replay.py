@@ -94,7 +94,7 @@ class Replay:
     waits for them). Arrival counters (dtype COUNTERS) are the stream's too, or the graph's while
     the stream captures one."""
 
-    __slots__ = ("n_operands", "allocations", "steps", "results", "pair", "scratch_bytes")
+    __slots__ = ("n_operands", "allocations", "steps", "results", "pair", "scratch_bytes", "counters")
 
     def __init__(self, n_operands, allocations, steps, results, pair):
         self.n_operands = n_operands
@@ -110,14 +110,16 @@ class Replay:
                 self.allocations.append((shape, dtype, strides, offset))
                 offset += -(-math.prod(shape) * dtype.itemsize // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
         self.scratch_bytes = offset
+        self.counters = any(dtype is COUNTERS for _, dtype, _, _ in self.allocations)
 
-    def run(self, operands: list, ptrs: list, device_id: int, stream: int, keep: object):
+    def run(self, operands: list, ptrs: list, device_id: int, stream: int, keep: object,
+            capturing: bool | None = None):
         """Launch the recorded work for ``operands`` (DeviceArrays, None for absent ones; ``ptrs``
         their addresses, 0 for absent ones, extended here) on ``stream``.
 
         The launches were checked when the call was recorded (grid, shared memory): here they go
         straight to ``cuLaunchKernel``. The params block is copied by the driver at the launch."""
-        made = self._allocate(ptrs, device_id, stream, keep) if self.allocations else None
+        made = self._allocate(ptrs, device_id, stream, keep, capturing) if self.allocations else None
         for st in self.steps:
             entry = st.built.get(st.slots(ptrs))
             launch_prepared(st.args, stream, st.build(ptrs, device_id) if entry is None else entry[0], st.name)
@@ -128,18 +130,23 @@ class Replay:
         res = [operands[s] if s < n else made[s - n] for s in self.results]  # made on `stream` already
         return (res[0], res[1]) if self.pair else res[0]
 
-    def _allocate(self, ptrs: list, device_id: int, stream: int, keep: object) -> list:
+    def _allocate(self, ptrs: list, device_id: int, stream: int, keep: object, capturing: bool | None = None) -> list:
         """Take the call's allocations, their addresses appended to ``ptrs``; returns what each slot
-        holds (results, and counters until the launches are queued; None for workspace slices)."""
+        holds (results, and counters until the launches are queued; None for workspace slices).
+        ``capturing``: whether ``stream`` captures a graph (None: not asked yet; asked once here
+        when the stream's kept memory is wanted)."""
         made = []
         scratch = None
-        if self.scratch_bytes and len(self.steps) == 1:  # one kernel writes and reads it: the stream's
-            scratch = _stream_memory.workspace(device_id, stream, self.scratch_bytes, keep)
+        kept = self.scratch_bytes and len(self.steps) == 1
+        if capturing is None and (kept or self.counters):
+            capturing = _alloc.is_capturing(stream)
+        if kept:  # one kernel writes and reads it: the stream's
+            scratch = _stream_memory.workspace(device_id, stream, self.scratch_bytes, keep, capturing)
         elif self.scratch_bytes:  # read by a later kernel of the call: its own (`_stream_memory`)
             scratch = _alloc.allocate(device_id, self.scratch_bytes, stream, keep)
         for shape, dtype, strides, offset in self.allocations:
             if dtype is COUNTERS:  # the stream's zeroed counters; a capturing stream's are the graph's
-                a = _stream_memory.counters(device_id, stream, shape[0], keep)
+                a = _stream_memory.counters(device_id, stream, shape[0], keep, capturing)
             elif offset is None:
                 a = _array.new_array(shape, dtype, device_id, stream, keep, strides)
             else:

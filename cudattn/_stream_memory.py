@@ -78,13 +78,16 @@ _workspace_bytes: dict[int, int] = {}  # device id -> bytes of its workspaces, k
 _grow_lock = threading.Lock()  # the table's changes and the budget's count (not the lookups)
 
 
-def counters(device_id: int, stream: int, count: int, keep: object = None):
+def counters(device_id: int, stream: int, count: int, keep: object = None, capturing: bool | None = None):
     """An object whose ``ptr`` addresses ``count`` zeroed int32 counters for a kernel on ``stream``;
-    hold it until the launch is queued."""
+    hold it until the launch is queued. ``capturing``: whether ``stream`` captures a graph, where the
+    caller asked already (None: asked here)."""
     rec = _recording.current() if _recording.active else None
     if rec is not None:
         return _Placeholder(rec.counters(count))
-    if stream == _PER_THREAD or _alloc.is_capturing(stream):  # the call's own (in a graph: a memory
+    if capturing is None:
+        capturing = _alloc.is_capturing(stream)
+    if stream == _PER_THREAD or capturing:  # the call's own (in a graph: a memory
         block = _alloc.allocate(device_id, 4 * count, stream, keep)  # node, zeroed by a memset node)
         _zero(block.ptr, count, stream)
         return block
@@ -95,10 +98,13 @@ def counters(device_id: int, stream: int, count: int, keep: object = None):
     return entry
 
 
-def workspace(device_id: int, stream: int, nbytes: int, keep: object = None):
+def workspace(device_id: int, stream: int, nbytes: int, keep: object = None, capturing: bool | None = None):
     """An object whose ``ptr`` addresses ``nbytes`` (> 0) of device memory that the kernels queued
-    next on ``stream`` may overwrite; hold it until they are queued."""
-    if nbytes > WORKSPACE_KEPT_MAX or stream == _PER_THREAD or _alloc.is_capturing(stream):
+    next on ``stream`` may overwrite; hold it until they are queued. ``capturing``: as for
+    `counters`."""
+    if capturing is None:
+        capturing = _alloc.is_capturing(stream)
+    if nbytes > WORKSPACE_KEPT_MAX or stream == _PER_THREAD or capturing:
         return _alloc.allocate(device_id, nbytes, stream, keep)  # the call's own (in a graph: a node)
     entry = _blocks.get((device_id, stream, _WORKSPACE))
     if entry is None or entry.nbytes < nbytes:

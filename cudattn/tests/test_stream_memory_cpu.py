@@ -210,7 +210,7 @@ def test_only_a_single_launch_call_uses_the_kept_workspace(fake, monkeypatch, la
     from cudattn import _replay
 
     kept = []
-    monkeypatch.setattr(sm, "workspace", lambda d, s, n, keep=None: kept.append(n) or types.SimpleNamespace(ptr=0x9000))
+    monkeypatch.setattr(sm, "workspace", lambda d, s, n, keep=None, capturing=None: kept.append(n) or types.SimpleNamespace(ptr=0x9000))
     rep = _replay.Replay(1, [((256,), np.dtype(np.float32), (4,))], [object()] * launches, [0], False)
     ptrs = [0x1000]
     made = rep._allocate(ptrs, 0, CALL_STREAM, None)
