@@ -1,9 +1,8 @@
 """The NumPy path: copy in, run on the device, copy back, synchronously.
 
-It is transfer-bound: PCIe moves bytes far slower than the kernel eats them. Large inputs are
-page-locked where they lie (`_pin`) and DMA'd from there; what cannot be locked, and the results,
-cross the host a second time, through pinned staging chunks (the pinned-staging section of
-`_transfer`; those host copies run on a few threads). Two ways through:
+It is transfer-bound: PCIe moves bytes far slower than the kernel eats them, and every byte
+crosses twice on the host first (pageable NumPy memory <-> pinned staging chunks, see the
+pinned-staging section of `_array`; those host copies run on a few threads). Two ways through:
 
 - **In sequence** (small problems, ``B == 1``, or no pinned staging): q, k, v to the device,
   the kernel, then out (and LSE) back, all on the caller's stream.
@@ -17,9 +16,9 @@ cross the host a second time, through pinned staging chunks (the pinned-staging 
   (a block of the kernel computes one (batch, head, query tile) whatever B is).
 
 A fresh result array's page faults (its first touch costs about as much as the copy into it)
-are taken ahead of time on background threads (`_staging.prefault`) while the inputs go up.
-The host side remains the bottleneck (locking and unlocking the inputs, faulting and filling the
-result); the pipeline hides the kernel and the DMA tails, which is the smaller part.
+are taken ahead of time on a background thread (`_staging.prefault`) while the inputs go up.
+Measured on the H200 machine, the host copies remain the bottleneck (about 85% of the call);
+the pipeline hides the kernel and the DMA tails, which is the smaller part.
 
 Either way the call returns when the results are in host memory, and the device work is
 ordered after the work already queued on the caller's stream.
@@ -30,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 from cuda.bindings import driver
 
-from . import _array, _device, _fp8, _pin, _staging, _stream, _transfer
+from . import _array, _device, _fp8, _staging, _stream, _transfer
 from ._errors import check
 from ._validate import validate
 
@@ -128,40 +127,22 @@ def _run_in_sequence(problem, q, k, v, kw, out, device, device_id, sref):
     direct = out is not None and out.flags.c_contiguous
     o = out if direct else np.empty(q.shape, problem.out_dtype)
     faults = None if direct else _staging.prefault(o)
-    pins = _pin.InPlace()
-    try:
-        qd, kd, vd = (_upload(x, device, device_id, sref, pins) for x in (q, k, v))
-        pins.seal(sref.handle)
-        kw = _fp8.upload_descales(kw, device, sref)
-        res = run_device(validate(qd, kd, vd, **kw, out=None, host=False), qd, kd, vd, None, device, device_id, sref)
-        o_dev, lse_dev = res if problem.return_lse else (res, None)
-        if faults is not None:
-            faults.result()
-        if o_dev.nbytes:
-            _transfer._copy_d2h(o.ctypes.data, o_dev.ptr, o_dev.nbytes, sref.handle, device_id)
-        pins.release()  # the download ran after the uploads on the same stream: no wait
-    except BaseException:
-        driver.cuStreamSynchronize(sref.handle)  # unchecked: no DMA may still read a range unlocked below
-        raise
-    finally:
-        pins.close()
+    qd = _transfer.to_device(q, device=device, stream=sref)
+    kd = _transfer.to_device(k, device=device, stream=sref)
+    vd = _transfer.to_device(v, device=device, stream=sref)
+    kw = _fp8.upload_descales(kw, device, sref)
+    res = run_device(validate(qd, kd, vd, **kw, out=None, host=False), qd, kd, vd, None, device, device_id, sref)
+    o_dev, lse_dev = res if problem.return_lse else (res, None)
+    if faults is not None:
+        faults.result()
+    if o_dev.nbytes:
+        _transfer._copy_d2h(o.ctypes.data, o_dev.ptr, o_dev.nbytes, sref.handle, device_id)
     if out is not None and not direct:
         out[...] = o
         o = out
     if problem.return_lse:
         return o, _transfer.to_host(lse_dev, stream=sref)
     return o
-
-
-def _upload(x: np.ndarray, device, device_id: int, sref, pins: _pin.InPlace):
-    """``x`` (C-contiguous) into a new device array on the caller's stream: DMA'd in place when
-    ``pins`` can lock it, else through the staging pool."""
-    d = _array.empty_on(x.shape, x.dtype, device, sref)
-    if x.nbytes and pins.pin(x.ctypes.data, x.nbytes):
-        check(driver.cuMemcpyHtoDAsync(d.ptr, x.ctypes.data, x.nbytes, sref.handle), "cuMemcpyHtoDAsync(locked)")
-    elif x.nbytes:
-        _transfer._copy_h2d(d.ptr, x.ctypes.data, x.nbytes, sref.handle, device_id)
-    return d
 
 
 # ---------------------------------------------------------------------- the pipeline
@@ -223,7 +204,6 @@ def _run_pipelined(problem, q, k, v, given, kw, out, chunks, st, device, device_
     kw = _fp8.upload_descales(kw, device, sref)
     descale_names = [n for n in ("q_descale", "k_descale", "v_descale") if isinstance(kw.get(n), _array.DeviceArray)]
 
-    pins = _pin.InPlace()  # inputs locked in place, released chunk by chunk once their DMAs are done
     with st.lock:
         pipe = st.pipeline
         if pipe is None:
@@ -246,13 +226,8 @@ def _run_pipelined(problem, q, k, v, given, kw, out, chunks, st, device, device_
             for j, (b0, b1) in enumerate(chunks):
                 for h, d in ((q, qd), (k, kd), (v, vd)):
                     hs = h[b0:b1]
-                    if pins.pin(hs.ctypes.data, hs.nbytes):
-                        check(driver.cuMemcpyHtoDAsync(d[b0:b1].ptr, hs.ctypes.data, hs.nbytes, pipe.h2d),
-                              "cuMemcpyHtoDAsync(locked)")
-                    else:
-                        st.h2d(d[b0:b1].ptr, hs.ctypes.data, hs.nbytes, pipe.h2d)
+                    st.h2d(d[b0:b1].ptr, hs.ctypes.data, hs.nbytes, pipe.h2d)
                 pipe.record(pipe.ev_in, pipe.h2d)
-                pins.seal(pipe.h2d)
                 pipe.wait(sref.handle, pipe.ev_in)
                 qj, kj, vj, oj = qd[b0:b1], kd[b0:b1], vd[b0:b1], od[b0:b1]
                 kwj = dict(kw, **{n: kw[n][b0:b1] for n in descale_names})  # (B, Hkv) descales: this chunk's rows
@@ -264,18 +239,14 @@ def _run_pipelined(problem, q, k, v, given, kw, out, chunks, st, device, device_
                 pipe.record(pipe.ev_done[j & 1], sref.handle)
                 if prev is not None:  # the previous chunk's output goes down while this one computes
                     download(*prev)
-                pins.release(keep=1)  # earlier chunks' inputs: their uploads preceded this chunk's
                 prev = (j, b0, b1, lse_j)
             download(*prev)
             st.flush()  # every output byte is in host memory
-            pins.release()
         except BaseException:
             st.discard()
             for s in (pipe.h2d, pipe.d2h):  # let no copy touch buffers about to be freed
                 driver.cuStreamSynchronize(s)  # unchecked: the error being raised is the one to report
             raise
-        finally:
-            pins.close()  # nothing left after a normal return; on errors, no caller memory stays locked
     del keep  # every download is done: the LSE buffers may go
     if out is not None and not direct:
         out[...] = o

@@ -14,11 +14,10 @@ have that flag, so the slices really copy in parallel.
 
 Writing a fresh NumPy array (``np.empty``) costs more than the copy itself: each first touch of
 a page is a page fault, in which the kernel zeroes the page. :func:`prefault` takes those faults
-ahead of time on background threads, while the copies of earlier data run. Faults on different
-pages run in parallel (on the H100 machine, 64 MiB took 7.8 ms on one thread, 2.8 ms on four).
+ahead of time on one more background thread, while the copies of earlier data run.
 
-The thread pools are small (``min(4, os.cpu_count())`` copiers including the caller, plus up to
-four prefault threads where the machine has cores to spare), created on first use (never at import)
+The thread pools are small (``min(4, os.cpu_count())`` copiers including the caller, plus one
+prefault thread where the machine has a core to spare), created on first use (never at import)
 and re-created in a forked child. No CUDA here: this module copies between host addresses and
 knows nothing about devices, so its tests run anywhere.
 """
@@ -32,8 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["COPY_THREADS", "PARALLEL_MIN", "PREFAULT_THREADS", "copy_threads", "parallel_memmove", "prefault",
-           "split_ranges"]
+__all__ = ["COPY_THREADS", "PARALLEL_MIN", "copy_threads", "parallel_memmove", "prefault", "split_ranges"]
 
 #: Copiers per copy, the calling thread included (so ``COPY_THREADS - 1`` helper threads).
 COPY_THREADS = max(1, min(4, os.cpu_count() or 1))
@@ -45,12 +43,8 @@ SLICE_ALIGN = 4096
 #: :func:`prefault` skips arrays smaller than this (their faults are cheap) ...
 PREFAULT_MIN = 4 << 20
 #: ... and runs only where the machine has more cores than the copiers use, so that it never
-#: takes a core from them ...
+#: takes a core from them.
 PREFAULT_ENABLED = (os.cpu_count() or 1) > COPY_THREADS + 1
-#: ... on up to this many threads (the cores the copiers and the caller leave, at most 4) ...
-PREFAULT_THREADS = max(1, min(4, (os.cpu_count() or 1) - COPY_THREADS - 1))
-#: ... each faulting at least this many bytes.
-PREFAULT_SLICE_MIN = 2 << 20
 _PAGE = 4096
 
 _memmove = ctypes.memmove
@@ -98,7 +92,7 @@ def _executor() -> ThreadPoolExecutor:
 
 
 def _prefault_executor() -> ThreadPoolExecutor:
-    return _lazy_pool("_prefault_pool", PREFAULT_THREADS, "cudattn-prefault")
+    return _lazy_pool("_prefault_pool", 1, "cudattn-prefault")
 
 
 def _forget_pool_in_child() -> None:
@@ -154,35 +148,14 @@ def _touch_pages(array: np.ndarray) -> None:
     flat[::_PAGE] = 0
 
 
-class _AllDone:
-    """Waits for several futures: ``result()`` returns when all are done and raises the first error."""
-
-    __slots__ = ("_futures",)
-
-    def __init__(self, futures: list[Future]):
-        self._futures = futures
-
-    def result(self) -> None:
-        error = None
-        for f in self._futures:
-            try:
-                f.result()
-            except BaseException as e:  # every slice is waited for before anything is raised
-                error = error or e
-        if error is not None:
-            raise error
-
-
-def prefault(array: np.ndarray, *, force: bool = False) -> _AllDone | None:
-    """Start faulting in the pages of ``array`` (C-contiguous, about to be overwritten whole) on
-    background threads (slices of at least :data:`PREFAULT_SLICE_MIN` bytes, up to
-    :data:`PREFAULT_THREADS` at once); returns what to wait on (``.result()``) before writing to
-    ``array``, or None when nothing was started (small array, or no spare core; ``force=True``
-    ignores both rules).
+def prefault(array: np.ndarray, *, force: bool = False) -> Future | None:
+    """Start faulting in the pages of ``array`` (C-contiguous, about to be overwritten whole) on a
+    background thread; returns the Future to wait on before writing to ``array``, or None when
+    nothing was started (small array, or no spare core; ``force=True`` ignores both rules).
 
     It writes zeros into ``array`` (one byte a page): never call it on data to be kept, and wait
-    for the result before anything else writes there. The tasks hold references to ``array``,
-    so the memory outlives them even if the caller drops the array.
+    for the Future before anything else writes there. The task holds a reference to ``array``,
+    so the memory outlives it even if the caller drops the array.
     """
     if not array.flags.c_contiguous:
         raise ValueError("prefault needs a C-contiguous array")
@@ -190,8 +163,4 @@ def prefault(array: np.ndarray, *, force: bool = False) -> _AllDone | None:
         return None
     if array.nbytes == 0:
         return None
-    flat = array.reshape(-1).view(np.uint8)
-    parts = max(1, min(PREFAULT_THREADS, array.nbytes // PREFAULT_SLICE_MIN))
-    pool = _prefault_executor()
-    return _AllDone([pool.submit(_touch_pages, flat[off:off + size])
-                     for off, size in split_ranges(array.nbytes, parts, _PAGE)])
+    return _prefault_executor().submit(_touch_pages, array)

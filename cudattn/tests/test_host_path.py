@@ -29,7 +29,7 @@ import pytest
 from cuda.bindings import driver
 
 import cudattn
-from cudattn import _api, _array, _device, _host, _pin, reference, _staging, _transfer
+from cudattn import _api, _array, _device, _host, reference, _staging, _transfer
 from cudattn._array import DeviceArray
 from cudattn._host import plan_batch_chunks
 
@@ -185,29 +185,6 @@ def test_prefault_touches_every_page_and_keeps_the_array_alive():
         _staging.prefault(np.empty((8, 8))[:, ::2], force=True)
 
 
-def test_prefault_in_slices_on_several_threads(monkeypatch):
-    monkeypatch.setattr(_staging, "PREFAULT_THREADS", 3)
-    monkeypatch.setattr(_staging, "PREFAULT_SLICE_MIN", 4096)
-    monkeypatch.setattr(_staging, "_prefault_pool", None)  # a pool of 3, made for this test
-    seen = set()
-    real = _staging._touch_pages
-
-    def recording(array):
-        seen.add(threading.get_ident())
-        time.sleep(0.01)  # long enough that the slices overlap in time
-        real(array)
-
-    monkeypatch.setattr(_staging, "_touch_pages", recording)
-    n = 7 * 4096 + 5
-    a = np.full(n, 7, np.uint8)
-    _staging.prefault(a[3:], force=True).result()  # an unaligned start: pages counted from it
-    touched = np.zeros(n, bool)
-    touched[3::4096] = True
-    assert (a[touched] == 0).all() and (a[~touched] == 7).all()
-    assert len(seen) == 3
-    _staging._prefault_pool.shutdown()
-
-
 def test_copy_pool_is_small_and_not_made_at_import():
     code = (
         "import cudattn, cudattn._array, cudattn._host, cudattn._staging as s\n"
@@ -239,7 +216,6 @@ class LazyDriver:
 
     CUevent_flags = driver.CUevent_flags
     CUpointer_attribute = driver.CUpointer_attribute
-    CUresult = driver.CUresult
     CU_MEMHOSTALLOC_PORTABLE = driver.CU_MEMHOSTALLOC_PORTABLE
 
     def __init__(self):
@@ -249,12 +225,7 @@ class LazyDriver:
         self.pinned = []
         self.fail_host_alloc = False
         self.touches = {}  # id of a queued op -> address ranges it reads or writes
-        self.host_reads = {}  # id of a queued DMA -> the host range it reads
         self.violations = []
-        self.registered = {}  # host ranges locked in place: start -> bytes
-        self.registrations = 0
-        self.reg_log = []  # ("lock" | "unlock", start) in call order
-        self.fail_register = lambda ptr, n: False  # tests make some registrations fail
 
     def enqueue(self, stream, label, fn, touches=()):
         op = (label, fn)
@@ -329,27 +300,6 @@ class LazyDriver:
 
     def cuMemcpyHtoDAsync(self, dst, src, n, stream):
         self.enqueue(stream, "h2d", lambda: ctypes.memmove(dst, src, n), [(dst, dst + n)])
-        self.host_reads[id(self.queues[stream][-1])] = (src, src + n)
-        return (0,)
-
-    def cuMemHostRegister(self, ptr, n, flags):
-        if self.fail_register(ptr, n) or any(p < ptr + n and ptr < p + m for p, m in self.registered.items()):
-            return (driver.CUresult.CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,)
-        self.registered[ptr] = n
-        self.registrations += 1
-        self.reg_log.append(("lock", ptr))
-        return (0,)
-
-    def cuMemHostUnregister(self, ptr):
-        if ptr not in self.registered:
-            return (driver.CUresult.CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,)
-        lo, hi = ptr, ptr + self.registered.pop(ptr)
-        self.reg_log.append(("unlock", ptr))
-        for s, q in self.queues.items():  # a DMA still queued would read memory no longer locked
-            for op in q[self.done[s]:]:
-                r = self.host_reads.get(id(op))
-                if r is not None and r[0] < hi and lo < r[1]:
-                    self.violations.append(f"unlocked [{lo:#x}, {hi:#x}) while a DMA queued on stream {s} reads it")
         return (0,)
 
     def cuMemcpyDtoHAsync(self, dst, src, n, stream):
@@ -362,14 +312,11 @@ def lazy(monkeypatch):
     fake = LazyDriver()
     yield from _install(fake, monkeypatch)
     assert not fake.violations, fake.violations
-    assert not fake.registered, "a caller's memory stayed locked after the call"
 
 
 def _install(fake, monkeypatch):
     monkeypatch.setattr(_transfer, "driver", fake)
     monkeypatch.setattr(_host, "driver", fake)
-    monkeypatch.setattr(_pin, "driver", fake)
-    monkeypatch.setattr(_pin, "_enabled", False)  # staged copies, unless a test locks in place
     monkeypatch.setattr(_transfer, "_staging", {})
     monkeypatch.setattr(_transfer, "_staging_enabled", True)
     monkeypatch.setattr(_transfer, "STAGING_CHUNK", 96)  # tiny chunks: every copy takes many, wrapping the pool
@@ -564,17 +511,13 @@ class FakeDevice:
         return (oa, lse) if problem.return_lse else oa
 
 
-@pytest.fixture(params=["small-pool", "large-pool", "locked"])
+@pytest.fixture(params=["small-pool", "large-pool"])
 def fake_gpu(request, lazy, monkeypatch):
     """small-pool: 4 chunks of 96 B, reused all the time (which forces DMAs early); large-pool: 8
-    chunks of 64 KiB, never reused within a call, so only the stream dependencies order the work;
-    locked: inputs locked in place and DMA'd from there (the staging pool for the rest)."""
+    chunks of 64 KiB, never reused within a call, so only the stream dependencies order the work."""
     if request.param == "large-pool":
         monkeypatch.setattr(_transfer, "STAGING_CHUNK", 1 << 16)
         monkeypatch.setattr(_transfer, "STAGING_CHUNKS", 8)
-    if request.param == "locked":
-        monkeypatch.setattr(_pin, "_enabled", True)
-        monkeypatch.setattr(_pin, "PIN_MIN", 0)
     dev = FakeDevice(lazy)
     monkeypatch.setattr(_device, "get_device", lambda device_id=None: dev)
     monkeypatch.setattr(_device, "device_properties", lambda device=None: types.SimpleNamespace(device_id=0))
@@ -590,8 +533,6 @@ def fake_gpu(request, lazy, monkeypatch):
     # delivered output.
     monkeypatch.setattr(_staging, "PREFAULT_ENABLED", True)
     monkeypatch.setattr(_staging, "PREFAULT_MIN", 0)
-    monkeypatch.setattr(_staging, "PREFAULT_THREADS", 1)  # one FIFO thread: `_same` can wait for it
-    monkeypatch.setattr(_staging, "_prefault_pool", None)
     real_touch = _staging._touch_pages
 
     def slow_touch(array):
@@ -718,73 +659,6 @@ def test_pipeline_error_releases_the_pool(fake_gpu, lazy, monkeypatch):
     st = _transfer.staging_pool(0)
     assert not st.lock.locked()
     assert all(p in (None, _transfer._WAIT) for p in st.pending)
-    monkeypatch.setattr(_api, "run_device", fake_gpu.run_device)
-    assert _same(cudattn.attention(q, k, v, stream=CALLER), _expected(q, k, v)[0])
-
-
-def _lock_in_place(monkeypatch):
-    monkeypatch.setattr(_pin, "_enabled", True)
-    monkeypatch.setattr(_pin, "PIN_MIN", 0)
-
-
-def test_locked_inputs_are_released_chunk_by_chunk(fake_gpu, lazy, monkeypatch):
-    """Each chunk's q, k, v are locked in place and DMA'd from there; a chunk's ranges are unlocked
-    once its uploads are done (the fake flags an unlock while a DMA from the range is queued), the
-    first ones before the last chunk is locked, and none stays locked after the call."""
-    _lock_in_place(monkeypatch)
-    q, k, v = _inputs(4, seed=21)
-    o, l = cudattn.attention(q, k, v, return_lse=True, stream=CALLER)
-    o_ref, l_ref = _expected(q, k, v)
-    assert _same(o, o_ref) and _same(l, l_ref)
-    assert lazy.registrations == 4 * 3, "q, k and v of each of the 4 chunks"
-    kinds = [kind for kind, _ in lazy.reg_log]
-    assert kinds.index("unlock") < len(kinds) - 1 - kinds[::-1].index("lock"), "unlocked only at the end"
-    assert not lazy.registered
-
-
-def test_locked_inputs_in_sequence(fake_gpu, lazy, monkeypatch):
-    _lock_in_place(monkeypatch)
-    q, k, v = _inputs(1, seed=22)
-    assert _same(cudattn.attention(q, k, v, causal=True, stream=CALLER), _expected(q, k, v, causal=True)[0])
-    assert lazy.registrations == 3 and not lazy.registered
-
-
-def test_failed_lock_stages_that_range(fake_gpu, lazy, monkeypatch):
-    """A range the driver will not lock (read-only pages, locked by someone else) goes through the
-    staging pool instead; the result is the same."""
-    _lock_in_place(monkeypatch)
-    q, k, v = _inputs(5, seed=23)
-    tries = itertools.count()
-    lazy.fail_register = lambda ptr, n: next(tries) % 2 == 0
-    o_ref = _expected(q, k, v)[0]
-    assert _same(cudattn.attention(q, k, v, stream=CALLER), o_ref)
-    assert 0 < lazy.registrations < 5 * 3
-    lazy.fail_register = lambda ptr, n: True
-    assert _same(cudattn.attention(q, k, v, stream=CALLER), o_ref)
-
-
-def test_one_array_as_k_and_v_is_locked_once(fake_gpu, lazy, monkeypatch):
-    _lock_in_place(monkeypatch)
-    q, k, _ = _inputs(3, Sq=6, Sk=6, Hq=2, Hkv=2, seed=24)
-    assert _same(cudattn.attention(q, k, k, stream=CALLER), _expected(q, k, k)[0])
-    assert lazy.registrations == 3 * 2, "q and the shared k/v range, per chunk"
-
-
-def test_error_mid_call_leaves_nothing_locked(fake_gpu, lazy, monkeypatch):
-    _lock_in_place(monkeypatch)
-    q, k, v = _inputs(4, seed=25)
-    calls = []
-
-    def failing(*args):
-        calls.append(1)
-        if len(calls) == 3:
-            raise cudattn.CudaError("CUDA_ERROR_LAUNCH_FAILED", 719, "cuLaunchKernel")
-        return fake_gpu.run_device(*args)
-
-    monkeypatch.setattr(_api, "run_device", failing)
-    with pytest.raises(cudattn.CudaError):
-        cudattn.attention(q, k, v, stream=CALLER)
-    assert lazy.registrations and not lazy.registered
     monkeypatch.setattr(_api, "run_device", fake_gpu.run_device)
     assert _same(cudattn.attention(q, k, v, stream=CALLER), _expected(q, k, v)[0])
 
@@ -950,73 +824,3 @@ def test_gpu_threads_share_the_pool():
     [t.join() for t in threads]
     for g, w in zip(got, want):
         assert np.array_equal(g.view(np.uint16), w.view(np.uint16))
-
-
-def _count_locks(monkeypatch) -> list[int]:
-    """Counts the ranges cudattn locks in place (sizes in bytes)."""
-    locked = []
-    real = _pin.InPlace.pin
-
-    def pin(self, ptr, nbytes):
-        ok = real(self, ptr, nbytes)
-        if ok:
-            locked.append(nbytes)
-        return ok
-
-    monkeypatch.setattr(_pin.InPlace, "pin", pin)
-    return locked
-
-
-def _still_locked(x: np.ndarray) -> bool:
-    """Whether ``x``'s range is page-locked now: registering it again says so."""
-    (err,) = driver.cuMemHostRegister(x.ctypes.data, x.nbytes, 0)
-    if err == driver.CUresult.CUDA_SUCCESS:
-        assert driver.cuMemHostUnregister(x.ctypes.data)[0] == driver.CUresult.CUDA_SUCCESS
-        return False
-    assert err == driver.CUresult.CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, err
-    return True
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("B", [1, 3])
-def test_gpu_inputs_locked_in_place_and_unlocked_after(monkeypatch, B):
-    """Large inputs are DMA'd from where they lie (B = 1 in sequence, B = 3 pipelined) and are no
-    longer locked when the call returns."""
-    locked = _count_locks(monkeypatch)
-    rng = np.random.default_rng(next(_seed))
-    q, k, v = (_rand(rng, (B, 2048, 16, 128), BF16) for _ in range(3))
-    o = cudattn.attention(q, k, v, causal=True)
-    assert len(locked) == 3 * (1 if B == 1 else 2) and sum(locked) == 3 * q.nbytes
-    assert not any(_still_locked(x) for x in (q, k, v))
-    o_dev, _ = _device_path(q, k, v, causal=True)
-    assert np.array_equal(o.view(np.uint16), o_dev.view(np.uint16))
-
-
-@pytest.mark.gpu
-def test_gpu_one_array_as_k_and_v():
-    rng = np.random.default_rng(next(_seed))
-    q, kv = (_rand(rng, (3, 2048, 16, 128), BF16) for _ in range(2))
-    o = cudattn.attention(q, kv, kv)
-    assert np.array_equal(o.view(np.uint16), _device_path(q, kv, kv)[0].view(np.uint16))
-    assert not _still_locked(kv)
-
-
-@pytest.mark.gpu
-def test_gpu_read_only_and_already_locked_inputs(tmp_path):
-    """Inputs the driver may refuse to lock (a read-only file mapping) or that are locked already
-    (by their owner, who may unlock them at any time: cudattn stages those) give the same bits,
-    and the owner's lock is left as it was."""
-    rng = np.random.default_rng(next(_seed))
-    q, k, v = (_rand(rng, (3, 2048, 16, 128), BF16) for _ in range(3))
-    want = _device_path(q, k, v)[0]
-    path = tmp_path / "k.bin"
-    k.tofile(path)
-    k_ro = np.memmap(path, dtype=BF16, mode="r", shape=k.shape)
-    assert np.array_equal(cudattn.attention(q, k_ro, v).view(np.uint16), want.view(np.uint16))
-    assert driver.cuMemHostRegister(v.ctypes.data, v.nbytes, 0)[0] == driver.CUresult.CUDA_SUCCESS
-    try:
-        assert np.array_equal(cudattn.attention(q, k, v).view(np.uint16), want.view(np.uint16))
-        assert _still_locked(v), "cudattn unlocked memory it had not locked"
-    finally:
-        driver.cuMemHostUnregister(v.ctypes.data)
-    del k_ro
