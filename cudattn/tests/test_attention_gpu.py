@@ -93,6 +93,24 @@ def test_head_dims(d, causal, dtype):
     check(2, 177, 301, 4, 2, d, DTYPES[dtype], causal)
 
 
+# (B, Sq, Sk, Hq, Hkv, D, causal) with more than twice as many query tiles as an H100 has SMs, so
+# the persistent grid hands each CTA several tiles in a row, of mixed lengths.
+MANY_TILES = [
+    (3, 1000, 130, 16, 4, 128, True),  # key tiles per query tile 0 (x6), 1, 2: into empty and one-tile tiles
+    (5, 700, 100, 13, 13, 64, False),  # one key tile each: every tile starts beside the previous one's end
+    (4, 513, 1100, 12, 3, 256, True),
+    (2, 777, 801, 12, 4, 192, True),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B,Sq,Sk,Hq,Hkv,D,causal", MANY_TILES)
+def test_many_tiles_per_cta(B, Sq, Sk, Hq, Hkv, D, causal, dtype):
+    """Consecutive tiles of one CTA (the Hopper kernel issues a tile's last P V with the next
+    tile's first S = Q K^T): each must keep its own softmax state, output and LSE."""
+    check(B, Sq, Sk, Hq, Hkv, D, DTYPES[dtype], causal)
+
+
 @pytest.mark.parametrize("hq,hkv", [(8, 8), (8, 2), (8, 1), (6, 3)])
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 @pytest.mark.parametrize("causal", [False, True])

@@ -182,6 +182,17 @@ def test_head_dims(d, causal):
     check(2, 177, 301, 4, 2, d, causal=causal)
 
 
+@pytest.mark.parametrize("B,Sq,Sk,Hq,Hkv,D,causal", [
+    (3, 1000, 130, 16, 4, 128, True),  # key tiles per query tile 0 (x6), 1, 2
+    (5, 700, 300, 13, 13, 256, False),
+    (2, 900, 1000, 24, 8, 128, False),
+])
+def test_many_tiles_per_cta(B, Sq, Sk, Hq, Hkv, D, causal):
+    """Several tiles in a row per CTA of the persistent grid, with descales per (batch, head): a
+    tile's last P V runs beside the next tile's first product, each with its own scales."""
+    check(B, Sq, Sk, Hq, Hkv, D, causal=causal)
+
+
 def test_head_dim_not_a_multiple_of_16_is_refused():
     """FP8 head dims are multiples of 16 from 16 to 256 (e4m3 k-steps of 32 bytes, V moved in
     16-byte vectors): 72, fine for 16-bit inputs, is refused before any GPU work."""

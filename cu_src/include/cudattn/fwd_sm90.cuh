@@ -15,7 +15,9 @@
 // Tails: the maps are 4-D over (head dim, seq, head, batch), so TMA zero-fills rows past each
 // sequence's end and columns past the head dim on load; O is stored from registers, predicated.
 // Q is handed back as soon as a tile's last S = Q K^T has completed, so the producer loads the
-// next tile's Q while the consumers finish (last P V, epilogue).
+// next tile's Q while the consumers finish the tile. With CROSS, a tile's last P V is issued with
+// the next tile's first S = Q K^T, and its output is stored while the next tile's first softmax
+// runs (cross-tile overlap).
 // FP8 (T = e4m3_t): the same pipeline on k = 32 wgmma. e4m3 operands in shared memory must be
 // K-major, so V arrives transposed (Vt: head-dim rows of keys, keys permuted per 32 as fp8.cuh
 // explains) and P goes from the S accumulators to an e4m3 A operand with no lane exchange. The
@@ -72,7 +74,7 @@ __device__ __forceinline__ float (&flat(float (&a)[1][N / 8][4]))[N / 2] {
     return *reinterpret_cast<float(*)[N / 2]>(&a[0][0][0]);
 }
 
-template <typename T, typename OutT, int D, int BN, int STAGES, int Q_STAGES, bool CAUSAL, bool PINGPONG>
+template <typename T, typename OutT, int D, int BN, int STAGES, int Q_STAGES, bool CAUSAL, bool PINGPONG, bool CROSS>
 struct FwdSm90 {
     static constexpr bool FP8 = sizeof(T) == 1;
     static constexpr int EB = sizeof(T);      // bytes per element
@@ -206,17 +208,18 @@ struct FwdSm90 {
         wgmma_commit();
     }
 
-    // O += P V for one value stage. 16-bit: 16 keys (2048 bytes of V rows) per k-step. FP8: 32 keys,
+    // O += P V for one value stage (O = P V when not `accumulate`). 16-bit: 16 keys (2048 bytes of V rows) per k-step. FP8: 32 keys,
     // 32 bytes along each Vt row, 4 steps per 128-key box.
     static __device__ __forceinline__ void issue_pv(float (&o)[1][D / 8][4], const unsigned (&pk)[BN / PV_K][4],
-                                                    unsigned long long v_desc) {
+                                                    unsigned long long v_desc, bool accumulate) {
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BN / PV_K; ++kk) {
             if constexpr (FP8)
-                Wgmma<T>::rs(flat<D>(o), pk[kk], v_desc + (kk % 4) * (32 >> 4) + (kk / 4) * (VT_BOX >> 4), true);
+                Wgmma<T>::rs(flat<D>(o), pk[kk], v_desc + (kk % 4) * (32 >> 4) + (kk / 4) * (VT_BOX >> 4),
+                             accumulate || kk > 0);
             else
-                Wgmma<T>::template rs<1>(flat<D>(o), pk[kk], v_desc + kk * (2048 >> 4), true);
+                Wgmma<T>::template rs<1>(flat<D>(o), pk[kk], v_desc + kk * (2048 >> 4), accumulate || kk > 0);
         }
         wgmma_commit();
     }
@@ -264,117 +267,185 @@ struct FwdSm90 {
         if (lane == 0) mbar_arrive(bar);
     }
 
+    // What a consumer carries from one of its CTA's tiles to the next (kept small: at the tile
+    // transition two of them are live beside S, O and P). n_tiles < 0: past the CTA's last tile.
+    struct Tile {
+        TileCoord c;
+        int n_tiles;
+        float scale_log2, out_scale;
+        __device__ __forceinline__ int m_start() const { return c.m_block * BM; }
+        __device__ __forceinline__ bool neg() const { return scale_log2 < 0.f; }
+    };
+
+    static __device__ __forceinline__ Tile tile_state(const FwdSm90Params& P, int n) {
+        const FwdParams& p = P.p;
+        Tile x;
+        const int t = tile_of_round<CAUSAL>(n);
+        const bool valid = t < p.num_m_blocks * p.heads_q * p.batch;
+        x.c = tile_at<CAUSAL>(valid ? t : 0, p, P.l2_section);
+        x.n_tiles = valid ? key_tiles<BN, CAUSAL>(p, x.m_start(), min(BM, p.seqlen_q - x.m_start())) : -1;
+        x.scale_log2 = p.scale_log2;
+        x.out_scale = 1.f;
+        if constexpr (FP8) {
+            if (valid) {
+                const Fp8Scales sc = fp8_scales(p, x.c.b, x.c.h / p.group);
+                x.scale_log2 = sc.scale_log2;
+                x.out_scale = sc.out_scale;
+            }
+        }
+        return x;
+    }
+
+    // Masks of key tile j of a tile (visited from the last, the key tail, down): keys past the
+    // sequence, and causal, keys past this warp's first row's diagonal.
+    static __device__ __forceinline__ void mask_tile(const FwdParams& p, float (&s)[1][BN / 8][4], const Tile& x, int j,
+                                                     int cw, int warp, int lane) {
+        const int n_start = (x.n_tiles - 1 - j) * BN;
+        const int row0 = x.m_start() + cw * 64 + warp * 16;  // this warp's first query row
+        const float masked = x.neg() ? CUDATTN_INF : -CUDATTN_INF;  // times scale_log2: -inf either way
+        if (n_start + BN > p.seqlen_k || (CAUSAL && n_start + BN - 1 > row0 + p.causal_offset))
+            apply_mask<1, BN / 8, CAUSAL>(s, row0, n_start, p.seqlen_k, p.causal_offset, lane, masked);
+    }
+
+    static __device__ __forceinline__ int stage(int i) { return i % STAGES; }
+    static __device__ __forceinline__ unsigned q_phase(int n) { return (unsigned)((n / Q_STAGES) & 1); }
+    static __device__ __forceinline__ unsigned phase(int i) { return (unsigned)((i / STAGES) & 1); }
+
+    // Each tile's first O += P V starts from zero (scale-d off), so O is never cleared. CROSS: a
+    // tile's last P V is issued together with the next tile's first S = Q K^T when there is one
+    // (cross-tile overlap: without it, both consumers reach the first S and its softmax, and the
+    // last P V, at the same time). The two cases are separate straight-line paths, each waiting
+    // for everything it issued: ptxas serializes every wgmma if an accumulator is in flight on one
+    // side of a branch only. Measured: a gain for FP8 at head dim 128 and for short causal rows, a
+    // small loss elsewhere (benchmarks/NOTES.md), so the tiles choose it per variant.
     static __device__ __forceinline__ void consume(const FwdSm90Params& P, Barriers& bars, unsigned char* sQ,
                                                    unsigned char* sK, unsigned char* sV, int cw, int ltid) {
         const FwdParams& p = P.p;
         const int warp = ltid / 32, lane = ltid % 32;
-        const int total = p.num_m_blocks * p.heads_q * p.batch;
         // Descriptors of the first box of each buffer; a byte offset b is added as b >> 4.
         const unsigned long long q_desc0 = smem_desc_sw128(sQ + cw * 64 * 128, 16, 1024);
         const unsigned long long k_desc0 = smem_desc_sw128(sK, 16, 1024);
         const unsigned long long v_desc0 = smem_desc_sw128(sV, FP8 ? 16 : KV_BOX, 1024);
+        auto q_desc = [&](int n) { return q_desc0 + (n % Q_STAGES) * (Q_BYTES >> 4); };
+        auto k_desc = [&](int i) { return k_desc0 + stage(i) * (KV_BYTES >> 4); };
+        auto v_desc = [&](int i) { return v_desc0 + stage(i) * (V_BYTES >> 4); };
+
+        float o[1][D / 8][4];
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[0][i][e] = 0.f;
+        float s[1][BN / 8][4];
+        unsigned pk[BN / PV_K][4];
+        float alpha[1][2];
+        OnlineSoftmax<1> softmax;
 
         if (PINGPONG && cw == 1) named_arrive(BAR_TURN + 0, 256);  // consumer 0 goes first
-        int it = 0;
-        for (int n = 0;; ++n) {
-            const int t = tile_of_round<CAUSAL>(n);
-            if (t >= total) break;
-            const TileCoord c = tile_at<CAUSAL>(t, p, P.l2_section);
-            const int m_start = c.m_block * BM;
-            const int n_tiles = key_tiles<BN, CAUSAL>(p, m_start, min(BM, p.seqlen_q - m_start));
-            const int row0 = m_start + cw * 64 + warp * 16;  // this warp's first query row
-            float scale_log2 = p.scale_log2, out_scale = 1.f;
-            if constexpr (FP8) {
-                const Fp8Scales sc = fp8_scales(p, c.b, c.h / p.group);
-                scale_log2 = sc.scale_log2;
-                out_scale = sc.out_scale;
-            }
-            const bool neg = scale_log2 < 0.f;
-            const float masked = neg ? CUDATTN_INF : -CUDATTN_INF;  // times scale_log2: -inf either way
-
-            float o[1][D / 8][4];
+        int it = 0;           // key tiles consumed so far: ring stage and phase
+        bool primed = false;  // this tile's first S is already in s, exponentiated (cross-tile overlap)
+        Tile cur = tile_state(P, 0);
+        for (int n = 0; cur.n_tiles >= 0; ++n) {
+            if (!primed) {
+                mbar_wait(&bars.q_full[n % Q_STAGES], q_phase(n));
+                softmax.init();
+                if (cur.n_tiles == 0) {  // sees no key: O = 0, LSE = -inf
+                    release(&bars.q_empty[n % Q_STAGES], lane);
 #pragma unroll
-            for (int i = 0; i < D / 8; ++i)
+                    for (int i = 0; i < D / 8; ++i)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) o[0][i][e] = 0.f;
-            OnlineSoftmax<1> softmax;
-            softmax.init();
-
-            const int qs = n % Q_STAGES;
-            const unsigned long long q_desc = q_desc0 + qs * (Q_BYTES >> 4);
-            mbar_wait(&bars.q_full[qs], (n / Q_STAGES) & 1);
-            if (n_tiles == 0) release(&bars.q_empty[qs], lane);
-            if (n_tiles > 0) {
-                float s[1][BN / 8][4];
-                unsigned pk[BN / PV_K][4];
-                float alpha[1][2];
-                // Masks: the first tile visited is the last one (key tail); causal, any tile that
-                // reaches past this warp's first row's diagonal.
-                auto mask = [&](int j) {
-                    const int n_start = (n_tiles - 1 - j) * BN;
-                    if (n_start + BN > p.seqlen_k || (CAUSAL && n_start + BN - 1 > row0 + p.causal_offset))
-                        apply_mask<1, BN / 8, CAUSAL>(s, row0, n_start, p.seqlen_k, p.causal_offset, lane, masked);
-                };
-                auto stage = [&](int i) { return i % STAGES; };
-                auto phase = [&](int i) { return (unsigned)((i / STAGES) & 1); };
-
+                        for (int e = 0; e < 4; ++e) o[0][i][e] = 0.f;
+                    float inv[1][2], lse[1][2];
+                    softmax.finish(inv, lse);
+                    store_tile(p, o, inv, lse, cur.c, cw, ltid);
+                    cur = tile_state(P, n + 1);
+                    continue;
+                }
                 mbar_wait(&bars.k_full[stage(it)], phase(it));
                 turn_begin(cw);
-                issue_qk(s, q_desc, k_desc0 + stage(it) * (KV_BYTES >> 4));
+                issue_qk(s, q_desc(n), k_desc(it));
                 turn_end(cw);
                 wgmma_wait<0>();
                 fence_operands(flat<BN>(s));
                 release(&bars.k_empty[stage(it)], lane);
-                if (n_tiles == 1) release(&bars.q_empty[qs], lane);
-                mask(0);
-                softmax.template exponentiate<BN / 8, FP8>(s, scale_log2, neg, alpha);
+                if (cur.n_tiles == 1) release(&bars.q_empty[n % Q_STAGES], lane);
+                mask_tile(p, s, cur, 0, cw, warp, lane);
+                softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha);
                 to_operand(pk, s);
+            }
 
-                for (int j = 1; j < n_tiles; ++j) {
-                    const int ik = it + j, iv = it + j - 1;
-                    mbar_wait(&bars.k_full[stage(ik)], phase(ik));
-                    turn_begin(cw);
-                    issue_qk(s, q_desc, k_desc0 + stage(ik) * (KV_BYTES >> 4));
-                    mbar_wait(&bars.v_full[stage(iv)], phase(iv));
-                    issue_pv(o, pk, v_desc0 + stage(iv) * (V_BYTES >> 4));
-                    turn_end(cw);
-                    wgmma_wait<1>();  // S of tile j is in; P V of tile j-1 may still run
-                    fence_operands(flat<BN>(s));
-                    release(&bars.k_empty[stage(ik)], lane);
-                    if (j == n_tiles - 1) release(&bars.q_empty[qs], lane);
-                    mask(j);
-                    softmax.template exponentiate<BN / 8, FP8>(s, scale_log2, neg, alpha);
-                    wgmma_wait<0>();
-                    fence_operands(flat<D>(o));
-                    release(&bars.v_empty[stage(iv)], lane);
-                    rescale_if_needed(o, alpha);
-                    to_operand(pk, s);
-                }
-                const int iv = it + n_tiles - 1;
+            for (int j = 1; j < cur.n_tiles; ++j) {
+                const int ik = it + j, iv = it + j - 1;
+                mbar_wait(&bars.k_full[stage(ik)], phase(ik));
+                turn_begin(cw);
+                issue_qk(s, q_desc(n), k_desc(ik));
+                mbar_wait(&bars.v_full[stage(iv)], phase(iv));
+                issue_pv(o, pk, v_desc(iv), j > 1);
+                turn_end(cw);
+                wgmma_wait<1>();  // S of tile j is in; P V of tile j-1 may still run
+                fence_operands(flat<BN>(s));
+                release(&bars.k_empty[stage(ik)], lane);
+                if (j == cur.n_tiles - 1) release(&bars.q_empty[n % Q_STAGES], lane);
+                mask_tile(p, s, cur, j, cw, warp, lane);
+                softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha);
+                wgmma_wait<0>();
+                fence_operands(flat<D>(o));
+                release(&bars.v_empty[stage(iv)], lane);
+                rescale_if_needed(o, alpha);
+                to_operand(pk, s);
+            }
+
+            // The row sums are final: normalisation and LSE are known before the last P V lands.
+            float inv[1][2], lse[1][2];
+            softmax.finish(inv, lse);
+            inv[0][0] *= cur.out_scale;  // the v descale (FP8)
+            inv[0][1] *= cur.out_scale;
+            const int iv = it + cur.n_tiles - 1;
+            const bool first_pv = cur.n_tiles == 1;
+            it += cur.n_tiles;
+            const Tile nxt = tile_state(P, n + 1);
+            primed = CROSS && nxt.n_tiles > 0;
+            if (primed) {
+                mbar_wait(&bars.q_full[(n + 1) % Q_STAGES], q_phase(n + 1));
+                mbar_wait(&bars.k_full[stage(it)], phase(it));
+                turn_begin(cw);
+                issue_qk(s, q_desc(n + 1), k_desc(it));
+                mbar_wait(&bars.v_full[stage(iv)], phase(iv));
+                issue_pv(o, pk, v_desc(iv), !first_pv);
+                turn_end(cw);
+                wgmma_wait<1>();
+                fence_operands(flat<BN>(s));
+                release(&bars.k_empty[stage(it)], lane);
+                if (nxt.n_tiles == 1) release(&bars.q_empty[(n + 1) % Q_STAGES], lane);
+                mask_tile(p, s, nxt, 0, cw, warp, lane);
+                softmax.init();
+                softmax.template exponentiate<BN / 8, FP8>(s, nxt.scale_log2, nxt.neg(), alpha);
+                wgmma_wait<0>();
+                fence_operands(flat<D>(o));
+                release(&bars.v_empty[stage(iv)], lane);
+                store_tile(p, o, inv, lse, cur.c, cw, ltid);
+                to_operand(pk, s);
+            } else {
                 mbar_wait(&bars.v_full[stage(iv)], phase(iv));
                 turn_begin(cw);
-                issue_pv(o, pk, v_desc0 + stage(iv) * (V_BYTES >> 4));
+                issue_pv(o, pk, v_desc(iv), !first_pv);
                 turn_end(cw);
                 wgmma_wait<0>();
                 fence_operands(flat<D>(o));
                 release(&bars.v_empty[stage(iv)], lane);
-                it += n_tiles;
+                store_tile(p, o, inv, lse, cur.c, cw, ltid);
             }
-            store_tile(p, o, softmax, out_scale, c, m_start, cw, ltid);
+            cur = nxt;
         }
         if (PINGPONG && cw == 0) named_sync(BAR_TURN + 0, 256);  // consume consumer 1's last hand-over
     }
 
-    // O (normalised, times the v descale, as OutT) and LSE straight from the accumulators: each
+    // O (times inv: normalised, times the v descale; as OutT) and LSE straight from the accumulators: each
     // thread writes pairs of columns of its two rows, predicated on the sequence and head-dim bounds.
     static __device__ __forceinline__ void store_tile(const FwdParams& p, const float (&o)[1][D / 8][4],
-                                                      OnlineSoftmax<1>& softmax, float out_scale, const TileCoord& c,
-                                                      int m_start, int cw, int ltid) {
+                                                      const float (&inv)[1][2], const float (&lse)[1][2],
+                                                      const TileCoord& c, int cw, int ltid) {
         const int warp = ltid / 32, lane = ltid % 32, g = lane / 4, t = lane % 4;
-        float inv[1][2], lse[1][2];
-        softmax.finish(inv, lse);
-        inv[0][0] *= out_scale;
-        inv[0][1] *= out_scale;
+        const int m_start = c.m_block * BM;
         OutT* g_o = static_cast<OutT*>(p.o) + c.b * p.o_stride_b + c.h * p.o_stride_h;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
