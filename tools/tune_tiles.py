@@ -48,7 +48,8 @@ def time_fn(fn, sets, iters):
 def parse_tiles(spec: str) -> _traits.Tiles:
     m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(?:m(\d+))?(?:q(\d+))?(p?)(x?)", spec)
     if not m:
-        raise SystemExit(f"bad tiles {spec!r}: want BMxBNwWARPSsSTAGES[mMIN][qQ_STAGES][p][x] (p: ping-pong, x: cross-tile)")
+        raise SystemExit(f"bad tiles {spec!r}: want BMxBNwWARPSsSTAGES[mMIN][qQ_STAGES][p][x] "
+                         "(p: ping-pong, x: cross-tile overlap)")
     bm, bn, w, s, mb, qs, pp, x = m.groups()
     return _traits.Tiles(int(bm), int(bn), int(w), int(s), int(mb) if mb else (2 if int(w) == 4 else 1), pp == "p",
                          int(qs) if qs else 1, x == "x")

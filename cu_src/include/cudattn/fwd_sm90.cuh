@@ -208,8 +208,8 @@ struct FwdSm90 {
         wgmma_commit();
     }
 
-    // O += P V for one value stage (O = P V when not `accumulate`). 16-bit: 16 keys (2048 bytes of V rows) per k-step. FP8: 32 keys,
-    // 32 bytes along each Vt row, 4 steps per 128-key box.
+    // O += P V for one value stage (O = P V when not `accumulate`). 16-bit: 16 keys (2048 bytes of
+    // V rows) per k-step. FP8: 32 keys, 32 bytes along each Vt row, 4 steps per 128-key box.
     static __device__ __forceinline__ void issue_pv(float (&o)[1][D / 8][4], const unsigned (&pk)[BN / PV_K][4],
                                                     unsigned long long v_desc, bool accumulate) {
         wgmma_fence();
