@@ -20,6 +20,7 @@ from ._transfer import to_device, to_host
 from ._errors import CudaError, NoDeviceError, OutOfMemoryError
 from ._kvcache import attention_with_kvcache
 from ._merge import merge_attention_states
+from ._pinned import empty_pinned
 from ._quantize import dequantize, quantize_fp8
 
-__all__ = ["attention", "attention_with_kvcache", "merge_attention_states", "quantize_fp8", "dequantize", "reference", "DeviceArray", "empty_cache", "to_device", "to_host", "CudaError", "NoDeviceError", "OutOfMemoryError", "__version__"]
+__all__ = ["attention", "attention_with_kvcache", "merge_attention_states", "quantize_fp8", "dequantize", "reference", "DeviceArray", "empty_cache", "to_device", "to_host", "empty_pinned", "CudaError", "NoDeviceError", "OutOfMemoryError", "__version__"]

@@ -4,6 +4,9 @@ It is transfer-bound: PCIe moves bytes far slower than the kernel eats them, and
 crosses twice on the host first (pageable NumPy memory <-> pinned staging chunks, see the
 pinned-staging section of `_array`; those host copies run on a few threads). Two ways through:
 
+Arrays in page-locked memory (:func:`cudattn.empty_pinned`, or any pinned memory) skip the host
+copy: they are DMA'd straight from and, for a contiguous ``out``, into (`_pinned`).
+
 - **In sequence** (small problems, ``B == 1``, or no pinned staging): q, k, v to the device,
   the kernel, then out (and LSE) back, all on the caller's stream.
 - **Pipelined along the batch axis** (DESIGN §3), when the call moves at least
@@ -29,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from cuda.bindings import driver
 
-from . import _array, _device, _fp8, _staging, _stream, _transfer
+from . import _array, _device, _fp8, _pinned, _staging, _stream, _transfer
 from ._errors import check
 from ._validate import validate
 
@@ -105,11 +108,43 @@ def attention_host(q, k, v, *, causal, scale, layout, return_lse, q_descale, k_d
     device = _device.get_device(None)
     device_id = _device.device_properties(device).device_id
     sref = _stream.as_stream(stream, device)
+    pinned = _Pinned(q, k, v, out)
     chunks = plan_batch_chunks(problem.batch, _bytes_per_item(problem))
     staging = _transfer.staging_pool(device_id) if len(chunks) > 1 else None
     if staging is None:
-        return _run_in_sequence(problem, q, k, v, kw, out, device, device_id, sref)
-    return _run_pipelined(problem, q, k, v, given, kw, out, chunks, staging, device, device_id, sref)
+        return _run_in_sequence(problem, q, k, v, kw, out, pinned, device, device_id, sref)
+    return _run_pipelined(problem, q, k, v, given, kw, out, pinned, chunks, staging, device, device_id, sref)
+
+
+class _Pinned:
+    """Which of the call's host arrays are page-locked: those go to and from the device by DMA
+    alone. ``out`` counts only when contiguous (it is then written in place)."""
+
+    __slots__ = ("q", "k", "v", "out")
+
+    def __init__(self, q, k, v, out):
+        self.q, self.k, self.v = (_pinned.is_pinned(x) for x in (q, k, v))
+        self.out = out is not None and out.flags.c_contiguous and _pinned.is_pinned(out)
+
+    @property
+    def inputs(self) -> tuple[bool, bool, bool]:
+        return self.q, self.k, self.v
+
+
+def _dma_h2d(dst: int, src: int, nbytes: int, stream: int) -> None:
+    check(driver.cuMemcpyHtoDAsync(dst, src, nbytes, stream), "cuMemcpyHtoDAsync(pinned)")
+
+
+def _dma_d2h(dst: int, src: int, nbytes: int, stream: int) -> None:
+    check(driver.cuMemcpyDtoHAsync(dst, src, nbytes, stream), "cuMemcpyDtoHAsync(pinned)")
+
+
+def _upload(x: np.ndarray, pinned: bool, device, sref) -> _array.DeviceArray:
+    if not pinned:
+        return _transfer.to_device(x, device=device, stream=sref)
+    d = _array.empty_on(x.shape, x.dtype, device, sref)
+    _dma_h2d(d.ptr, x.ctypes.data, x.nbytes, sref.handle)
+    return d
 
 
 def _copyable(x: np.ndarray) -> np.ndarray:
@@ -119,7 +154,7 @@ def _copyable(x: np.ndarray) -> np.ndarray:
     return x if x.ctypes.data % 16 == 0 else x.copy()
 
 
-def _run_in_sequence(problem, q, k, v, kw, out, device, device_id, sref):
+def _run_in_sequence(problem, q, k, v, kw, out, pinned, device, device_id, sref):
     from ._api import run_device
 
     # The result's host array first, so that its page faults (a fresh array's first touch) are
@@ -127,16 +162,18 @@ def _run_in_sequence(problem, q, k, v, kw, out, device, device_id, sref):
     direct = out is not None and out.flags.c_contiguous
     o = out if direct else np.empty(q.shape, problem.out_dtype)
     faults = None if direct else _staging.prefault(o)
-    qd = _transfer.to_device(q, device=device, stream=sref)
-    kd = _transfer.to_device(k, device=device, stream=sref)
-    vd = _transfer.to_device(v, device=device, stream=sref)
+    qd, kd, vd = (_upload(x, p, device, sref) for x, p in zip((q, k, v), pinned.inputs))
     kw = _fp8.upload_descales(kw, device, sref)
     res = run_device(validate(qd, kd, vd, **kw, out=None, host=False), qd, kd, vd, None, device, device_id, sref)
     o_dev, lse_dev = res if problem.return_lse else (res, None)
     if faults is not None:
         faults.result()
-    if o_dev.nbytes:
+    if o_dev.nbytes and pinned.out:
+        _dma_d2h(o.ctypes.data, o_dev.ptr, o_dev.nbytes, sref.handle)
+    elif o_dev.nbytes:
         _transfer._copy_d2h(o.ctypes.data, o_dev.ptr, o_dev.nbytes, sref.handle, device_id)
+    if pinned.out or any(pinned.inputs):  # DMAs from or into the caller's arrays: done before returning
+        check(driver.cuStreamSynchronize(sref.handle), "cuStreamSynchronize")
     if out is not None and not direct:
         out[...] = o
         o = out
@@ -181,7 +218,7 @@ class _Pipeline:
         check(driver.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent(pipeline)")
 
 
-def _run_pipelined(problem, q, k, v, given, kw, out, chunks, st, device, device_id, sref):
+def _run_pipelined(problem, q, k, v, given, kw, out, pinned, chunks, st, device, device_id, sref):
     from ._api import run_device
 
     return_lse = problem.return_lse
@@ -214,7 +251,7 @@ def _run_pipelined(problem, q, k, v, given, kw, out, chunks, st, device, device_
                 faults[j].result()
             pipe.wait(pipe.d2h, pipe.ev_done[j & 1])
             oh = o[b0:b1]
-            st.d2h(oh.ctypes.data, od[b0:b1].ptr, oh.nbytes, pipe.d2h)
+            (_dma_d2h if direct and pinned.out else st.d2h)(oh.ctypes.data, od[b0:b1].ptr, oh.nbytes, pipe.d2h)
             if lse_j is not None:
                 lh = lse[b0:b1]
                 st.d2h(lh.ctypes.data, lse_j.ptr, lh.nbytes, pipe.d2h)
@@ -224,9 +261,9 @@ def _run_pipelined(problem, q, k, v, given, kw, out, chunks, st, device, device_
             pipe.wait(pipe.h2d, pipe.ev_start)
             prev = None
             for j, (b0, b1) in enumerate(chunks):
-                for h, d in ((q, qd), (k, kd), (v, vd)):
+                for h, d, p in zip((q, k, v), (qd, kd, vd), pinned.inputs):
                     hs = h[b0:b1]
-                    st.h2d(d[b0:b1].ptr, hs.ctypes.data, hs.nbytes, pipe.h2d)
+                    (_dma_h2d if p else st.h2d)(d[b0:b1].ptr, hs.ctypes.data, hs.nbytes, pipe.h2d)
                 pipe.record(pipe.ev_in, pipe.h2d)
                 pipe.wait(sref.handle, pipe.ev_in)
                 qj, kj, vj, oj = qd[b0:b1], kd[b0:b1], vd[b0:b1], od[b0:b1]
@@ -241,7 +278,9 @@ def _run_pipelined(problem, q, k, v, given, kw, out, chunks, st, device, device_
                     download(*prev)
                 prev = (j, b0, b1, lse_j)
             download(*prev)
-            st.flush()  # every output byte is in host memory
+            st.flush()  # every staged output byte is in host memory
+            # DMAs straight into `out` (and the uploads every kernel waited for) are done too
+            check(driver.cuStreamSynchronize(pipe.d2h), "cuStreamSynchronize(pipeline)")
         except BaseException:
             st.discard()
             for s in (pipe.h2d, pipe.d2h):  # let no copy touch buffers about to be freed

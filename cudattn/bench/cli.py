@@ -54,7 +54,8 @@ def add_arguments(p) -> None:
     p.add_argument("--warmup", type=_count(0), default=5, help="untimed calls before timing")
     p.add_argument("--host", action="store_true",
                    help="also time the NumPy end-to-end call (transfers included) against the "
-                        "bytes-moved floor of the pinned host<->device bandwidth")
+                        "bytes-moved floor of the pinned host<->device bandwidth, with pageable arrays and with "
+                        "arrays from cudattn.empty_pinned")
     p.add_argument("--no-peers", action="store_true", help="do not time torch SDPA even if torch is importable")
     p.add_argument("--json", metavar="FILE", help="write every number and the environment manifest")
     p.add_argument("--plot", metavar="FILE.png", help="draw TFLOP/s against sequence length (needs matplotlib)")
@@ -133,10 +134,11 @@ def run(args, argv) -> int:
     if args.host:
         print("\nNumPy end to end (attention(numpy...), transfers included)\n" + report.host_header())
         for i, case in enumerate(cases):
-            _progress(i, len(cases), f"host {case.dtype} {case.label()} causal={case.causal}")
-            r = hostmode.run_host_case(case, s)
-            host_rows.append(r)
-            print(report.host_line(r), flush=True)
+            for memory in hostmode.MEMORY:
+                _progress(i, len(cases), f"host {case.dtype} {case.label()} causal={case.causal} {memory}")
+                r = hostmode.run_host_case(case, s, memory=memory)
+                host_rows.append(r)
+                print(report.host_line(r), flush=True)
     command = "python -m cudattn " + shlex.join(argv)
     rep = {"command": command, "environment": env, "ceilings": s.ceilings, "iters": args.iters,
            "warmup": args.warmup, "rows": rows, "host_rows": host_rows, "overhead_rows": overhead_rows,

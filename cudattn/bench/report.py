@@ -58,13 +58,14 @@ def row_line(row: dict, peers: bool) -> str:
 
 
 def host_header() -> str:
-    return (f"{'dtype':8} {'shape BxHxSxD':22} {'causal':6} | {'ms':>8} {'p90':>8} {'GB/s':>7} | {'floor ms':>8} "
-            f"{'of floor':>8} | check")
+    return (f"{'dtype':8} {'shape BxHxSxD':22} {'causal':6} {'memory':8} | {'ms':>8} {'p90':>8} {'GB/s':>7} | "
+            f"{'floor ms':>8} {'of floor':>8} | check")
 
 
 def host_line(r: dict) -> str:
     c = r["case"]
-    return (f"{c['dtype']:8} {r['label']:22} {str(c['causal']):6} | {r['median_ms']:8.2f} {r['p90_ms']:8.2f} "
+    return (f"{c['dtype']:8} {r['label']:22} {str(c['causal']):6} {r.get('memory', 'pageable'):8} | "
+            f"{r['median_ms']:8.2f} {r['p90_ms']:8.2f} "
             f"{r['gbps']:7.1f} | {r['floor_ms']:8.2f} {100 * r['fraction_of_floor']:7.0f}% | {_check_text(r['check'])}")
 
 
@@ -193,12 +194,14 @@ def markdown(report: dict, command: str, plot_name: str | None = None) -> str:
         md += ["## NumPy end to end (`attention(numpy...)`, transfers included)", "",
                "Floor: input bytes at the pinned host->device bandwidth plus output bytes at the device->host "
                "bandwidth, measured in the same run.", "",
-               "| dtype | B | Hq | Hkv | Sq | Sk | D | causal | ms | GB/s | floor ms | of floor | check |",
-               "|" + "---|" * 13]
+               "Memory: the caller's arrays as ordinary NumPy arrays (pageable), or q, k, v and `out` from "
+               "`cudattn.empty_pinned` (pinned: DMA from and into them, no staging copy).", "",
+               "| dtype | B | Hq | Hkv | Sq | Sk | D | causal | memory | ms | GB/s | floor ms | of floor | check |",
+               "|" + "---|" * 14]
         for r in host:
             c = r["case"]
             md.append(f"| {c['dtype']} | {c['B']} | {c['Hq']} | {c['Hkv']} | {c['Sq']} | {c['Sk']} | {c['D']} | "
-                      f"{int(c['causal'])} | {r['median_ms']:.2f} | {r['gbps']:.1f} | {r['floor_ms']:.2f} | "
+                      f"{int(c['causal'])} | {r.get('memory', 'pageable')} | {r['median_ms']:.2f} | {r['gbps']:.1f} | {r['floor_ms']:.2f} | "
                       f"{100 * r['fraction_of_floor']:.0f}% | {'ok' if r['check']['ok'] else '**FAIL**'} |")
         md.append("")
     md += overhead_markdown(report.get("overhead_rows", []))

@@ -377,7 +377,8 @@ def test_bench_cli_end_to_end(tmp_path):
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     rep = json.loads(js.read_text())
-    assert len(rep["rows"]) == 3 and len(rep["host_rows"]) == 3
+    assert len(rep["rows"]) == 3 and len(rep["host_rows"]) == 6  # each case with pageable and pinned arrays
+    assert [r["memory"] for r in rep["host_rows"]] == ["pageable", "pinned"] * 3
     assert all(r["check"]["ok"] for r in rep["rows"] + rep["host_rows"])
     assert rep["ceilings"]["copy_tbps"] > 0 and rep["ceilings"]["h2d_gbps"] > 0
     assert rep["environment"]["sm_count"] > 0 and rep["environment"]["gpu"]

@@ -29,7 +29,7 @@ import pytest
 from cuda.bindings import driver
 
 import cudattn
-from cudattn import _api, _array, _device, _host, reference, _staging, _transfer
+from cudattn import _api, _array, _device, _host, _pinned, reference, _staging, _transfer
 from cudattn._array import DeviceArray
 from cudattn._host import plan_batch_chunks
 
@@ -274,6 +274,14 @@ class LazyDriver:
     def cuMemFreeHost(self, p):
         return (0,)
 
+    def cuPointerGetAttribute(self, attribute, ptr):
+        """Memory type: host for the fake pinned allocations, an error (as for pageable memory) elsewhere."""
+        for buf in self.pinned:
+            lo = ctypes.addressof(buf)
+            if lo <= ptr < lo + ctypes.sizeof(buf):
+                return (driver.CUresult.CUDA_SUCCESS, driver.CUmemorytype.CU_MEMORYTYPE_HOST)
+        return (driver.CUresult.CUDA_ERROR_INVALID_VALUE, None)
+
     def cuEventCreate(self, flags):
         return (0, _Ev())
 
@@ -317,6 +325,7 @@ def lazy(monkeypatch):
 def _install(fake, monkeypatch):
     monkeypatch.setattr(_transfer, "driver", fake)
     monkeypatch.setattr(_host, "driver", fake)
+    monkeypatch.setattr(_pinned, "driver", fake)
     monkeypatch.setattr(_transfer, "_staging", {})
     monkeypatch.setattr(_transfer, "_staging_enabled", True)
     monkeypatch.setattr(_transfer, "STAGING_CHUNK", 96)  # tiny chunks: every copy takes many, wrapping the pool
@@ -633,6 +642,65 @@ def test_pipeline_out_aliasing_an_input(fake_gpu, lazy):
     assert _same(o, _expected(k, k, v)[0])
 
 
+def _pinned_copy(a):
+    p = cudattn.empty_pinned(a.shape, a.dtype)
+    p[...] = a
+    return p
+
+
+@pytest.mark.parametrize("B", [1, 4])  # in sequence, pipelined
+@pytest.mark.parametrize("pinned_out", [False, True])
+@pytest.mark.parametrize("return_lse", [False, True])  # without LSE, nothing staged waits for the DMAs
+def test_pinned_arrays_skip_the_staging_copy(fake_gpu, lazy, monkeypatch, B, pinned_out, return_lse):
+    """Pinned q, k, v go up by DMA straight from the caller's memory, and a pinned contiguous out is
+    written by DMA: no host copy through the staging chunks for them; results as with pageable arrays.
+    The fake driver runs a DMA only when something waits for it, so a missing wait shows as NaN."""
+    q0, k0, v0 = _inputs(B, seed=20 + B)
+    o_ref, l_ref = _expected(q0, k0, v0, causal=True)
+    q, k, v = (_pinned_copy(a) for a in (q0, k0, v0))
+    assert all(_pinned.is_pinned(a) for a in (q, k, v)) and not _pinned.is_pinned(q0)
+    staged = []
+    real = _staging.parallel_memmove
+    monkeypatch.setattr(_transfer, "parallel_memmove", lambda dst, src, n, *a: (staged.append(src), real(dst, src, n, *a)))
+    out = cudattn.empty_pinned(q.shape, q.dtype) if pinned_out else None
+    if out is not None:
+        out[...] = np.nan
+    res = cudattn.attention(q, k, v, causal=True, return_lse=return_lse, out=out, stream=CALLER)
+    o, l = res if return_lse else (res, l_ref)
+    assert _same(o, o_ref) and _same(l, l_ref)
+    if pinned_out:
+        assert o is out
+    for a in (q, k, v):  # no staging copy read the pinned inputs
+        lo, hi = a.ctypes.data, a.ctypes.data + a.nbytes
+        assert not any(lo <= src < hi for src in staged), "a pinned input went through the staging chunks"
+    h2d = [s for s, label in lazy.log if label == "h2d"]
+    assert h2d, "the inputs were DMA'd"
+
+
+def test_pinned_input_reused_after_the_call_returns(fake_gpu, lazy):
+    """The call returns after its DMAs from pinned inputs are done: overwriting q at once is safe."""
+    q0, k0, v0 = _inputs(3, seed=31)
+    for B in (1, 3):  # in sequence, pipelined
+        q, k, v = (_pinned_copy(a[:B]) for a in (q0, k0, v0))
+        o = cudattn.attention(q, k, v, stream=CALLER)
+        left = [op[0] for s, ops in lazy.queues.items() for op in ops[lazy.done[s]:] if op[0] != "free"]
+        assert not left, f"still queued when the call returned: {left}"
+        q[...] = np.nan
+        assert _same(o, _expected(q0[:B], k0[:B], v0[:B])[0])
+
+
+def test_empty_pinned_shapes_and_dtypes(fake_gpu, lazy):
+    a = cudattn.empty_pinned((2, 3), np.float16)
+    assert a.shape == (2, 3) and a.dtype == np.float16 and a.flags.c_contiguous and a.flags.writeable
+    assert _pinned.is_pinned(a) and _pinned.is_pinned(a[1:])
+    z = cudattn.empty_pinned(0, np.float32)
+    assert z.shape == (0,) and not _pinned.is_pinned(z)
+    with pytest.raises(ValueError, match="negative"):
+        cudattn.empty_pinned((2, -1))
+    with pytest.raises(TypeError, match="object"):
+        cudattn.empty_pinned(3, object)
+
+
 def test_pipeline_resources_made_once(fake_gpu, lazy):
     q, k, v = _inputs(3, seed=4)
     for _ in range(3):
@@ -824,3 +892,45 @@ def test_gpu_threads_share_the_pool():
     [t.join() for t in threads]
     for g, w in zip(got, want):
         assert np.array_equal(g.view(np.uint16), w.view(np.uint16))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B", [1, 3])  # (B, 2048, 16, 128) bf16: B = 3 takes the pipeline
+@pytest.mark.parametrize("pinned_out", [False, True])
+@pytest.mark.parametrize("return_lse", [False, True])
+def test_gpu_pinned_arrays_match_pageable(B, pinned_out, return_lse):
+    """q, k, v (and out) from cudattn.empty_pinned: DMA'd with no staging copy, results bit for bit
+    those of the same call on ordinary arrays; the inputs are reusable when the call returns."""
+    rng = np.random.default_rng(next(_seed))
+    shape = (B, 2048, 16, 128)
+    q0, k0, v0 = (_rand(rng, shape, BF16) for _ in range(3))
+    expect = cudattn.attention(q0, k0, v0, causal=True, return_lse=return_lse)
+    q, k, v = (cudattn.empty_pinned(shape, BF16) for _ in range(3))
+    for p, a in zip((q, k, v), (q0, k0, v0)):
+        p[...] = a
+    assert all(_pinned.is_pinned(a) for a in (q, k, v)) and not _pinned.is_pinned(q0)
+    out = None
+    if pinned_out:
+        out = cudattn.empty_pinned(shape, BF16)
+        out[...] = np.nan
+    got = cudattn.attention(q, k, v, causal=True, return_lse=return_lse, out=out)
+    q[...] = np.nan  # the call is over: its DMAs from q are done
+    o, l = got if return_lse else (got, None)
+    e_o, e_l = expect if return_lse else (expect, None)
+    if pinned_out:
+        assert o is out
+    assert np.array_equal(o.view(np.uint16), e_o.view(np.uint16))
+    if return_lse:
+        assert np.array_equal(l.view(np.uint32), e_l.view(np.uint32))
+
+
+@pytest.mark.gpu
+def test_gpu_is_pinned_sees_other_pinned_memory():
+    """Memory pinned by another library (torch's pin_memory) counts too; freed pinned arrays go."""
+    torch = pytest.importorskip("torch")
+    t = torch.empty(1000, dtype=torch.float32).pin_memory()
+    assert _pinned.is_pinned(t.numpy()) and not _pinned.is_pinned(np.empty(1000, np.float32))
+    a = cudattn.empty_pinned((256, 1024), np.float32)
+    view = a[3:]
+    del a
+    assert _pinned.is_pinned(view), "a view keeps the pinned block alive"
