@@ -2,10 +2,9 @@
 
 It is transfer-bound: PCIe moves bytes far slower than the kernel eats them, and every byte
 crosses twice on the host first (pageable NumPy memory <-> pinned staging chunks, see the
-pinned-staging section of `_array`; those host copies run on a few threads). Two ways through:
-
-Arrays in page-locked memory (:func:`cudattn.empty_pinned`, or any pinned memory) skip the host
-copy: they are DMA'd straight from and, for a contiguous ``out``, into (`_pinned`).
+pinned-staging section of `_array`; those host copies run on a few threads), except for arrays
+in page-locked memory (:func:`cudattn.empty_pinned`, or any pinned memory): those are DMA'd
+straight from and, for a contiguous ``out``, into (`_pinned`). Two ways through:
 
 - **In sequence** (small problems, ``B == 1``, or no pinned staging): q, k, v to the device,
   the kernel, then out (and LSE) back, all on the caller's stream.
@@ -162,18 +161,25 @@ def _run_in_sequence(problem, q, k, v, kw, out, pinned, device, device_id, sref)
     direct = out is not None and out.flags.c_contiguous
     o = out if direct else np.empty(q.shape, problem.out_dtype)
     faults = None if direct else _staging.prefault(o)
-    qd, kd, vd = (_upload(x, p, device, sref) for x, p in zip((q, k, v), pinned.inputs))
-    kw = _fp8.upload_descales(kw, device, sref)
-    res = run_device(validate(qd, kd, vd, **kw, out=None, host=False), qd, kd, vd, None, device, device_id, sref)
-    o_dev, lse_dev = res if problem.return_lse else (res, None)
-    if faults is not None:
-        faults.result()
-    if o_dev.nbytes and pinned.out:
-        _dma_d2h(o.ctypes.data, o_dev.ptr, o_dev.nbytes, sref.handle)
-    elif o_dev.nbytes:
-        _transfer._copy_d2h(o.ctypes.data, o_dev.ptr, o_dev.nbytes, sref.handle, device_id)
-    if pinned.out or any(pinned.inputs):  # DMAs from or into the caller's arrays: done before returning
-        check(driver.cuStreamSynchronize(sref.handle), "cuStreamSynchronize")
+    dma = pinned.out or any(pinned.inputs)  # DMAs from or into the caller's arrays: done before returning
+    try:
+        qd, kd, vd = (_upload(x, p, device, sref) for x, p in zip((q, k, v), pinned.inputs))
+        kw = _fp8.upload_descales(kw, device, sref)
+        res = run_device(validate(qd, kd, vd, **kw, out=None, host=False), qd, kd, vd, None, device, device_id,
+                         sref)
+        o_dev, lse_dev = res if problem.return_lse else (res, None)
+        if faults is not None:
+            faults.result()
+        if o_dev.nbytes and pinned.out:
+            _dma_d2h(o.ctypes.data, o_dev.ptr, o_dev.nbytes, sref.handle)
+        elif o_dev.nbytes:
+            _transfer._copy_d2h(o.ctypes.data, o_dev.ptr, o_dev.nbytes, sref.handle, device_id)
+        if dma:
+            check(driver.cuStreamSynchronize(sref.handle), "cuStreamSynchronize")
+    except BaseException:
+        if dma:  # no DMA may touch the caller's arrays after the call has raised
+            driver.cuStreamSynchronize(sref.handle)  # unchecked: the error being raised is the one to report
+        raise
     if out is not None and not direct:
         out[...] = o
         o = out

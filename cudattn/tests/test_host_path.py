@@ -689,6 +689,22 @@ def test_pinned_input_reused_after_the_call_returns(fake_gpu, lazy):
         assert _same(o, _expected(q0[:B], k0[:B], v0[:B])[0])
 
 
+def test_pinned_dmas_done_when_the_call_raises(fake_gpu, lazy, monkeypatch):
+    """A failure after pinned inputs were queued for DMA: the call waits for those DMAs before the
+    error reaches the caller, who may free or overwrite the arrays at once."""
+    q0, k0, v0 = _inputs(1, seed=33)
+    q, k, v = (_pinned_copy(a) for a in (q0, k0, v0))
+
+    def failing(*args):
+        raise cudattn.CudaError("CUDA_ERROR_LAUNCH_FAILED", 719, "cuLaunchKernel")
+
+    monkeypatch.setattr(_api, "run_device", failing)
+    with pytest.raises(cudattn.CudaError):
+        cudattn.attention(q, k, v, stream=CALLER)
+    left = [op[0] for s, ops in lazy.queues.items() for op in ops[lazy.done[s]:] if op[0] == "h2d"]
+    assert not left, f"uploads from the caller's pinned arrays still queued after the error: {left}"
+
+
 def test_empty_pinned_shapes_and_dtypes(fake_gpu, lazy):
     a = cudattn.empty_pinned((2, 3), np.float16)
     assert a.shape == (2, 3) and a.dtype == np.float16 and a.flags.c_contiguous and a.flags.writeable
