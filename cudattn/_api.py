@@ -63,7 +63,8 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
     ``scale`` defaults to ``1/sqrt(D)``. ``return_lse=True`` also returns the float32 log-sum-exp
     ``(B, Hq, Sq)`` (natural log of the row sum of ``exp(scale · q kᵀ)``).
 
-    NumPy inputs (float16 or ml_dtypes.bfloat16) give a NumPy result, synchronously. Device
+    NumPy inputs (float16 or ml_dtypes.bfloat16) give a NumPy result, synchronously; arrays in
+    pinned memory (:func:`cudattn.empty_pinned`) are DMA'd with no host copy, the fastest way. Device
     inputs (a cudattn DeviceArray, or anything with ``__cuda_array_interface__`` / ``__dlpack__``
     on a CUDA device: CuPy, PyTorch, JAX, Numba) give a DeviceArray, computed asynchronously on
     ``stream`` (an int handle, a cuda.core Stream, or any object with ``__cuda_stream__``), with
