@@ -7,9 +7,9 @@ them), so the tracked figure is bytes moved per second of wall time.
 from . import _common
 
 
-class NumpyEndToEnd:
-    version = "1"  # what it measures (see _common): bump only when that changes
-    # (B, S, H, D) and dtype: one large bf16 prefill.
+class _WholeCall:
+    """What both classes time: one large bf16 prefill, (B, S, H, D) and dtype, a few whole calls."""
+
     params = ([((4, 4096, 16, 128), "bfloat16")],)
     param_names = ["shape_dtype"]
     rounds = 1
@@ -17,6 +17,10 @@ class NumpyEndToEnd:
     number = 1
     warmup_time = 0
     timeout = 180
+
+
+class NumpyEndToEnd(_WholeCall):
+    version = "1"  # what it measures (see _common): bump only when that changes
 
     def setup(self, shape_dtype):
         _common.require_gpu()
@@ -40,18 +44,11 @@ class NumpyEndToEnd:
     track_numpy_gbps.unit = "GB/s"
 
 
-class NumpyEndToEndPinned:
+class NumpyEndToEndPinned(_WholeCall):
     """The same call with q, k, v and ``out`` from ``cudattn.empty_pinned`` (DMA from and into the
     caller's arrays, no staging copy); n/a at commits without it."""
 
     version = "1"
-    params = ([((4, 4096, 16, 128), "bfloat16")],)
-    param_names = ["shape_dtype"]
-    rounds = 1
-    repeat = (3, 10, 3.0)
-    number = 1
-    warmup_time = 0
-    timeout = 180
 
     def setup(self, shape_dtype):
         _common.require_gpu()

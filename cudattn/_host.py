@@ -129,6 +129,11 @@ class _Pinned:
     def inputs(self) -> tuple[bool, bool, bool]:
         return self.q, self.k, self.v
 
+    @property
+    def any(self) -> bool:
+        """DMAs from or into the caller's arrays: waited for before the call returns (or raises)."""
+        return self.q or self.k or self.v or self.out
+
 
 def _dma_h2d(dst: int, src: int, nbytes: int, stream: int) -> None:
     check(driver.cuMemcpyHtoDAsync(dst, src, nbytes, stream), "cuMemcpyHtoDAsync(pinned)")
@@ -161,7 +166,6 @@ def _run_in_sequence(problem, q, k, v, kw, out, pinned, device, device_id, sref)
     direct = out is not None and out.flags.c_contiguous
     o = out if direct else np.empty(q.shape, problem.out_dtype)
     faults = None if direct else _staging.prefault(o)
-    dma = pinned.out or any(pinned.inputs)  # DMAs from or into the caller's arrays: done before returning
     try:
         qd, kd, vd = (_upload(x, p, device, sref) for x, p in zip((q, k, v), pinned.inputs))
         kw = _fp8.upload_descales(kw, device, sref)
@@ -174,10 +178,10 @@ def _run_in_sequence(problem, q, k, v, kw, out, pinned, device, device_id, sref)
             _dma_d2h(o.ctypes.data, o_dev.ptr, o_dev.nbytes, sref.handle)
         elif o_dev.nbytes:
             _transfer._copy_d2h(o.ctypes.data, o_dev.ptr, o_dev.nbytes, sref.handle, device_id)
-        if dma:
+        if pinned.any:
             check(driver.cuStreamSynchronize(sref.handle), "cuStreamSynchronize")
     except BaseException:
-        if dma:  # no DMA may touch the caller's arrays after the call has raised
+        if pinned.any:  # no DMA may touch the caller's arrays after the call has raised
             driver.cuStreamSynchronize(sref.handle)  # unchecked: the error being raised is the one to report
         raise
     if out is not None and not direct:
@@ -285,8 +289,8 @@ def _run_pipelined(problem, q, k, v, given, kw, out, pinned, chunks, st, device,
                 prev = (j, b0, b1, lse_j)
             download(*prev)
             st.flush()  # every staged output byte is in host memory
-            # DMAs straight into `out` (and the uploads every kernel waited for) are done too
-            check(driver.cuStreamSynchronize(pipe.d2h), "cuStreamSynchronize(pipeline)")
+            if pinned.any:  # and the DMAs straight into `out`, and from pinned inputs (empty outputs)
+                check(driver.cuStreamSynchronize(pipe.d2h), "cuStreamSynchronize(pipeline)")
         except BaseException:
             st.discard()
             for s in (pipe.h2d, pipe.d2h):  # let no copy touch buffers about to be freed

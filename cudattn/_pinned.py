@@ -65,6 +65,7 @@ def empty_pinned(shape: int | tuple[int, ...], dtype: DTypeLike = np.float32) ->
     return np.frombuffer(raw, dtype=dt, count=math.prod(shape)).reshape(shape)
 
 
+_byte_bounds = getattr(np, "byte_bounds", None) or np.lib.array_utils.byte_bounds  # moved in NumPy 2.0
 _SUCCESS = driver.CUresult.CUDA_SUCCESS
 _HOST = driver.CUmemorytype.CU_MEMORYTYPE_HOST
 _MEMORY_TYPE = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE
@@ -80,5 +81,5 @@ def is_pinned(a: np.ndarray) -> bool:
     byte: one NumPy array never spans two allocations). Empty arrays are not."""
     if a.nbytes == 0:
         return False
-    lo, hi = np.byte_bounds(a) if hasattr(np, "byte_bounds") else np.lib.array_utils.byte_bounds(a)
+    lo, hi = _byte_bounds(a)
     return _pinned_address(lo) and _pinned_address(hi - 1)
