@@ -2,8 +2,8 @@
 // is chosen by the CUDATTN_* macros that cudattn/_traits.py passes as -D options.
 #include "cudattn/fwd_sm90.cuh"
 
-#ifndef CUDATTN_CROSS
-#define CUDATTN_CROSS 0
+#ifndef CUDATTN_CONSUMERS
+#define CUDATTN_CONSUMERS 2
 #endif
 #ifndef CUDATTN_DTYPE_FP8
 #define CUDATTN_DTYPE_FP8 0
@@ -22,7 +22,7 @@ typedef __half cudattn_fwd_out_t;
 
 typedef cudattn::sm90::FwdSm90<cudattn_elem_t, cudattn_fwd_out_t, CUDATTN_HEAD_DIM, CUDATTN_BLOCK_N, CUDATTN_STAGES,
                                CUDATTN_Q_STAGES, (CUDATTN_CAUSAL != 0), (CUDATTN_PINGPONG != 0),
-                               (CUDATTN_CROSS != 0)>
+                               CUDATTN_CONSUMERS>
     cudattn_fwd_variant;
 
 extern "C" __global__ void __launch_bounds__(cudattn_fwd_variant::NT, 1)

@@ -51,9 +51,8 @@ class Tiles:
     warps: int
     stages: int
     min_blocks: int  # __launch_bounds__ minimum blocks per SM (caps registers at 64K / (threads * min))
-    pingpong: bool = False  # sm90: the two consumer warpgroups take turns issuing their products
+    pingpong: bool = False  # sm90: the consumer warpgroups take turns issuing their products
     q_stages: int = 1  # sm90: Q tiles in flight (2: the next tile's Q loads during this one)
-    cross: bool = False  # sm90: a tile's last P V issued with the next tile's first S = Q K^T
 
 
 # Preferred tiles per (tile width, causal), fastest first; the first whose shared memory fits is
@@ -74,14 +73,17 @@ _CANDIDATES = {
 }
 
 
-# Hopper: BLOCK_M = 128 (two consumer warpgroups of 64 rows) + a producer warpgroup; the key
-# tile and ring depth per head-dim tile (tools/tune_tiles.py --family sm90; benchmarks/NOTES.md).
+# Hopper: a producer warpgroup + two or three consumer warpgroups of 64 rows (BLOCK_M = 128 or
+# 192; warps = 4 a warpgroup); the key tile and ring depth per head-dim tile (tools/tune_tiles.py
+# --family sm90; benchmarks/NOTES.md).
 SM90_TILE_DIMS = (64, 128, 192, 256)
 _SM90_TILES = {
-    (64, False): Tiles(128, 128, 12, 3, 1, True, 2),
-    (64, True): Tiles(128, 128, 12, 3, 1, True, 2, cross=True),  # cross-tile overlap: +2-5 % at S <= 1024
-    (128, False): Tiles(128, 128, 12, 2, 1, True, 2),  # cross-tile overlap: -1-2 % non-causal (NOTES.md)
-    (128, True): Tiles(128, 128, 12, 2, 1, True, 2, cross=True),  # +4-7 % at S = 512
+    # Head dim 64: three consumer warpgroups (BM = 192, 16 warps); +6-7 % non-causal, causal +13 % at
+    # S = 8192 and -3 % at 512 against two (benchmarks/NOTES.md)
+    (64, False): Tiles(192, 128, 16, 2, 1, True, 2),
+    (64, True): Tiles(192, 128, 16, 2, 1, True, 2),
+    (128, False): Tiles(128, 128, 12, 2, 1, True, 2),
+    (128, True): Tiles(128, 128, 12, 2, 1, True, 2),
     (192, False): Tiles(128, 64, 12, 2, 1, True, 2),
     (192, True): Tiles(128, 64, 12, 2, 1, True, 2),
     (256, False): Tiles(128, 80, 12, 2, 1, True, 1),  # two Q stages do not fit next to 2 x 2 K/V tiles
@@ -94,8 +96,8 @@ _SM90_TILES = {
 FP8_SM90_TILE_DIMS = (128, 256)
 FP8_TILE_DIMS = (64, 128, 256)
 _FP8_SM90_TILES = {
-    (128, False): Tiles(128, 192, 12, 2, 1, True, 2, cross=True),  # 128 keys: -4 %; cross: +8-11 % (NOTES.md)
-    (128, True): Tiles(128, 192, 12, 2, 1, True, 2, cross=True),
+    (128, False): Tiles(128, 192, 12, 2, 1, True, 2),  # 128 keys: -4 % (NOTES.md)
+    (128, True): Tiles(128, 192, 12, 2, 1, True, 2),
     (256, False): Tiles(128, 128, 12, 2, 1, True, 1),
     (256, True): Tiles(128, 128, 12, 2, 1, True, 1),
 }
@@ -158,15 +160,15 @@ class Variant:
         }
         if self.dtype == FP8:
             common.update(CUDATTN_DTYPE_FP8=1, CUDATTN_OUT=FP8_OUT_CODES[self.out_dtype])
-        if self.family == "sm90":  # BLOCK_M and the warps are fixed by the kernel's roles
+        if self.family == "sm90":  # the warps follow from BLOCK_M (the kernel's roles)
+            # BLOCK_M is 64 rows a consumer warpgroup
             return {**common, "CUDATTN_PINGPONG": int(t.pingpong), "CUDATTN_Q_STAGES": t.q_stages,
-                    "CUDATTN_CROSS": int(t.cross)}
+                    "CUDATTN_CONSUMERS": t.block_m // 64}
         return {**common, "CUDATTN_BLOCK_M": t.block_m, "CUDATTN_WARPS": t.warps, "CUDATTN_MIN_BLOCKS": t.min_blocks}
 
     def describe(self) -> str:
         t = self.tiles
         extra = (f" q{t.q_stages}" if self.family == "sm90" else "") + (" pingpong" if t.pingpong else "")
-        extra += " cross" if t.cross else ""
         out = f"->{self.out_dtype}" if self.out_dtype else ""
         return (f"{self.family} {self.dtype}{out} d{self.tile_dim} {'causal' if self.causal else 'full'} "
                 f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages}{extra}")

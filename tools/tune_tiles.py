@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import cudattn
-from cudattn import _kernels, _plan, _traits
+from cudattn import _callpath, _kernels, _plan, _traits
 
 
 def _sets(B, H, S, D, dtype, l2_bytes):
@@ -46,13 +46,12 @@ def time_fn(fn, sets, iters):
 
 
 def parse_tiles(spec: str) -> _traits.Tiles:
-    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(?:m(\d+))?(?:q(\d+))?(p?)(x?)", spec)
+    m = re.fullmatch(r"(\d+)x(\d+)w(\d+)s(\d+)(?:m(\d+))?(?:q(\d+))?(p?)", spec)
     if not m:
-        raise SystemExit(f"bad tiles {spec!r}: want BMxBNwWARPSsSTAGES[mMIN][qQ_STAGES][p][x] "
-                         "(p: ping-pong, x: cross-tile overlap)")
-    bm, bn, w, s, mb, qs, pp, x = m.groups()
+        raise SystemExit(f"bad tiles {spec!r}: want BMxBNwWARPSsSTAGES[mMIN][qQ_STAGES][p] (p: ping-pong)")
+    bm, bn, w, s, mb, qs, pp = m.groups()
     return _traits.Tiles(int(bm), int(bn), int(w), int(s), int(mb) if mb else (2 if int(w) == 4 else 1), pp == "p",
-                         int(qs) if qs else 1, x == "x")
+                         int(qs) if qs else 1)
 
 
 def main():
@@ -90,7 +89,7 @@ def main():
             _traits._CANDIDATES[(d, args.causal)] = (parse_tiles(spec),)
         else:
             _traits._SM90_TILES[(d, args.causal)] = parse_tiles(spec)
-        _plan._plans.clear()
+        _plan._plans.clear(); _callpath._plans.clear()
         _kernels._loaded.clear()
         ours = lambda q, k, v: cudattn.attention(q, k, v, causal=args.causal, layout="bhsd", stream=stream)
         try:

@@ -1,23 +1,23 @@
-// FlashAttention-3-style forward for Hopper (sm_90a). One CTA = three warpgroups:
+// FlashAttention-3-style forward for Hopper (sm_90a). One CTA = 1 + CONSUMERS warpgroups:
 //   warpgroup 0, the producer: one thread issues TMA loads of Q (once per tile) and of K and V
 //     tiles into a STAGES-deep ring, each stage completing on its own "full" mbarrier;
-//   warpgroups 1 and 2, the consumers: 64 query rows each (BM = 128 per tile), S = Q K^T with
+//   warpgroups 1.., the consumers (two or three): 64 query rows each (BM = 64 * CONSUMERS), S = Q K^T with
 //     wgmma from shared memory, online softmax in registers, O += P V with P as a register
 //     operand; a stage is handed back through its "empty" mbarrier once the product that read it
 //     has completed.
 // Inside a consumer, the next tile's S = Q K^T is issued before the current P V, so the softmax
 // of one tile runs while the tensor cores work on the other (intra-warpgroup overlap). With
-// PINGPONG, the two consumers also take turns issuing their products (named barriers), so one's
-// softmax runs under the other's GEMMs.
+// PINGPONG, the consumers also take turns issuing their products (named barriers, round robin),
+// so one's softmax runs under the others' GEMMs. Three consumers (head dim 64) give each SM
+// scheduler three warps to issue from where two leave the softmax's dependent chains exposed,
+// at 160 registers a consumer thread instead of 240.
 // The grid is persistent: in round r, CTA c takes tile r * gridDim.x + c. Causal tiles come
 // longest first (bottom row blocks of every head before any shorter one) and odd rounds go
 // right to left (a snake), so that the CTAs' sums of tile lengths come out nearly equal.
 // Tails: the maps are 4-D over (head dim, seq, head, batch), so TMA zero-fills rows past each
 // sequence's end and columns past the head dim on load; O is stored from registers, predicated.
 // Q is handed back as soon as a tile's last S = Q K^T has completed, so the producer loads the
-// next tile's Q while the consumers finish the tile. With CROSS, a tile's last P V is issued with
-// the next tile's first S = Q K^T, and its output is stored while the next tile's first softmax
-// runs (cross-tile overlap).
+// next tile's Q while the consumers finish the tile.
 // FP8 (T = e4m3_t): the same pipeline on k = 32 wgmma. e4m3 operands in shared memory must be
 // K-major, so V arrives transposed (Vt: head-dim rows of keys, keys permuted per 32 as fp8.cuh
 // explains) and P goes from the S accumulators to an e4m3 A operand with no lane exchange. The
@@ -74,12 +74,14 @@ __device__ __forceinline__ float (&flat(float (&a)[1][N / 8][4]))[N / 2] {
     return *reinterpret_cast<float(*)[N / 2]>(&a[0][0][0]);
 }
 
-template <typename T, typename OutT, int D, int BN, int STAGES, int Q_STAGES, bool CAUSAL, bool PINGPONG, bool CROSS>
+template <typename T, typename OutT, int D, int BN, int STAGES, int Q_STAGES, bool CAUSAL, bool PINGPONG,
+          int CONSUMERS>
 struct FwdSm90 {
     static constexpr bool FP8 = sizeof(T) == 1;
     static constexpr int EB = sizeof(T);      // bytes per element
-    static constexpr int BM = 128;            // query rows per tile: two consumer warpgroups of 64
-    static constexpr int NT = 384;            // producer warpgroup + two consumers
+    static_assert(CONSUMERS == 2 || CONSUMERS == 3, "two or three consumer warpgroups");
+    static constexpr int BM = 64 * CONSUMERS; // query rows per tile: 64 a consumer warpgroup
+    static constexpr int NT = 128 * (1 + CONSUMERS);  // the producer warpgroup + the consumers
     static constexpr int BOX_COLS = 128 / EB; // elements in one 128-byte box row (a swizzle row)
     static constexpr int KB = D * EB / 128;   // 128-byte boxes per Q/K row
     static constexpr int Q_BOX = BM * 128;    // bytes of one box of the Q tile
@@ -93,8 +95,9 @@ struct FwdSm90 {
     static constexpr int PV_K = FP8 ? 32 : 16;      // keys per k-step of O += P V
     static_assert(!FP8 || (BN % 32 == 0 && D % 128 == 0), "FP8: 32-key k-steps; 128-byte rows");
     static constexpr int SMEM_BYTES = Q_STAGES * Q_BYTES + STAGES * (KV_BYTES + V_BYTES) + 1024;  // + alignment slack
-    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;  // 128*24 + 256*240 <= 64K
-    static constexpr int BAR_TURN = 1;  // named barriers 1, 2: the ping-pong turns of consumers 0, 1
+    // Registers a thread after setmaxnreg: 128*24 + 256*240 and 128*24 + 384*160 fit in 64K.
+    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
+    static constexpr int BAR_TURN = 1;  // named barriers 1..CONSUMERS: the ping-pong turns of each consumer
     static_assert(D * EB % 128 == 0 && D <= 256, "head-dim tile: whole 128-byte rows, at most 256");
     static_assert(BN % 16 == 0 && BN <= 256, "key tile: a multiple of 16 up to 256");
     static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
@@ -117,14 +120,14 @@ struct FwdSm90 {
 #pragma unroll
             for (int s = 0; s < Q_STAGES; ++s) {
                 mbar_init(&bars.q_full[s], 1);
-                mbar_init(&bars.q_empty[s], 8);  // every consumer warp, after its last S = Q K^T
+                mbar_init(&bars.q_empty[s], 4 * CONSUMERS);  // every consumer warp, after its last S = Q K^T
             }
 #pragma unroll
             for (int s = 0; s < STAGES; ++s) {
                 mbar_init(&bars.k_full[s], 1);
                 mbar_init(&bars.v_full[s], 1);
-                mbar_init(&bars.k_empty[s], 8);  // every consumer warp, after its product completed
-                mbar_init(&bars.v_empty[s], 8);
+                mbar_init(&bars.k_empty[s], 4 * CONSUMERS);  // every consumer warp, after its product completed
+                mbar_init(&bars.v_empty[s], 4 * CONSUMERS);
             }
             fence_mbar_init();
         }
@@ -253,12 +256,13 @@ struct FwdSm90 {
         if (__any_sync(0xffffffffu, alpha[0][0] != 1.f || alpha[0][1] != 1.f)) OnlineSoftmax<1>::rescale(o, alpha);
     }
 
-    // Ping-pong: wait for this warpgroup's turn to issue products; then hand the turn over.
+    // Ping-pong: wait for this warpgroup's turn to issue products; then hand the turn to the next.
+    // Every consumer of a CTA walks the same tiles, so all take the same number of turns.
     static __device__ __forceinline__ void turn_begin(int cw) {
         if (PINGPONG) named_sync(BAR_TURN + cw, 256);
     }
     static __device__ __forceinline__ void turn_end(int cw) {
-        if (PINGPONG) named_arrive(BAR_TURN + (cw ^ 1), 256);
+        if (PINGPONG) named_arrive(BAR_TURN + (cw + 1) % CONSUMERS, 256);
     }
 
     // One arrival per warp on a stage's empty barrier, once this warp's product has completed.
@@ -267,8 +271,7 @@ struct FwdSm90 {
         if (lane == 0) mbar_arrive(bar);
     }
 
-    // What a consumer carries from one of its CTA's tiles to the next (kept small: at the tile
-    // transition two of them are live beside S, O and P). n_tiles < 0: past the CTA's last tile.
+    // What a consumer knows of one of its CTA's tiles. n_tiles < 0: past the CTA's last tile.
     struct Tile {
         TileCoord c;
         int n_tiles;
@@ -311,13 +314,7 @@ struct FwdSm90 {
     static __device__ __forceinline__ unsigned q_phase(int n) { return (unsigned)((n / Q_STAGES) & 1); }
     static __device__ __forceinline__ unsigned phase(int i) { return (unsigned)((i / STAGES) & 1); }
 
-    // Each tile's first O += P V starts from zero (scale-d off), so O is never cleared. CROSS: a
-    // tile's last P V is issued together with the next tile's first S = Q K^T when there is one
-    // (cross-tile overlap: without it, both consumers reach the first S and its softmax, and the
-    // last P V, at the same time). The two cases are separate straight-line paths, each waiting
-    // for everything it issued: ptxas serializes every wgmma if an accumulator is in flight on one
-    // side of a branch only. Measured: a gain for FP8 at head dim 128 and for short causal rows, a
-    // small loss elsewhere (benchmarks/NOTES.md), so the tiles choose it per variant.
+    // Each tile's first O += P V starts from zero (scale-d off), so O is never cleared.
     static __device__ __forceinline__ void consume(const FwdSm90Params& P, Barriers& bars, unsigned char* sQ,
                                                    unsigned char* sK, unsigned char* sV, int cw, int ltid) {
         const FwdParams& p = P.p;
@@ -334,44 +331,41 @@ struct FwdSm90 {
 #pragma unroll
         for (int i = 0; i < D / 8; ++i)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) o[0][i][e] = 0.f;
+            for (int e = 0; e < 4; ++e) o[0][i][e] = 0.f;  // defined before the first "+f" operand use
         float s[1][BN / 8][4];
         unsigned pk[BN / PV_K][4];
         float alpha[1][2];
         OnlineSoftmax<1> softmax;
 
-        if (PINGPONG && cw == 1) named_arrive(BAR_TURN + 0, 256);  // consumer 0 goes first
-        int it = 0;           // key tiles consumed so far: ring stage and phase
-        bool primed = false;  // this tile's first S is already in s, exponentiated (cross-tile overlap)
-        Tile cur = tile_state(P, 0);
-        for (int n = 0; cur.n_tiles >= 0; ++n) {
-            if (!primed) {
-                mbar_wait(&bars.q_full[n % Q_STAGES], q_phase(n));
-                softmax.init();
-                if (cur.n_tiles == 0) {  // sees no key: O = 0, LSE = -inf
-                    release(&bars.q_empty[n % Q_STAGES], lane);
+        if (PINGPONG && cw == CONSUMERS - 1) named_arrive(BAR_TURN + 0, 256);  // consumer 0 goes first
+        int it = 0;  // key tiles consumed so far: ring stage and phase
+        for (int n = 0;; ++n) {
+            const Tile cur = tile_state(P, n);
+            if (cur.n_tiles < 0) break;
+            mbar_wait(&bars.q_full[n % Q_STAGES], q_phase(n));
+            softmax.init();
+            if (cur.n_tiles == 0) {  // sees no key: O = 0, LSE = -inf
+                release(&bars.q_empty[n % Q_STAGES], lane);
 #pragma unroll
-                    for (int i = 0; i < D / 8; ++i)
+                for (int i = 0; i < D / 8; ++i)
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) o[0][i][e] = 0.f;
-                    float inv[1][2], lse[1][2];
-                    softmax.finish(inv, lse);
-                    store_tile(p, o, inv, lse, cur.c, cw, ltid);
-                    cur = tile_state(P, n + 1);
-                    continue;
-                }
-                mbar_wait(&bars.k_full[stage(it)], phase(it));
-                turn_begin(cw);
-                issue_qk(s, q_desc(n), k_desc(it));
-                turn_end(cw);
-                wgmma_wait<0>();
-                fence_operands(flat<BN>(s));
-                release(&bars.k_empty[stage(it)], lane);
-                if (cur.n_tiles == 1) release(&bars.q_empty[n % Q_STAGES], lane);
-                mask_tile(p, s, cur, 0, cw, warp, lane);
-                softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha);
-                to_operand(pk, s);
+                    for (int e = 0; e < 4; ++e) o[0][i][e] = 0.f;
+                float inv[1][2], lse[1][2];
+                softmax.finish(inv, lse);
+                store_tile<true>(p, o, inv, lse, cur.c, cw, ltid);
+                continue;
             }
+            mbar_wait(&bars.k_full[stage(it)], phase(it));
+            turn_begin(cw);
+            issue_qk(s, q_desc(n), k_desc(it));
+            turn_end(cw);
+            wgmma_wait<0>();
+            fence_operands(flat<BN>(s));
+            release(&bars.k_empty[stage(it)], lane);
+            if (cur.n_tiles == 1) release(&bars.q_empty[n % Q_STAGES], lane);
+            mask_tile(p, s, cur, 0, cw, warp, lane);
+            softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha);
+            to_operand(pk, s);
 
             for (int j = 1; j < cur.n_tiles; ++j) {
                 const int ik = it + j, iv = it + j - 1;
@@ -400,47 +394,28 @@ struct FwdSm90 {
             inv[0][0] *= cur.out_scale;  // the v descale (FP8)
             inv[0][1] *= cur.out_scale;
             const int iv = it + cur.n_tiles - 1;
-            const bool first_pv = cur.n_tiles == 1;
+            mbar_wait(&bars.v_full[stage(iv)], phase(iv));
+            turn_begin(cw);
+            issue_pv(o, pk, v_desc(iv), cur.n_tiles > 1);
+            turn_end(cw);
+            wgmma_wait<0>();
+            fence_operands(flat<D>(o));
+            release(&bars.v_empty[stage(iv)], lane);
+            store_tile(p, o, inv, lse, cur.c, cw, ltid);
             it += cur.n_tiles;
-            const Tile nxt = tile_state(P, n + 1);
-            primed = CROSS && nxt.n_tiles > 0;
-            if (primed) {
-                mbar_wait(&bars.q_full[(n + 1) % Q_STAGES], q_phase(n + 1));
-                mbar_wait(&bars.k_full[stage(it)], phase(it));
-                turn_begin(cw);
-                issue_qk(s, q_desc(n + 1), k_desc(it));
-                mbar_wait(&bars.v_full[stage(iv)], phase(iv));
-                issue_pv(o, pk, v_desc(iv), !first_pv);
-                turn_end(cw);
-                wgmma_wait<1>();
-                fence_operands(flat<BN>(s));
-                release(&bars.k_empty[stage(it)], lane);
-                if (nxt.n_tiles == 1) release(&bars.q_empty[(n + 1) % Q_STAGES], lane);
-                mask_tile(p, s, nxt, 0, cw, warp, lane);
-                softmax.init();
-                softmax.template exponentiate<BN / 8, FP8>(s, nxt.scale_log2, nxt.neg(), alpha);
-                wgmma_wait<0>();
-                fence_operands(flat<D>(o));
-                release(&bars.v_empty[stage(iv)], lane);
-                store_tile(p, o, inv, lse, cur.c, cw, ltid);
-                to_operand(pk, s);
-            } else {
-                mbar_wait(&bars.v_full[stage(iv)], phase(iv));
-                turn_begin(cw);
-                issue_pv(o, pk, v_desc(iv), !first_pv);
-                turn_end(cw);
-                wgmma_wait<0>();
-                fence_operands(flat<D>(o));
-                release(&bars.v_empty[stage(iv)], lane);
-                store_tile(p, o, inv, lse, cur.c, cw, ltid);
-            }
-            cur = nxt;
         }
-        if (PINGPONG && cw == 0) named_sync(BAR_TURN + 0, 256);  // consume consumer 1's last hand-over
+        if (PINGPONG && cw == 0) named_sync(BAR_TURN + 0, 256);  // consume the last consumer's last hand-over
     }
 
-    // O (times inv: normalised, times the v descale; as OutT) and LSE straight from the accumulators: each
-    // thread writes pairs of columns of its two rows, predicated on the sequence and head-dim bounds.
+    // O (times inv: normalised, times the v descale; as OutT) and LSE straight from the accumulators,
+    // predicated on the sequence and head-dim bounds. Lane t of a quad holds columns 8i+2t, 8i+2t+1
+    // of every 8-column block i. A 16-bit pair is 4 bytes, so a warp's store would fill half of
+    // each 32-byte sector; the two lanes of a pair swap one word first, so that the even lane
+    // holds 4 columns of block i and the odd lane the same 4 of block i+1, and a quad's 8-byte
+    // stores cover whole sectors (ncu counted half the sectors of this store wasted before).
+    // ZERO: O is known to be 0 (a tile that sees no key), so no lane needs its partner's word: no
+    // shuffle in that rarely taken branch, which ptxas would otherwise guard against divergence.
+    template <bool ZERO = false>
     static __device__ __forceinline__ void store_tile(const FwdParams& p, const float (&o)[1][D / 8][4],
                                                       const float (&inv)[1][2], const float (&lse)[1][2],
                                                       const TileCoord& c, int cw, int ltid) {
@@ -450,12 +425,25 @@ struct FwdSm90 {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = m_start + cw * 64 + warp * 16 + g + 8 * h;
-            if (row >= p.seqlen_q) continue;
-            OutT* g_row = g_o + row * p.o_stride_s + 2 * t;
+            OutT* g_row = g_o + row * p.o_stride_s;
+            if constexpr (sizeof(OutT) == 2) {
+                const bool odd = t & 1;
+                OutT* dst = g_row + 8 * odd + 4 * (t >> 1);  // block i + odd, the pair's half of it
+                const int blocks = row < p.seqlen_q ? p.head_dim / 8 - odd : 0;  // head_dim: a multiple of 8
 #pragma unroll
-            for (int i = 0; i < D / 8; ++i)
-                if (8 * i < p.head_dim)  // head_dim is a multiple of 8: pairs never straddle it
-                    store_pair(g_row + 8 * i, o[0][i][2 * h] * inv[0][h], o[0][i][2 * h + 1] * inv[0][h]);
+                for (int i = 0; i < D / 8; i += 2) {
+                    const unsigned w0 = pack2(o[0][i][2 * h] * inv[0][h], o[0][i][2 * h + 1] * inv[0][h], OutT());
+                    const unsigned w1 = pack2(o[0][i + 1][2 * h] * inv[0][h], o[0][i + 1][2 * h + 1] * inv[0][h], OutT());
+                    const unsigned got = ZERO ? 0u : __shfl_xor_sync(0xffffffffu, odd ? w0 : w1, 1);  // every lane
+                    st_global_v2_if(i < blocks, dst + 8 * i, odd ? got : w0, odd ? w1 : got);
+                }
+            } else {
+                if (row >= p.seqlen_q) continue;
+#pragma unroll
+                for (int i = 0; i < D / 8; ++i)
+                    if (8 * i < p.head_dim)  // head_dim is a multiple of 8: pairs never straddle it
+                        store_pair(g_row + 8 * i + 2 * t, o[0][i][2 * h] * inv[0][h], o[0][i][2 * h + 1] * inv[0][h]);
+            }
         }
         if (p.write_lse && t == 0) {
             float* g_lse = p.lse + ((long long)c.b * p.heads_q + c.h) * p.seqlen_q;

@@ -88,6 +88,16 @@ __device__ __forceinline__ float min_keep_nan(float x, float y) {
     return r;
 }
 
+// st.global.v2.b32 under a predicate. A C++ `if` around a store in an unrolled loop becomes a
+// branch per store, each with its own address arithmetic; this stays one predicated store at an
+// immediate offset from a base pointer.
+__device__ __forceinline__ void st_global_v2_if(bool pred, void* ptr, unsigned a, unsigned b) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p st.global.v2.b32 [%1], {%2, %3};\n}\n" ::"r"((int)pred),
+        "l"(ptr), "r"(a), "r"(b)
+        : "memory");
+}
+
 __device__ __forceinline__ float exp2_approx(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));

@@ -7,6 +7,17 @@
 
 namespace cudattn {
 
+// v[0] op v[1] op ... op v[N-1] as a pairwise tree: log2(N) dependent steps instead of N - 1.
+// op must be associative (max, min, and + up to rounding); v is overwritten.
+template <int N, typename Op>
+__device__ __forceinline__ float tree_reduce(float (&v)[N], Op op) {
+#pragma unroll
+    for (int w = 1; w < N; w *= 2)
+#pragma unroll
+        for (int i = 0; i + w < N; i += 2 * w) v[i] = op(v[i], v[i + w]);
+    return v[0];
+}
+
 template <int MF>
 struct OnlineSoftmax {
     float m_log2[MF][2];   // running max of scaled scores (score * scale_log2), -inf if none yet
@@ -31,12 +42,12 @@ struct OnlineSoftmax {
         for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float x = s[mf][0][2 * h];
+                float v[NF];
 #pragma unroll
-                for (int nf = 0; nf < NF; ++nf) {
-                    x = NEG ? fminf(x, fminf(s[mf][nf][2 * h], s[mf][nf][2 * h + 1]))
-                            : fmaxf(x, fmaxf(s[mf][nf][2 * h], s[mf][nf][2 * h + 1]));
-                }
+                for (int nf = 0; nf < NF; ++nf)
+                    v[nf] = NEG ? fminf(s[mf][nf][2 * h], s[mf][nf][2 * h + 1])
+                                : fmaxf(s[mf][nf][2 * h], s[mf][nf][2 * h + 1]);
+                float x = tree_reduce(v, [](float a, float b) { return NEG ? fminf(a, b) : fmaxf(a, b); });
                 float y = __shfl_xor_sync(0xffffffffu, x, 1);
                 x = NEG ? fminf(x, y) : fmaxf(x, y);
                 y = __shfl_xor_sync(0xffffffffu, x, 2);
@@ -51,10 +62,10 @@ struct OnlineSoftmax {
     // visible key so far keeps m = -inf and uses 0 as its offset, so that exp2(-inf - -inf) never
     // makes a NaN. Split from the rescale so that a Hopper consumer can exponentiate while its
     // previous P.V product is still in flight and rescale once that product has landed.
-    // CLAMP (FP8): exponents capped at 0. The row max m is rounded to float32 but each exponent is
-    // an exact fma, so the max key's P is 2^(±ulp(m)/2), not 1: at most 2^8 while |m| < 2^27, but
-    // with scores beyond 2^27 (large descales) P would pass e4m3's 448 or overflow; capped it
-    // stays in [0, 1].
+    // CLAMP (FP8): the row max m is rounded to float32 but each exponent is an exact fma, so the
+    // max key's P is 2^(+-ulp(m)/2), not 1: at most 2^8 (inside e4m3's 448) while |m| < 2^27.
+    // A warp with a larger |m| (scores beyond 2^27 from large descales) caps the exponents at 0,
+    // so P stays in [0, 1]; the cap is one more instruction an element, so only such a warp pays it.
     template <int NF, bool CLAMP = false>
     __device__ __forceinline__ void exponentiate(float (&s)[MF][NF][4], float scale_log2, bool neg,
                                                  float (&alpha)[MF][2]) {
@@ -62,24 +73,43 @@ struct OnlineSoftmax {
             update_max<true>(s, scale_log2);
         else
             update_max<false>(s, scale_log2);
+        float m_use[MF][2];
+        bool big = false;
 #pragma unroll
         for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const float m_use = (m_new[mf][h] == -CUDATTN_INF) ? 0.f : m_new[mf][h];
-                alpha[mf][h] = exp2_approx(m_log2[mf][h] - m_use);
+                m_use[mf][h] = (m_new[mf][h] == -CUDATTN_INF) ? 0.f : m_new[mf][h];
+                alpha[mf][h] = exp2_approx(m_log2[mf][h] - m_use[mf][h]);
                 m_log2[mf][h] = m_new[mf][h];
-                float rs = 0.f;
+                big |= !(fabsf(m_use[mf][h]) < 0x1p27f);  // NaN too
+            }
+        if (CLAMP && __any_sync(0xffffffffu, big))
+            exponentiate_rows<NF, CLAMP>(s, scale_log2, m_use, alpha);
+        else
+            exponentiate_rows<NF, false>(s, scale_log2, m_use, alpha);
+    }
+
+    // P and the row sums; the sums are pairwise trees (a chain of 2 NF dependent adds would
+    // leave the few warps of a scheduler waiting on FADD latency).
+    template <int NF, bool CLAMP>
+    __device__ __forceinline__ void exponentiate_rows(float (&s)[MF][NF][4], float scale_log2,
+                                                      const float (&m_use)[MF][2], const float (&alpha)[MF][2]) {
 #pragma unroll
-                for (int nf = 0; nf < NF; ++nf)
+        for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float v[NF];
+#pragma unroll
+                for (int nf = 0; nf < NF; ++nf) {
 #pragma unroll
                     for (int j = 0; j < 2; ++j) {
-                        const float x = fmaf(s[mf][nf][2 * h + j], scale_log2, -m_use);
-                        const float p = exp2_approx(CLAMP ? min_keep_nan(x, 0.f) : x);
-                        s[mf][nf][2 * h + j] = p;
-                        rs += p;
+                        const float x = fmaf(s[mf][nf][2 * h + j], scale_log2, -m_use[mf][h]);
+                        s[mf][nf][2 * h + j] = exp2_approx(CLAMP ? min_keep_nan(x, 0.f) : x);
                     }
-                sum[mf][h] = fmaf(sum[mf][h], alpha[mf][h], rs);
+                    v[nf] = s[mf][nf][2 * h] + s[mf][nf][2 * h + 1];
+                }
+                sum[mf][h] = fmaf(sum[mf][h], alpha[mf][h], tree_reduce(v, [](float a, float b) { return a + b; }));
             }
     }
 
