@@ -67,7 +67,8 @@ def _tma_can_map(problem: Problem) -> bool:
 
 
 def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, family: str) -> Plan:
-    variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family, problem.out_dtype)
+    variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family, problem.out_dtype,
+                             problem.seqlen_q)
     bm = variant.tiles.block_m
     num_m = -(-problem.seqlen_q // bm)
     if family == "sm90":

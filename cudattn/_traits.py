@@ -78,8 +78,8 @@ _CANDIDATES = {
 # --family sm90; benchmarks/NOTES.md).
 SM90_TILE_DIMS = (64, 128, 192, 256)
 _SM90_TILES = {
-    # Head dim 64: three consumer warpgroups (BM = 192, 16 warps); +6-7 % non-causal, causal +13 % at
-    # S = 8192 and -3 % at 512 against two (benchmarks/NOTES.md)
+    # Head dim 64: three consumer warpgroups (BM = 192, 16 warps); against two, +6-7 % non-causal and
+    # causal +13 % at S = 8192, but causal -3 % at 512 and -11 % at 1024: see _SM90_SHORT_CAUSAL
     (64, False): Tiles(192, 128, 16, 2, 1, True, 2),
     (64, True): Tiles(192, 128, 16, 2, 1, True, 2),
     (128, False): Tiles(128, 128, 12, 2, 1, True, 2),
@@ -89,6 +89,9 @@ _SM90_TILES = {
     (256, False): Tiles(128, 80, 12, 2, 1, True, 1),  # two Q stages do not fit next to 2 x 2 K/V tiles
     (256, True): Tiles(128, 80, 12, 2, 1, True, 1),
 }
+# Causal calls with at most this many query rows a sequence use these tiles instead: with short
+# rows, most query tiles are diagonal ones, and 192-row tiles mask more of their work than 128.
+_SM90_SHORT_CAUSAL = {64: (2048, Tiles(128, 128, 12, 3, 1, True, 2))}
 
 
 # FP8 (e4m3): head-dim tiles are 32-byte k-steps of whole 128-byte (sm90) or 64-byte (sm80)
@@ -204,14 +207,19 @@ def _dtype_name(dtype) -> str:
 
 
 def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, family: str = "sm80",
-           out_dtype: np.dtype | str | None = None) -> Variant:
-    """The variant for a problem; ``out_dtype`` matters only for FP8 (default bfloat16)."""
+           out_dtype: np.dtype | str | None = None, seqlen_q: int | None = None) -> Variant:
+    """The variant for a problem; ``out_dtype`` matters only for FP8 (default bfloat16), ``seqlen_q``
+    (query rows a sequence; None: long) only for the Hopper family's short causal tiles."""
     name = _dtype_name(dtype)
     if name == FP8:
         return _select_fp8(head_dim, causal, smem_limit, family, out_dtype)
     if family == "sm90":
         d = tile_dim_for(head_dim, SM90_TILE_DIMS)
-        v = Variant(name, d, bool(causal), _SM90_TILES[(d, bool(causal))], "sm90")
+        tiles = _SM90_TILES[(d, bool(causal))]
+        short = _SM90_SHORT_CAUSAL.get(d)
+        if causal and short is not None and seqlen_q is not None and seqlen_q <= short[0]:
+            tiles = short[1]
+        v = Variant(name, d, bool(causal), tiles, "sm90")
         if v.smem_bytes > smem_limit:
             raise ValueError(f"the Hopper kernel for head_dim {head_dim} needs {v.smem_bytes} bytes of shared "
                              f"memory; the device allows {smem_limit}")
@@ -265,4 +273,5 @@ def all_variants(arch: str) -> list[Variant]:
     if arch in HOPPER_ARCHS:
         out += [select(dt, d, causal, limit, "sm90") for dt in DTYPE_NAMES.values() for d in SM90_TILE_DIMS
                 for causal in (False, True)]
+        out += [select(dt, d, True, limit, "sm90", seqlen_q=1) for dt in DTYPE_NAMES.values() for d in _SM90_SHORT_CAUSAL]
     return out

@@ -100,14 +100,15 @@ MANY_TILES = [
     (5, 700, 100, 13, 13, 64, False),  # one key tile each: every tile starts beside the previous one's end
     (4, 513, 1100, 12, 3, 256, True),
     (2, 777, 801, 12, 4, 192, True),
+    (2, 2100, 2150, 8, 8, 64, True),  # past the short-causal rows: three consumer warpgroups at D = 64
 ]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("B,Sq,Sk,Hq,Hkv,D,causal", MANY_TILES)
 def test_many_tiles_per_cta(B, Sq, Sk, Hq, Hkv, D, causal, dtype):
-    """Consecutive tiles of one CTA (the Hopper kernel issues a tile's last P V with the next
-    tile's first S = Q K^T): each must keep its own softmax state, output and LSE."""
+    """Consecutive tiles of one CTA (the Hopper kernel's Q ring loads a tile's Q while the
+    consumers finish the one before): each must keep its own softmax state, output and LSE."""
     check(B, Sq, Sk, Hq, Hkv, D, DTYPES[dtype], causal)
 
 

@@ -91,8 +91,9 @@ def test_warm_covers_every_kernel_the_api_can_select(arch):
                 for causal in (False, True):
                     outs = list(_traits.FP8_OUT_CODES) if dt == "float8_e4m3fn" else [None]
                     for out in outs:
-                        v = _traits.select(dt, d, causal, limit, fam, out)
-                        assert (v.source, tuple(sorted(v.defines().items()))) in builds, v.describe()
+                        for seqlen_q in (None, 1, 2048, 2049):
+                            v = _traits.select(dt, d, causal, limit, fam, out, seqlen_q)
+                            assert (v.source, tuple(sorted(v.defines().items()))) in builds, v.describe()
     sources = {s.source for s in _kernels.all_kernels(arch)}
     assert {"flash_decode.cu", "split_kv_combine.cu", "kv_cache_append.cu", "fp8_quantize.cu"} <= sources
     assert ("fp8_transpose_v.cu" in sources) == (arch in _traits.FP8_ARCHS)

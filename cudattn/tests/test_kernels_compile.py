@@ -208,3 +208,13 @@ def test_decode_params_structs_match_header():
             names += [first.split()[-1].lstrip("*").split("[")[0]] + [m.strip() for m in more]
         assert names == [f[0] for f in cls._fields_], cname
     assert ctypes.sizeof(_params.KvCacheGeom) == 40
+
+
+@pytest.mark.parametrize("seqlen_q,causal,block_m", [(None, True, 192), (2048, True, 128), (2049, True, 192),
+                                                     (1, True, 128), (512, False, 192), (None, False, 192)])
+def test_hopper_head_dim_64_tiles_follow_the_query_length(seqlen_q, causal, block_m):
+    """Head dim 64 runs three consumer warpgroups (BM = 192), except causal calls of at most 2048
+    query rows a sequence, where the diagonal tiles of 128 rows waste less."""
+    for dt in ("float16", "bfloat16"):
+        v = _traits.select(dt, 64, causal, 232448, "sm90", seqlen_q=seqlen_q)
+        assert (v.tiles.block_m, v.threads, v.defines()["CUDATTN_CONSUMERS"]) == (block_m, 128 * (block_m // 64 + 1), block_m // 64)
