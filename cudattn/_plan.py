@@ -133,8 +133,9 @@ def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, ls
     else:
         raw = _tma.encode_vt(v, dt, D, _fp8.seq_pad(Sk), Hkv, B, plan.variant.tile_dim)
         ctypes.memmove(ctypes.addressof(P.tma_v), raw, len(raw))
+    row_bytes = min(128, plan.variant.tile_dim * plan.variant.elem_bytes)  # the kernel's swizzle row (fwd_sm90.cuh)
     for field, (ptr, seqlen, heads, geom, rows) in maps:
-        raw = _tma.encode_attention_operand(ptr, dt, D, seqlen, heads, B, geom, rows)
+        raw = _tma.encode_attention_operand(ptr, dt, D, seqlen, heads, B, geom, rows, row_bytes)
         ctypes.memmove(ctypes.addressof(getattr(P, field)), raw, len(raw))
     return P
 

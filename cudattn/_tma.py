@@ -34,18 +34,24 @@ def _u32(x: int):
     return driver.cuuint32_t(int(x))
 
 
-def encode(ptr: int, dtype, dims, strides_bytes, box) -> bytes:
+_SWIZZLE = {128: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            64: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B}
+
+
+def encode(ptr: int, dtype, dims, strides_bytes, box, swizzle: int = 128) -> bytes:
     """A tiled map of a tensor at ``ptr`` (16-bit or e4m3 elements). ``dims`` and ``box`` list the axes
     innermost first (the innermost has unit stride); ``strides_bytes`` the byte strides of the
-    others. Boxes land in shared memory in the 128-byte swizzle layout, so a box row is at most
-    128 bytes (64 halves). Out-of-bounds elements of a box read as zero and are not stored."""
+    others. Boxes land in shared memory in the ``swizzle``-byte swizzle layout (128 or 64), so a box
+    row is at most that many bytes. Out-of-bounds elements of a box read as zero and are not stored."""
     dt = np.dtype(dtype)
     if dt not in _DATA_TYPE:
         raise TypeError(f"TMA maps are made for float16, bfloat16 and float8_e4m3fn here; got {dt}")
     if len(strides_bytes) != len(dims) - 1 or len(box) != len(dims):
         raise ValueError(f"{len(dims)} dims need {len(dims) - 1} strides and {len(dims)} box sizes")
-    if box[0] * dt.itemsize > 128:
-        raise ValueError(f"a 128-byte-swizzled box row holds at most 128 bytes; got {box[0]} x {dt.itemsize}")
+    if swizzle not in _SWIZZLE:
+        raise ValueError(f"swizzle must be 128 or 64 bytes; got {swizzle}")
+    if box[0] * dt.itemsize > swizzle:
+        raise ValueError(f"a {swizzle}-byte-swizzled box row holds at most {swizzle} bytes; got {box[0]} x {dt.itemsize}")
     if ptr % 16 or any(st % 16 or st <= 0 for st in strides_bytes):
         raise ValueError(f"TMA needs a 16-byte aligned base address and positive strides that are multiples of "
                          f"16 bytes; got address {ptr:#x}, strides {tuple(strides_bytes)}")
@@ -54,7 +60,7 @@ def encode(ptr: int, dtype, dims, strides_bytes, box) -> bytes:
         _DATA_TYPE[dt], rank, ptr, [_u64(d) for d in dims], [_u64(st) for st in strides_bytes],
         [_u32(b) for b in box], [_u32(1)] * rank,
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        _SWIZZLE[swizzle],
         driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
         driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
     return ctypes.string_at(tmap.getPtr(), TENSOR_MAP_BYTES)
@@ -66,9 +72,9 @@ def encode_2d(ptr: int, dtype, rows: int, cols: int, row_stride_bytes: int, box_
 
 
 def encode_attention_operand(ptr: int, dtype, head_dim: int, seqlen: int, heads: int, batch: int, geom,
-                             box_rows: int) -> bytes:
+                             box_rows: int, row_bytes: int = 128) -> bytes:
     """See `_encode_attention_operand`; a recorded call (`_recording`) notes the map's address."""
-    raw = _encode_attention_operand(ptr, dtype, head_dim, seqlen, heads, batch, geom, box_rows)
+    raw = _encode_attention_operand(ptr, dtype, head_dim, seqlen, heads, batch, geom, box_rows, row_bytes)
     if _recording.active:
         _note(ptr, raw)
     return raw
@@ -98,9 +104,10 @@ def replace_address(raw: bytes, ptr: int) -> bytes:
 
 @functools.lru_cache(maxsize=1024)
 def _encode_attention_operand(ptr: int, dtype, head_dim: int, seqlen: int, heads: int, batch: int, geom,
-                              box_rows: int) -> bytes:
+                              box_rows: int, row_bytes: int = 128) -> bytes:
     """The 4-D map (head dim, seq, head, batch) of a q/k/v/out tensor with element strides ``geom``
-    (a TensorGeom), boxes of one 128-byte row (64 16-bit or 128 e4m3 columns) x ``box_rows`` sequence rows. A size-1 axis may carry any
+    (a TensorGeom), boxes of one ``row_bytes`` swizzle row (128: 64 16-bit or 128 e4m3 columns; 64:
+    the 64 e4m3 columns of FP8's head-dim-64 tile) x ``box_rows`` sequence rows. A size-1 axis may carry any
     stride (even 0); TMA never steps along it, so it gets a dense one that TMA accepts.
 
     Memoised: the map is a pure function of these arguments (a new buffer at a freed one's
@@ -114,7 +121,7 @@ def _encode_attention_operand(ptr: int, dtype, head_dim: int, seqlen: int, heads
         st_bytes = st * item if size > 1 else prev_stride * prev_size
         strides.append(st_bytes)
         prev_stride, prev_size = st_bytes, size
-    return encode(ptr, dtype, sizes, strides, (128 // item, box_rows, 1, 1))
+    return encode(ptr, dtype, sizes, strides, (row_bytes // item, box_rows, 1, 1), swizzle=row_bytes)
 
 
 @functools.lru_cache(maxsize=256)

@@ -82,23 +82,27 @@ struct FwdSm90 {
     static_assert(CONSUMERS == 2 || CONSUMERS == 3, "two or three consumer warpgroups");
     static constexpr int BM = 64 * CONSUMERS; // query rows per tile: 64 a consumer warpgroup
     static constexpr int NT = 128 * (1 + CONSUMERS);  // the producer warpgroup + the consumers
-    static constexpr int BOX_COLS = 128 / EB; // elements in one 128-byte box row (a swizzle row)
-    static constexpr int KB = D * EB / 128;   // 128-byte boxes per Q/K row
-    static constexpr int Q_BOX = BM * 128;    // bytes of one box of the Q tile
-    static constexpr int KV_BOX = BN * 128;   // ... of a K tile, or of a 16-bit V tile
+    // Q and K rows are cut into boxes of one swizzle row: 128 bytes, or 64 where a row is only 64
+    // (FP8 at head dim 64: the 64-byte swizzle, so no padding to 128 columns).
+    static constexpr int SW = D * EB >= 128 ? 128 : 64;
+    static constexpr int BOX_COLS = SW / EB;  // elements in one box row
+    static constexpr int KB = D * EB / SW;    // boxes per Q/K row
+    static constexpr int Q_BOX = BM * SW;     // bytes of one box of the Q tile
+    static constexpr int KV_BOX = BN * SW;    // ... of a K tile, or of a 16-bit V tile
     static constexpr int VT_BOX = D * 128;    // FP8: one box of Vt, D rows of 128 keys
     static constexpr int VT_BOXES = (BN + 127) / 128;  // FP8: a key tile of 192 loads 64 keys it does not use
     static constexpr int Q_BYTES = KB * Q_BOX;
     static constexpr int KV_BYTES = KB * KV_BOX;
     static constexpr int V_BYTES = FP8 ? VT_BOXES * VT_BOX : KV_BYTES;  // one V stage
     static constexpr int KSTEPS = D * EB / 32;      // k-steps of 32 bytes in S = Q K^T
+    static constexpr int BOX_KSTEPS = SW / 32;      // ... inside one box row
     static constexpr int PV_K = FP8 ? 32 : 16;      // keys per k-step of O += P V
-    static_assert(!FP8 || (BN % 32 == 0 && D % 128 == 0), "FP8: 32-key k-steps; 128-byte rows");
+    static_assert(!FP8 || (BN % 32 == 0 && D % 64 == 0), "FP8: 32-key k-steps; 64- or 128-byte rows");
     static constexpr int SMEM_BYTES = Q_STAGES * Q_BYTES + STAGES * (KV_BYTES + V_BYTES) + 1024;  // + alignment slack
     // Registers a thread after setmaxnreg: 128*24 + 256*240 and 128*24 + 384*160 fit in 64K.
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
     static constexpr int BAR_TURN = 1;  // named barriers 1..CONSUMERS: the ping-pong turns of each consumer
-    static_assert(D * EB % 128 == 0 && D <= 256, "head-dim tile: whole 128-byte rows, at most 256");
+    static_assert(D * EB % SW == 0 && D <= 256, "head-dim tile: whole swizzle rows, at most 256");
     static_assert(BN % 16 == 0 && BN <= 256, "key tile: a multiple of 16 up to 256");
     static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
 
@@ -203,10 +207,10 @@ struct FwdSm90 {
                                                     unsigned long long k_desc) {
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < KSTEPS; ++kk) {  // 4 k-steps of 32 bytes inside each 128-byte box
-            const unsigned step = (kk % 4) * (32 >> 4);
-            Wgmma<T>::ss(flat<BN>(s), q_desc + step + (kk / 4) * (Q_BOX >> 4), k_desc + step + (kk / 4) * (KV_BOX >> 4),
-                         kk > 0);
+        for (int kk = 0; kk < KSTEPS; ++kk) {  // k-steps of 32 bytes inside each box row
+            const unsigned step = (kk % BOX_KSTEPS) * (32 >> 4);
+            const unsigned box = kk / BOX_KSTEPS;
+            Wgmma<T>::ss(flat<BN>(s), q_desc + step + box * (Q_BOX >> 4), k_desc + step + box * (KV_BOX >> 4), kk > 0);
         }
         wgmma_commit();
     }
@@ -320,8 +324,8 @@ struct FwdSm90 {
         const FwdParams& p = P.p;
         const int warp = ltid / 32, lane = ltid % 32;
         // Descriptors of the first box of each buffer; a byte offset b is added as b >> 4.
-        const unsigned long long q_desc0 = smem_desc_sw128(sQ + cw * 64 * 128, 16, 1024);
-        const unsigned long long k_desc0 = smem_desc_sw128(sK, 16, 1024);
+        const unsigned long long q_desc0 = smem_desc_sw<SW>(sQ + cw * 64 * SW, 16, 8 * SW);
+        const unsigned long long k_desc0 = smem_desc_sw<SW>(sK, 16, 8 * SW);
         const unsigned long long v_desc0 = smem_desc_sw128(sV, FP8 ? 16 : KV_BOX, 1024);
         auto q_desc = [&](int n) { return q_desc0 + (n % Q_STAGES) * (Q_BYTES >> 4); };
         auto k_desc = [&](int i) { return k_desc0 + stage(i) * (KV_BYTES >> 4); };

@@ -23,13 +23,20 @@ namespace sm90 {
 // CU_TENSOR_MAP_SWIZZLE_128B; tile base 1024-byte aligned). Byte offsets: `lbo` between swizzle
 // atoms along the leading dimension (MN-major operands wider than 64 halves), `sbo` between groups
 // of 8 rows (1024 for 128-byte rows). Moving along K inside a K-major atom adds bytes to `tile`.
-__device__ __forceinline__ unsigned long long smem_desc_sw128(const void* tile, unsigned lbo, unsigned sbo) {
+// smem_desc_sw<64>: the same for the 64-byte swizzle (CU_TENSOR_MAP_SWIZZLE_64B: 64-byte rows,
+// `sbo` 512 between groups of 8 rows).
+template <int SWIZZLE_BYTES>
+__device__ __forceinline__ unsigned long long smem_desc_sw(const void* tile, unsigned lbo, unsigned sbo) {
+    static_assert(SWIZZLE_BYTES == 128 || SWIZZLE_BYTES == 64, "128- or 64-byte swizzle");
     const unsigned long long addr = static_cast<unsigned long long>(__cvta_generic_to_shared(tile));
     unsigned long long d = (addr & 0x3FFFFull) >> 4;
     d |= static_cast<unsigned long long>((lbo >> 4) & 0x3FFF) << 16;
     d |= static_cast<unsigned long long>((sbo >> 4) & 0x3FFF) << 32;
-    d |= 1ull << 62;  // layout type 1: 128-byte swizzle
+    d |= (SWIZZLE_BYTES == 128 ? 1ull : 2ull) << 62;  // layout type: 1 128-byte swizzle, 2 64-byte
     return d;
+}
+__device__ __forceinline__ unsigned long long smem_desc_sw128(const void* tile, unsigned lbo, unsigned sbo) {
+    return smem_desc_sw<128>(tile, lbo, sbo);
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
