@@ -53,18 +53,25 @@ def _clocks(device_id: int) -> dict:
         return {"sm_max_mhz": sm and sm // 1000, "mem_max_mhz": mem and mem // 1000, "source": "driver"}
 
 
-def git_commit() -> str | None:
-    """$CUDATTN_GIT_COMMIT, else HEAD of the checkout cudattn was imported from, else None."""
+def git_commit(root: pathlib.Path | None = None) -> str | None:
+    """$CUDATTN_GIT_COMMIT, else HEAD of the checkout cudattn was imported from (with "-dirty" when
+    tracked files differ from it: the numbers are then not HEAD's), else None."""
     env = os.environ.get("CUDATTN_GIT_COMMIT")
     if env:
         return env
-    root = pathlib.Path(__file__).resolve().parents[2]
+    root = root or pathlib.Path(__file__).resolve().parents[2]
+
+    def git(*args):
+        res = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
+        return res.stdout.strip() if res.returncode == 0 else None
+
     try:
-        res = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10)
+        head = git("rev-parse", "HEAD")
+        if not head:
+            return None
+        return head + "-dirty" if git("status", "--porcelain", "--untracked-files=no") else head
     except (OSError, subprocess.SubprocessError):
         return None
-    return (res.stdout.strip() or None) if res.returncode == 0 else None
 
 
 def environment(device_id: int, peers=None) -> dict:

@@ -430,3 +430,27 @@ def test_bench_overhead_grid_end_to_end(tmp_path):
     assert text.startswith("# Host overhead\n") and "## Host time per call (µs)" in text
     assert "## Prefill" not in text
     assert "overhead, prefill: cudattn (DeviceArray)" in res.stdout
+
+
+def test_git_commit_marks_a_tree_that_differs_from_head(tmp_path, monkeypatch):
+    """Numbers measured on a modified checkout must not pass for HEAD's."""
+    import shutil
+
+    from cudattn.bench import manifest
+
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    monkeypatch.delenv("CUDATTN_GIT_COMMIT", raising=False)
+    run = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)
+    run("init", "-q")
+    (tmp_path / "f.txt").write_text("a")
+    run("add", "f.txt")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert manifest.git_commit(tmp_path) == head
+    (tmp_path / "g.txt").write_text("untracked files do not count")
+    assert manifest.git_commit(tmp_path) == head
+    (tmp_path / "f.txt").write_text("b")
+    assert manifest.git_commit(tmp_path) == head + "-dirty"
+    monkeypatch.setenv("CUDATTN_GIT_COMMIT", "given")
+    assert manifest.git_commit(tmp_path) == "given"
