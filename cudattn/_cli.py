@@ -128,6 +128,23 @@ def cmd_cache(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from cudattn import _export
+
+    archs = args.arch or ["sm_90a"]
+    try:
+        manifest = _export.export(args.out, archs, jobs=args.jobs)
+    except (_export.ExportError, OSError) as e:
+        print(f"export failed: {e}", file=sys.stderr)
+        return 1
+    for arch, entry in manifest["archs"].items():
+        size = sum(os.path.getsize(os.path.join(args.out, arch, k["file"])) for k in entry["kernels"])
+        print(f"{arch}: {len(entry['kernels'])} cubins ({size / 2**20:.1f} MiB) in {os.path.join(args.out, arch)}")
+    print(f"manifest: {os.path.join(args.out, 'manifest.json')} (cudattn {manifest['cudattn']}, format "
+          f"{manifest['format']}); parameter structs: {os.path.join(args.out, 'include', 'cudattn_params.h')}")
+    return 0
+
+
 def warm(arch: str, jobs: int | None = None, cache=None) -> bool:
     """Compile every kernel for ``arch`` into the cache in parallel, with progress; True if all built."""
     from cudattn import _warm
@@ -191,7 +208,8 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
 
     prog = "cudattn" if os.path.basename(sys.argv[0]) == "cudattn" else "python -m cudattn"  # console script or -m
     ap = _Parser(prog=prog, description="cudattn: fused scaled-dot-product attention on NVIDIA GPUs. "
-                 "Run the demo, time it against peers, check every kernel, or manage the kernel cache.")
+                 "Run the demo, time it against peers, check every kernel, manage the kernel cache, or export the "
+                 "kernels for programs without Python.")
     ap.add_argument("--version", action="version", version=f"cudattn {cudattn.__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=_Parser)
     sub.add_parser("info", help="GPU, arch, driver, NVRTC version, cache dir and size").set_defaults(fn=cmd_info)
@@ -221,6 +239,15 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                         formatter_class=_RawDescriptionDefaults)
     selfcheck_main.add_arguments(sc)
     sc.set_defaults(fn=selfcheck_main.run)
+    e = sub.add_parser("export", help="write every kernel's cubin, a JSON manifest and the C header of the "
+                       "parameter structs, to launch the kernels from a program without Python",
+                       description="No GPU needed: the kernels are compiled (in parallel, through the cache) "
+                       "for each --arch.")
+    e.add_argument("--arch", type=_arch, action="append", default=None,
+                   help="compile target, repeatable (default: sm_90a)")
+    e.add_argument("--out", required=True, help="directory to write (created; files of the same names replaced)")
+    e.add_argument("--jobs", type=_positive_int, default=None, help="compile processes (default: the CPU count)")
+    e.set_defaults(fn=cmd_export)
     c = sub.add_parser("cache", help="the on-disk kernel cache: info, clear, or warm (compile every kernel)")
     c.add_argument("action", choices=("info", "clear", "warm"), help="what to do")
     c.add_argument("--arch", type=_arch, default="sm_90a", help="compile target for warm")
