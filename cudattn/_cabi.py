@@ -62,7 +62,7 @@ def layout(cls) -> dict:
     """``{"size": bytes, "fields": [{"name", "offset", "size"}]}`` of a ctypes struct."""
     return {"size": ctypes.sizeof(cls),
             "fields": [{"name": f, "offset": getattr(cls, f).offset, "size": getattr(cls, f).size}
-                       for f, _ in cls._fields_]}
+                       for f in (fd[0] for fd in cls._fields_)]}
 
 
 def header(version: str, export_format: int) -> str:
@@ -89,7 +89,7 @@ def header(version: str, export_format: int) -> str:
     for cls, kname in STRUCTS:
         cn = names[cls]
         out += ["", f"typedef struct {cn} {{  /* {kname} */"]
-        out += [f"    {_declarator(t, f, names)};" for f, t in cls._fields_]
+        out += [f"    {_declarator(fd[1], fd[0], names)};" for fd in cls._fields_]
         out.append(f"}} {cn};")
         lay = layout(cls)
         out.append(f'CUDATTN_STATIC_ASSERT(sizeof({cn}) == {lay["size"]}, "{cn}: size");')
