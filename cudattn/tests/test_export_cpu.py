@@ -181,3 +181,29 @@ def test_cli_export(kernel_cache, tmp_path, monkeypatch):
     bad = subprocess.run([sys.executable, "-m", "cudattn", "export", "--arch", "sm_70", "--out", str(tmp_path / "y")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown compile target 'sm_70'" in bad.stderr
+
+
+def test_launcher_and_example_compile(exported, tmp_path):
+    """cudattn.h (with the generated tables) and the C example: C11 and C++, every warning an error,
+    against the CUDA headers of the pip wheels."""
+    from cudattn.tests.test_export_gpu import _cuda_include
+
+    inc = _cuda_include()
+    if inc is None or shutil.which("cc") is None:
+        pytest.skip("no cuda.h in the CUDA pip wheels, or no C compiler")
+    out, _ = exported
+    assert {p.name for p in (out / "include").iterdir()} == {"cudattn.h", "cudattn_kernels.h", "cudattn_params.h"}
+    flags = ["-Wall", "-Wextra", "-Werror", "-fsyntax-only", f"-I{out / 'include'}", f"-I{inc}"]
+    res = subprocess.run(["cc", "-std=c11", *flags, str(out / "examples" / "attention.c")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    if shutil.which("c++"):
+        src = tmp_path / "use.cpp"
+        src.write_text('#include "cudattn.h"\nint main() { cudattn_prefill_args a = cudattn_prefill_defaults(); '
+                       "return a.out_dtype == -1 ? 0 : 1; }\n")
+        res = subprocess.run(["c++", "-std=c++11", *flags, str(src)], capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+    table = (out / "include" / "cudattn_kernels.h").read_text()
+    _, manifest = exported
+    rows = sum(len(e["selection"]) for e in manifest["archs"].values())
+    transposes = sum(any(k["kind"] == "transpose" for k in e["kernels"]) for e in manifest["archs"].values())
+    assert table.count('\n    {"sm_') == rows + transposes

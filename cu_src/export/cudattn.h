@@ -1,0 +1,516 @@
+/* cudattn.h: launch cudattn's exported kernels from C or C++, with only the CUDA driver API.
+ *
+ * Header-only. `python -m cudattn export --out DIR` writes the cubins, DIR/include/cudattn.h (this
+ * file), cudattn_params.h (the kernels' parameter structs) and cudattn_kernels.h (which cubin
+ * serves which call: the Python path's choice). Build with -I DIR/include and the CUDA headers,
+ * link with -lcuda.
+ *
+ *     cudattn_handle h;                     // one per device; its context must be current
+ *     cudattn_open(&h, "DIR", device);
+ *     cudattn_prefill_args a = cudattn_prefill_defaults();
+ *     ... fill a (shapes, pointers, element strides) ...
+ *     cudattn_status s = cudattn_prefill(&h, &a, stream);
+ *     if (s) fprintf(stderr, "%s: %s\n", cudattn_status_string(s), cudattn_message(&h));
+ *     cudattn_close(&h);
+ *
+ * Nothing is allocated behind the caller's back: FP8 needs a workspace for V transposed, of
+ * cudattn_prefill_workspace_bytes(&a) bytes, passed in the arguments. Every call is asynchronous
+ * on the caller's stream. A handle is not thread-safe (its modules load on first use).
+ * Served so far: prefill (float16, bfloat16, FP8 e4m3 with descales), both kernel families.
+ * Not yet: decode against KV caches, the merge of attention states.
+ */
+#ifndef CUDATTN_H
+#define CUDATTN_H
+
+#include <cuda.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cudattn_kernels.h"
+#include "cudattn_params.h"
+
+#if CUDATTN_KERNELS_FORMAT != CUDATTN_EXPORT_FORMAT
+#error "cudattn_kernels.h and cudattn_params.h come from different exports"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cudattn_status {
+    CUDATTN_OK = 0,
+    CUDATTN_ERROR_INVALID_VALUE = 1, /* an argument breaks a rule; cudattn_message says which */
+    CUDATTN_ERROR_NOT_SUPPORTED = 2, /* a valid call this export does not serve */
+    CUDATTN_ERROR_CUDA = 3,          /* a driver call failed */
+    CUDATTN_ERROR_EXPORT = 4         /* the export directory lacks a file, or another version wrote it */
+} cudattn_status;
+
+/* Element types (the codes of cudattn_kernels.h). */
+enum { CUDATTN_FLOAT32 = 0, CUDATTN_FLOAT16 = 1, CUDATTN_BFLOAT16 = 2, CUDATTN_E4M3 = 3 };
+
+#define CUDATTN_MAX_PATH 4096
+
+typedef struct cudattn_handle {
+    char dir[CUDATTN_MAX_PATH];
+    char arch[8];
+    CUdevice device;
+    int sm_count, smem_optin, l2_bytes;
+    CUmodule modules[CUDATTN_KERNEL_COUNT]; /* loaded on first use */
+    CUfunction functions[CUDATTN_KERNEL_COUNT];
+    char message[512]; /* what the last failing call said */
+} cudattn_handle;
+
+/* One operand: device address and element strides of its (batch, seq, head) axes; the head-dim
+ * axis is contiguous. "bshd" arrays of shape (B, S, H, D): strides (S*H*D, H*D, D). */
+typedef struct cudattn_tensor {
+    CUdeviceptr ptr;
+    long long stride_b, stride_s, stride_h;
+} cudattn_tensor;
+
+typedef struct cudattn_prefill_args {
+    int dtype;     /* of q, k, v: CUDATTN_FLOAT16, CUDATTN_BFLOAT16 or CUDATTN_E4M3 */
+    int out_dtype; /* -1: the input dtype (16-bit) or bfloat16 (FP8); FP8 may also write float16, float32 */
+    int batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
+    cudattn_tensor q, k, v, o;
+    CUdeviceptr lse; /* 0, or (batch, heads_q, seqlen_q) float32, contiguous: the natural-log LSE */
+    int causal;      /* bottom right: query i sees key j iff j <= i + seqlen_k - seqlen_q */
+    int has_scale;   /* 0: scale = 1/sqrt(head_dim) */
+    double scale;
+    /* FP8: each descale a scalar, times a (batch, heads_kv) float32 device array when its pointer is set */
+    double q_descale, k_descale, v_descale;
+    CUdeviceptr q_descale_ptr, k_descale_ptr, v_descale_ptr;
+    CUdeviceptr workspace; /* FP8: cudattn_prefill_workspace_bytes() bytes, 16-byte aligned */
+    size_t workspace_bytes;
+    int family; /* 0: as the Python path chooses; 80: the portable kernel, on Hopper too */
+} cudattn_prefill_args;
+
+static inline const char* cudattn_status_string(cudattn_status s) {
+    switch (s) {
+    case CUDATTN_OK: return "CUDATTN_OK";
+    case CUDATTN_ERROR_INVALID_VALUE: return "CUDATTN_ERROR_INVALID_VALUE";
+    case CUDATTN_ERROR_NOT_SUPPORTED: return "CUDATTN_ERROR_NOT_SUPPORTED";
+    case CUDATTN_ERROR_CUDA: return "CUDATTN_ERROR_CUDA";
+    case CUDATTN_ERROR_EXPORT: return "CUDATTN_ERROR_EXPORT";
+    }
+    return "unknown cudattn_status";
+}
+
+static inline const char* cudattn_message(const cudattn_handle* h) { return h->message; }
+
+static inline cudattn_prefill_args cudattn_prefill_defaults(void) {
+    cudattn_prefill_args a;
+    memset(&a, 0, sizeof a);
+    a.dtype = CUDATTN_FLOAT16;
+    a.out_dtype = -1;
+    a.q_descale = a.k_descale = a.v_descale = 1.0;
+    return a;
+}
+
+/* ------------------------------------------------------------------ internals */
+
+static inline cudattn_status cudattn__fail(cudattn_handle* h, cudattn_status s, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h->message, sizeof h->message, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+static inline cudattn_status cudattn__cu(cudattn_handle* h, CUresult r, const char* what) {
+    const char *name = NULL, *text = NULL;
+    if (r == CUDA_SUCCESS) return CUDATTN_OK;
+    cuGetErrorName(r, &name);
+    cuGetErrorString(r, &text);
+    return cudattn__fail(h, CUDATTN_ERROR_CUDA, "%s failed: %s (%s)", what, name ? name : "?", text ? text : "?");
+}
+
+#define CUDATTN__TRY(expr)                   \
+    do {                                     \
+        cudattn_status cudattn__s = (expr);  \
+        if (cudattn__s != CUDATTN_OK) return cudattn__s; \
+    } while (0)
+
+static inline int cudattn__item(int dtype) { return dtype == CUDATTN_FLOAT32 ? 4 : dtype == CUDATTN_E4M3 ? 1 : 2; }
+
+/* A file of the export into memory (the caller frees it). */
+static inline cudattn_status cudattn__read(cudattn_handle* h, const char* rel, char** data, size_t* size) {
+    char path[CUDATTN_MAX_PATH + 256];
+    FILE* f;
+    long n;
+    snprintf(path, sizeof path, "%s/%s", h->dir, rel);
+    f = fopen(path, "rb");
+    if (!f) return cudattn__fail(h, CUDATTN_ERROR_EXPORT, "cannot open %s: export again into %s", path, h->dir);
+    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return cudattn__fail(h, CUDATTN_ERROR_EXPORT, "cannot read %s", path);
+    }
+    *data = (char*)malloc((size_t)n + 1);
+    if (!*data) {
+        fclose(f);
+        return cudattn__fail(h, CUDATTN_ERROR_EXPORT, "no host memory to read %s", path);
+    }
+    *size = fread(*data, 1, (size_t)n, f);
+    (*data)[*size] = 0;
+    fclose(f);
+    if (*size != (size_t)n) {
+        free(*data);
+        return cudattn__fail(h, CUDATTN_ERROR_EXPORT, "short read of %s", path);
+    }
+    return CUDATTN_OK;
+}
+
+/* The value of "key": "..." or "key": N in the manifest's text (its first occurrence). */
+static inline int cudattn__json_field(const char* json, const char* key, char* out, size_t cap) {
+    char pat[64];
+    const char* p;
+    size_t n = 0;
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    p = strstr(json, pat);
+    if (!p) return 0;
+    p += strlen(pat);
+    while (*p == ' ') ++p;
+    if (*p == '"') ++p;
+    while (*p && *p != '"' && *p != ',' && *p != '\n' && n + 1 < cap) out[n++] = *p++;
+    out[n] = 0;
+    return 1;
+}
+
+static inline cudattn_status cudattn_open(cudattn_handle* h, const char* export_dir, CUdevice device) {
+    int major = 0, minor = 0, i, found = 0;
+    char *manifest = NULL, version[64], format[16];
+    size_t size = 0;
+    memset(h, 0, sizeof *h);
+    if (strlen(export_dir) >= sizeof h->dir)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "export directory path too long");
+    strcpy(h->dir, export_dir);
+    h->device = device;
+    CUDATTN__TRY(cudattn__cu(h, cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
+                             "cuDeviceGetAttribute"));
+    CUDATTN__TRY(cudattn__cu(h, cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
+                             "cuDeviceGetAttribute"));
+    CUDATTN__TRY(cudattn__cu(h, cuDeviceGetAttribute(&h->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device),
+                             "cuDeviceGetAttribute"));
+    CUDATTN__TRY(cudattn__cu(h, cuDeviceGetAttribute(&h->smem_optin,
+                                                     CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device),
+                             "cuDeviceGetAttribute"));
+    CUDATTN__TRY(cudattn__cu(h, cuDeviceGetAttribute(&h->l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device),
+                             "cuDeviceGetAttribute"));
+    if (major == 9 && minor == 0)
+        strcpy(h->arch, "sm_90a");
+    else if (major == 8 && (minor == 0 || minor == 6 || minor == 7 || minor == 9))
+        snprintf(h->arch, sizeof h->arch, "sm_8%d", minor);
+    else
+        return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "compute capability %d.%d: cudattn builds for sm_80, "
+                             "sm_86, sm_87, sm_89 and sm_90a", major, minor);
+    CUDATTN__TRY(cudattn__read(h, "manifest.json", &manifest, &size));
+    if (!cudattn__json_field(manifest, "cudattn", version, sizeof version) ||
+        !cudattn__json_field(manifest, "format", format, sizeof format)) {
+        free(manifest);
+        return cudattn__fail(h, CUDATTN_ERROR_EXPORT, "%s/manifest.json is not a cudattn export manifest", h->dir);
+    }
+    free(manifest);
+    if (strcmp(version, CUDATTN_VERSION) != 0 || atoi(format) != CUDATTN_EXPORT_FORMAT)
+        return cudattn__fail(h, CUDATTN_ERROR_EXPORT, "%s was exported by cudattn %s (format %s); these headers are "
+                             "cudattn %s (format %d): use the headers of that export, or export again", h->dir,
+                             version, format, CUDATTN_VERSION, CUDATTN_EXPORT_FORMAT);
+    for (i = 0; i < CUDATTN_KERNEL_COUNT; ++i) found |= strcmp(cudattn_kernel_table[i].arch, h->arch) == 0;
+    if (!found)
+        return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "this export has no kernels for %s: export with --arch %s",
+                             h->arch, h->arch);
+    return CUDATTN_OK;
+}
+
+static inline void cudattn_close(cudattn_handle* h) {
+    int i;
+    for (i = 0; i < CUDATTN_KERNEL_COUNT; ++i)
+        if (h->modules[i]) cuModuleUnload(h->modules[i]);
+    memset(h->modules, 0, sizeof h->modules);
+}
+
+/* The loaded function of table row i (into the current context), its dynamic shared memory allowed. */
+static inline cudattn_status cudattn__function(cudattn_handle* h, int i, CUfunction* fn) {
+    const cudattn_kernel_row* r = &cudattn_kernel_table[i];
+    if (!h->functions[i]) {
+        char* image = NULL;
+        size_t size = 0;
+        CUresult res;
+        CUDATTN__TRY(cudattn__read(h, r->file, &image, &size));
+        res = cuModuleLoadData(&h->modules[i], image);
+        free(image);
+        CUDATTN__TRY(cudattn__cu(h, res, "cuModuleLoadData"));
+        CUDATTN__TRY(cudattn__cu(h, cuModuleGetFunction(&h->functions[i], h->modules[i], r->entry),
+                                 "cuModuleGetFunction"));
+        if (r->dynamic_smem > 48 * 1024)
+            CUDATTN__TRY(cudattn__cu(h, cuFuncSetAttribute(h->functions[i],
+                                                           CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                           r->dynamic_smem), "cuFuncSetAttribute"));
+    }
+    *fn = h->functions[i];
+    return CUDATTN_OK;
+}
+
+/* The prefill row the Python path would pick: the smallest tile >= head_dim; for causal calls a
+ * row bounded by the query length where one applies. -1 if none. */
+static inline int cudattn__select(const cudattn_handle* h, int family, int dtype, int out_dtype, int head_dim,
+                                  int causal, int seqlen_q) {
+    int i, best = -1;
+    for (i = 0; i < CUDATTN_KERNEL_COUNT; ++i) {
+        const cudattn_kernel_row* r = &cudattn_kernel_table[i];
+        const cudattn_kernel_row* b = best < 0 ? NULL : &cudattn_kernel_table[best];
+        if (r->kind != 0 || strcmp(r->arch, h->arch) != 0 || r->family != family || r->dtype != dtype ||
+            r->out_dtype != out_dtype || r->causal != causal || r->tile_dim < head_dim)
+            continue;
+        if (r->seqlen_q_max >= 0 && seqlen_q > r->seqlen_q_max) continue;
+        if (!b || r->tile_dim < b->tile_dim || (r->tile_dim == b->tile_dim && r->seqlen_q_max >= 0)) best = i;
+    }
+    return best;
+}
+
+static inline int cudattn__transpose_row(const cudattn_handle* h) {
+    int i;
+    for (i = 0; i < CUDATTN_KERNEL_COUNT; ++i)
+        if (cudattn_kernel_table[i].kind == 4 && strcmp(cudattn_kernel_table[i].arch, h->arch) == 0) return i;
+    return -1;
+}
+
+static inline long long cudattn__seq_pad(int seqlen_k) { return (seqlen_k + 127LL) / 128 * 128; }
+
+/* Bytes of workspace a call needs: V transposed for FP8 (batch x heads_kv x head_dim x seqlen_k
+ * rounded up to 128), 0 for 16-bit inputs. */
+static inline size_t cudattn_prefill_workspace_bytes(const cudattn_prefill_args* a) {
+    if (a->dtype != CUDATTN_E4M3) return 0;
+    return (size_t)a->batch * (size_t)a->heads_kv * (size_t)a->head_dim * (size_t)cudattn__seq_pad(a->seqlen_k);
+}
+
+static inline cudattn_status cudattn__check_tensor(cudattn_handle* h, const char* name, const cudattn_tensor* t,
+                                                   int item) {
+    if (t->ptr % 16 || (t->stride_b * item) % 16 || (t->stride_s * item) % 16 || (t->stride_h * item) % 16)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "%s: the data pointer and the batch, seq and head "
+                             "strides must be multiples of 16 bytes (the kernels load 16-byte vectors)", name);
+    if (t->stride_b < 0 || t->stride_s < 0 || t->stride_h < 0)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "%s: negative stride", name);
+    return CUDATTN_OK;
+}
+
+/* TMA can describe a tensor: every axis of more than one element has a positive stride below 2^40 bytes. */
+static inline int cudattn__tma_ok(const cudattn_tensor* t, int b, int s, int hh, int item) {
+    const long long st[3] = {t->stride_b, t->stride_s, t->stride_h};
+    const int n[3] = {b, s, hh};
+    int i;
+    for (i = 0; i < 3; ++i)
+        if (n[i] > 1 && !(st[i] > 0 && st[i] * item < (1LL << 40))) return 0;
+    return 1;
+}
+
+/* A 4-D map of a (head dim, seq, head, batch) operand: boxes of one swizzle row x box_rows rows;
+ * a size-1 axis gets a dense stride (TMA never steps along it). */
+static inline cudattn_status cudattn__map(cudattn_handle* h, unsigned char out[128], CUdeviceptr ptr, int dtype,
+                                          int head_dim, int seqlen, int heads, int batch, const cudattn_tensor* t,
+                                          int box_rows, int row_bytes) {
+    CUtensorMap m;
+    const int item = cudattn__item(dtype);
+    const int sizes[4] = {head_dim, seqlen, heads, batch};
+    const long long st[3] = {t->stride_s, t->stride_h, t->stride_b};
+    cuuint64_t dims[4], strides[3];
+    cuuint32_t box[4], estr[4] = {1, 1, 1, 1};
+    long long prev_stride = item, prev_size = head_dim;
+    int i;
+    for (i = 0; i < 4; ++i) dims[i] = (cuuint64_t)sizes[i];
+    for (i = 0; i < 3; ++i) {
+        const long long b = sizes[i + 1] > 1 ? st[i] * item : prev_stride * prev_size;
+        strides[i] = (cuuint64_t)b;
+        prev_stride = b;
+        prev_size = sizes[i + 1];
+    }
+    box[0] = (cuuint32_t)(row_bytes / item);
+    box[1] = (cuuint32_t)box_rows;
+    box[2] = box[3] = 1;
+    CUDATTN__TRY(cudattn__cu(h, cuTensorMapEncodeTiled(&m, dtype == CUDATTN_FLOAT16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                            : dtype == CUDATTN_BFLOAT16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                            : CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                                                        4, (void*)ptr, dims, strides, box, estr,
+                                                        CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                                        row_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                                                         : CU_TENSOR_MAP_SWIZZLE_64B,
+                                                        CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                             "cuTensorMapEncodeTiled"));
+    memcpy(out, &m, 128);
+    return CUDATTN_OK;
+}
+
+static inline float cudattn__scale_log2(double scale) {
+    return scale != 0 ? (float)(scale * 1.4426950408889634) : 1e-30f;
+}
+
+/* Query/key pairs per L2 section of the Hopper kernel's causal tile order (as cudattn/_plan.py). */
+static inline int cudattn__l2_section(const cudattn_handle* h, const cudattn_prefill_args* a, long long ctas) {
+    const long long pairs = (long long)a->batch * a->heads_q;
+    const double kv_per_pair = 2.0 * a->seqlen_k * a->head_dim * cudattn__item(a->dtype) /
+                               (double)(a->heads_q / a->heads_kv);
+    const long long budget = h->l2_bytes / 2;
+    long long fit, s;
+    if (pairs * kv_per_pair <= (double)budget) return (int)pairs;
+    fit = (long long)floor((double)budget / kv_per_pair);
+    s = fit > ctas / 4 ? fit : ctas / 4;
+    s = s < pairs ? s : pairs;
+    return (int)(s > 1 ? s : 1);
+}
+
+/* Attention over q, k, v into o (and lse), asynchronously on `stream`. */
+static inline cudattn_status cudattn_prefill(cudattn_handle* h, const cudattn_prefill_args* a, CUstream stream) {
+    const int fp8 = a->dtype == CUDATTN_E4M3;
+    const int item = cudattn__item(a->dtype);
+    const int out_dtype = a->out_dtype >= 0 ? a->out_dtype : fp8 ? CUDATTN_BFLOAT16 : a->dtype;
+    const double scale = a->has_scale ? a->scale : 1.0 / sqrt((double)a->head_dim);
+    int family, row, num_m;
+    const cudattn_kernel_row* r;
+    CUfunction fn;
+    cudattn_FwdParams p;
+    h->message[0] = 0;
+    if (a->dtype != CUDATTN_FLOAT16 && a->dtype != CUDATTN_BFLOAT16 && !fp8)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "dtype must be CUDATTN_FLOAT16, CUDATTN_BFLOAT16 or "
+                             "CUDATTN_E4M3; got %d", a->dtype);
+    if (fp8 ? !(out_dtype == CUDATTN_FLOAT32 || out_dtype == CUDATTN_FLOAT16 || out_dtype == CUDATTN_BFLOAT16)
+            : out_dtype != a->dtype)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, fp8 ? "FP8 writes float32, float16 or bfloat16; got "
+                             "out_dtype %d" : "16-bit inputs write their own dtype; got out_dtype %d", out_dtype);
+    if (a->batch < 0 || a->seqlen_q < 0 || a->seqlen_k < 0 || a->heads_q < 1 || a->heads_kv < 1)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "batch and lengths must be >= 0, heads >= 1");
+    if (a->heads_q % a->heads_kv)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "heads_q (%d) must be a multiple of heads_kv (%d)",
+                             a->heads_q, a->heads_kv);
+    if (a->head_dim < 8 || a->head_dim > 256 || a->head_dim % (fp8 ? 16 : 8))
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "head_dim must be a multiple of %d from %d to 256; "
+                             "got %d", fp8 ? 16 : 8, fp8 ? 16 : 8, a->head_dim);
+    CUDATTN__TRY(cudattn__check_tensor(h, "q", &a->q, item));
+    CUDATTN__TRY(cudattn__check_tensor(h, "k", &a->k, item));
+    CUDATTN__TRY(cudattn__check_tensor(h, "v", &a->v, item));
+    CUDATTN__TRY(cudattn__check_tensor(h, "o", &a->o, cudattn__item(out_dtype)));
+    if (a->lse % 4) return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "lse must be 4-byte aligned");
+    if (a->batch == 0 || a->seqlen_q == 0) return CUDATTN_OK;
+    if (a->seqlen_k == 0)
+        return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "seqlen_k = 0: no kernel runs; the result is O = 0 "
+                             "and LSE = -inf, to be filled by the caller");
+    if (fp8 && (a->workspace_bytes < cudattn_prefill_workspace_bytes(a) || a->workspace % 16))
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "FP8 needs a 16-byte aligned workspace of %zu bytes "
+                             "(cudattn_prefill_workspace_bytes); got %zu", cudattn_prefill_workspace_bytes(a),
+                             a->workspace_bytes);
+    if (a->family != 0 && a->family != 80)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "family must be 0 (automatic) or 80 (portable); got %d",
+                             a->family);
+    family = a->family == 0 && strcmp(h->arch, "sm_90a") == 0 &&
+                     cudattn__tma_ok(&a->q, a->batch, a->seqlen_q, a->heads_q, item) &&
+                     cudattn__tma_ok(&a->k, a->batch, a->seqlen_k, a->heads_kv, item) &&
+                     cudattn__tma_ok(&a->v, a->batch, a->seqlen_k, a->heads_kv, item)
+                 ? 90 : 80;
+    row = cudattn__select(h, family, a->dtype, fp8 ? out_dtype : -1, a->head_dim, a->causal != 0, a->seqlen_q);
+    if (row < 0)
+        return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "no kernel of this export serves dtype %d, head_dim %d "
+                             "on %s", a->dtype, a->head_dim, h->arch);
+    r = &cudattn_kernel_table[row];
+    if (r->dynamic_smem > h->smem_optin)
+        return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "the kernel for head_dim %d needs %d bytes of shared "
+                             "memory; the device allows %d", a->head_dim, r->dynamic_smem, h->smem_optin);
+    CUDATTN__TRY(cudattn__function(h, row, &fn));
+    num_m = (a->seqlen_q + r->block_m - 1) / r->block_m;
+
+    memset(&p, 0, sizeof p);
+    p.q = a->q.ptr; p.k = a->k.ptr; p.v = a->v.ptr; p.o = a->o.ptr; p.lse = a->lse;
+    p.q_stride_b = a->q.stride_b; p.q_stride_s = a->q.stride_s; p.q_stride_h = a->q.stride_h;
+    p.k_stride_b = a->k.stride_b; p.k_stride_s = a->k.stride_s; p.k_stride_h = a->k.stride_h;
+    p.v_stride_b = a->v.stride_b; p.v_stride_s = a->v.stride_s; p.v_stride_h = a->v.stride_h;
+    p.o_stride_b = a->o.stride_b; p.o_stride_s = a->o.stride_s; p.o_stride_h = a->o.stride_h;
+    p.batch = a->batch; p.seqlen_q = a->seqlen_q; p.seqlen_k = a->seqlen_k;
+    p.heads_q = a->heads_q; p.heads_kv = a->heads_kv; p.group = a->heads_q / a->heads_kv;
+    p.head_dim = a->head_dim;
+    p.causal_offset = a->seqlen_k - a->seqlen_q;
+    p.scale_log2 = cudattn__scale_log2(scale);
+    p.num_m_blocks = num_m;
+    p.write_lse = a->lse != 0;
+    p.out_scale = 1.0f;
+    if (fp8) { /* V transposed into the workspace first, on the same stream */
+        const long long pad = cudattn__seq_pad(a->seqlen_k);
+        const int trow = cudattn__transpose_row(h);
+        cudattn_TransposeVParams tp;
+        CUfunction tfn;
+        void* targs[1];
+        if (trow < 0) return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "this export has no FP8 V transpose");
+        CUDATTN__TRY(cudattn__function(h, trow, &tfn));
+        memset(&tp, 0, sizeof tp);
+        tp.v = a->v.ptr; tp.vt = a->workspace;
+        tp.v_stride_b = a->v.stride_b; tp.v_stride_s = a->v.stride_s; tp.v_stride_h = a->v.stride_h;
+        tp.seqlen_k = a->seqlen_k; tp.seq_pad = (int)pad; tp.heads_kv = a->heads_kv; tp.head_dim = a->head_dim;
+        targs[0] = &tp;
+        CUDATTN__TRY(cudattn__cu(h, cuLaunchKernel(tfn, (unsigned)(pad / 64), (unsigned)a->heads_kv,
+                                                   (unsigned)a->batch, (unsigned)cudattn_kernel_table[trow].threads,
+                                                   1, 1, 0, stream, targs, NULL), "cuLaunchKernel(fp8_transpose_v)"));
+        p.v = a->workspace;
+        p.v_stride_s = pad;
+        p.v_stride_h = a->head_dim * pad;
+        p.v_stride_b = a->heads_kv * a->head_dim * pad;
+        p.scale_log2 = cudattn__scale_log2(scale * a->q_descale * a->k_descale);
+        p.out_scale = (float)a->v_descale;
+        p.q_descale = a->q_descale_ptr; p.k_descale = a->k_descale_ptr; p.v_descale = a->v_descale_ptr;
+    }
+    if (family == 90) {
+        cudattn_FwdSm90Params P;
+        const long long tiles = (long long)num_m * a->heads_q * a->batch;
+        const long long ctas = tiles < h->sm_count ? tiles : h->sm_count;
+        const int row_bytes = r->tile_dim * item < 128 ? r->tile_dim * item : 128;
+        void* args[1];
+        if (tiles >= (1LL << 31))
+            return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "%lld tiles exceed the kernel's 32-bit tile index; "
+                                 "split the call", tiles);
+        memset(&P, 0, sizeof P);
+        P.p = p;
+        P.l2_section = cudattn__l2_section(h, a, ctas);
+        CUDATTN__TRY(cudattn__map(h, P.tma_q, a->q.ptr, a->dtype, a->head_dim, a->seqlen_q, a->heads_q, a->batch,
+                                  &a->q, r->block_m, row_bytes));
+        CUDATTN__TRY(cudattn__map(h, P.tma_k, a->k.ptr, a->dtype, a->head_dim, a->seqlen_k, a->heads_kv, a->batch,
+                                  &a->k, r->block_n, row_bytes));
+        if (fp8) { /* Vt: (keys, head-dim rows, head, batch), boxes of 128 keys x the head-dim tile */
+            CUtensorMap m;
+            const long long pad = cudattn__seq_pad(a->seqlen_k);
+            cuuint64_t dims[4] = {(cuuint64_t)pad, (cuuint64_t)a->head_dim, (cuuint64_t)a->heads_kv,
+                                  (cuuint64_t)a->batch};
+            cuuint64_t strides[3] = {(cuuint64_t)pad, (cuuint64_t)(pad * a->head_dim),
+                                     (cuuint64_t)(pad * a->head_dim * a->heads_kv)};
+            cuuint32_t box[4] = {128, (cuuint32_t)r->tile_dim, 1, 1}, estr[4] = {1, 1, 1, 1};
+            CUDATTN__TRY(cudattn__cu(h, cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, (void*)a->workspace,
+                                                                dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                                                CU_TENSOR_MAP_SWIZZLE_128B,
+                                                                CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                                                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                                     "cuTensorMapEncodeTiled(Vt)"));
+            memcpy(P.tma_v, &m, 128);
+        } else {
+            CUDATTN__TRY(cudattn__map(h, P.tma_v, a->v.ptr, a->dtype, a->head_dim, a->seqlen_k, a->heads_kv, a->batch,
+                                      &a->v, r->block_n, row_bytes));
+        }
+        args[0] = &P;
+        return cudattn__cu(h, cuLaunchKernel(fn, (unsigned)ctas, 1, 1, (unsigned)r->threads, 1, 1,
+                                             (unsigned)r->dynamic_smem, stream, args, NULL),
+                           "cuLaunchKernel(flash_fwd_sm90)");
+    } else {
+        void* args[1];
+        unsigned gx = (unsigned)num_m, gy = (unsigned)a->heads_q, gz = (unsigned)a->batch;
+        if (a->causal) { gx = (unsigned)a->heads_q; gy = (unsigned)a->batch; gz = (unsigned)num_m; }
+        if (gy > 65535 || gz > 65535)
+            return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "batch, heads_q and (causal) the %d blocks of query "
+                                 "rows must each be at most 65535; split the call", num_m);
+        args[0] = &p;
+        return cudattn__cu(h, cuLaunchKernel(fn, gx, gy, gz, (unsigned)r->threads, 1, 1, (unsigned)r->dynamic_smem,
+                                             stream, args, NULL), "cuLaunchKernel(flash_fwd_sm80)");
+    }
+}
+
+#undef CUDATTN__TRY
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CUDATTN_H */

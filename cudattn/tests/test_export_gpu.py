@@ -1,0 +1,127 @@
+"""The export on the GPU: the C example, built with the system compiler against the exported
+headers and libcuda only, passes its own float64 check, and its outputs equal the Python path's
+bit for bit (the same cubins, the same parameters)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import cudattn
+from cudattn import _callpath, _device, _export, _plan, _traits
+
+pytestmark = pytest.mark.gpu
+
+CODES = {"float16": 1, "bfloat16": 2, "e4m3": 3}
+NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}
+
+
+def _cuda_include() -> str | None:
+    """A directory holding cuda.h: $CUDATTN_CUDA_INCLUDE, else one of the CUDA pip wheels'."""
+    env = os.environ.get("CUDATTN_CUDA_INCLUDE")
+    if env and os.path.exists(os.path.join(env, "cuda.h")):
+        return env
+    try:
+        import nvidia
+    except ImportError:
+        return None
+    for root in nvidia.__path__:
+        for hit in sorted(glob.glob(os.path.join(root, "*", "include", "cuda.h"))):
+            return os.path.dirname(hit)
+    return None
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    """(export dir, the example's binary), built once."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    inc = _cuda_include()
+    if inc is None:
+        pytest.skip("no cuda.h in the CUDA pip wheels")
+    out = tmp_path_factory.mktemp("export")
+    _export.export(out, [_device.device_properties(0).arch], progress=False)
+    exe = out / "attention"
+    base = ["cc", "-std=c11", "-O2", "-Wall", "-Werror", f"-I{out / 'include'}", f"-I{inc}",
+            str(out / "examples" / "attention.c"), "-o", str(exe)]
+    for libs in (["-lcuda", "-lm"], ["-l:libcuda.so.1", "-lm"]):  # no libcuda.so link on some driver installs
+        res = subprocess.run(base + libs, capture_output=True, text=True)
+        if res.returncode == 0:
+            return out, exe
+    pytest.fail(f"the example does not build: {res.stderr}")
+
+
+SELF_CHECKS = [
+    ["--dtype", "f16"],
+    ["--dtype", "bf16", "--causal", "--shape", "2,200,513,6,3,64"],
+    ["--dtype", "f16", "--causal", "--shape", "1,77,1000,4,1,256"],
+    ["--dtype", "e4m3", "--shape", "2,300,300,4,2,128"],
+    ["--dtype", "e4m3", "--causal", "--shape", "1,129,257,2,2,64"],
+    ["--dtype", "bf16", "--portable", "--shape", "2,130,99,4,2,96"],
+]
+
+
+@pytest.mark.parametrize("args", SELF_CHECKS, ids=lambda a: " ".join(a))
+def test_example_passes_its_float64_check(program, args):
+    out, exe = program
+    res = subprocess.run([str(exe), str(out), *args], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr
+
+
+# (dtype, B, Sq, Sk, Hq, Hkv, D, causal, family): odd lengths, GQA, both families, the three-warpgroup
+# head-dim-64 tiles past 2048 query rows, FP8 with scalar descales.
+BIT_CASES = [
+    ("float16", 2, 333, 333, 8, 2, 128, False, 0),
+    ("bfloat16", 2, 200, 513, 6, 3, 64, True, 0),
+    ("bfloat16", 1, 2100, 2150, 4, 4, 64, True, 0),
+    ("float16", 1, 77, 1000, 4, 1, 256, True, 0),
+    ("float16", 2, 130, 99, 4, 2, 96, False, 80),
+    ("bfloat16", 1, 257, 300, 4, 4, 40, True, 80),
+    ("e4m3", 2, 300, 300, 4, 2, 128, False, 0),
+    ("e4m3", 1, 129, 257, 2, 2, 64, True, 0),
+]
+
+
+@pytest.mark.parametrize("case", BIT_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_example_equals_the_python_path_bit_for_bit(program, case, tmp_path, monkeypatch):
+    out, exe = program
+    dt, B, Sq, Sk, Hq, Hkv, D, causal, family = case
+    fp8 = dt == "e4m3"
+    rng = np.random.default_rng(sum(case[1:8]))
+    mk = lambda S, H: (rng.standard_normal((B, S, H, D), dtype=np.float32) * (1.0 if fp8 else 0.7)).astype(NP[dt])
+    q, k, v = mk(Sq, Hq), mk(Sk, Hkv), mk(Sk, Hkv)
+    descales = (0.5, 0.25, 2.0) if fp8 else (1.0, 1.0, 1.0)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        (tmp_path / f"{name}.bin").write_bytes(x.tobytes())
+    (tmp_path / "args.txt").write_text(f"{CODES[dt]} -1 {B} {Sq} {Sk} {Hq} {Hkv} {D} {int(causal)} "
+                                       f"{descales[0]} {descales[1]} {descales[2]} {family}\n")
+    res = subprocess.run([str(exe), str(out), "--io", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+    if family == 80:
+        monkeypatch.setattr(_traits, "FORCED_FAMILY", "sm80")
+    _plan._plans.clear()
+    _callpath._plans.clear()
+    kw = dict(q_descale=descales[0], k_descale=descales[1], v_descale=descales[2]) if fp8 else {}
+    o, lse = cudattn.attention(*(cudattn.to_device(x) for x in (q, k, v)), causal=causal, return_lse=True, **kw)
+    o, lse = cudattn.to_host(o), cudattn.to_host(lse)
+    _plan._plans.clear()
+    _callpath._plans.clear()
+    assert (tmp_path / "out.bin").read_bytes() == o.tobytes()
+    assert (tmp_path / "lse.bin").read_bytes() == lse.astype(np.float32).tobytes()
+
+
+def test_example_refuses_an_export_of_another_version(program, tmp_path):
+    out, exe = program
+    shutil.copytree(out, tmp_path / "x", ignore=shutil.ignore_patterns("attention"))
+    text = (tmp_path / "x" / "manifest.json").read_text()
+    (tmp_path / "x" / "manifest.json").write_text(text.replace(f'"cudattn": "{cudattn.__version__}"',
+                                                               '"cudattn": "0.0.0-other"', 1))
+    res = subprocess.run([str(exe), str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1 and "CUDATTN_ERROR_EXPORT" in res.stderr and "0.0.0-other" in res.stderr

@@ -1,0 +1,1 @@
+../../cu_src/export/attention.c
