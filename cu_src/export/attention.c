@@ -4,14 +4,19 @@
  *     python -m cudattn export --out cudattn_kernels
  *     cc -std=c11 -O2 -I cudattn_kernels/include -I "$CUDA_INCLUDE" cudattn_kernels/examples/attention.c -lcuda -lm -o attention
  *     ./attention cudattn_kernels [--dtype f16|bf16|e4m3] [--causal] [--shape B,Sq,Sk,Hq,Hkv,D] [--portable]
+ *     ./attention cudattn_kernels --decode [--dtype f16|bf16] [--shape B,Sq,capacity,Hq,Hkv,D] [--paged PAGE]
+ *                 [--new N] [--splits N]     (decode: N keys appended first, default 2)
  *
  * ($CUDA_INCLUDE: a directory holding cuda.h, e.g. the nvidia/cu13/include of the CUDA pip wheels.)
- * With --io DIR it reads DIR/args.txt ("dtype out_dtype B Sq Sk Hq Hkv D causal qd kd vd": dtype codes of
- * cudattn.h, out_dtype -1 for the default, the three FP8 descales 1 for 16-bit inputs, then the family:
- * 0 automatic, 80 the portable kernel)
- * and DIR/{q,k,v}.bin (contiguous (B, S, H, D) element bytes) instead of making inputs, and
- * writes DIR/out.bin (the output dtype's bytes) and DIR/lse.bin (float32), unchecked: the tests
- * compare those with the Python path's. Exit status 0 when the check passes.
+ * With --io DIR it reads its inputs from files instead and writes its outputs, unchecked (the
+ * tests compare them with the Python path's): DIR/args.txt is either "prefill dtype out_dtype B Sq
+ * Sk Hq Hkv D causal qd kd vd family" (dtype codes of cudattn.h, out_dtype -1 for the default,
+ * the FP8 descales 1 for 16-bit inputs, family 0 automatic or 80 the portable kernel) with
+ * DIR/{q,k,v}.bin, contiguous (B, S, H, D) element bytes; or "decode dtype B Sq Hq Hkv D causal
+ * capacity page_size max_pages num_pages seqlen_new num_splits" (page_size 0: contiguous) with
+ * DIR/{q,k_cache,v_cache,seqlens}.bin, block_table.bin when paged and {k,v}_new.bin when
+ * appending. It writes DIR/out.bin, DIR/lse.bin (float32) and, for decode, the caches after the
+ * append (DIR/{k,v}_cache.out.bin). Exit status 0 when the check passes.
  */
 #include <math.h>
 #include <stdint.h>
@@ -97,33 +102,63 @@ static void fill_random(int dtype, void* p, size_t n, uint32_t* seed) {
 }
 
 /* float64 attention of batch b (all heads), bottom-right causal, on the dequantised inputs. */
-static void reference(const shape_t* s, const void* q, const void* k, const void* v, int b, double* out) {
+/* Where key j of sequence b lives in a cache: page table[b][j / page_size] (or page b when
+ * contiguous), row j % page_size; (page * page_size + row) rows of Hkv x D elements before it. */
+typedef struct { const void *k, *v; const int* table; int page_size, max_pages; } cache_t;
+
+static size_t cache_row(const cache_t* c, int b, int j) {
+    const int page = c->table ? c->table[(size_t)b * c->max_pages + j / c->page_size] : b;
+    return (size_t)page * c->page_size + j % c->page_size;
+}
+
+/* float64 attention of batch b (all heads) over its first L keys, bottom-right causal, on the
+ * dequantised inputs; out: (Sq, Hq, D). */
+static void reference(const shape_t* s, const void* q, const cache_t* c, int L, int b, double* out) {
     const double scale = 1.0 / sqrt((double)s->D);
-    double* w = (double*)malloc(sizeof(double) * (size_t)(s->Sk > 0 ? s->Sk : 1));
+    double* w = (double*)malloc(sizeof(double) * (size_t)(L > 0 ? L : 1));
     int h, i, j, d;
     for (h = 0; h < s->Hq; ++h) {
         const int hk = h / (s->Hq / s->Hkv);
         for (i = 0; i < s->Sq; ++i) {
             double mx = -INFINITY, sum = 0;
-            for (j = 0; j < s->Sk; ++j) {
+            for (j = 0; j < L; ++j) {
                 double dot = 0;
-                if (s->causal && j > i + s->Sk - s->Sq) { w[j] = -INFINITY; continue; }
+                if (s->causal && j > i + L - s->Sq) { w[j] = -INFINITY; continue; }
                 for (d = 0; d < s->D; ++d)
                     dot += to_double(s->dtype, q, (((size_t)b * s->Sq + i) * s->Hq + h) * s->D + d) * s->qd *
-                           to_double(s->dtype, k, (((size_t)b * s->Sk + j) * s->Hkv + hk) * s->D + d) * s->kd;
+                           to_double(s->dtype, c->k, (cache_row(c, b, j) * s->Hkv + hk) * s->D + d) * s->kd;
                 w[j] = dot * scale;
                 if (w[j] > mx) mx = w[j];
             }
-            for (j = 0; j < s->Sk; ++j) { w[j] = w[j] == -INFINITY ? 0 : exp(w[j] - mx); sum += w[j]; }
+            for (j = 0; j < L; ++j) { w[j] = w[j] == -INFINITY ? 0 : exp(w[j] - mx); sum += w[j]; }
             for (d = 0; d < s->D; ++d) {
                 double acc = 0;
-                for (j = 0; j < s->Sk; ++j)
-                    acc += w[j] * to_double(s->dtype, v, (((size_t)b * s->Sk + j) * s->Hkv + hk) * s->D + d) * s->vd;
+                for (j = 0; j < L; ++j)
+                    acc += w[j] * to_double(s->dtype, c->v, (cache_row(c, b, j) * s->Hkv + hk) * s->D + d) * s->vd;
                 out[((size_t)i * s->Hq + h) * s->D + d] = sum > 0 ? acc / sum : 0;
             }
         }
     }
     free(w);
+}
+
+/* max |out - ref| over batches 0 and B-1 (sequence b's keys: lens[b], or all Sk), and max |ref|. */
+static void compare(const shape_t* s, int out_dtype, const void* out, const void* q, const cache_t* c,
+                    const int* lens, double* worst, double* peak) {
+    const size_t n = (size_t)s->Sq * s->Hq * s->D;
+    double* ref = (double*)malloc(sizeof(double) * n);
+    int bs[2] = {0, s->B - 1}, nb = s->B > 1 ? 2 : 1, bi;
+    size_t e;
+    *worst = *peak = 0;
+    for (bi = 0; bi < nb; ++bi) {
+        reference(s, q, c, lens ? lens[bs[bi]] : s->Sk, bs[bi], ref);
+        for (e = 0; e < n; ++e) {
+            const double d = fabs(to_double(out_dtype, out, (size_t)bs[bi] * n + e) - ref[e]);
+            if (!(d <= *worst)) *worst = d; /* NaN sticks */
+            if (fabs(ref[e]) > *peak) *peak = fabs(ref[e]);
+        }
+    }
+    free(ref);
 }
 
 static void* read_file(const char* dir, const char* name, size_t want) {
@@ -146,13 +181,157 @@ static void write_file(const char* dir, const char* name, const void* p, size_t 
     fclose(f);
 }
 
+typedef struct { int capacity, page_size, max_pages, num_pages, seqlen_new, num_splits; } decode_t;
+
+/* Decode: Sq tokens against a KV cache (contiguous, or paged when page_size > 0), seqlen_new keys
+ * appended in place first. Self-check on random data, or --io files (see the top). */
+static int run_decode(const char* dir, const char* io, shape_t s, decode_t d) {
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream stream;
+    cudattn_handle h;
+    cudattn_decode_args a = cudattn_decode_defaults();
+    cudattn_status st;
+    const size_t nq = (size_t)s.B * s.Sq * s.Hq * s.D, row = (size_t)s.Hkv * s.D;
+    size_t ncache, nnew, ws_bytes;
+    void *hq, *hkc, *hvc, *hkn = NULL, *hvn = NULL, *ho = malloc(nq * 2);
+    int *lens, *table = NULL, b, j;
+    float* hlse = (float*)malloc((size_t)s.B * s.Hq * s.Sq * 4);
+    CUdeviceptr dq, dkc, dvc, dkn = 0, dvn = 0, dout, dlse, dlens, dtable = 0, ws = 0;
+    uint32_t seed = 4321;
+    if (d.page_size > 0) {
+        if (!io) { d.max_pages = (d.capacity + d.page_size - 1) / d.page_size; d.num_pages = s.B * d.max_pages; }
+        d.capacity = d.page_size * d.max_pages;
+        ncache = (size_t)d.num_pages * d.page_size * row;
+    } else {
+        ncache = (size_t)s.B * d.capacity * row;
+    }
+    nnew = (size_t)s.B * d.seqlen_new * row;
+    if (io) {
+        hq = read_file(io, "q.bin", nq * 2);
+        hkc = read_file(io, "k_cache.bin", ncache * 2);
+        hvc = read_file(io, "v_cache.bin", ncache * 2);
+        lens = (int*)read_file(io, "seqlens.bin", (size_t)s.B * 4);
+        if (d.page_size > 0) table = (int*)read_file(io, "block_table.bin", (size_t)s.B * d.max_pages * 4);
+        if (d.seqlen_new) { hkn = read_file(io, "k_new.bin", nnew * 2); hvn = read_file(io, "v_new.bin", nnew * 2); }
+    } else {
+        hq = malloc(nq * 2); hkc = malloc(ncache * 2); hvc = malloc(ncache * 2);
+        fill_random(s.dtype, hq, nq, &seed);
+        fill_random(s.dtype, hkc, ncache, &seed);
+        fill_random(s.dtype, hvc, ncache, &seed);
+        lens = (int*)malloc((size_t)s.B * 4);
+        for (b = 0; b < s.B; ++b) {
+            lens[b] = d.capacity - d.seqlen_new - (b % 5) * 7;
+            if (lens[b] < 0) lens[b] = 0;
+        }
+        if (d.page_size > 0) { /* pages handed out in reverse order */
+            table = (int*)malloc((size_t)s.B * d.max_pages * 4);
+            for (j = 0; j < s.B * d.max_pages; ++j) table[j] = d.num_pages - 1 - j;
+        }
+        if (d.seqlen_new) {
+            hkn = malloc(nnew * 2); hvn = malloc(nnew * 2);
+            fill_random(s.dtype, hkn, nnew, &seed);
+            fill_random(s.dtype, hvn, nnew, &seed);
+        }
+    }
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CK(cuMemAlloc(&dq, nq * 2)); CK(cuMemcpyHtoD(dq, hq, nq * 2));
+    CK(cuMemAlloc(&dkc, ncache * 2)); CK(cuMemcpyHtoD(dkc, hkc, ncache * 2));
+    CK(cuMemAlloc(&dvc, ncache * 2)); CK(cuMemcpyHtoD(dvc, hvc, ncache * 2));
+    CK(cuMemAlloc(&dlens, (size_t)s.B * 4)); CK(cuMemcpyHtoD(dlens, lens, (size_t)s.B * 4));
+    if (table) { CK(cuMemAlloc(&dtable, (size_t)s.B * d.max_pages * 4)); CK(cuMemcpyHtoD(dtable, table, (size_t)s.B * d.max_pages * 4)); }
+    if (d.seqlen_new) {
+        CK(cuMemAlloc(&dkn, nnew * 2)); CK(cuMemcpyHtoD(dkn, hkn, nnew * 2));
+        CK(cuMemAlloc(&dvn, nnew * 2)); CK(cuMemcpyHtoD(dvn, hvn, nnew * 2));
+    }
+    CK(cuMemAlloc(&dout, nq * 2)); CK(cuMemsetD8(dout, 0xff, nq * 2));
+    CK(cuMemAlloc(&dlse, (size_t)s.B * s.Hq * s.Sq * 4)); CK(cuMemsetD8(dlse, 0xff, (size_t)s.B * s.Hq * s.Sq * 4));
+    if ((st = cudattn_open(&h, dir, dev)) != CUDATTN_OK) {
+        fprintf(stderr, "cudattn_open: %s: %s\n", cudattn_status_string(st), cudattn_message(&h));
+        return 1;
+    }
+    a.dtype = s.dtype;
+    a.batch = s.B; a.seqlen_q = s.Sq; a.heads_q = s.Hq; a.heads_kv = s.Hkv; a.head_dim = s.D;
+    a.q.ptr = dq; a.q.stride_b = (long long)s.Sq * s.Hq * s.D; a.q.stride_s = (long long)s.Hq * s.D; a.q.stride_h = s.D;
+    a.o = a.q; a.o.ptr = dout;
+    a.lse = dlse;
+    a.k_cache.ptr = dkc;
+    a.k_cache.stride_b = (long long)(d.page_size > 0 ? d.page_size : d.capacity) * (long long)row;
+    a.k_cache.stride_s = (long long)row; a.k_cache.stride_h = s.D;
+    a.v_cache = a.k_cache; a.v_cache.ptr = dvc;
+    a.capacity = d.capacity;
+    a.block_table = dtable; a.page_size = d.page_size; a.max_pages = d.max_pages; a.num_pages = d.num_pages;
+    a.cache_seqlens = dlens;
+    if (d.seqlen_new) {
+        a.k_new.ptr = dkn; a.k_new.stride_b = (long long)d.seqlen_new * row; a.k_new.stride_s = (long long)row;
+        a.k_new.stride_h = s.D;
+        a.v_new = a.k_new; a.v_new.ptr = dvn;
+        a.seqlen_new = d.seqlen_new;
+    }
+    a.causal = s.causal;
+    a.num_splits = d.num_splits;
+    ws_bytes = cudattn_decode_workspace_bytes(&h, &a);
+    if (ws_bytes == (size_t)-1) { fprintf(stderr, "cudattn_decode_workspace_bytes: %s\n", cudattn_message(&h)); return 1; }
+    if (ws_bytes) CK(cuMemAlloc(&ws, ws_bytes));
+    a.workspace = ws; a.workspace_bytes = ws_bytes;
+    if ((st = cudattn_decode(&h, &a, stream)) != CUDATTN_OK) {
+        fprintf(stderr, "cudattn_decode: %s: %s\n", cudattn_status_string(st), cudattn_message(&h));
+        return 1;
+    }
+    CK(cuStreamSynchronize(stream));
+    CK(cuMemcpyDtoH(ho, dout, nq * 2));
+    CK(cuMemcpyDtoH(hlse, dlse, (size_t)s.B * s.Hq * s.Sq * 4));
+    if (io) {
+        void *kc = malloc(ncache * 2), *vc = malloc(ncache * 2);
+        CK(cuMemcpyDtoH(kc, dkc, ncache * 2));
+        CK(cuMemcpyDtoH(vc, dvc, ncache * 2));
+        write_file(io, "out.bin", ho, nq * 2);
+        write_file(io, "lse.bin", hlse, (size_t)s.B * s.Hq * s.Sq * 4);
+        write_file(io, "k_cache.out.bin", kc, ncache * 2);
+        write_file(io, "v_cache.out.bin", vc, ncache * 2);
+        printf("wrote %s/out.bin, lse.bin and the caches\n", io);
+        free(kc); free(vc);
+    } else {
+        const double rel = s.dtype == CUDATTN_BFLOAT16 ? 0.02 : 0.005;
+        const cache_t c = {hkc, hvc, table, d.page_size > 0 ? d.page_size : d.capacity, d.max_pages > 0 ? d.max_pages : 1};
+        double worst, peak;
+        int t;
+        for (b = 0; b < s.B; ++b) /* the append, on the host copies, then the lengths it leaves */
+            for (t = 0; t < d.seqlen_new; ++t) {
+                const size_t dst = cache_row(&c, b, lens[b] + t) * row * 2, src = ((size_t)b * d.seqlen_new + t) * row * 2;
+                memcpy((char*)hkc + dst, (char*)hkn + src, row * 2);
+                memcpy((char*)hvc + dst, (char*)hvn + src, row * 2);
+            }
+        for (b = 0; b < s.B; ++b) lens[b] += d.seqlen_new;
+        compare(&s, s.dtype, ho, hq, &c, lens, &worst, &peak);
+        printf("decode %s B=%d Sq=%d capacity=%d Hq=%d Hkv=%d D=%d causal=%d %s, %d appended on %s: max |out - ref| = "
+               "%.3g (bound %.3g)\n", s.dtype == CUDATTN_BFLOAT16 ? "bf16" : "f16", s.B, s.Sq, d.capacity, s.Hq, s.Hkv,
+               s.D, s.causal, d.page_size > 0 ? "paged" : "contiguous", d.seqlen_new, h.arch, worst, rel * peak + 1e-3);
+        if (!(worst <= rel * peak + 1e-3)) { printf("FAIL\n"); return 1; }
+        printf("OK\n");
+    }
+    cudattn_close(&h);
+    cuStreamDestroy(stream);
+    cuDevicePrimaryCtxRelease(dev);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     shape_t s = {CUDATTN_FLOAT16, -1, 2, 333, 333, 8, 2, 128, 0, 1.0, 1.0, 1.0, 0};
+    decode_t dc = {0, 0, 0, 0, 2, 0};
     const char *dir = NULL, *io = NULL;
-    int i;
+    int i, decode = 0;
     for (i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--causal")) s.causal = 1;
         else if (!strcmp(argv[i], "--portable")) s.family = 80;
+        else if (!strcmp(argv[i], "--decode")) decode = 1;
+        else if (!strcmp(argv[i], "--paged") && i + 1 < argc) dc.page_size = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--new") && i + 1 < argc) dc.seqlen_new = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--splits") && i + 1 < argc) dc.num_splits = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
             const char* t = argv[++i];
             s.dtype = !strcmp(t, "bf16") ? CUDATTN_BFLOAT16 : !strcmp(t, "e4m3") ? CUDATTN_E4M3 : CUDATTN_FLOAT16;
@@ -168,16 +347,32 @@ int main(int argc, char** argv) {
     if (!dir) { fprintf(stderr, "usage: %s EXPORT_DIR ...\n", argv[0]); return 2; }
     if (io) {
         FILE* f;
-        char path[4200];
+        char path[4200], mode[16] = "";
+        int ok;
         snprintf(path, sizeof path, "%s/args.txt", io);
         f = fopen(path, "r");
-        if (!f || fscanf(f, "%d %d %d %d %d %d %d %d %d %lf %lf %lf %d", &s.dtype, &s.out_dtype, &s.B, &s.Sq, &s.Sk,
-                         &s.Hq, &s.Hkv, &s.D, &s.causal, &s.qd, &s.kd, &s.vd, &s.family) != 13) {
+        ok = f && fscanf(f, "%15s", mode) == 1;
+        decode = ok && !strcmp(mode, "decode");
+        if (ok && !strcmp(mode, "prefill"))
+            ok = fscanf(f, "%d %d %d %d %d %d %d %d %d %lf %lf %lf %d", &s.dtype, &s.out_dtype, &s.B, &s.Sq, &s.Sk,
+                        &s.Hq, &s.Hkv, &s.D, &s.causal, &s.qd, &s.kd, &s.vd, &s.family) == 13;
+        else if (decode)
+            ok = fscanf(f, "%d %d %d %d %d %d %d %d %d %d %d %d %d", &s.dtype, &s.B, &s.Sq, &s.Hq, &s.Hkv, &s.D,
+                        &s.causal, &dc.capacity, &dc.page_size, &dc.max_pages, &dc.num_pages, &dc.seqlen_new,
+                        &dc.num_splits) == 13;
+        else
+            ok = 0;
+        if (f) fclose(f);
+        if (!ok) {
             fprintf(stderr, "bad %s\n", path);
             return 2;
         }
-        fclose(f);
-    } else if (s.dtype == CUDATTN_E4M3) {
+    }
+    if (decode) {
+        if (!io) dc.capacity = s.Sk;
+        return run_decode(dir, io, s, dc);
+    }
+    if (!io && s.dtype == CUDATTN_E4M3) {
         s.qd = 0.5; s.kd = 0.25; s.vd = 2.0; /* scalar descales, so that they are exercised */
     }
 
@@ -253,26 +448,15 @@ int main(int argc, char** argv) {
         } else {
             /* Check batch 0 (and the last) against float64; bound: the output's rounding and, for FP8, P in e4m3. */
             const double rel = s.dtype == CUDATTN_E4M3 ? 0.06 : s.dtype == CUDATTN_BFLOAT16 ? 0.02 : 0.005;
-            double* ref = (double*)malloc(sizeof(double) * (size_t)s.Sq * s.Hq * s.D);
-            double worst = 0, peak = 0;
-            int bs[2] = {0, s.B - 1}, nb = s.B > 1 ? 2 : 1, bi;
-            size_t e, n = (size_t)s.Sq * s.Hq * s.D;
-            for (bi = 0; bi < nb; ++bi) {
-                reference(&s, hq, hk, hv, bs[bi], ref);
-                for (e = 0; e < n; ++e) {
-                    const double got = to_double(out_dtype, ho, (size_t)bs[bi] * n + e);
-                    const double d = fabs(got - ref[e]);
-                    if (!(d <= worst)) worst = d; /* NaN sticks */
-                    if (fabs(ref[e]) > peak) peak = fabs(ref[e]);
-                }
-            }
+            const cache_t c = {hk, hv, NULL, s.Sk, 1};
+            double worst, peak;
+            compare(&s, out_dtype, ho, hq, &c, NULL, &worst, &peak);
             printf("%s B=%d Sq=%d Sk=%d Hq=%d Hkv=%d D=%d causal=%d on %s%s: max |out - ref| = %.3g (bound %.3g)\n",
                    s.dtype == CUDATTN_E4M3 ? "e4m3" : s.dtype == CUDATTN_BFLOAT16 ? "bf16" : "f16", s.B, s.Sq,
                    s.Sk, s.Hq, s.Hkv, s.D, s.causal, h.arch, s.family == 80 ? " (portable kernel)" : "", worst,
                    rel * peak + 1e-3);
             if (!(worst <= rel * peak + 1e-3)) { printf("FAIL\n"); return 1; }
             printf("OK\n");
-            free(ref);
         }
         cudattn_close(&h);
         free(hq); free(hk); free(hv); free(ho); free(hlse);

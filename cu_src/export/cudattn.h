@@ -16,8 +16,9 @@
  * Nothing is allocated behind the caller's back: FP8 needs a workspace for V transposed, of
  * cudattn_prefill_workspace_bytes(&a) bytes, passed in the arguments. Every call is asynchronous
  * on the caller's stream. A handle is not thread-safe (its modules load on first use).
- * Served so far: prefill (float16, bfloat16, FP8 e4m3 with descales), both kernel families.
- * Not yet: decode against KV caches, the merge of attention states.
+ * Served: prefill (float16, bfloat16, FP8 e4m3 with descales; both kernel families) and split-KV
+ * decode against contiguous or paged KV caches (float16, bfloat16), with new keys appended in
+ * place first. Not yet: the merge of attention states.
  */
 #ifndef CUDATTN_H
 #define CUDATTN_H
@@ -506,6 +507,210 @@ static inline cudattn_status cudattn_prefill(cudattn_handle* h, const cudattn_pr
         return cudattn__cu(h, cuLaunchKernel(fn, gx, gy, gz, (unsigned)r->threads, 1, 1, (unsigned)r->dynamic_smem,
                                              stream, args, NULL), "cuLaunchKernel(flash_fwd_sm80)");
     }
+}
+
+/* ------------------------------------------------------------------ decode */
+
+#define CUDATTN_MAX_SPLITS 128
+
+/* A few query tokens against a KV cache (FlashAttention's flash_attn_with_kvcache). The cache is
+ * contiguous, (batch, capacity, heads_kv, head_dim), or paged, (num_pages, page_size, heads_kv,
+ * head_dim) with block_table; stride_b of k_cache / v_cache steps between sequences or pages. */
+typedef struct cudattn_decode_args {
+    int dtype; /* CUDATTN_FLOAT16 or CUDATTN_BFLOAT16 */
+    int batch, seqlen_q, heads_q, heads_kv, head_dim;
+    cudattn_tensor q, o;           /* (batch, seqlen_q, heads_q, head_dim) */
+    CUdeviceptr lse;               /* 0, or (batch, heads_q, seqlen_q) float32 */
+    cudattn_tensor k_cache, v_cache;
+    int capacity;                  /* contiguous: keys a sequence holds at most (the cache's second axis) */
+    CUdeviceptr block_table;       /* 0: contiguous; else int32 (batch, max_pages) */
+    int page_size, max_pages, num_pages; /* paged: page_size a multiple of 16 */
+    CUdeviceptr cache_seqlens;     /* 0: every sequence is full; else int32 (batch,) valid keys */
+    cudattn_tensor k_new, v_new;   /* (batch, seqlen_new, heads_kv, head_dim), appended at cache_seqlens[b] */
+    int seqlen_new;                /* 0: nothing appended */
+    int causal;                    /* bottom right per sequence */
+    int has_scale;
+    double scale;
+    int num_splits;                /* 0: chosen from the GPU's size and the cache length */
+    CUdeviceptr workspace;         /* cudattn_decode_workspace_bytes(): partial outputs and counters */
+    size_t workspace_bytes;
+} cudattn_decode_args;
+
+static inline cudattn_decode_args cudattn_decode_defaults(void) {
+    cudattn_decode_args a;
+    memset(&a, 0, sizeof a);
+    a.dtype = CUDATTN_FLOAT16;
+    return a;
+}
+
+typedef struct cudattn__decode_plan {
+    int row, rows, num_m, splits, tiles_per_split, capacity;
+    size_t o_part, lse_part, counters, bytes; /* workspace offsets and size */
+} cudattn__decode_plan;
+
+/* FlashAttention's wave model, as cudattn/_decode.py choose_num_splits. */
+static inline int cudattn__splits(long long blocks, long long key_tiles, int sm_count, int blocks_per_sm) {
+    double eff[CUDATTN_MAX_SPLITS + 1], best = 0;
+    long long top, s;
+    if ((double)blocks >= 0.8 * sm_count || key_tiles < 8) return 1;
+    top = key_tiles / 4 < CUDATTN_MAX_SPLITS ? key_tiles / 4 : CUDATTN_MAX_SPLITS;
+    for (s = 1; s <= top; ++s) {
+        const double waves = (double)(blocks * s) / (double)(sm_count * blocks_per_sm);
+        eff[s] = waves / ceil(waves);
+        if (eff[s] > best) best = eff[s];
+    }
+    for (s = 1; s <= top; ++s)
+        if (eff[s] >= 0.95 * best) return (int)s;
+    return 1;
+}
+
+static inline size_t cudattn__align256(size_t n) { return (n + 255) / 256 * 256; }
+
+static inline cudattn_status cudattn__decode_plan_of(cudattn_handle* h, const cudattn_decode_args* a,
+                                                     cudattn__decode_plan* pl) {
+    int i;
+    long long key_tiles, blocks;
+    const cudattn_kernel_row* r;
+    memset(pl, 0, sizeof *pl);
+    if (a->dtype != CUDATTN_FLOAT16 && a->dtype != CUDATTN_BFLOAT16)
+        return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "decode takes float16 or bfloat16 (no FP8 decode yet)");
+    if (a->batch < 0 || a->seqlen_q < 0 || a->heads_q < 1 || a->heads_kv < 1 || a->heads_q % a->heads_kv)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "batch, seqlen_q >= 0; heads_q a multiple of heads_kv >= 1");
+    if (a->head_dim < 8 || a->head_dim > 256 || a->head_dim % 8)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "head_dim must be a multiple of 8 from 8 to 256; got %d",
+                             a->head_dim);
+    if (a->block_table) {
+        if (a->page_size < 16 || a->page_size % 16 || a->max_pages < 1 || a->num_pages < 1)
+            return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "a paged cache needs page_size a multiple of 16, "
+                                 "max_pages >= 1 and num_pages >= 1");
+        pl->capacity = a->page_size * a->max_pages;
+    } else {
+        if (a->capacity < 1) return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "a contiguous cache needs capacity >= 1");
+        pl->capacity = a->capacity;
+    }
+    if (a->num_splits < 0 || a->num_splits > CUDATTN_MAX_SPLITS)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "num_splits must be 0 (chosen) or 1..%d; got %d",
+                             CUDATTN_MAX_SPLITS, a->num_splits);
+    if (a->seqlen_new < 0 || a->seqlen_new > pl->capacity || (a->seqlen_new > 0 && !a->cache_seqlens))
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "seqlen_new must be 0..capacity, and appending needs "
+                             "cache_seqlens (where each sequence's new keys go)");
+    pl->row = -1;
+    for (i = 0; i < CUDATTN_KERNEL_COUNT; ++i) {
+        const cudattn_kernel_row* c = &cudattn_kernel_table[i];
+        if (c->kind == 1 && strcmp(c->arch, h->arch) == 0 && c->dtype == a->dtype && c->tile_dim >= a->head_dim &&
+            (pl->row < 0 || c->tile_dim < cudattn_kernel_table[pl->row].tile_dim))
+            pl->row = i;
+    }
+    if (pl->row < 0) return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "no decode kernel for head_dim %d", a->head_dim);
+    r = &cudattn_kernel_table[pl->row];
+    pl->rows = (a->heads_q / a->heads_kv) * a->seqlen_q;
+    pl->num_m = (pl->rows + r->block_m - 1) / r->block_m;
+    key_tiles = (pl->capacity + r->block_n - 1) / r->block_n;
+    if (key_tiles < 1) key_tiles = 1;
+    blocks = (long long)pl->num_m * a->heads_kv * a->batch;
+    pl->splits = a->num_splits ? a->num_splits : cudattn__splits(blocks, key_tiles, h->sm_count, a->block_table ? 2 : 1);
+    pl->tiles_per_split = (int)((key_tiles + pl->splits - 1) / pl->splits);
+    if (pl->splits > 1) {
+        const size_t rows_all = (size_t)a->batch * a->heads_q * a->seqlen_q;
+        pl->o_part = 0;
+        pl->lse_part = cudattn__align256(pl->splits * rows_all * a->head_dim * 4);
+        pl->counters = pl->lse_part + cudattn__align256(pl->splits * rows_all * 4);
+        pl->bytes = pl->counters + cudattn__align256((size_t)blocks * 4);
+    }
+    return CUDATTN_OK;
+}
+
+/* Bytes of workspace a decode call needs (0 when it runs unsplit); -1 cast to size_t on a bad call
+ * (cudattn_message says why). */
+static inline size_t cudattn_decode_workspace_bytes(cudattn_handle* h, const cudattn_decode_args* a) {
+    cudattn__decode_plan pl;
+    if (cudattn__decode_plan_of(h, a, &pl) != CUDATTN_OK) return (size_t)-1;
+    return pl.bytes;
+}
+
+static inline cudattn_status cudattn_decode(cudattn_handle* h, const cudattn_decode_args* a, CUstream stream) {
+    cudattn__decode_plan pl;
+    cudattn_KvCacheGeom g;
+    cudattn_DecodeParams p;
+    const cudattn_kernel_row* r;
+    CUfunction fn;
+    void* args[1];
+    const double scale = a->has_scale ? a->scale : 1.0 / sqrt((double)a->head_dim);
+    h->message[0] = 0;
+    CUDATTN__TRY(cudattn__decode_plan_of(h, a, &pl));
+    CUDATTN__TRY(cudattn__check_tensor(h, "q", &a->q, 2));
+    CUDATTN__TRY(cudattn__check_tensor(h, "o", &a->o, 2));
+    CUDATTN__TRY(cudattn__check_tensor(h, "k_cache", &a->k_cache, 2));
+    CUDATTN__TRY(cudattn__check_tensor(h, "v_cache", &a->v_cache, 2));
+    if (a->batch == 0 || a->seqlen_q == 0) return CUDATTN_OK;
+    if (pl.bytes && (a->workspace_bytes < pl.bytes || a->workspace % 256))
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "this call runs %d splits and needs a 256-byte aligned "
+                             "workspace of %zu bytes (cudattn_decode_workspace_bytes); got %zu", pl.splits, pl.bytes,
+                             a->workspace_bytes);
+    r = &cudattn_kernel_table[pl.row];
+    if (r->dynamic_smem > h->smem_optin)
+        return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "the decode kernel needs %d bytes of shared memory; the "
+                             "device allows %d", r->dynamic_smem, h->smem_optin);
+    memset(&g, 0, sizeof g);
+    g.block_table = a->block_table;
+    g.seqlens = a->cache_seqlens;
+    g.page_size = a->block_table ? a->page_size : pl.capacity;
+    g.max_pages = a->block_table ? a->max_pages : 1;
+    g.num_pages = a->block_table ? a->num_pages : a->batch;
+    g.capacity = pl.capacity;
+    if (a->seqlen_new > 0) { /* the new keys into the cache first, on the same stream */
+        int arow = -1, i;
+        cudattn_AppendParams ap;
+        CUfunction afn;
+        void* aargs[1];
+        const long long rows = (long long)a->batch * a->seqlen_new * a->heads_kv;
+        CUDATTN__TRY(cudattn__check_tensor(h, "k_new", &a->k_new, 2));
+        CUDATTN__TRY(cudattn__check_tensor(h, "v_new", &a->v_new, 2));
+        for (i = 0; i < CUDATTN_KERNEL_COUNT; ++i)
+            if (cudattn_kernel_table[i].kind == 3 && strcmp(cudattn_kernel_table[i].arch, h->arch) == 0) arow = i;
+        if (arow < 0) return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "this export has no KV-cache append");
+        CUDATTN__TRY(cudattn__function(h, arow, &afn));
+        memset(&ap, 0, sizeof ap);
+        ap.k_new = a->k_new.ptr; ap.v_new = a->v_new.ptr; ap.k = a->k_cache.ptr; ap.v = a->v_cache.ptr;
+        ap.kn_stride_b = a->k_new.stride_b; ap.kn_stride_s = a->k_new.stride_s; ap.kn_stride_h = a->k_new.stride_h;
+        ap.vn_stride_b = a->v_new.stride_b; ap.vn_stride_s = a->v_new.stride_s; ap.vn_stride_h = a->v_new.stride_h;
+        ap.k_stride_page = a->k_cache.stride_b; ap.k_stride_s = a->k_cache.stride_s; ap.k_stride_h = a->k_cache.stride_h;
+        ap.v_stride_page = a->v_cache.stride_b; ap.v_stride_s = a->v_cache.stride_s; ap.v_stride_h = a->v_cache.stride_h;
+        ap.kv = g;
+        ap.batch = a->batch; ap.seqlen_new = a->seqlen_new; ap.heads_kv = a->heads_kv; ap.head_dim = a->head_dim;
+        aargs[0] = &ap;
+        CUDATTN__TRY(cudattn__cu(h, cuLaunchKernel(afn, (unsigned)((rows + 3) / 4), 1, 1,
+                                                   (unsigned)cudattn_kernel_table[arow].threads, 1, 1, 0, stream,
+                                                   aargs, NULL), "cuLaunchKernel(kv_cache_append)"));
+        g.seqlen_add = a->seqlen_new;
+    }
+    CUDATTN__TRY(cudattn__function(h, pl.row, &fn));
+    memset(&p, 0, sizeof p);
+    p.q = a->q.ptr; p.k = a->k_cache.ptr; p.v = a->v_cache.ptr; p.o = a->o.ptr; p.lse = a->lse;
+    if (pl.splits > 1) {
+        p.o_part = a->workspace + pl.o_part;
+        p.lse_part = a->workspace + pl.lse_part;
+        p.counters = a->workspace + pl.counters;
+        /* the kernel leaves its arrival counters at zero; they start there */
+        CUDATTN__TRY(cudattn__cu(h, cuMemsetD32Async(p.counters, 0, (pl.bytes - pl.counters) / 4, stream),
+                                 "cuMemsetD32Async"));
+    }
+    p.q_stride_b = a->q.stride_b; p.q_stride_s = a->q.stride_s; p.q_stride_h = a->q.stride_h;
+    p.k_stride_page = a->k_cache.stride_b; p.k_stride_s = a->k_cache.stride_s; p.k_stride_h = a->k_cache.stride_h;
+    p.v_stride_page = a->v_cache.stride_b; p.v_stride_s = a->v_cache.stride_s; p.v_stride_h = a->v_cache.stride_h;
+    p.o_stride_b = a->o.stride_b; p.o_stride_s = a->o.stride_s; p.o_stride_h = a->o.stride_h;
+    p.kv = g;
+    p.batch = a->batch; p.seqlen_q = a->seqlen_q; p.heads_q = a->heads_q; p.heads_kv = a->heads_kv;
+    p.group = a->heads_q / a->heads_kv; p.head_dim = a->head_dim; p.rows = pl.rows; p.num_m_blocks = pl.num_m;
+    p.num_splits = pl.splits; p.tiles_per_split = pl.tiles_per_split; p.causal = a->causal != 0;
+    p.scale_log2 = cudattn__scale_log2(scale);
+    p.write_lse = a->lse != 0;
+    if ((long long)pl.num_m * pl.splits > 2147483647LL || a->heads_kv > 65535 || a->batch > 65535)
+        return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "the decode grid exceeds the CUDA limits; split the call");
+    args[0] = &p;
+    return cudattn__cu(h, cuLaunchKernel(fn, (unsigned)(pl.num_m * pl.splits), (unsigned)a->heads_kv,
+                                         (unsigned)a->batch, (unsigned)r->threads, 1, 1, (unsigned)r->dynamic_smem,
+                                         stream, args, NULL), "cuLaunchKernel(flash_decode)");
 }
 
 #undef CUDATTN__TRY

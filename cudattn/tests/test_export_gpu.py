@@ -64,6 +64,9 @@ SELF_CHECKS = [
     ["--dtype", "e4m3", "--shape", "2,300,300,4,2,128"],
     ["--dtype", "e4m3", "--causal", "--shape", "1,129,257,2,2,64"],
     ["--dtype", "bf16", "--portable", "--shape", "2,130,99,4,2,96"],
+    ["--decode", "--dtype", "f16", "--shape", "3,1,1000,8,2,128"],
+    ["--decode", "--dtype", "bf16", "--causal", "--shape", "2,4,700,6,3,64", "--paged", "16", "--new", "3"],
+    ["--decode", "--dtype", "f16", "--shape", "1,2,5000,4,1,256", "--paged", "256", "--splits", "7"],
 ]
 
 
@@ -99,7 +102,7 @@ def test_example_equals_the_python_path_bit_for_bit(program, case, tmp_path, mon
     descales = (0.5, 0.25, 2.0) if fp8 else (1.0, 1.0, 1.0)
     for name, x in (("q", q), ("k", k), ("v", v)):
         (tmp_path / f"{name}.bin").write_bytes(x.tobytes())
-    (tmp_path / "args.txt").write_text(f"{CODES[dt]} -1 {B} {Sq} {Sk} {Hq} {Hkv} {D} {int(causal)} "
+    (tmp_path / "args.txt").write_text(f"prefill {CODES[dt]} -1 {B} {Sq} {Sk} {Hq} {Hkv} {D} {int(causal)} "
                                        f"{descales[0]} {descales[1]} {descales[2]} {family}\n")
     res = subprocess.run([str(exe), str(out), "--io", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -115,6 +118,56 @@ def test_example_equals_the_python_path_bit_for_bit(program, case, tmp_path, mon
     _callpath._plans.clear()
     assert (tmp_path / "out.bin").read_bytes() == o.tobytes()
     assert (tmp_path / "lse.bin").read_bytes() == lse.astype(np.float32).tobytes()
+
+
+# (dtype, B, Sq, Hq, Hkv, D, causal, capacity, page_size, seqlen_new, num_splits): contiguous and
+# paged caches, appends, the split heuristic and explicit splits.
+DECODE_CASES = [
+    ("float16", 3, 1, 8, 2, 128, False, 1000, 0, 0, 0),
+    ("bfloat16", 2, 4, 6, 3, 64, True, 700, 16, 3, 0),
+    ("float16", 1, 2, 4, 1, 256, False, 5000, 256, 1, 7),
+    ("bfloat16", 4, 16, 8, 8, 96, True, 333, 0, 5, 0),
+]
+
+
+@pytest.mark.parametrize("case", DECODE_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_example_decode_equals_the_python_path_bit_for_bit(program, case, tmp_path):
+    """cudattn_decode against attention_with_kvcache: the output, the LSE and both caches after the append."""
+    out, exe = program
+    dt, B, Sq, Hq, Hkv, D, causal, cap, page, new, splits = case
+    rng = np.random.default_rng(sum(case[1:6]) + cap)
+    mk = lambda *shape: (rng.standard_normal(shape, dtype=np.float32) * 0.7).astype(NP[dt])
+    if page:
+        max_pages = -(-cap // page)
+        num_pages = B * max_pages + 3
+        table = rng.permutation(num_pages)[:B * max_pages].reshape(B, max_pages).astype(np.int32)
+        cap = page * max_pages
+        k_cache, v_cache = mk(num_pages, page, Hkv, D), mk(num_pages, page, Hkv, D)
+    else:
+        max_pages, num_pages, table = 1, B, None
+        k_cache, v_cache = mk(B, cap, Hkv, D), mk(B, cap, Hkv, D)
+    seqlens = rng.integers(0, cap - new + 1, size=B).astype(np.int32)
+    q = mk(B, Sq, Hq, D)
+    k_new, v_new = (mk(B, new, Hkv, D), mk(B, new, Hkv, D)) if new else (None, None)
+    files = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "seqlens": seqlens, "block_table": table,
+             "k_new": k_new, "v_new": v_new}
+    for name, x in files.items():
+        if x is not None:
+            (tmp_path / f"{name}.bin").write_bytes(x.tobytes())
+    (tmp_path / "args.txt").write_text(f"decode {CODES[dt]} {B} {Sq} {Hq} {Hkv} {D} {int(causal)} {cap} {page} "
+                                       f"{max_pages} {num_pages} {new} {splits}\n")
+    res = subprocess.run([str(exe), str(out), "--io", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+    _callpath._plans.clear()
+    dev = {n: None if x is None else cudattn.to_device(x) for n, x in files.items()}
+    o, lse = cudattn.attention_with_kvcache(dev["q"], dev["k_cache"], dev["v_cache"], cache_seqlens=dev["seqlens"],
+                                           block_table=dev["block_table"], k_new=dev["k_new"], v_new=dev["v_new"],
+                                           causal=causal, return_lse=True, num_splits=splits or None)
+    assert (tmp_path / "out.bin").read_bytes() == cudattn.to_host(o).tobytes()
+    assert (tmp_path / "lse.bin").read_bytes() == cudattn.to_host(lse).astype(np.float32).tobytes()
+    assert (tmp_path / "k_cache.out.bin").read_bytes() == cudattn.to_host(dev["k_cache"]).tobytes()
+    assert (tmp_path / "v_cache.out.bin").read_bytes() == cudattn.to_host(dev["v_cache"]).tobytes()
 
 
 def test_example_refuses_an_export_of_another_version(program, tmp_path):
