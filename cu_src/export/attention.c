@@ -6,6 +6,7 @@
  *     ./attention cudattn_kernels [--dtype f16|bf16|e4m3] [--causal] [--shape B,Sq,Sk,Hq,Hkv,D] [--portable]
  *     ./attention cudattn_kernels --decode [--dtype f16|bf16] [--shape B,Sq,capacity,Hq,Hkv,D] [--paged PAGE]
  *                 [--new N] [--splits N]     (decode: N keys appended first, default 2)
+ *     ./attention cudattn_kernels --merge [--dtype f16|bf16] [--shape B,Sq,Sk,Hq,Hkv,D]   (two halves merged)
  *
  * ($CUDA_INCLUDE: a directory holding cuda.h, e.g. the nvidia/cu13/include of the CUDA pip wheels.)
  * With --io DIR it reads its inputs from files instead and writes its outputs, unchecked (the
@@ -15,8 +16,9 @@
  * DIR/{q,k,v}.bin, contiguous (B, S, H, D) element bytes; or "decode dtype B Sq Hq Hkv D causal
  * capacity page_size max_pages num_pages seqlen_new num_splits" (page_size 0: contiguous) with
  * DIR/{q,k_cache,v_cache,seqlens}.bin, block_table.bin when paged and {k,v}_new.bin when
- * appending. It writes DIR/out.bin, DIR/lse.bin (float32) and, for decode, the caches after the
- * append (DIR/{k,v}_cache.out.bin). Exit status 0 when the check passes.
+ * appending; or "merge dtype N B Sq H D" with DIR/o_parts.bin (N, B, Sq, H, D) and DIR/lse_parts.bin
+ * (N, B, H, Sq) float32. It writes DIR/out.bin, DIR/lse.bin (float32) and, for decode, the caches
+ * after the append (DIR/{k,v}_cache.out.bin). Exit status 0 when the check passes.
  */
 #include <math.h>
 #include <stdint.h>
@@ -320,15 +322,116 @@ static int run_decode(const char* dir, const char* io, shape_t s, decode_t d) {
     return 0;
 }
 
+/* Merge: with --io, N parts from files merged as they are; otherwise one random (non-causal)
+ * problem attended in two halves of its keys (two prefill calls writing their LSEs) and merged,
+ * checked against the float64 attention over all keys. */
+static int run_merge(const char* dir, const char* io, shape_t s, int nparts) {
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream stream;
+    cudattn_handle h;
+    cudattn_merge_args m;
+    cudattn_status st;
+    const size_t it = item_of(s.dtype), no = (size_t)s.B * s.Sq * s.Hq * s.D, nl = (size_t)s.B * s.Hq * s.Sq;
+    void *hq = NULL, *hk = NULL, *hv = NULL, *ho = malloc(no * it);
+    float* hl = (float*)malloc(nl * 4);
+    CUdeviceptr dparts, dlparts, dout, dlse;
+    uint32_t seed = 777;
+    int part;
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CK(cuCtxSetCurrent(ctx));
+    CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    if ((st = cudattn_open(&h, dir, dev)) != CUDATTN_OK) {
+        fprintf(stderr, "cudattn_open: %s: %s\n", cudattn_status_string(st), cudattn_message(&h));
+        return 1;
+    }
+    CK(cuMemAlloc(&dparts, nparts * no * it));
+    CK(cuMemAlloc(&dlparts, nparts * nl * 4));
+    if (io) {
+        void* op = read_file(io, "o_parts.bin", nparts * no * it);
+        void* lp = read_file(io, "lse_parts.bin", nparts * nl * 4);
+        CK(cuMemcpyHtoD(dparts, op, nparts * no * it));
+        CK(cuMemcpyHtoD(dlparts, lp, nparts * nl * 4));
+        free(op); free(lp);
+    } else { /* the parts: attention over keys [0, Sk/2) and [Sk/2, Sk) */
+        const size_t nq = no, nk = (size_t)s.B * s.Sk * s.Hkv * s.D, half = (size_t)(s.Sk / 2);
+        CUdeviceptr dq, dk, dv;
+        hq = malloc(nq * it); hk = malloc(nk * it); hv = malloc(nk * it);
+        fill_random(s.dtype, hq, nq, &seed);
+        fill_random(s.dtype, hk, nk, &seed);
+        fill_random(s.dtype, hv, nk, &seed);
+        CK(cuMemAlloc(&dq, nq * it)); CK(cuMemcpyHtoD(dq, hq, nq * it));
+        CK(cuMemAlloc(&dk, nk * it)); CK(cuMemcpyHtoD(dk, hk, nk * it));
+        CK(cuMemAlloc(&dv, nk * it)); CK(cuMemcpyHtoD(dv, hv, nk * it));
+        for (part = 0; part < 2; ++part) {
+            cudattn_prefill_args a = cudattn_prefill_defaults();
+            const size_t first = part ? half : 0;
+            a.dtype = s.dtype;
+            a.batch = s.B; a.seqlen_q = s.Sq; a.seqlen_k = (int)(part ? (size_t)s.Sk - half : half);
+            a.heads_q = s.Hq; a.heads_kv = s.Hkv; a.head_dim = s.D;
+            a.q.ptr = dq; a.q.stride_b = (long long)s.Sq * s.Hq * s.D; a.q.stride_s = (long long)s.Hq * s.D; a.q.stride_h = s.D;
+            a.k.ptr = dk + first * s.Hkv * s.D * it;
+            a.k.stride_b = (long long)s.Sk * s.Hkv * s.D; a.k.stride_s = (long long)s.Hkv * s.D; a.k.stride_h = s.D;
+            a.v = a.k; a.v.ptr = dv + first * s.Hkv * s.D * it;
+            a.o = a.q; a.o.ptr = dparts + part * no * it;
+            a.lse = dlparts + part * nl * 4;
+            if ((st = cudattn_prefill(&h, &a, stream)) != CUDATTN_OK) {
+                fprintf(stderr, "cudattn_prefill: %s: %s\n", cudattn_status_string(st), cudattn_message(&h));
+                return 1;
+            }
+        }
+        nparts = 2;
+    }
+    CK(cuMemAlloc(&dout, no * it)); CK(cuMemsetD8(dout, 0xff, no * it));
+    CK(cuMemAlloc(&dlse, nl * 4)); CK(cuMemsetD8(dlse, 0xff, nl * 4));
+    memset(&m, 0, sizeof m);
+    m.dtype = s.dtype; m.num_parts = nparts; m.batch = s.B; m.seqlen_q = s.Sq; m.heads = s.Hq; m.head_dim = s.D;
+    m.o_parts = dparts; m.lse_parts = dlparts;
+    m.o_part_stride = (long long)no; m.lse_part_stride = (long long)nl;
+    m.in_stride_b = (long long)s.Sq * s.Hq * s.D; m.in_stride_s = (long long)s.Hq * s.D; m.in_stride_h = s.D;
+    m.lse_stride_b = (long long)s.Hq * s.Sq; m.lse_stride_h = s.Sq; m.lse_stride_s = 1;
+    m.o.ptr = dout; m.o.stride_b = m.in_stride_b; m.o.stride_s = m.in_stride_s; m.o.stride_h = m.in_stride_h;
+    m.lse = dlse;
+    if ((st = cudattn_merge(&h, &m, stream)) != CUDATTN_OK) {
+        fprintf(stderr, "cudattn_merge: %s: %s\n", cudattn_status_string(st), cudattn_message(&h));
+        return 1;
+    }
+    CK(cuStreamSynchronize(stream));
+    CK(cuMemcpyDtoH(ho, dout, no * it));
+    CK(cuMemcpyDtoH(hl, dlse, nl * 4));
+    if (io) {
+        write_file(io, "out.bin", ho, no * it);
+        write_file(io, "lse.bin", hl, nl * 4);
+        printf("wrote %s/out.bin and %s/lse.bin\n", io, io);
+    } else {
+        const double rel = s.dtype == CUDATTN_BFLOAT16 ? 0.02 : 0.005;
+        const cache_t c = {hk, hv, NULL, s.Sk, 1};
+        double worst, peak;
+        compare(&s, s.dtype, ho, hq, &c, NULL, &worst, &peak);
+        printf("merge of two halves of %d keys: %s B=%d Sq=%d Hq=%d Hkv=%d D=%d on %s: max |out - ref| = %.3g "
+               "(bound %.3g)\n", s.Sk, s.dtype == CUDATTN_BFLOAT16 ? "bf16" : "f16", s.B, s.Sq, s.Hq, s.Hkv, s.D, h.arch,
+               worst, rel * peak + 1e-3);
+        if (!(worst <= rel * peak + 1e-3)) { printf("FAIL\n"); return 1; }
+        printf("OK\n");
+    }
+    cudattn_close(&h);
+    cuStreamDestroy(stream);
+    cuDevicePrimaryCtxRelease(dev);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     shape_t s = {CUDATTN_FLOAT16, -1, 2, 333, 333, 8, 2, 128, 0, 1.0, 1.0, 1.0, 0};
     decode_t dc = {0, 0, 0, 0, 2, 0};
     const char *dir = NULL, *io = NULL;
-    int i, decode = 0;
+    int i, decode = 0, merge = 0, nparts = 0;
     for (i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--causal")) s.causal = 1;
         else if (!strcmp(argv[i], "--portable")) s.family = 80;
         else if (!strcmp(argv[i], "--decode")) decode = 1;
+        else if (!strcmp(argv[i], "--merge")) merge = 1;
         else if (!strcmp(argv[i], "--paged") && i + 1 < argc) dc.page_size = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--new") && i + 1 < argc) dc.seqlen_new = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--splits") && i + 1 < argc) dc.num_splits = atoi(argv[++i]);
@@ -356,7 +459,11 @@ int main(int argc, char** argv) {
         if (ok && !strcmp(mode, "prefill"))
             ok = fscanf(f, "%d %d %d %d %d %d %d %d %d %lf %lf %lf %d", &s.dtype, &s.out_dtype, &s.B, &s.Sq, &s.Sk,
                         &s.Hq, &s.Hkv, &s.D, &s.causal, &s.qd, &s.kd, &s.vd, &s.family) == 13;
-        else if (decode)
+        else if (ok && !strcmp(mode, "merge")) {
+            merge = 1;
+            ok = fscanf(f, "%d %d %d %d %d %d", &s.dtype, &nparts, &s.B, &s.Sq, &s.Hq, &s.D) == 6;
+            s.Hkv = s.Hq;
+        } else if (decode)
             ok = fscanf(f, "%d %d %d %d %d %d %d %d %d %d %d %d %d", &s.dtype, &s.B, &s.Sq, &s.Hq, &s.Hkv, &s.D,
                         &s.causal, &dc.capacity, &dc.page_size, &dc.max_pages, &dc.num_pages, &dc.seqlen_new,
                         &dc.num_splits) == 13;
@@ -368,6 +475,7 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
+    if (merge) return run_merge(dir, io, s, nparts);
     if (decode) {
         if (!io) dc.capacity = s.Sk;
         return run_decode(dir, io, s, dc);

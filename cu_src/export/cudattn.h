@@ -18,7 +18,7 @@
  * on the caller's stream. A handle is not thread-safe (its modules load on first use).
  * Served: prefill (float16, bfloat16, FP8 e4m3 with descales; both kernel families) and split-KV
  * decode against contiguous or paged KV caches (float16, bfloat16), with new keys appended in
- * place first. Not yet: the merge of attention states.
+ * place first; the merge of attention states over disjoint key sets.
  */
 #ifndef CUDATTN_H
 #define CUDATTN_H
@@ -711,6 +711,66 @@ static inline cudattn_status cudattn_decode(cudattn_handle* h, const cudattn_dec
     return cudattn__cu(h, cuLaunchKernel(fn, (unsigned)(pl.num_m * pl.splits), (unsigned)a->heads_kv,
                                          (unsigned)a->batch, (unsigned)r->threads, 1, 1, (unsigned)r->dynamic_smem,
                                          stream, args, NULL), "cuLaunchKernel(flash_decode)");
+}
+
+/* ------------------------------------------------------------------ merge */
+
+#define CUDATTN_MERGE_MAX_LIST 16
+
+/* num_parts partial attentions over disjoint key sets -> the attention over their union (as
+ * merge_attention_states): per row, w_s = exp(lse_s - max lse), out = sum w_s out_s / sum w_s,
+ * lse = max + log sum w_s; a part whose LSE is -inf is skipped. Parts are evenly spaced in memory
+ * (part s at o_parts + s * o_part_stride elements) or listed (o_list, up to 16). */
+typedef struct cudattn_merge_args {
+    int dtype; /* of the parts and of o: CUDATTN_FLOAT32, CUDATTN_FLOAT16 or CUDATTN_BFLOAT16 */
+    int num_parts, batch, seqlen_q, heads, head_dim;
+    CUdeviceptr o_parts, lse_parts;
+    long long o_part_stride, lse_part_stride;
+    const CUdeviceptr *o_list, *lse_list;             /* used instead when not NULL */
+    long long in_stride_b, in_stride_s, in_stride_h;   /* each O part's element strides */
+    long long lse_stride_b, lse_stride_h, lse_stride_s; /* each LSE part's (float32) */
+    cudattn_tensor o;
+    CUdeviceptr lse; /* 0, or (batch, heads, seqlen_q) float32 */
+} cudattn_merge_args;
+
+static inline cudattn_status cudattn_merge(cudattn_handle* h, const cudattn_merge_args* a, CUstream stream) {
+    int i, row = -1;
+    cudattn_CombineParams p;
+    CUfunction fn;
+    void* args[1];
+    long long rows;
+    h->message[0] = 0;
+    if (a->dtype != CUDATTN_FLOAT32 && a->dtype != CUDATTN_FLOAT16 && a->dtype != CUDATTN_BFLOAT16)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "merge takes float32, float16 or bfloat16 parts");
+    if (a->num_parts < 1 || (a->o_list && a->num_parts > CUDATTN_MERGE_MAX_LIST) || !a->o_list != !a->lse_list)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "num_parts >= 1; listed parts (o_list and lse_list "
+                             "together) at most %d", CUDATTN_MERGE_MAX_LIST);
+    if (a->batch < 0 || a->seqlen_q < 0 || a->heads < 1 || a->head_dim < 1)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "batch, seqlen_q >= 0; heads, head_dim >= 1");
+    for (i = 0; i < CUDATTN_KERNEL_COUNT; ++i)
+        if (cudattn_kernel_table[i].kind == 2 && strcmp(cudattn_kernel_table[i].arch, h->arch) == 0 &&
+            cudattn_kernel_table[i].dtype == a->dtype && cudattn_kernel_table[i].out_dtype == a->dtype)
+            row = i;
+    if (row < 0) return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "no merge kernel for dtype %d", a->dtype);
+    rows = (long long)a->batch * a->heads * a->seqlen_q;
+    if (rows == 0) return CUDATTN_OK;
+    CUDATTN__TRY(cudattn__function(h, row, &fn));
+    memset(&p, 0, sizeof p);
+    p.o_parts = a->o_parts; p.lse_parts = a->lse_parts; p.o = a->o.ptr; p.lse = a->lse;
+    if (a->o_list) {
+        p.use_table = 1;
+        for (i = 0; i < a->num_parts; ++i) { p.o_table[i] = a->o_list[i]; p.lse_table[i] = a->lse_list[i]; }
+    }
+    p.o_part_stride = a->o_part_stride; p.lse_part_stride = a->lse_part_stride;
+    p.in_stride_b = a->in_stride_b; p.in_stride_s = a->in_stride_s; p.in_stride_h = a->in_stride_h;
+    p.lse_stride_b = a->lse_stride_b; p.lse_stride_h = a->lse_stride_h; p.lse_stride_s = a->lse_stride_s;
+    p.o_stride_b = a->o.stride_b; p.o_stride_s = a->o.stride_s; p.o_stride_h = a->o.stride_h;
+    p.batch = a->batch; p.seqlen_q = a->seqlen_q; p.heads = a->heads; p.head_dim = a->head_dim;
+    p.num_parts = a->num_parts;
+    args[0] = &p;
+    return cudattn__cu(h, cuLaunchKernel(fn, (unsigned)((rows + 3) / 4), 1, 1,
+                                         (unsigned)cudattn_kernel_table[row].threads, 1, 1, 0, stream, args, NULL),
+                       "cuLaunchKernel(split_kv_combine)");
 }
 
 #undef CUDATTN__TRY

@@ -67,6 +67,7 @@ SELF_CHECKS = [
     ["--decode", "--dtype", "f16", "--shape", "3,1,1000,8,2,128"],
     ["--decode", "--dtype", "bf16", "--causal", "--shape", "2,4,700,6,3,64", "--paged", "16", "--new", "3"],
     ["--decode", "--dtype", "f16", "--shape", "1,2,5000,4,1,256", "--paged", "256", "--splits", "7"],
+    ["--merge", "--dtype", "bf16", "--shape", "2,100,700,4,2,128"],
 ]
 
 
@@ -168,6 +169,24 @@ def test_example_decode_equals_the_python_path_bit_for_bit(program, case, tmp_pa
     assert (tmp_path / "lse.bin").read_bytes() == cudattn.to_host(lse).astype(np.float32).tobytes()
     assert (tmp_path / "k_cache.out.bin").read_bytes() == cudattn.to_host(dev["k_cache"]).tobytes()
     assert (tmp_path / "v_cache.out.bin").read_bytes() == cudattn.to_host(dev["v_cache"]).tobytes()
+
+
+@pytest.mark.parametrize("dt,n", [("float16", 3), ("bfloat16", 2)])
+def test_example_merge_equals_the_python_path_bit_for_bit(program, dt, n, tmp_path):
+    out, exe = program
+    B, Sq, H, D = 2, 37, 4, 64
+    rng = np.random.default_rng(n)
+    o_parts = rng.standard_normal((n, B, Sq, H, D), dtype=np.float32).astype(NP[dt])
+    lse_parts = (rng.standard_normal((n, B, H, Sq), dtype=np.float32) * 3).astype(np.float32)
+    lse_parts[0, 0, 0, :5] = -np.inf  # parts that saw no key
+    (tmp_path / "o_parts.bin").write_bytes(o_parts.tobytes())
+    (tmp_path / "lse_parts.bin").write_bytes(lse_parts.tobytes())
+    (tmp_path / "args.txt").write_text(f"merge {CODES[dt]} {n} {B} {Sq} {H} {D}\n")
+    res = subprocess.run([str(exe), str(out), "--io", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    o, lse = cudattn.merge_attention_states(cudattn.to_device(o_parts), cudattn.to_device(lse_parts))
+    assert (tmp_path / "out.bin").read_bytes() == cudattn.to_host(o).tobytes()
+    assert (tmp_path / "lse.bin").read_bytes() == cudattn.to_host(lse).astype(np.float32).tobytes()
 
 
 def test_example_refuses_an_export_of_another_version(program, tmp_path):
