@@ -338,6 +338,7 @@ static int run_merge(const char* dir, const char* io, shape_t s, int nparts) {
     CUdeviceptr dparts, dlparts, dout, dlse;
     uint32_t seed = 777;
     int part;
+    if (!io) nparts = 2;
     CK(cuInit(0));
     CK(cuDeviceGet(&dev, 0));
     CK(cuDevicePrimaryCtxRetain(&ctx, dev));
@@ -382,7 +383,6 @@ static int run_merge(const char* dir, const char* io, shape_t s, int nparts) {
                 return 1;
             }
         }
-        nparts = 2;
     }
     CK(cuMemAlloc(&dout, no * it)); CK(cuMemsetD8(dout, 0xff, no * it));
     CK(cuMemAlloc(&dlse, nl * 4)); CK(cuMemsetD8(dlse, 0xff, nl * 4));
