@@ -13,7 +13,8 @@
  * tests compare them with the Python path's): DIR/args.txt is either "prefill dtype out_dtype B Sq
  * Sk Hq Hkv D causal qd kd vd family" (dtype codes of cudattn.h, out_dtype -1 for the default,
  * the FP8 descales 1 for 16-bit inputs, family 0 automatic or 80 the portable kernel) with
- * DIR/{q,k,v}.bin, contiguous (B, S, H, D) element bytes; or "decode dtype B Sq Hq Hkv D causal
+ * DIR/{q,k,v}.bin, contiguous (B, S, H, D) element bytes, and for FP8 optionally
+ * DIR/{q,k,v}_descale.bin, (B, Hkv) float32 descale arrays; or "decode dtype B Sq Hq Hkv D causal
  * capacity page_size max_pages num_pages seqlen_new num_splits" (page_size 0: contiguous) with
  * DIR/{q,k_cache,v_cache,seqlens}.bin, block_table.bin when paged and {k,v}_new.bin when
  * appending; or "merge dtype N B Sq H D" with DIR/o_parts.bin (N, B, Sq, H, D) and DIR/lse_parts.bin
@@ -539,6 +540,24 @@ int main(int argc, char** argv) {
         a.causal = s.causal;
         a.family = s.family;
         a.q_descale = s.qd; a.k_descale = s.kd; a.v_descale = s.vd;
+        if (io && s.dtype == CUDATTN_E4M3) { /* optional (B, Hkv) float32 descale arrays */
+            const char* names[3] = {"q_descale.bin", "k_descale.bin", "v_descale.bin"};
+            CUdeviceptr* ptrs[3] = {&a.q_descale_ptr, &a.k_descale_ptr, &a.v_descale_ptr};
+            int t;
+            for (t = 0; t < 3; ++t) {
+                char path[4200];
+                FILE* f;
+                snprintf(path, sizeof path, "%s/%s", io, names[t]);
+                if ((f = fopen(path, "rb")) != NULL) {
+                    void* x;
+                    fclose(f);
+                    x = read_file(io, names[t], (size_t)s.B * s.Hkv * 4);
+                    CK(cuMemAlloc(ptrs[t], (size_t)s.B * s.Hkv * 4));
+                    CK(cuMemcpyHtoD(*ptrs[t], x, (size_t)s.B * s.Hkv * 4));
+                    free(x);
+                }
+            }
+        }
         a.workspace_bytes = cudattn_prefill_workspace_bytes(&a);
         if (a.workspace_bytes) CK(cuMemAlloc(&ws, a.workspace_bytes));
         a.workspace = ws;

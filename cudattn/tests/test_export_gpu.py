@@ -89,6 +89,7 @@ BIT_CASES = [
     ("bfloat16", 1, 257, 300, 4, 4, 40, True, 80),
     ("e4m3", 2, 300, 300, 4, 2, 128, False, 0),
     ("e4m3", 1, 129, 257, 2, 2, 64, True, 0),
+    ("e4m3", 2, 200, 333, 6, 3, 256, True, 80),  # with (B, Hkv) descale arrays, below
 ]
 
 
@@ -101,6 +102,12 @@ def test_example_equals_the_python_path_bit_for_bit(program, case, tmp_path, mon
     mk = lambda S, H: (rng.standard_normal((B, S, H, D), dtype=np.float32) * (1.0 if fp8 else 0.7)).astype(NP[dt])
     q, k, v = mk(Sq, Hq), mk(Sk, Hkv), mk(Sk, Hkv)
     descales = (0.5, 0.25, 2.0) if fp8 else (1.0, 1.0, 1.0)
+    arrays = {}
+    if fp8 and family == 80:  # (batch, kv head) descale arrays: Python takes a scalar or an array, so scalars 1
+        descales = (1.0, 1.0, 1.0)
+        arrays = {n: rng.uniform(0.25, 2.0, size=(B, Hkv)).astype(np.float32) for n in ("q", "k", "v")}
+        for n, x in arrays.items():
+            (tmp_path / f"{n}_descale.bin").write_bytes(x.tobytes())
     for name, x in (("q", q), ("k", k), ("v", v)):
         (tmp_path / f"{name}.bin").write_bytes(x.tobytes())
     (tmp_path / "args.txt").write_text(f"prefill {CODES[dt]} -1 {B} {Sq} {Sk} {Hq} {Hkv} {D} {int(causal)} "
@@ -113,6 +120,7 @@ def test_example_equals_the_python_path_bit_for_bit(program, case, tmp_path, mon
     _plan._plans.clear()
     _callpath._plans.clear()
     kw = dict(q_descale=descales[0], k_descale=descales[1], v_descale=descales[2]) if fp8 else {}
+    kw.update({f"{n}_descale": cudattn.to_device(x) for n, x in arrays.items()})
     o, lse = cudattn.attention(*(cudattn.to_device(x) for x in (q, k, v)), causal=causal, return_lse=True, **kw)
     o, lse = cudattn.to_host(o), cudattn.to_host(lse)
     _plan._plans.clear()
