@@ -184,13 +184,38 @@ static void write_file(const char* dir, const char* name, const void* p, size_t 
     fclose(f);
 }
 
+/* The first device's primary context made current, and a stream on it. */
+static CUstream start_cuda(CUdevice* dev) {
+    CUcontext ctx;
+    CUstream stream;
+    CK(cuInit(0));
+    CK(cuDeviceGet(dev, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, *dev));
+    CK(cuCtxSetCurrent(ctx));
+    CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    return stream;
+}
+
+/* OK or FAIL for a check; the exit status to return. */
+static int verdict(double worst, double bound) {
+    const int ok = worst <= bound; /* false for NaN */
+    printf(ok ? "OK\n" : "FAIL\n");
+    return ok ? 0 : 1;
+}
+
+/* Unloads the handle's modules and lets the stream and the context go. */
+static void finish(cudattn_handle* h, CUstream stream, CUdevice dev) {
+    cudattn_close(h);
+    cuStreamDestroy(stream);
+    cuDevicePrimaryCtxRelease(dev);
+}
+
 typedef struct { int capacity, page_size, max_pages, num_pages, seqlen_new, num_splits; } decode_t;
 
 /* Decode: Sq tokens against a KV cache (contiguous, or paged when page_size > 0), seqlen_new keys
  * appended in place first. Self-check on random data, or --io files (see the top). */
 static int run_decode(const char* dir, const char* io, shape_t s, decode_t d) {
     CUdevice dev;
-    CUcontext ctx;
     CUstream stream;
     cudattn_handle h;
     cudattn_decode_args a = cudattn_decode_defaults();
@@ -237,11 +262,7 @@ static int run_decode(const char* dir, const char* io, shape_t s, decode_t d) {
             fill_random(s.dtype, hvn, nnew, &seed);
         }
     }
-    CK(cuInit(0));
-    CK(cuDeviceGet(&dev, 0));
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
-    CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    stream = start_cuda(&dev);
     CK(cuMemAlloc(&dq, nq * 2)); CK(cuMemcpyHtoD(dq, hq, nq * 2));
     CK(cuMemAlloc(&dkc, ncache * 2)); CK(cuMemcpyHtoD(dkc, hkc, ncache * 2));
     CK(cuMemAlloc(&dvc, ncache * 2)); CK(cuMemcpyHtoD(dvc, hvc, ncache * 2));
@@ -314,12 +335,10 @@ static int run_decode(const char* dir, const char* io, shape_t s, decode_t d) {
         printf("decode %s B=%d Sq=%d capacity=%d Hq=%d Hkv=%d D=%d causal=%d %s, %d appended on %s: max |out - ref| = "
                "%.3g (bound %.3g)\n", s.dtype == CUDATTN_BFLOAT16 ? "bf16" : "f16", s.B, s.Sq, d.capacity, s.Hq, s.Hkv,
                s.D, s.causal, d.page_size > 0 ? "paged" : "contiguous", d.seqlen_new, h.arch, worst, rel * peak + 1e-3);
-        if (!(worst <= rel * peak + 1e-3)) { printf("FAIL\n"); return 1; }
-        printf("OK\n");
+        finish(&h, stream, dev);
+        return verdict(worst, rel * peak + 1e-3);
     }
-    cudattn_close(&h);
-    cuStreamDestroy(stream);
-    cuDevicePrimaryCtxRelease(dev);
+    finish(&h, stream, dev);
     return 0;
 }
 
@@ -328,7 +347,6 @@ static int run_decode(const char* dir, const char* io, shape_t s, decode_t d) {
  * checked against the float64 attention over all keys. */
 static int run_merge(const char* dir, const char* io, shape_t s, int nparts) {
     CUdevice dev;
-    CUcontext ctx;
     CUstream stream;
     cudattn_handle h;
     cudattn_merge_args m;
@@ -340,11 +358,7 @@ static int run_merge(const char* dir, const char* io, shape_t s, int nparts) {
     uint32_t seed = 777;
     int part;
     if (!io) nparts = 2;
-    CK(cuInit(0));
-    CK(cuDeviceGet(&dev, 0));
-    CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CK(cuCtxSetCurrent(ctx));
-    CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    stream = start_cuda(&dev);
     if ((st = cudattn_open(&h, dir, dev)) != CUDATTN_OK) {
         fprintf(stderr, "cudattn_open: %s: %s\n", cudattn_status_string(st), cudattn_message(&h));
         return 1;
@@ -414,12 +428,10 @@ static int run_merge(const char* dir, const char* io, shape_t s, int nparts) {
         printf("merge of two halves of %d keys: %s B=%d Sq=%d Hq=%d Hkv=%d D=%d on %s: max |out - ref| = %.3g "
                "(bound %.3g)\n", s.Sk, s.dtype == CUDATTN_BFLOAT16 ? "bf16" : "f16", s.B, s.Sq, s.Hq, s.Hkv, s.D, h.arch,
                worst, rel * peak + 1e-3);
-        if (!(worst <= rel * peak + 1e-3)) { printf("FAIL\n"); return 1; }
-        printf("OK\n");
+        finish(&h, stream, dev);
+        return verdict(worst, rel * peak + 1e-3);
     }
-    cudattn_close(&h);
-    cuStreamDestroy(stream);
-    cuDevicePrimaryCtxRelease(dev);
+    finish(&h, stream, dev);
     return 0;
 }
 
@@ -487,7 +499,6 @@ int main(int argc, char** argv) {
 
     {
         CUdevice dev;
-        CUcontext ctx;
         CUstream stream;
         cudattn_handle h;
         cudattn_prefill_args a = cudattn_prefill_defaults();
@@ -509,11 +520,7 @@ int main(int argc, char** argv) {
             fill_random(s.dtype, hk, nk, &seed);
             fill_random(s.dtype, hv, nk, &seed);
         }
-        CK(cuInit(0));
-        CK(cuDeviceGet(&dev, 0));
-        CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-        CK(cuCtxSetCurrent(ctx));
-        CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+        stream = start_cuda(&dev);
         CK(cuMemAlloc(&dq, nq * it));
         CK(cuMemAlloc(&dk, nk * it));
         CK(cuMemAlloc(&dv, nk * it));
@@ -582,8 +589,7 @@ int main(int argc, char** argv) {
                    s.dtype == CUDATTN_E4M3 ? "e4m3" : s.dtype == CUDATTN_BFLOAT16 ? "bf16" : "f16", s.B, s.Sq,
                    s.Sk, s.Hq, s.Hkv, s.D, s.causal, h.arch, s.family == 80 ? " (portable kernel)" : "", worst,
                    rel * peak + 1e-3);
-            if (!(worst <= rel * peak + 1e-3)) { printf("FAIL\n"); return 1; }
-            printf("OK\n");
+            if (verdict(worst, rel * peak + 1e-3)) return 1;
         }
         cudattn_close(&h);
         free(hq); free(hk); free(hv); free(ho); free(hlse);
