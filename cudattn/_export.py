@@ -143,7 +143,7 @@ def export(out_dir: str | os.PathLike, archs: Sequence[str] = ("sm_90a",), *, jo
         if arch not in _traits.ARCH_SMEM_LIMIT:
             raise ExportError(f"unknown compile target {arch!r}; cudattn builds for {', '.join(_kernels.ARCHS)}")
     manifest: dict = {
-        "format": FORMAT, "cudattn": __version__, "commit": _git_commit(),
+        "format": FORMAT, "cudattn": __version__, "id": None, "commit": _git_commit(),
         "nvrtc": ".".join(map(str, nvrtc_cache.nvrtc_version())),
         "structs": {_cabi.c_name(name): {"kernel_name": name, **_cabi.layout(cls)} for cls, name in _cabi.STRUCTS},
         "rules": _rules(), "archs": {},
@@ -173,6 +173,13 @@ def export(out_dir: str | os.PathLike, archs: Sequence[str] = ("sm_90a",), *, jo
             })
         manifest["archs"][arch] = {"kernels": kernels, "selection": _selection_table(arch, files),
                                    "smem_limit": _traits.ARCH_SMEM_LIMIT[arch]}
+    # One fingerprint of every cubin: the C launcher compiled against this export's tables refuses
+    # any other export, even one of the same cudattn version (re-tuned tiles change the table).
+    digest = hashlib.sha256()
+    for arch in archs:
+        for k in manifest["archs"][arch]["kernels"]:
+            digest.update(f"{arch}/{k['file']}:{k['sha256']}\n".encode())
+    manifest["id"] = digest.hexdigest()[:32]
     inc = out / "include"
     inc.mkdir(parents=True, exist_ok=True)
     (inc / "cudattn_params.h").write_text(_cabi.header(__version__, FORMAT), encoding="utf-8")
@@ -222,6 +229,7 @@ def kernel_table_header(manifest: dict) -> str:
         "#define CUDATTN_KERNELS_H",
         f'#define CUDATTN_KERNELS_VERSION "{manifest["cudattn"]}"',
         f"#define CUDATTN_KERNELS_FORMAT {manifest['format']}",
+        f'#define CUDATTN_EXPORT_ID "{manifest["id"]}"',
         "typedef struct cudattn_kernel_row {",
         "    const char* arch;",
         "    int kind, family, dtype, out_dtype, tile_dim, causal, seqlen_q_max;",

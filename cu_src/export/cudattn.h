@@ -14,8 +14,14 @@
  *     cudattn_close(&h);
  *
  * Nothing is allocated behind the caller's back: FP8 needs a workspace for V transposed, of
- * cudattn_prefill_workspace_bytes(&a) bytes, passed in the arguments. Every call is asynchronous
- * on the caller's stream. A handle is not thread-safe (its modules load on first use).
+ * cudattn_prefill_workspace_bytes(&a) bytes, and a split decode one for its partials, of
+ * cudattn_decode_workspace_bytes(&h, &a), passed in the arguments. Every call is asynchronous on
+ * the caller's stream. A handle belongs to the context current at cudattn_open, and every call
+ * checks that it is current. Kernels load on first use; cudattn_preload loads them all at once,
+ * after which calls only read the handle (safe from several threads, and inside a CUDA graph
+ * capture). Calls choose the cubin the Python path would for the same kernel, but
+ * cudattn_prefill never hands calls of up to 16 query tokens to the decode kernel as
+ * cudattn.attention does: call cudattn_decode for those.
  * Served: prefill (float16, bfloat16, FP8 e4m3 with descales; both kernel families) and split-KV
  * decode against contiguous or paged KV caches (float16, bfloat16), with new keys appended in
  * place first; the merge of attention states over disjoint key sets.
@@ -58,6 +64,7 @@ typedef struct cudattn_handle {
     char dir[CUDATTN_MAX_PATH];
     char arch[8];
     CUdevice device;
+    CUcontext context; /* current at cudattn_open: the modules load into it, every call runs in it */
     int sm_count, smem_optin, l2_bytes;
     CUmodule modules[CUDATTN_KERNEL_COUNT]; /* loaded on first use */
     CUfunction functions[CUDATTN_KERNEL_COUNT];
@@ -181,9 +188,15 @@ static inline int cudattn__json_field(const char* json, const char* key, char* o
 
 static inline cudattn_status cudattn_open(cudattn_handle* h, const char* export_dir, CUdevice device) {
     int major = 0, minor = 0, i, found = 0;
-    char *manifest = NULL, version[64], format[16];
+    char *manifest = NULL, version[64], format[16], id[64];
     size_t size = 0;
+    CUdevice current;
     memset(h, 0, sizeof *h);
+    if (cuCtxGetCurrent(&h->context) != CUDA_SUCCESS || h->context == NULL)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "no current CUDA context: make the device's context "
+                             "current first (cuDevicePrimaryCtxRetain, cuCtxSetCurrent)");
+    if (cuCtxGetDevice(&current) != CUDA_SUCCESS || current != device)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "the current context is not on the device given");
     if (strlen(export_dir) >= sizeof h->dir)
         return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "export directory path too long");
     strcpy(h->dir, export_dir);
@@ -208,7 +221,8 @@ static inline cudattn_status cudattn_open(cudattn_handle* h, const char* export_
                              "sm_86, sm_87, sm_89 and sm_90a", major, minor);
     CUDATTN__TRY(cudattn__read(h, "manifest.json", &manifest, &size));
     if (!cudattn__json_field(manifest, "cudattn", version, sizeof version) ||
-        !cudattn__json_field(manifest, "format", format, sizeof format)) {
+        !cudattn__json_field(manifest, "format", format, sizeof format) ||
+        !cudattn__json_field(manifest, "id", id, sizeof id)) {
         free(manifest);
         return cudattn__fail(h, CUDATTN_ERROR_EXPORT, "%s/manifest.json is not a cudattn export manifest", h->dir);
     }
@@ -217,6 +231,9 @@ static inline cudattn_status cudattn_open(cudattn_handle* h, const char* export_
         return cudattn__fail(h, CUDATTN_ERROR_EXPORT, "%s was exported by cudattn %s (format %s); these headers are "
                              "cudattn %s (format %d): use the headers of that export, or export again", h->dir,
                              version, format, CUDATTN_VERSION, CUDATTN_EXPORT_FORMAT);
+    if (strcmp(id, CUDATTN_EXPORT_ID) != 0)
+        return cudattn__fail(h, CUDATTN_ERROR_EXPORT, "%s holds other cubins (export %s) than the ones these headers "
+                             "describe (export %s): build against %s/include", h->dir, id, CUDATTN_EXPORT_ID, h->dir);
     for (i = 0; i < CUDATTN_KERNEL_COUNT; ++i) found |= strcmp(cudattn_kernel_table[i].arch, h->arch) == 0;
     if (!found)
         return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "this export has no kernels for %s: export with --arch %s",
@@ -229,27 +246,58 @@ static inline void cudattn_close(cudattn_handle* h) {
     for (i = 0; i < CUDATTN_KERNEL_COUNT; ++i)
         if (h->modules[i]) cuModuleUnload(h->modules[i]);
     memset(h->modules, 0, sizeof h->modules);
+    memset(h->functions, 0, sizeof h->functions);
+}
+
+/* Every call checks that the handle's context is current (its functions live there). */
+static inline cudattn_status cudattn__in_context(cudattn_handle* h) {
+    CUcontext cur = NULL;
+    CUDATTN__TRY(cudattn__cu(h, cuCtxGetCurrent(&cur), "cuCtxGetCurrent"));
+    if (cur != h->context || cur == NULL)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "the context current now is not the one that was "
+                             "current at cudattn_open: make that one current (a handle belongs to one context)");
+    return CUDATTN_OK;
 }
 
 /* The loaded function of table row i (into the current context), its dynamic shared memory allowed. */
 static inline cudattn_status cudattn__function(cudattn_handle* h, int i, CUfunction* fn) {
     const cudattn_kernel_row* r = &cudattn_kernel_table[i];
-    if (!h->functions[i]) {
+    if (!h->functions[i]) { /* built in locals, kept only once all of it worked */
         char* image = NULL;
         size_t size = 0;
+        CUmodule mod = NULL;
+        CUfunction f = NULL;
         CUresult res;
+        cudattn_status st;
         CUDATTN__TRY(cudattn__read(h, r->file, &image, &size));
-        res = cuModuleLoadData(&h->modules[i], image);
+        res = cuModuleLoadData(&mod, image);
         free(image);
         CUDATTN__TRY(cudattn__cu(h, res, "cuModuleLoadData"));
-        CUDATTN__TRY(cudattn__cu(h, cuModuleGetFunction(&h->functions[i], h->modules[i], r->entry),
-                                 "cuModuleGetFunction"));
-        if (r->dynamic_smem > 48 * 1024)
-            CUDATTN__TRY(cudattn__cu(h, cuFuncSetAttribute(h->functions[i],
-                                                           CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                           r->dynamic_smem), "cuFuncSetAttribute"));
+        st = cudattn__cu(h, cuModuleGetFunction(&f, mod, r->entry), "cuModuleGetFunction");
+        if (st == CUDATTN_OK && r->dynamic_smem > 48 * 1024)
+            st = cudattn__cu(h, cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                   r->dynamic_smem), "cuFuncSetAttribute");
+        if (st != CUDATTN_OK) {
+            cuModuleUnload(mod);
+            return st;
+        }
+        h->modules[i] = mod;
+        h->functions[i] = f;
     }
     *fn = h->functions[i];
+    return CUDATTN_OK;
+}
+
+/* Loads every kernel of this export for the device now, so that later calls only read the handle
+ * (no file or module work inside a CUDA graph capture, and calls from several threads are safe
+ * once nothing is left to load). */
+static inline cudattn_status cudattn_preload(cudattn_handle* h) {
+    int i;
+    CUfunction fn;
+    CUDATTN__TRY(cudattn__in_context(h));
+    for (i = 0; i < CUDATTN_KERNEL_COUNT; ++i)
+        if (strcmp(cudattn_kernel_table[i].arch, h->arch) == 0 && cudattn_kernel_table[i].dynamic_smem <= h->smem_optin)
+            CUDATTN__TRY(cudattn__function(h, i, &fn));
     return CUDATTN_OK;
 }
 
@@ -288,11 +336,13 @@ static inline size_t cudattn_prefill_workspace_bytes(const cudattn_prefill_args*
 
 static inline cudattn_status cudattn__check_tensor(cudattn_handle* h, const char* name, const cudattn_tensor* t,
                                                    int item) {
+    const long long lim = (1LL << 60) / item;
+    if (t->stride_b < 0 || t->stride_s < 0 || t->stride_h < 0 || t->stride_b > lim || t->stride_s > lim ||
+        t->stride_h > lim)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "%s: strides must be from 0 to 2^60 bytes", name);
     if (t->ptr % 16 || (t->stride_b * item) % 16 || (t->stride_s * item) % 16 || (t->stride_h * item) % 16)
         return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "%s: the data pointer and the batch, seq and head "
                              "strides must be multiples of 16 bytes (the kernels load 16-byte vectors)", name);
-    if (t->stride_b < 0 || t->stride_s < 0 || t->stride_h < 0)
-        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "%s: negative stride", name);
     return CUDATTN_OK;
 }
 
@@ -344,7 +394,16 @@ static inline cudattn_status cudattn__map(cudattn_handle* h, unsigned char out[1
 }
 
 static inline float cudattn__scale_log2(double scale) {
-    return scale != 0 ? (float)(scale * 1.4426950408889634) : 1e-30f;
+    /* 1e-30 stands in for 0 (a zero scale would make NaN of the masks' infinities); below 2^-126 is 0 */
+    return fabs(scale) >= ldexp(1.0, -126) ? (float)(scale * 1.4426950408889634) : 1e-30f;
+}
+
+/* A softmax scale (and, for FP8, a descale) the kernels can carry in float32. */
+static inline cudattn_status cudattn__check_scale(cudattn_handle* h, const char* name, double x) {
+    if (!isfinite(x) || fabs(x) > ldexp(1.0, 127))
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "%s must be finite and at most 2^127 in magnitude; got %g",
+                             name, x);
+    return CUDATTN_OK;
 }
 
 /* Query/key pairs per L2 section of the Hopper kernel's causal tile order (as cudattn/_plan.py). */
@@ -387,6 +446,14 @@ static inline cudattn_status cudattn_prefill(cudattn_handle* h, const cudattn_pr
     if (a->head_dim < 8 || a->head_dim > 256 || a->head_dim % (fp8 ? 16 : 8))
         return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "head_dim must be a multiple of %d from %d to 256; "
                              "got %d", fp8 ? 16 : 8, fp8 ? 16 : 8, a->head_dim);
+    CUDATTN__TRY(cudattn__in_context(h));
+    CUDATTN__TRY(cudattn__check_scale(h, "scale", scale));
+    if (fp8) {
+        CUDATTN__TRY(cudattn__check_scale(h, "q_descale", a->q_descale));
+        CUDATTN__TRY(cudattn__check_scale(h, "k_descale", a->k_descale));
+        CUDATTN__TRY(cudattn__check_scale(h, "v_descale", a->v_descale));
+        CUDATTN__TRY(cudattn__check_scale(h, "scale * q_descale * k_descale", scale * a->q_descale * a->k_descale));
+    }
     CUDATTN__TRY(cudattn__check_tensor(h, "q", &a->q, item));
     CUDATTN__TRY(cudattn__check_tensor(h, "k", &a->k, item));
     CUDATTN__TRY(cudattn__check_tensor(h, "v", &a->v, item));
@@ -396,7 +463,7 @@ static inline cudattn_status cudattn_prefill(cudattn_handle* h, const cudattn_pr
     if (a->seqlen_k == 0)
         return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "seqlen_k = 0: no kernel runs; the result is O = 0 "
                              "and LSE = -inf, to be filled by the caller");
-    if (fp8 && (a->workspace_bytes < cudattn_prefill_workspace_bytes(a) || a->workspace % 16))
+    if (fp8 && (a->workspace_bytes < cudattn_prefill_workspace_bytes(a) || a->workspace % 16 || !a->workspace))
         return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "FP8 needs a 16-byte aligned workspace of %zu bytes "
                              "(cudattn_prefill_workspace_bytes); got %zu", cudattn_prefill_workspace_bytes(a),
                              a->workspace_bytes);
@@ -574,8 +641,11 @@ static inline cudattn_status cudattn__decode_plan_of(cudattn_handle* h, const cu
     memset(pl, 0, sizeof *pl);
     if (a->dtype != CUDATTN_FLOAT16 && a->dtype != CUDATTN_BFLOAT16)
         return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "decode takes float16 or bfloat16 (no FP8 decode yet)");
-    if (a->batch < 0 || a->seqlen_q < 0 || a->heads_q < 1 || a->heads_kv < 1 || a->heads_q % a->heads_kv)
-        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "batch, seqlen_q >= 0; heads_q a multiple of heads_kv >= 1");
+    if (a->batch < 0 || a->seqlen_q < 1 || a->heads_q < 1 || a->heads_kv < 1 || a->heads_q % a->heads_kv)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "batch >= 0, seqlen_q >= 1; heads_q a multiple of "
+                             "heads_kv >= 1");
+    if ((long long)(a->heads_q / a->heads_kv) * a->seqlen_q >= (1LL << 31))
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "(heads_q / heads_kv) x seqlen_q must be below 2^31");
     if (a->head_dim < 8 || a->head_dim > 256 || a->head_dim % 8)
         return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "head_dim must be a multiple of 8 from 8 to 256; got %d",
                              a->head_dim);
@@ -583,6 +653,9 @@ static inline cudattn_status cudattn__decode_plan_of(cudattn_handle* h, const cu
         if (a->page_size < 16 || a->page_size % 16 || a->max_pages < 1 || a->num_pages < 1)
             return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "a paged cache needs page_size a multiple of 16, "
                                  "max_pages >= 1 and num_pages >= 1");
+        if ((long long)a->page_size * a->max_pages >= (1LL << 31))
+            return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "a sequence's capacity (page_size x max_pages) must "
+                                 "be below 2^31 keys");
         pl->capacity = a->page_size * a->max_pages;
     } else {
         if (a->capacity < 1) return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "a contiguous cache needs capacity >= 1");
@@ -637,13 +710,15 @@ static inline cudattn_status cudattn_decode(cudattn_handle* h, const cudattn_dec
     void* args[1];
     const double scale = a->has_scale ? a->scale : 1.0 / sqrt((double)a->head_dim);
     h->message[0] = 0;
+    CUDATTN__TRY(cudattn__in_context(h));
+    CUDATTN__TRY(cudattn__check_scale(h, "scale", scale));
     CUDATTN__TRY(cudattn__decode_plan_of(h, a, &pl));
     CUDATTN__TRY(cudattn__check_tensor(h, "q", &a->q, 2));
     CUDATTN__TRY(cudattn__check_tensor(h, "o", &a->o, 2));
     CUDATTN__TRY(cudattn__check_tensor(h, "k_cache", &a->k_cache, 2));
     CUDATTN__TRY(cudattn__check_tensor(h, "v_cache", &a->v_cache, 2));
-    if (a->batch == 0 || a->seqlen_q == 0) return CUDATTN_OK;
-    if (pl.bytes && (a->workspace_bytes < pl.bytes || a->workspace % 256))
+    if (a->batch == 0) return CUDATTN_OK;
+    if (pl.bytes && (a->workspace_bytes < pl.bytes || a->workspace % 256 || !a->workspace))
         return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "this call runs %d splits and needs a 256-byte aligned "
                              "workspace of %zu bytes (cudattn_decode_workspace_bytes); got %zu", pl.splits, pl.bytes,
                              a->workspace_bytes);
@@ -651,6 +726,9 @@ static inline cudattn_status cudattn_decode(cudattn_handle* h, const cudattn_dec
     if (r->dynamic_smem > h->smem_optin)
         return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "the decode kernel needs %d bytes of shared memory; the "
                              "device allows %d", r->dynamic_smem, h->smem_optin);
+    if ((long long)pl.num_m * pl.splits > 2147483647LL || a->heads_kv > 65535 || a->batch > 65535)
+        return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "the decode grid exceeds the CUDA limits; split the call");
+    CUDATTN__TRY(cudattn__function(h, pl.row, &fn)); /* before anything is queued: a failure changes nothing */
     memset(&g, 0, sizeof g);
     g.block_table = a->block_table;
     g.seqlens = a->cache_seqlens;
@@ -684,7 +762,6 @@ static inline cudattn_status cudattn_decode(cudattn_handle* h, const cudattn_dec
                                                    aargs, NULL), "cuLaunchKernel(kv_cache_append)"));
         g.seqlen_add = a->seqlen_new;
     }
-    CUDATTN__TRY(cudattn__function(h, pl.row, &fn));
     memset(&p, 0, sizeof p);
     p.q = a->q.ptr; p.k = a->k_cache.ptr; p.v = a->v_cache.ptr; p.o = a->o.ptr; p.lse = a->lse;
     if (pl.splits > 1) {
@@ -705,8 +782,6 @@ static inline cudattn_status cudattn_decode(cudattn_handle* h, const cudattn_dec
     p.num_splits = pl.splits; p.tiles_per_split = pl.tiles_per_split; p.causal = a->causal != 0;
     p.scale_log2 = cudattn__scale_log2(scale);
     p.write_lse = a->lse != 0;
-    if ((long long)pl.num_m * pl.splits > 2147483647LL || a->heads_kv > 65535 || a->batch > 65535)
-        return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "the decode grid exceeds the CUDA limits; split the call");
     args[0] = &p;
     return cudattn__cu(h, cuLaunchKernel(fn, (unsigned)(pl.num_m * pl.splits), (unsigned)a->heads_kv,
                                          (unsigned)a->batch, (unsigned)r->threads, 1, 1, (unsigned)r->dynamic_smem,
@@ -745,8 +820,26 @@ static inline cudattn_status cudattn_merge(cudattn_handle* h, const cudattn_merg
     if (a->num_parts < 1 || (a->o_list && a->num_parts > CUDATTN_MERGE_MAX_LIST) || !a->o_list != !a->lse_list)
         return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "num_parts >= 1; listed parts (o_list and lse_list "
                              "together) at most %d", CUDATTN_MERGE_MAX_LIST);
-    if (a->batch < 0 || a->seqlen_q < 0 || a->heads < 1 || a->head_dim < 1)
-        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "batch, seqlen_q >= 0; heads, head_dim >= 1");
+    if (a->batch < 0 || a->seqlen_q < 0 || a->heads < 1 || a->head_dim < 8 || a->head_dim > 256 || a->head_dim % 8)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "batch, seqlen_q >= 0; heads >= 1; head_dim a multiple "
+                             "of 8 from 8 to 256");
+    CUDATTN__TRY(cudattn__in_context(h));
+    {   /* the kernel moves 4 elements at a time: every part and the output as aligned as attention's operands */
+        const int item = cudattn__item(a->dtype);
+        cudattn_tensor t = {a->o_parts, a->in_stride_b, a->in_stride_s, a->in_stride_h};
+        const long long ls[3] = {a->lse_stride_b, a->lse_stride_h, a->lse_stride_s};
+        CUDATTN__TRY(cudattn__check_tensor(h, "o", &a->o, item));
+        for (i = 0; i < a->num_parts; ++i) {
+            t.ptr = a->o_list ? a->o_list[i] : a->o_parts + (CUdeviceptr)(i * a->o_part_stride * item);
+            CUDATTN__TRY(cudattn__check_tensor(h, "an O part", &t, item));
+            if ((a->lse_list ? a->lse_list[i] : a->lse_parts) % 4)
+                return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "LSE parts must be 4-byte aligned");
+        }
+        for (i = 0; i < 3; ++i)
+            if (ls[i] < 0) return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "LSE strides must be >= 0");
+        if (a->o_part_stride < 0 || a->lse_part_stride < 0 || a->lse % 4)
+            return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "part strides must be >= 0 and lse 4-byte aligned");
+    }
     for (i = 0; i < CUDATTN_KERNEL_COUNT; ++i)
         if (cudattn_kernel_table[i].kind == 2 && strcmp(cudattn_kernel_table[i].arch, h->arch) == 0 &&
             cudattn_kernel_table[i].dtype == a->dtype && cudattn_kernel_table[i].out_dtype == a->dtype)

@@ -48,6 +48,12 @@ def test_every_build_is_written_once_and_intact(exported):
         assert {"prefill", "decode", "combine", "append", "dequantize"} <= kinds
         assert ({"quantize", "transpose"} <= kinds) == (arch in _traits.FP8_ARCHS)
     assert json.loads((out / "manifest.json").read_text()) == json.loads(json.dumps(manifest))
+    digest = hashlib.sha256()
+    for arch in ARCHS:
+        for k in manifest["archs"][arch]["kernels"]:
+            digest.update(f"{arch}/{k['file']}:{k['sha256']}\n".encode())
+    assert manifest["id"] == digest.hexdigest()[:32]
+    assert f'#define CUDATTN_EXPORT_ID "{manifest["id"]}"' in (out / "include" / "cudattn_kernels.h").read_text()
 
 
 def _table_row(entry, **want):

@@ -197,6 +197,15 @@ def test_example_merge_equals_the_python_path_bit_for_bit(program, dt, n, tmp_pa
     assert (tmp_path / "lse.bin").read_bytes() == cudattn.to_host(lse).astype(np.float32).tobytes()
 
 
+def test_example_refuses_other_cubins_of_the_same_version(program, tmp_path):
+    out, exe = program
+    shutil.copytree(out, tmp_path / "x", ignore=shutil.ignore_patterns("attention"))
+    text = (tmp_path / "x" / "manifest.json").read_text()
+    (tmp_path / "x" / "manifest.json").write_text(text.replace('"id": "', '"id": "0', 1))
+    res = subprocess.run([str(exe), str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1 and "CUDATTN_ERROR_EXPORT" in res.stderr and "holds other cubins" in res.stderr
+
+
 def test_example_refuses_an_export_of_another_version(program, tmp_path):
     out, exe = program
     shutil.copytree(out, tmp_path / "x", ignore=shutil.ignore_patterns("attention"))
