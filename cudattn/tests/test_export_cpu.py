@@ -213,3 +213,61 @@ def test_launcher_and_example_compile(exported, tmp_path):
     rows = sum(len(e["selection"]) for e in manifest["archs"].values())
     transposes = sum(any(k["kind"] == "transpose" for k in e["kernels"]) for e in manifest["archs"].values())
     assert table.count('\n    {"sm_') == rows + transposes
+
+
+def test_c_selection_and_splits_are_the_python_ones(exported, tmp_path):
+    """The launcher's variant choice and split heuristic, compiled and run on the CPU (no CUDA call is
+    made), against `_traits.select` and `_decode.choose_num_splits` over a grid of inputs."""
+    from cudattn import _decode
+    from cudattn.tests.test_export_gpu import _cuda_include
+
+    inc = _cuda_include()
+    if inc is None or shutil.which("cc") is None:
+        pytest.skip("no cuda.h in the CUDA pip wheels, or no C compiler")
+    out, manifest = exported
+    arch = "sm_90a"
+    src = tmp_path / "probe.c"
+    src.write_text(r'''
+#include <stdio.h>
+#include "cudattn.h"
+int main(void) {
+    cudattn_handle h;
+    int fam, dt, out, d, c, sq, i;
+    static const int fams[2] = {80, 90}, dts[3] = {1, 2, 3}, sqs[4] = {1, 2048, 2049, 100000};
+    memset(&h, 0, sizeof h);
+    strcpy(h.arch, "sm_90a");
+    for (fam = 0; fam < 2; ++fam) for (dt = 0; dt < 3; ++dt) for (out = -1; out < 3; ++out)
+        for (d = 8; d <= 256; d += 8) for (c = 0; c < 2; ++c) for (i = 0; i < 4; ++i) {
+            int row;
+            if ((dts[dt] == 3) != (out >= 0) || (dts[dt] == 3 && out == 3)) continue;
+            if (dts[dt] == 3 && d % 16) continue;
+            sq = sqs[i];
+            row = cudattn__select(&h, fams[fam], dts[dt], out, d, c, sq);
+            printf("P %d %d %d %d %d %d %s\n", fams[fam], dts[dt], out, d, c, sq, row < 0 ? "-" : cudattn_kernel_table[row].file);
+        }
+    for (i = 1; i < 400; i += 3) for (d = 1; d < 600; d += 7) for (c = 1; c < 3; ++c)
+        printf("S %d %d %d %d\n", i, d, c, cudattn__splits(i, d, 132, c));
+    return 0;
+}
+''')
+    exe = tmp_path / "probe"
+    res = subprocess.run(["cc", "-std=c11", "-O0", f"-I{out / 'include'}", f"-I{inc}", str(src), "-lm", "-o", str(exe)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    lines = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
+    entry = manifest["archs"][arch]
+    names = {1: "float16", 2: "bfloat16", 3: _traits.FP8}
+    outs = {-1: None, 0: "float32", 1: "float16", 2: "bfloat16"}
+    by_build = {(k["source"], tuple(k["options"])): k["file"] for k in entry["kernels"]}
+    checked = 0
+    for line in lines:
+        f = line.split()
+        if f[0] == "P":
+            fam, dt, o, d, c, sq, got = int(f[1]), int(f[2]), int(f[3]), int(f[4]), bool(int(f[5])), int(f[6]), f[7]
+            spec = _traits.select(names[dt], d, c, _traits.ARCH_SMEM_LIMIT[arch], f"sm{fam}", outs[o], seqlen_q=sq)
+            assert got == f"{arch}/{by_build[(spec.source, tuple(_kernels.options_for(spec)))]}", line
+        else:
+            blocks, tiles, per_sm, got = map(int, f[1:])
+            assert got == _decode.choose_num_splits(blocks, tiles, 132, per_sm), line
+        checked += 1
+    assert checked > 5000
