@@ -82,10 +82,10 @@ def _selection_table(arch: str, files: dict) -> list[dict]:
             dims = _traits.SM90_TILE_DIMS if fam == "sm90" else _traits.TILE_DIMS
             for d in dims:
                 for causal in (False, True):
-                    short = _traits._SM90_SHORT_CAUSAL.get(d) if fam == "sm90" and causal else None
-                    if short:
+                    short = _traits.short_causal_rows(d, fam) if causal else None
+                    if short is not None:
                         add({"kind": "prefill", "family": fam, "dtype": dt, "tile_dim": d, "causal": causal,
-                             "seqlen_q_max": short[0]}, _traits.select(dt, d, causal, limit, fam, seqlen_q=short[0]))
+                             "seqlen_q_max": short}, _traits.select(dt, d, causal, limit, fam, seqlen_q=short))
                     add({"kind": "prefill", "family": fam, "dtype": dt, "tile_dim": d, "causal": causal,
                          "seqlen_q_max": None}, _traits.select(dt, d, causal, limit, fam))
         if arch in _traits.FP8_ARCHS:
@@ -125,17 +125,12 @@ def _rules() -> dict:
     }
 
 
-def _git_commit() -> str | None:
-    from .bench.manifest import git_commit
-
-    return git_commit()
-
-
 def export(out_dir: str | os.PathLike, archs: Sequence[str] = ("sm_90a",), *, jobs: int | None = None,
            cache=None, progress: bool = True) -> dict:
     """Write the export for ``archs`` into ``out_dir`` (created; existing files of the same names are
     replaced). Returns the manifest."""
     from . import _warm
+    from .bench.manifest import git_commit
 
     out = Path(out_dir)
     archs = list(dict.fromkeys(archs))
@@ -143,7 +138,7 @@ def export(out_dir: str | os.PathLike, archs: Sequence[str] = ("sm_90a",), *, jo
         if arch not in _traits.ARCH_SMEM_LIMIT:
             raise ExportError(f"unknown compile target {arch!r}; cudattn builds for {', '.join(_kernels.ARCHS)}")
     manifest: dict = {
-        "format": FORMAT, "cudattn": __version__, "id": None, "commit": _git_commit(),
+        "format": FORMAT, "cudattn": __version__, "id": None, "commit": git_commit(),
         "nvrtc": ".".join(map(str, nvrtc_cache.nvrtc_version())),
         "structs": {_cabi.c_name(name): {"kernel_name": name, **_cabi.layout(cls)} for cls, name in _cabi.STRUCTS},
         "rules": _rules(), "archs": {},

@@ -94,6 +94,13 @@ _SM90_TILES = {
 _SM90_SHORT_CAUSAL = {64: (2048, Tiles(128, 128, 12, 3, 1, True, 2))}
 
 
+def short_causal_rows(tile_dim: int, family: str = "sm90") -> int | None:
+    """The most query rows a sequence for which a causal call at this tile width takes other tiles
+    (`select`'s ``seqlen_q`` rule), or None where the width has no such rule."""
+    short = _SM90_SHORT_CAUSAL.get(tile_dim) if family == "sm90" else None
+    return None if short is None else short[0]
+
+
 # FP8 (e4m3): head-dim tiles are 32-byte k-steps of whole swizzle rows (sm90: 128 bytes, or 64 at
 # head dim 64; sm80: 64); V is read transposed (Vt, keys contiguous), so the key tile is a multiple
 # of 64 (sm80) or 32 (sm90).
