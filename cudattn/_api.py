@@ -20,7 +20,9 @@ _F32 = np.dtype(np.float32)
 def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = ..., scale: float | None = ...,
               layout: Layout = ..., return_lse: Literal[False] = ..., q_descale: DescaleLike = ...,
               k_descale: DescaleLike = ..., v_descale: DescaleLike = ..., out_dtype: DTypeLike | None = ...,
-              num_splits: int | None = ..., out: ArrayLike | None = ..., stream: StreamLike = ...) -> ArrayResult: ...
+              num_splits: int | None = ..., out: ArrayLike | None = ..., stream: StreamLike = ...,
+              cu_seqlens_q: ArrayLike | None = ..., cu_seqlens_k: ArrayLike | None = ...,
+              max_seqlen_q: int | None = ..., max_seqlen_k: int | None = ...) -> ArrayResult: ...
 
 
 @overload
@@ -28,7 +30,8 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = ..., s
               layout: Layout = ..., return_lse: Literal[True], q_descale: DescaleLike = ...,
               k_descale: DescaleLike = ..., v_descale: DescaleLike = ..., out_dtype: DTypeLike | None = ...,
               num_splits: int | None = ..., out: ArrayLike | None = ...,
-              stream: StreamLike = ...) -> tuple[ArrayResult, ArrayResult]: ...
+              stream: StreamLike = ..., cu_seqlens_q: ArrayLike | None = ..., cu_seqlens_k: ArrayLike | None = ...,
+              max_seqlen_q: int | None = ..., max_seqlen_k: int | None = ...) -> tuple[ArrayResult, ArrayResult]: ...
 
 
 @overload
@@ -36,14 +39,18 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = ..., s
               layout: Layout = ..., return_lse: bool, q_descale: DescaleLike = ...,
               k_descale: DescaleLike = ..., v_descale: DescaleLike = ..., out_dtype: DTypeLike | None = ...,
               num_splits: int | None = ..., out: ArrayLike | None = ...,
-              stream: StreamLike = ...) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
+              stream: StreamLike = ..., cu_seqlens_q: ArrayLike | None = ..., cu_seqlens_k: ArrayLike | None = ...,
+              max_seqlen_q: int | None = ...,
+              max_seqlen_k: int | None = ...) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
 
 
 def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False, scale: float | None = None,
               layout: Layout = "bshd", return_lse: bool = False, q_descale: DescaleLike = None,
               k_descale: DescaleLike = None, v_descale: DescaleLike = None, out_dtype: DTypeLike | None = None,
               num_splits: int | None = None, out: ArrayLike | None = None,
-              stream: StreamLike = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
+              stream: StreamLike = None, cu_seqlens_q: ArrayLike | None = None, cu_seqlens_k: ArrayLike | None = None,
+              max_seqlen_q: int | None = None,
+              max_seqlen_k: int | None = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
     """Fused scaled-dot-product attention: ``softmax(scale · q kᵀ) v`` per head.
 
     Layouts: ``"bshd"`` (default, as FlashAttention) q ``(B, Sq, Hq, D)``, k/v ``(B, Sk, Hkv, D)``;
@@ -89,7 +96,27 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
     (16-bit inputs: the output has the input dtype). P is rounded to e4m3 for the P V product,
     so FP8 results are less accurate than 16-bit ones (README: "FP8 accuracy"). FP8 takes no
     ``num_splits`` and no KV cache yet.
+
+    Packed variable-length batches (FlashAttention's ``flash_attn_varlen_func`` convention): pass
+    ``cu_seqlens_q``, ``cu_seqlens_k`` (int32 ``(B + 1,)`` offsets: start at 0, never decrease, end
+    at the packed lengths) and ``max_seqlen_q``, ``max_seqlen_k`` (ints, at least the longest
+    sequence), with q ``(total_q, Hq, D)`` and k, v ``(total_k, Hkv, D)``; sequence ``b`` is rows
+    ``cu[b] .. cu[b + 1] - 1``. The output is ``(total_q, Hq, D)`` and the LSE ``(Hq, total_q)``
+    (FlashAttention's varlen layout, not ``(B, Hq, Sq)``). Causal is bottom right per sequence;
+    zero-length sequences are allowed; FP8 descale arrays are ``(B, Hkv)``. NumPy offsets are
+    checked (each rule named) before any GPU work; device offsets are read only by the kernels,
+    which clamp them into the packed tensors (a wrong offset gives a wrong result for its
+    sequence, never an access outside q, k, v or out), as FlashAttention takes ``max_seqlen_*``
+    from the caller so that nothing is read back to the host.
     """
+    if cu_seqlens_q is not None or cu_seqlens_k is not None or max_seqlen_q is not None or \
+            max_seqlen_k is not None:
+        from ._varlen_api import attention_varlen
+
+        return attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
+                                scale=scale, layout=layout, return_lse=return_lse, q_descale=q_descale,
+                                k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype,
+                                num_splits=num_splits, out=out, stream=stream)
     host_q, host_k, host_v = isinstance(q, np.ndarray), isinstance(k, np.ndarray), isinstance(v, np.ndarray)
     if host_q and host_k and host_v:
         from ._host import attention_host

@@ -33,6 +33,23 @@ def seq_pad(seqlen_k: int) -> int:
     return -(-seqlen_k // VT_KEY_ALIGN) * VT_KEY_ALIGN
 
 
+#: Zeros after each packed sequence's keys in Vt (VT_SEGMENT_PAD in seqlen.cuh).
+VT_SEGMENT_PAD = 128
+
+
+def packed_vt(problem: Problem) -> bool:
+    """Whether V is a packed variable-length one: Vt then packs the sequences along its key rows."""
+    return problem.varlen is not None and problem.varlen.total_k is not None
+
+
+def vt_keys(problem: Problem) -> int:
+    """Length of a Vt row: the padded key count, or for packed keys the end of the last sequence's
+    segment (seqlen.cuh, vt_key_start(total, batch)): 128 * (ceil(total / 128) + 2 * batch)."""
+    if packed_vt(problem):
+        return VT_KEY_ALIGN * (-(-problem.varlen.total_k // VT_KEY_ALIGN) + 2 * problem.batch)
+    return seq_pad(problem.seqlen_k)
+
+
 def parse_descales(q_descale, k_descale, v_descale, batch: int, heads_kv: int, host: bool) -> Descales:
     """Each descale: None (1.0), a finite real number, or a float32 array of shape (batch, heads_kv)
     — a NumPy array for NumPy calls (its values checked finite), a device array for device calls."""
@@ -104,10 +121,17 @@ def upload_descales(kw: dict, device, sref) -> dict:
 def transpose_v(problem: Problem, v_ptr: int, props, device, sref):
     """Vt for this call's V (a new device array, freed stream-ordered when dropped)."""
     B, Sk, H, D = problem.batch, problem.seqlen_k, problem.heads_kv, problem.head_dim
-    pad = seq_pad(Sk)
-    vt = _array.empty_on((B, H, D, pad), problem.dtype, device, sref)
+    pad = vt_keys(problem)
     kernel = _kernels.get_kernel(TRANSPOSE_V_KERNEL, device, props.device_id, props.arch)
     g = problem.v_strides
-    p = TransposeVParams(v_ptr, vt.ptr, g.batch, g.seq, g.head, Sk, pad, H, D)
-    _launch.launch(kernel, (pad // _TRANSPOSE_KEYS, H, B), (TRANSPOSE_V_KERNEL.threads, 1, 1), 0, sref.handle, p)
+    if packed_vt(problem):  # one (1, H, D, pad) Vt, blocks over the longest sequence's keys and zeros
+        vt = _array.empty_on((1, H, D, pad), problem.dtype, device, sref)
+        p = TransposeVParams(v_ptr, vt.ptr, 0, g.seq, g.head, problem.varlen.total_k, pad, H, D,
+                             problem.varlen.cu_k_ptr)
+        blocks = (seq_pad(Sk) + VT_SEGMENT_PAD) // _TRANSPOSE_KEYS
+    else:
+        vt = _array.empty_on((B, H, D, pad), problem.dtype, device, sref)
+        p = TransposeVParams(v_ptr, vt.ptr, g.batch, g.seq, g.head, Sk, pad, H, D, 0)
+        blocks = pad // _TRANSPOSE_KEYS
+    _launch.launch(kernel, (blocks, H, B), (TRANSPOSE_V_KERNEL.threads, 1, 1), 0, sref.handle, p)
     return vt

@@ -35,6 +35,9 @@ class FwdParams(ctypes.Structure):
         ("q_descale", _c_ptr), ("k_descale", _c_ptr), ("v_descale", _c_ptr),
         ("out_scale", ctypes.c_float),
         ("pad2_", _c_i32),
+        ("cu_seqlens_q", _c_ptr), ("cu_seqlens_k", _c_ptr), ("seqused_k", _c_ptr),
+        ("seqused_add", _c_i32),
+        ("pad3_", _c_i32),
     ]
 
 
@@ -49,7 +52,8 @@ class FwdSm90Params(ctypes.Structure):
         ("tma_q", _TensorMap), ("tma_k", _TensorMap), ("tma_v", _TensorMap),
         ("p", FwdParams),
         ("l2_section", _c_i32),
-        ("pad_", ctypes.c_uint8 * (-(3 * 128 + ctypes.sizeof(FwdParams) + 4) % 64)),
+        ("longest_first", _c_i32),
+        ("pad_", ctypes.c_uint8 * (-(3 * 128 + ctypes.sizeof(FwdParams) + 8) % 64)),
     ]
 
 
@@ -116,6 +120,7 @@ class TransposeVParams(ctypes.Structure):
         ("v", _c_ptr), ("vt", _c_ptr),
         ("v_stride_b", _c_i64), ("v_stride_s", _c_i64), ("v_stride_h", _c_i64),
         ("seqlen_k", _c_i32), ("seq_pad", _c_i32), ("heads_kv", _c_i32), ("head_dim", _c_i32),
+        ("cu_seqlens", _c_ptr),
     ]
 
 

@@ -35,7 +35,7 @@ def make_plan(problem: Problem, props) -> Plan:
         family = "sm80"  # the portable kernel reads any valid strides
     key = (problem.dtype, problem.out_dtype, problem.head_dim, problem.causal, problem.seqlen_q, problem.seqlen_k, problem.heads_q,
            problem.heads_kv, problem.batch, props.max_shared_memory_per_block_optin, props.sm_count,
-           props.l2_cache_size, family)
+           props.l2_cache_size, family, problem.varlen is not None)
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) > 4096:  # many distinct shapes (variable lengths): keep the table bounded
@@ -57,13 +57,24 @@ def _tma_can_map(problem: Problem) -> bool:
     item = problem.dtype.itemsize
     if min(strides) > 0 and max(strides) * item < _TMA_MAX_STRIDE:  # every call but odd views: one test
         return True
-    for geom, seqlen, heads in ((problem.q_strides, problem.seqlen_q, problem.heads_q),
-                                (problem.k_strides, problem.seqlen_k, problem.heads_kv),
-                                (problem.v_strides, problem.seqlen_k, problem.heads_kv)):
-        for st, n in ((geom.batch, problem.batch), (geom.seq, seqlen), (geom.head, heads)):
+    (sq, bq), (sk, bk) = map_extents(problem)
+    for geom, seqlen, heads, batch in ((problem.q_strides, sq, problem.heads_q, bq),
+                                       (problem.k_strides, sk, problem.heads_kv, bk),
+                                       (problem.v_strides, sk, problem.heads_kv, bk)):
+        for st, n in ((geom.batch, batch), (geom.seq, seqlen), (geom.head, heads)):
             if n > 1 and not 0 < st * item < _TMA_MAX_STRIDE:
                 return False
     return True
+
+
+def map_extents(problem: Problem) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(rows, batch) of the q and of the k/v tensors as the kernels index them: a packed
+    variable-length operand is one batch entry of ``total`` rows (its sequences found through
+    cu_seqlens), a padded one ``batch`` entries of ``seqlen`` rows."""
+    vl = problem.varlen
+    q = (problem.seqlen_q, problem.batch) if vl is None else (vl.total_q, 1)
+    k = (vl.total_k, 1) if vl is not None and vl.total_k is not None else (problem.seqlen_k, problem.batch)
+    return q, k
 
 
 def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, family: str) -> Plan:
@@ -124,18 +135,21 @@ def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, ls
     P = FwdSm90Params()
     P.p = params
     P.l2_section = plan.l2_section
+    P.longest_first = int(problem.varlen is not None)
     dt, D = problem.dtype, problem.head_dim
-    B, Sq, Sk, Hq, Hkv = problem.batch, problem.seqlen_q, problem.seqlen_k, problem.heads_q, problem.heads_kv
+    Hq, Hkv = problem.heads_q, problem.heads_kv
+    (Sq, Bq), (Sk, Bk) = map_extents(problem)
     t = plan.variant.tiles
-    maps = [("tma_q", (q, Sq, Hq, problem.q_strides, t.block_m)), ("tma_k", (k, Sk, Hkv, problem.k_strides, t.block_n))]
+    maps = [("tma_q", (q, Sq, Hq, Bq, problem.q_strides, t.block_m)),
+            ("tma_k", (k, Sk, Hkv, Bk, problem.k_strides, t.block_n))]
     if problem.descales is None:
-        maps.append(("tma_v", (v, Sk, Hkv, problem.v_strides, t.block_n)))
+        maps.append(("tma_v", (v, Sk, Hkv, Bk, problem.v_strides, t.block_n)))
     else:
-        raw = _tma.encode_vt(v, dt, D, _fp8.seq_pad(Sk), Hkv, B, plan.variant.tile_dim)
+        raw = _tma.encode_vt(v, dt, D, _fp8.vt_keys(problem), Hkv, Bk, plan.variant.tile_dim)
         ctypes.memmove(ctypes.addressof(P.tma_v), raw, len(raw))
     row_bytes = min(128, plan.variant.tile_dim * plan.variant.elem_bytes)  # the kernel's swizzle row (fwd_sm90.cuh)
-    for field, (ptr, seqlen, heads, geom, rows) in maps:
-        raw = _tma.encode_attention_operand(ptr, dt, D, seqlen, heads, B, geom, rows, row_bytes)
+    for field, (ptr, seqlen, heads, batch, geom, rows) in maps:
+        raw = _tma.encode_attention_operand(ptr, dt, D, seqlen, heads, batch, geom, rows, row_bytes)
         ctypes.memmove(ctypes.addressof(getattr(P, field)), raw, len(raw))
     return P
 
@@ -144,16 +158,18 @@ def _set_fp8(params: FwdParams, problem: Problem) -> None:
     """Vt's strides in place of V's, and the descales: scalars folded into the softmax scale and the
     output scale, arrays passed by address (the kernel multiplies them in per (batch, kv head))."""
     d = problem.descales
-    pad = _fp8.seq_pad(problem.seqlen_k)
+    pad = _fp8.vt_keys(problem)
     params.v_stride_s = pad  # between Vt's head-dim rows
     params.v_stride_h = problem.head_dim * pad
-    params.v_stride_b = problem.heads_kv * problem.head_dim * pad
+    params.v_stride_b = 0 if _fp8.packed_vt(problem) else problem.heads_kv * problem.head_dim * pad
     params.scale_log2 = scale_log2(problem.scale * d.q * d.k)
     params.out_scale = d.v
     params.q_descale, params.k_descale, params.v_descale = d.q_ptr, d.k_ptr, d.v_ptr
 
 
 def _fwd_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, lse: int, o_geom: TensorGeom) -> FwdParams:
+    if problem.varlen is not None:
+        return _varlen_params(problem, plan, q, k, v, o, lse, o_geom)
     qs, ks, vs = problem.q_strides, problem.k_strides, problem.v_strides
     return FwdParams(
         q, k, v, o, lse,
@@ -172,3 +188,33 @@ def _fwd_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, ls
         0, 0, 0,
         1.0,
     )
+
+
+def _varlen_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, lse: int,
+                   o_geom: TensorGeom) -> FwdParams:
+    """FwdParams of a packed batch (seqlen.cuh): seqlen_q/seqlen_k are the packed extents the
+    kernels clamp offsets into, the packed operands' batch strides are 0, and each sequence's
+    rows and lengths come from the offsets."""
+    vl = problem.varlen
+    (Sq, Bq), (Sk, Bk) = map_extents(problem)
+    qs, ks, vs = problem.q_strides, problem.k_strides, problem.v_strides
+    packed_k = vl.total_k is not None
+    p = FwdParams(
+        q, k, v, o, lse,
+        0, qs.seq, qs.head,
+        0 if packed_k else ks.batch, ks.seq, ks.head,
+        0 if packed_k else vs.batch, vs.seq, vs.head,
+        0, o_geom.seq, o_geom.head,
+        problem.batch, Sq, Sk, problem.heads_q, problem.heads_kv,
+        problem.group_size,
+        problem.head_dim,
+        0,  # per sequence (seqlen.cuh)
+        scale_log2(problem.scale),
+        plan.num_m_blocks,
+        int(lse != 0),
+        0,
+        0, 0, 0,
+        1.0,
+    )
+    p.cu_seqlens_q, p.cu_seqlens_k = vl.cu_q_ptr, vl.cu_k_ptr
+    return p

@@ -52,6 +52,19 @@ class Descales:
 
 
 @dataclass(frozen=True)
+class Varlen:
+    """A packed variable-length batch (FlashAttention's ``cu_seqlens``): q/out are ``(total_q, Hq, D)``
+    and k/v ``(total_k, Hkv, D)`` (or padded ``(B, Sk, Hkv, D)``, ``total_k`` None: a KV cache);
+    the Problem's ``batch`` is the sequence count and its ``seqlen_q``/``seqlen_k`` the
+    caller's ``max_seqlen_q``/``max_seqlen_k``. Pointers: int32 ``(B + 1,)`` device offsets."""
+
+    total_q: int
+    total_k: int | None  # None: k/v are not packed (a padded KV cache)
+    cu_q_ptr: int = 0
+    cu_k_ptr: int = 0
+
+
+@dataclass(frozen=True)
 class Problem:
     batch: int
     seqlen_q: int
@@ -73,6 +86,7 @@ class Problem:
     num_splits: int | None = None  # split-KV: None lets the heuristic choose (decode shapes)
     kv_cache: KvCache | None = None  # k/v are a KV cache (seqlen_k is then its capacity)
     descales: Descales | None = None  # FP8 inputs only
+    varlen: Varlen | None = None  # a packed variable-length batch
 
     @property
     def group_size(self) -> int:

@@ -219,6 +219,19 @@ def _check_kinds(q: object, k: object, v: object, host: bool | None) -> bool:
     return bool(host)
 
 
+def fp8_descales(q_descale, k_descale, v_descale, batch: int, heads_kv: int, host: bool, scale: float):
+    """``(Descales, scale)`` of an FP8 call: the descales parsed for ``(batch, heads_kv)``, and the
+    softmax scale, 0 where its product with the scalar descales is below float32's normal range."""
+    from ._fp8 import parse_descales
+
+    descales = parse_descales(q_descale, k_descale, v_descale, batch, heads_kv, host)
+    folded = scale * descales.q * descales.k  # float scalars are folded into the float32 score scale
+    if abs(folded) > _SCALE_MAX or abs(descales.v) > _SCALE_MAX:
+        raise ValueError(f"scale * q_descale * k_descale ({folded!r}) and v_descale ({descales.v!r}) must be at "
+                         f"most 2**127 in magnitude (the kernels compute in float32)")
+    return descales, (0.0 if abs(folded) < _SCALE_TINY else scale)
+
+
 def _check_out(out: object, host: bool, q_shape: tuple, out_dtype, layout: str) -> TensorGeom:
     if isinstance(out, np.ndarray) != host:
         want = "a NumPy array (q, k, v are NumPy arrays)" if host else "a device array (q, k, v are device arrays)"
@@ -365,15 +378,7 @@ def validate(
     # 8. FP8 descales, split-KV
     descales = None
     if fp8:
-        from ._fp8 import parse_descales
-
-        descales = parse_descales(q_descale, k_descale, v_descale, B, Hkv, host)
-        folded = scale * descales.q * descales.k  # float scalars are folded into the float32 score scale
-        if abs(folded) > _SCALE_MAX or abs(descales.v) > _SCALE_MAX:
-            raise ValueError(f"scale * q_descale * k_descale ({folded!r}) and v_descale ({descales.v!r}) must be at "
-                             f"most 2**127 in magnitude (the kernels compute in float32)")
-        if abs(folded) < _SCALE_TINY:
-            scale = 0.0
+        descales, scale = fp8_descales(q_descale, k_descale, v_descale, B, Hkv, host, scale)
     elif q_descale is not None or k_descale is not None or v_descale is not None:
         name = "q_descale" if q_descale is not None else "k_descale" if k_descale is not None else "v_descale"
         raise ValueError(f"{name} applies to FP8 (float8_e4m3fn) inputs only; q, k, v are {dtype_name(qdt)}: "

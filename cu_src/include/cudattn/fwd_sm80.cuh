@@ -58,11 +58,16 @@ struct FwdSm80 {
     // An element stride in units; strides are multiples of 16 bytes, so halving e4m3's is exact.
     static __device__ __forceinline__ long long ustride(long long s) { return FP8 ? s >> 1 : s; }
 
-    static __device__ __forceinline__ OutT* out_tile(const FwdParams& p, int b, int hq, int m_start) {
-        return static_cast<OutT*>(p.o) + b * p.o_stride_b + hq * p.o_stride_h + m_start * p.o_stride_s;
+    // m_start: the block's first row inside its sequence; sq.q0 adds the sequence's packed offset.
+    static __device__ __forceinline__ OutT* out_tile(const FwdParams& p, const SeqSpan& sq, int b, int hq, int m_start) {
+        return static_cast<OutT*>(p.o) + b * p.o_stride_b + hq * p.o_stride_h + (long long)(sq.q0 + m_start) * p.o_stride_s;
     }
-    static __device__ __forceinline__ float* lse_tile(const FwdParams& p, int b, int hq, int m_start) {
-        return p.write_lse ? p.lse + ((long long)b * p.heads_q + hq) * p.seqlen_q + m_start : nullptr;
+    // LSE: (batch, heads_q, seqlen_q), or packed (heads_q, total_q) for variable lengths.
+    static __device__ __forceinline__ float* lse_tile(const FwdParams& p, const SeqSpan& sq, int b, int hq, int m_start) {
+        if (!p.write_lse) return nullptr;
+        const long long row0 = p.cu_seqlens_q != nullptr ? (long long)hq * p.seqlen_q + sq.q0
+                                                         : ((long long)b * p.heads_q + hq) * p.seqlen_q;
+        return p.lse + row0 + m_start;
     }
 
     // FP8: the A operand of one k32 step of P.V (keys 32kk..32kk+31 of the tile) from the S
@@ -113,19 +118,21 @@ struct FwdSm80 {
         const int b = CAUSAL ? blockIdx.y : blockIdx.z;
         const int hkv = hq / p.group;
         const int m_start = m_block * BM;
-        const int rows_valid = min(BM, p.seqlen_q - m_start);
+        const SeqSpan sq = seq_span(p, b);
+        if (m_start >= sq.seqlen_q) return;  // variable lengths: the grid covers the longest sequence
+        const int rows_valid = min(BM, sq.seqlen_q - m_start);
         const int chunks_valid = p.head_dim / (16 / (int)sizeof(T));  // 16-byte chunks of a Q/K row
 
-        const int n_tiles = key_tiles<BN, CAUSAL>(p, m_start, rows_valid);
+        const int n_tiles = key_tiles<BN, CAUSAL>(sq, m_start, rows_valid);
         if (n_tiles == 0) {
-            store_empty_block<OutT, BM, D, NT>(out_tile(p, b, hq, m_start), p.o_stride_s, lse_tile(p, b, hq, m_start),
+            store_empty_block<OutT, BM, D, NT>(out_tile(p, sq, b, hq, m_start), p.o_stride_s, lse_tile(p, sq, b, hq, m_start),
                                                rows_valid, p.head_dim / (16 / (int)sizeof(OutT)), tid);
             return;
         }
 
         {
             TileLoader<U, BM, DU, NT> q_loader(
-                units(elems(p.q) + b * p.q_stride_b + hq * p.q_stride_h + m_start * p.q_stride_s),
+                units(elems(p.q) + b * p.q_stride_b + hq * p.q_stride_h + (long long)(sq.q0 + m_start) * p.q_stride_s),
                 ustride(p.q_stride_s), tid, chunks_valid);
             q_loader.template copy<true>(sQ, ustride(p.q_stride_s), rows_valid, chunks_valid);
             cp_async_commit();
@@ -133,13 +140,14 @@ struct FwdSm80 {
 
         // Tiles go from the last (the only one with a key tail, and the causal diagonal) to the first.
         const int last_start = (n_tiles - 1) * BN;
-        const int last_rows = p.seqlen_k - last_start;  // in [1, BN]; earlier tiles are full
+        const int last_rows = sq.seqlen_k - last_start;  // in [1, BN]; earlier tiles are full
         TileLoader<U, BN, DU, NT> k_loader(
-            units(elems(p.k) + b * p.k_stride_b + hkv * p.k_stride_h + last_start * p.k_stride_s),
+            units(elems(p.k) + b * p.k_stride_b + hkv * p.k_stride_h + (long long)(sq.k0 + last_start) * p.k_stride_s),
             ustride(p.k_stride_s), tid, chunks_valid);
         // 16-bit: BN key rows of D. FP8: Vt's D head-dim rows of BN keys, starting at key last_start.
         TileLoader<U, (FP8 ? D : BN), VW, NT> v_loader(
-            units(elems(p.v) + b * p.v_stride_b + hkv * p.v_stride_h + (FP8 ? last_start : last_start * p.v_stride_s)),
+            units(elems(p.v) + b * p.v_stride_b + hkv * p.v_stride_h +
+                  (FP8 ? vt_first_key(p, sq, b) + last_start : (long long)(sq.k0 + last_start) * p.v_stride_s)),
             ustride(p.v_stride_s), tid, FP8 ? VW / 8 : chunks_valid);
         // Loads tile `it` (counted from the last) into its ring slot and steps to the tile before.
         auto load_kv = [&](int it) {
@@ -211,10 +219,10 @@ struct FwdSm80 {
             qk_product<T, MF, NF, DU / 16>(s, sQ_addr, q_lane, k_base, k_lane);
 
             const int n_start = (n_tiles - 1 - it) * BN;
-            const bool need_mask = (n_start + BN > p.seqlen_k) ||
-                                   (CAUSAL && n_start + BN - 1 > m_start + warp_row0 + p.causal_offset);
+            const bool need_mask = (n_start + BN > sq.seqlen_k) ||
+                                   (CAUSAL && n_start + BN - 1 > m_start + warp_row0 + sq.causal_offset);
             if (need_mask)
-                apply_mask<MF, NF, CAUSAL>(s, m_start + warp_row0, n_start, p.seqlen_k, p.causal_offset, lane, masked);
+                apply_mask<MF, NF, CAUSAL>(s, m_start + warp_row0, n_start, sq.seqlen_k, sq.causal_offset, lane, masked);
 
             softmax.template rescale_and_exponentiate<NF, DF, FP8>(s, o, scale_log2, neg);
             if constexpr (FP8) {
@@ -233,13 +241,13 @@ struct FwdSm80 {
                 inv[mf][0] *= out_scale;
                 inv[mf][1] *= out_scale;
             }
-            store_output_direct<OutT, MF, DF>(o, inv, out_tile(p, b, hq, m_start), p.o_stride_s, rows_valid,
+            store_output_direct<OutT, MF, DF>(o, inv, out_tile(p, sq, b, hq, m_start), p.o_stride_s, rows_valid,
                                               p.head_dim, warp_row0, lane);
         } else {
-            store_output<T, D, MF, DF>(sQ, o, inv, out_tile(p, b, hq, m_start), p.o_stride_s, rows_valid,
+            store_output<T, D, MF, DF>(sQ, o, inv, out_tile(p, sq, b, hq, m_start), p.o_stride_s, rows_valid,
                                        chunks_valid, warp_row0, lane);
         }
-        if (p.write_lse) store_lse<MF>(lse_tile(p, b, hq, m_start), lse, rows_valid, warp_row0, lane);
+        if (p.write_lse) store_lse<MF>(lse_tile(p, sq, b, hq, m_start), lse, rows_valid, warp_row0, lane);
     }
 };
 

@@ -38,10 +38,15 @@ struct TileCoord {
     int b, h, m_block;
 };
 
-// Round r's tile of this CTA (may be >= the tile count in the last round).
+// Whether tiles come longest first (causal, or sequences of different lengths) or in plain order.
 template <bool CAUSAL>
-__device__ __forceinline__ int tile_of_round(int r) {
-    const int c = (CAUSAL && (r & 1)) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+__device__ __forceinline__ bool longest_first(const FwdSm90Params& P) {
+    return CAUSAL || P.longest_first != 0;
+}
+
+// Round r's tile of this CTA (may be >= the tile count in the last round).
+__device__ __forceinline__ int tile_of_round(int r, bool snake) {
+    const int c = (snake && (r & 1)) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     return r * (int)gridDim.x + c;
 }
 
@@ -50,12 +55,13 @@ __device__ __forceinline__ int tile_of_round(int r) {
 // comes first, then the ones above. Longest-first alone, across all heads, would have the CTAs
 // of one round each stream a different head's K/V from HBM (seen: 0.55-0.67x cuDNN at B*H >= 128).
 // Full: neighbouring tiles are one head's query blocks, which share its K and V in L2.
-template <bool CAUSAL>
-__device__ __forceinline__ TileCoord tile_at(int t, const FwdParams& p, int section) {
+// Variable lengths take the causal order (num_m_blocks covers the longest sequence; the query
+// blocks past a shorter one's end are skipped), so the longest sequences' blocks come first.
+__device__ __forceinline__ TileCoord tile_at(int t, const FwdParams& p, int section, bool ordered) {
     const int heads = p.heads_q, pairs = heads * p.batch, num_m = p.num_m_blocks;
     int bh;
     TileCoord c;
-    if (CAUSAL) {
+    if (ordered) {
         const int sec = t / (section * num_m), first = sec * section;
         const int in_sec = min(section, pairs - first), r = t - sec * section * num_m;
         c.m_block = num_m - 1 - r / in_sec;
@@ -102,6 +108,7 @@ struct FwdSm90 {
     // Registers a thread after setmaxnreg: 128*24 + 256*240 and 128*24 + 384*160 fit in 64K.
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
     static constexpr int BAR_TURN = 1;  // named barriers 1..CONSUMERS: the ping-pong turns of each consumer
+    static constexpr int BAR_ZERO = 8;  // named barriers 8..: one consumer warpgroup (zero_v_tail)
     static_assert(D * EB % SW == 0 && D <= 256, "head-dim tile: whole swizzle rows, at most 256");
     static_assert(BN % 16 == 0 && BN <= 256, "key tile: a multiple of 16 up to 256");
     static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
@@ -152,23 +159,31 @@ struct FwdSm90 {
                                                    unsigned char* sK, unsigned char* sV) {
         const FwdParams& p = P.p;
         const int total = p.num_m_blocks * p.heads_q * p.batch;
+        const bool ordered = longest_first<CAUSAL>(P);
+        // Packed (variable-length) operands are maps of one batch entry: their batch coordinate is 0.
+        const int q_b = p.cu_seqlens_q == nullptr, k_b = p.cu_seqlens_k == nullptr;
         int it = 0;  // K/V tiles loaded so far by this CTA: ring stage and phase
-        for (int n = 0;; ++n) {  // n: tiles of this CTA so far (the Q phase)
-            const int t = tile_of_round<CAUSAL>(n);
+        int nq = 0;  // tiles whose Q was loaded (the Q ring's stage and phase)
+        for (int n = 0;; ++n) {
+            const int t = tile_of_round(n, ordered);
             if (t >= total) break;
-            const TileCoord c = tile_at<CAUSAL>(t, p, P.l2_section);
+            const TileCoord c = tile_at(t, p, P.l2_section, ordered);
+            const SeqSpan sq = seq_span(p, c.b);
             const int m_start = c.m_block * BM;
-            // Q ring: with two stages, tile n's Q loads while the consumers still work on tile n-1.
-            const int qs = n % Q_STAGES;
-            if (n >= Q_STAGES) mbar_wait(&bars.q_empty[qs], ((n / Q_STAGES) - 1) & 1);
+            if (m_start >= sq.seqlen_q) continue;  // past a shorter sequence's end: no tile
+            // Q ring: with two stages, tile nq's Q loads while the consumers still work on tile nq-1.
+            const int qs = nq % Q_STAGES;
+            if (nq >= Q_STAGES) mbar_wait(&bars.q_empty[qs], ((nq / Q_STAGES) - 1) & 1);
+            ++nq;
             mbar_arrive_expect_tx(&bars.q_full[qs], Q_BYTES);
 #pragma unroll
             for (int kb = 0; kb < KB; ++kb)
-                tma_load_4d(sQ + qs * Q_BYTES + kb * Q_BOX, &P.tma_q, BOX_COLS * kb, m_start, c.h, c.b,
+                tma_load_4d(sQ + qs * Q_BYTES + kb * Q_BOX, &P.tma_q, BOX_COLS * kb, sq.q0 + m_start, c.h, c.b * q_b,
                             &bars.q_full[qs]);
 
             const int hkv = c.h / p.group;
-            const int n_tiles = key_tiles<BN, CAUSAL>(p, m_start, min(BM, p.seqlen_q - m_start));
+            const int n_tiles = key_tiles<BN, CAUSAL>(sq, m_start, min(BM, sq.seqlen_q - m_start));
+            const long long vt0 = FP8 ? vt_first_key(p, sq, c.b) : 0;
             for (int j = 0; j < n_tiles; ++j, ++it) {  // from the last key tile (tail, diagonal) down
                 const int n_start = (n_tiles - 1 - j) * BN;
                 const int st = it % STAGES;
@@ -177,18 +192,20 @@ struct FwdSm90 {
                 mbar_arrive_expect_tx(&bars.k_full[st], KV_BYTES);
 #pragma unroll
                 for (int kb = 0; kb < KB; ++kb)
-                    tma_load_4d(sK + st * KV_BYTES + kb * KV_BOX, &P.tma_k, BOX_COLS * kb, n_start, hkv, c.b,
-                                &bars.k_full[st]);
+                    tma_load_4d(sK + st * KV_BYTES + kb * KV_BOX, &P.tma_k, BOX_COLS * kb, sq.k0 + n_start, hkv,
+                                c.b * k_b, &bars.k_full[st]);
                 if (it >= STAGES) mbar_wait(&bars.v_empty[st], ph ^ 1);
                 mbar_arrive_expect_tx(&bars.v_full[st], V_BYTES);
-                load_v(P, sV + st * V_BYTES, n_start, hkv, c.b, &bars.v_full[st]);
+                load_v(P, sV + st * V_BYTES, FP8 ? (int)(vt0 + n_start) : sq.k0 + n_start, hkv, c.b * k_b,
+                       &bars.v_full[st]);
             }
         }
     }
 
     // One V stage. 16-bit: KB boxes of 64 columns x BN keys (MN-major for the product). FP8: Vt,
     // BN / 128 boxes of D head-dim rows x 128 keys (K-major); Vt's rows past the head dim and keys
-    // past its padded length are outside the map, so TMA zero-fills them.
+    // past its padded length are outside the map, so TMA zero-fills them. n_start: the map's row
+    // (16-bit) or key (Vt) coordinate of the tile's first key.
     static __device__ __forceinline__ void load_v(const FwdSm90Params& P, unsigned char* dst, int n_start, int hkv,
                                                   int b, unsigned long long* bar) {
         if constexpr (FP8) {
@@ -275,10 +292,13 @@ struct FwdSm90 {
         if (lane == 0) mbar_arrive(bar);
     }
 
-    // What a consumer knows of one of its CTA's tiles. n_tiles < 0: past the CTA's last tile.
+    // What a consumer knows of one of its CTA's tiles. n_tiles < 0: past the CTA's last tile;
+    // skip: a query block past its sequence's end (variable lengths), which the producer skips too.
     struct Tile {
         TileCoord c;
+        SeqSpan sq;
         int n_tiles;
+        bool skip;
         float scale_log2, out_scale;
         __device__ __forceinline__ int m_start() const { return c.m_block * BM; }
         __device__ __forceinline__ bool neg() const { return scale_log2 < 0.f; }
@@ -287,14 +307,18 @@ struct FwdSm90 {
     static __device__ __forceinline__ Tile tile_state(const FwdSm90Params& P, int n) {
         const FwdParams& p = P.p;
         Tile x;
-        const int t = tile_of_round<CAUSAL>(n);
+        const bool ordered = longest_first<CAUSAL>(P);
+        const int t = tile_of_round(n, ordered);
         const bool valid = t < p.num_m_blocks * p.heads_q * p.batch;
-        x.c = tile_at<CAUSAL>(valid ? t : 0, p, P.l2_section);
-        x.n_tiles = valid ? key_tiles<BN, CAUSAL>(p, x.m_start(), min(BM, p.seqlen_q - x.m_start())) : -1;
+        x.c = tile_at(valid ? t : 0, p, P.l2_section, ordered);
+        x.sq = seq_span(p, x.c.b);
+        x.skip = x.m_start() >= x.sq.seqlen_q;
+        x.n_tiles = valid ? (x.skip ? 0 : key_tiles<BN, CAUSAL>(x.sq, x.m_start(), min(BM, x.sq.seqlen_q - x.m_start())))
+                          : -1;
         x.scale_log2 = p.scale_log2;
         x.out_scale = 1.f;
         if constexpr (FP8) {
-            if (valid) {
+            if (valid && !x.skip) {
                 const Fp8Scales sc = fp8_scales(p, x.c.b, x.c.h / p.group);
                 x.scale_log2 = sc.scale_log2;
                 x.out_scale = sc.out_scale;
@@ -305,13 +329,33 @@ struct FwdSm90 {
 
     // Masks of key tile j of a tile (visited from the last, the key tail, down): keys past the
     // sequence, and causal, keys past this warp's first row's diagonal.
-    static __device__ __forceinline__ void mask_tile(const FwdParams& p, float (&s)[1][BN / 8][4], const Tile& x, int j,
-                                                     int cw, int warp, int lane) {
+    static __device__ __forceinline__ void mask_tile(float (&s)[1][BN / 8][4], const Tile& x, int j, int cw, int warp,
+                                                     int lane) {
         const int n_start = (x.n_tiles - 1 - j) * BN;
         const int row0 = x.m_start() + cw * 64 + warp * 16;  // this warp's first query row
         const float masked = x.neg() ? CUDATTN_INF : -CUDATTN_INF;  // times scale_log2: -inf either way
-        if (n_start + BN > p.seqlen_k || (CAUSAL && n_start + BN - 1 > row0 + p.causal_offset))
-            apply_mask<1, BN / 8, CAUSAL>(s, row0, n_start, p.seqlen_k, p.causal_offset, lane, masked);
+        const SeqSpan& sq = x.sq;
+        if (n_start + BN > sq.seqlen_k || (CAUSAL && n_start + BN - 1 > row0 + sq.causal_offset))
+            apply_mask<1, BN / 8, CAUSAL>(s, row0, n_start, sq.seqlen_k, sq.causal_offset, lane, masked);
+    }
+
+    // 16-bit V rows past the sequence's last key, in the tile's last key tile, set to zero. In a
+    // padded batch TMA zero-fills them (past the map's end), but packed sequences are followed by
+    // the next one's keys, and a KV cache by stale slots, and P = 0 times a NaN there is NaN. Every
+    // consumer zeroes the same bytes before its own P V reads the stage (the values agree), then
+    // makes the writes visible to wgmma. FP8's Vt has zeros there already (fp8_transpose_v.cu).
+    static __device__ __forceinline__ void zero_v_tail(unsigned char* v_stage, const Tile& x, int cw, int ltid) {
+        if constexpr (!FP8) {
+            const int valid = x.sq.seqlen_k - (x.n_tiles - 1) * BN;  // keys of the last tile that exist
+            if (valid >= BN) return;  // uniform over the warpgroup: the barrier below is reached by all or none
+            constexpr int CHUNKS = SW / 16;  // 16-byte chunks of a row; a row stays whole under the swizzle
+            for (int i = ltid; i < KB * (BN - valid) * CHUNKS; i += 128) {
+                const int kb = i / ((BN - valid) * CHUNKS), r = valid + (i / CHUNKS) % (BN - valid), ch = i % CHUNKS;
+                *reinterpret_cast<uint4*>(v_stage + kb * KV_BOX + r * SW + ch * 16) = make_uint4(0, 0, 0, 0);
+            }
+            fence_proxy_async_smem();
+            named_sync(BAR_ZERO + cw, 128);
+        }
     }
 
     static __device__ __forceinline__ int stage(int i) { return i % STAGES; }
@@ -342,10 +386,14 @@ struct FwdSm90 {
         OnlineSoftmax<1> softmax;
 
         if (PINGPONG && cw == CONSUMERS - 1) named_arrive(BAR_TURN + 0, 256);  // consumer 0 goes first
+        // Packed keys or a KV cache: the V rows past a sequence's end hold other data (zero_v_tail).
+        const bool zero_tail = !FP8 && (p.cu_seqlens_k != nullptr || p.seqused_k != nullptr);
         int it = 0;  // key tiles consumed so far: ring stage and phase
-        for (int n = 0;; ++n) {
-            const Tile cur = tile_state(P, n);
+        int n = 0;   // tiles with a Q load (the Q ring's stage and phase), as in produce()
+        for (int r = 0;; ++r) {
+            const Tile cur = tile_state(P, r);
             if (cur.n_tiles < 0) break;
+            if (cur.skip) continue;
             mbar_wait(&bars.q_full[n % Q_STAGES], q_phase(n));
             softmax.init();
             if (cur.n_tiles == 0) {  // sees no key: O = 0, LSE = -inf
@@ -356,7 +404,8 @@ struct FwdSm90 {
                     for (int e = 0; e < 4; ++e) o[0][i][e] = 0.f;
                 float inv[1][2], lse[1][2];
                 softmax.finish(inv, lse);
-                store_tile<true>(p, o, inv, lse, cur.c, cw, ltid);
+                store_tile<true>(p, o, inv, lse, cur, cw, ltid);
+                ++n;
                 continue;
             }
             mbar_wait(&bars.k_full[stage(it)], phase(it));
@@ -367,9 +416,13 @@ struct FwdSm90 {
             fence_operands(flat<BN>(s));
             release(&bars.k_empty[stage(it)], lane);
             if (cur.n_tiles == 1) release(&bars.q_empty[n % Q_STAGES], lane);
-            mask_tile(p, s, cur, 0, cw, warp, lane);
+            mask_tile(s, cur, 0, cw, warp, lane);
             softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha);
             to_operand(pk, s);
+            if (zero_tail) {  // the first key tile is the sequence's last
+                mbar_wait(&bars.v_full[stage(it)], phase(it));
+                zero_v_tail(sV + stage(it) * V_BYTES, cur, cw, ltid);
+            }
 
             for (int j = 1; j < cur.n_tiles; ++j) {
                 const int ik = it + j, iv = it + j - 1;
@@ -383,7 +436,7 @@ struct FwdSm90 {
                 fence_operands(flat<BN>(s));
                 release(&bars.k_empty[stage(ik)], lane);
                 if (j == cur.n_tiles - 1) release(&bars.q_empty[n % Q_STAGES], lane);
-                mask_tile(p, s, cur, j, cw, warp, lane);
+                mask_tile(s, cur, j, cw, warp, lane);
                 softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha);
                 wgmma_wait<0>();
                 fence_operands(flat<D>(o));
@@ -405,8 +458,9 @@ struct FwdSm90 {
             wgmma_wait<0>();
             fence_operands(flat<D>(o));
             release(&bars.v_empty[stage(iv)], lane);
-            store_tile(p, o, inv, lse, cur.c, cw, ltid);
+            store_tile(p, o, inv, lse, cur, cw, ltid);
             it += cur.n_tiles;
+            ++n;
         }
         if (PINGPONG && cw == 0) named_sync(BAR_TURN + 0, 256);  // consume the last consumer's last hand-over
     }
@@ -422,10 +476,11 @@ struct FwdSm90 {
     template <bool ZERO = false>
     static __device__ __forceinline__ void store_tile(const FwdParams& p, const float (&o)[1][D / 8][4],
                                                       const float (&inv)[1][2], const float (&lse)[1][2],
-                                                      const TileCoord& c, int cw, int ltid) {
+                                                      const Tile& x, int cw, int ltid) {
         const int warp = ltid / 32, lane = ltid % 32, g = lane / 4, t = lane % 4;
-        const int m_start = c.m_block * BM;
-        OutT* g_o = static_cast<OutT*>(p.o) + c.b * p.o_stride_b + c.h * p.o_stride_h;
+        const TileCoord& c = x.c;
+        const int m_start = c.m_block * BM, seqlen_q = x.sq.seqlen_q;
+        OutT* g_o = static_cast<OutT*>(p.o) + c.b * p.o_stride_b + c.h * p.o_stride_h + x.sq.q0 * p.o_stride_s;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = m_start + cw * 64 + warp * 16 + g + 8 * h;
@@ -433,7 +488,7 @@ struct FwdSm90 {
             if constexpr (sizeof(OutT) == 2) {
                 const bool odd = t & 1;
                 OutT* dst = g_row + 8 * odd + 4 * (t >> 1);  // block i + odd, the pair's half of it
-                const int blocks = row < p.seqlen_q ? p.head_dim / 8 - odd : 0;  // head_dim: a multiple of 8
+                const int blocks = row < seqlen_q ? p.head_dim / 8 - odd : 0;  // head_dim: a multiple of 8
 #pragma unroll
                 for (int i = 0; i < D / 8; i += 2) {
                     const unsigned w0 = pack2(o[0][i][2 * h] * inv[0][h], o[0][i][2 * h + 1] * inv[0][h], OutT());
@@ -442,7 +497,7 @@ struct FwdSm90 {
                     st_global_v2_if(i < blocks, dst + 8 * i, odd ? got : w0, odd ? w1 : got);
                 }
             } else {
-                if (row >= p.seqlen_q) continue;
+                if (row >= seqlen_q) continue;
 #pragma unroll
                 for (int i = 0; i < D / 8; ++i)
                     if (8 * i < p.head_dim)  // head_dim is a multiple of 8: pairs never straddle it
@@ -450,11 +505,13 @@ struct FwdSm90 {
             }
         }
         if (p.write_lse && t == 0) {
-            float* g_lse = p.lse + ((long long)c.b * p.heads_q + c.h) * p.seqlen_q;
+            // (batch, heads_q, seqlen_q), or packed (heads_q, total_q) for variable lengths
+            float* g_lse = p.lse + (p.cu_seqlens_q != nullptr ? (long long)c.h * p.seqlen_q + x.sq.q0
+                                                               : ((long long)c.b * p.heads_q + c.h) * p.seqlen_q);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int row = m_start + cw * 64 + warp * 16 + g + 8 * h;
-                if (row < p.seqlen_q) g_lse[row] = lse[0][h];
+                if (row < seqlen_q) g_lse[row] = lse[0][h];
             }
         }
     }

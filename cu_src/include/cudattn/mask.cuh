@@ -1,16 +1,16 @@
 // Masking of one S tile held in mma accumulator fragments: keys past seqlen_k, and keys after the
 // causal diagonal (aligned bottom-right: query i sees key j iff j <= i + causal_offset).
 #pragma once
-#include "cudattn/params.cuh"
+#include "cudattn/seqlen.cuh"
 
 namespace cudattn {
 
 // Key tiles of BN that a query block of `rows_valid` rows from m_start must visit: all keys, or
 // up to the causal diagonal of its last row; 0 when it sees none (its rows get O = 0, LSE = -inf).
 template <int BN, bool CAUSAL>
-__device__ __forceinline__ int key_tiles(const FwdParams& p, int m_start, int rows_valid) {
-    int n_end = p.seqlen_k;
-    if (CAUSAL) n_end = min(n_end, m_start + rows_valid + p.causal_offset);
+__device__ __forceinline__ int key_tiles(const SeqSpan& s, int m_start, int rows_valid) {
+    int n_end = s.seqlen_k;
+    if (CAUSAL) n_end = min(n_end, m_start + rows_valid + s.causal_offset);
     return n_end > 0 ? (n_end + BN - 1) / BN : 0;
 }
 

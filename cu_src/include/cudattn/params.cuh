@@ -33,4 +33,15 @@ struct FwdParams {
     const float* v_descale;
     float out_scale;  // multiplies O with 1/rowsum: the scalar v_descale, else 1
     int pad2_;
+
+    // Variable lengths (seqlen.cuh); all null for a padded batch. cu_seqlens_q / cu_seqlens_k:
+    // (batch + 1) int32 offsets of each sequence's rows in packed q and o / k and v, whose batch
+    // strides are then 0 and whose seqlen_q / seqlen_k are the packed totals (the LSE is then
+    // (heads_q, total_q)). seqused_k: (batch) int32 keys of each sequence (a KV cache's lengths),
+    // plus seqused_add (keys appended by this call). Every value is clamped into the tensors.
+    const int* cu_seqlens_q;
+    const int* cu_seqlens_k;
+    const int* seqused_k;
+    int seqused_add;
+    int pad3_;
 };

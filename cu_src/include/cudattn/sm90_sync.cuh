@@ -52,6 +52,9 @@ __device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
 
 // Named barriers (ids 1..15; 0 is __syncthreads) among `threads` threads, a multiple of 32.
 // sync waits for all of them; arrive counts this warp in and goes on.
+// Generic-proxy writes to shared memory made visible to the async proxy (wgmma, TMA) that reads next.
+__device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
 __device__ __forceinline__ void named_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }

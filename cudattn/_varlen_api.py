@@ -1,0 +1,216 @@
+"""`cudattn.attention` on packed variable-length batches (FlashAttention's varlen convention).
+
+Flow: the arguments' checks (`_varlen` for NumPy offsets; device offsets by dtype and shape
+only) -> the call validated as one padded batch entry of the packed rows (`_validate`), then
+re-described as B sequences -> plan -> launch of the prefill kernels, which find each sequence
+through the offsets (cu_src/include/cudattn/seqlen.cuh).
+
+Device offsets are operands of the call (their addresses, never their values, are read here),
+so warm calls replay like any other; NumPy offsets are checked and uploaded on every call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from . import _array, _callpath, _device, _foreign, _fp8, _kernels, _launch, _plan, _stream, _transfer
+from ._dtypes import FLOAT8_E4M3
+from ._operands import OTHER, kind_of
+from ._problem import TensorGeom, Varlen
+from ._validate import _describe, fp8_descales, validate
+from ._varlen import check_cu_seqlens, check_max_seqlen
+
+__all__ = ["attention_varlen"]
+
+_F32 = np.dtype(np.float32)
+_I32 = np.dtype(np.int32)
+_NEG_INF_F32_BITS = 0xFF800000
+_NAMES = ("q", "k", "v", "out", "cu_seqlens_q", "cu_seqlens_k", "q_descale", "k_descale", "v_descale")
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal, scale, layout,
+                     return_lse, q_descale, k_descale, v_descale, out_dtype, num_splits, out, stream):
+    """`cudattn.attention` with ``cu_seqlens_q``/``cu_seqlens_k`` (its docstring has the contract)."""
+    _check_call(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, layout, num_splits)
+    flags = dict(causal=causal, scale=scale, return_lse=return_lse, out_dtype=out_dtype)
+    descales = (q_descale, k_descale, v_descale)
+    host = [isinstance(x, np.ndarray) for x in (q, k, v)]
+    if all(host):
+        return _run_host(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, descales, flags, out,
+                         stream)
+    from ._api import _array_or_none, _check_not_mixed, _descale_key
+
+    if any(host) or type(q) is not _array.DeviceArray and kind_of(q) == OTHER:
+        _check_not_mixed(q, k, v)
+    for name, x in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(x, np.ndarray) and not _foreign.is_device_array_like(x):
+            raise TypeError(f"{name} must be an int32 NumPy or device array of shape (batch + 1,); "
+                            f"got {type(x).__name__}")
+    host_offsets = isinstance(cu_seqlens_q, np.ndarray) or isinstance(cu_seqlens_k, np.ndarray)
+    dev_cu = tuple(None if isinstance(x, np.ndarray) else x for x in (cu_seqlens_q, cu_seqlens_k))
+    objs = (q, k, v, out, *dev_cu, *(_array_or_none(d) for d in descales))
+    consumer, keep, ops, sig, unordered = _callpath.operands(objs, _NAMES, stream)
+    dkey = tuple(_descale_key(g, a) for g, a in zip(descales, ops[6:]))
+    # NumPy offsets make the key unhashable: such calls always take the full path (checked, uploaded).
+    key = ("varlen", sig, (causal, scale, return_lse, out_dtype, max_seqlen_q, max_seqlen_k),
+           tuple(_callpath.tag(x) for x in (causal, scale, return_lse, out_dtype, max_seqlen_q, max_seqlen_k)),
+           dkey, (cu_seqlens_q, cu_seqlens_k) if host_offsets else None)
+
+    def full(qa, ka, va, oa, cq, ck, dq, dk, dv):
+        device_id = qa.device_id
+        for name, a in zip(_NAMES[1:], (ka, va, oa, cq, ck, dq, dk, dv)):
+            if a is not None and a.device_id != device_id:
+                raise ValueError(f"{name} is on device {a.device_id} but q is on device {device_id}; "
+                                 "all operands must be on one device")
+        cq = cu_seqlens_q if cq is None else cq
+        ck = cu_seqlens_k if ck is None else ck
+        ds = tuple(g if a is None else a for g, a in zip(descales, (dq, dk, dv)))
+        problem = validate_varlen(qa, ka, va, cq, ck, max_seqlen_q, max_seqlen_k, ds, flags, oa, host=False)
+        device = _device.get_device(device_id)
+        sref = _stream.StreamRef(consumer, keep)
+        cq, ck = (_transfer.to_device(c, device=device, stream=sref) if isinstance(c, np.ndarray) else c
+                  for c in (cq, ck))
+        return run_varlen(problem, qa, ka, va, oa, cq, ck, device, device_id, sref)
+
+    return _callpath.run(key, objs, ops, _NAMES, consumer, keep, full, tensors=4, out_index=3,
+                         allocates=out is None or return_lse is True, unordered=unordered)
+
+
+def _check_call(cu_q, cu_k, max_q, max_k, layout, num_splits) -> None:
+    given = {"cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k, "max_seqlen_q": max_q, "max_seqlen_k": max_k}
+    missing = [n for n, x in given.items() if x is None]
+    if missing:
+        raise TypeError(f"a packed variable-length call takes cu_seqlens_q, cu_seqlens_k, max_seqlen_q and "
+                        f"max_seqlen_k together (as FlashAttention's varlen functions); missing {', '.join(missing)}")
+    if layout != "bshd":
+        raise ValueError(f"packed variable-length inputs are (total, heads, head_dim); layout must be 'bshd', "
+                         f"got {layout!r}")
+    if num_splits is not None:
+        raise NotImplementedError("num_splits (the split-KV decode kernel) does not take packed variable-length "
+                                  "batches; pass None")
+    for name, x in (("max_seqlen_q", max_q), ("max_seqlen_k", max_k)):
+        check_max_seqlen(x, name, None)
+
+
+def _offsets_shape(cu, name: str, batch: int | None) -> int:
+    """The sequence count ``len(cu) - 1`` of a device offsets array, checked for dtype, rank and
+    contiguity (its values are the caller's duty)."""
+    shape, strides, dtype, _ = _describe(name, cu, False)
+    if dtype != _I32:
+        raise TypeError(f"{name} must be int32 (FlashAttention's cu_seqlens); got {dtype}")
+    if len(shape) != 1 or shape[0] < 1:
+        raise ValueError(f"{name} must be 1-D with batch + 1 >= 1 entries; got shape {tuple(shape)}")
+    if batch is not None and shape[0] != batch + 1:
+        raise ValueError(f"{name} must have batch + 1 = {batch + 1} entries (as cu_seqlens_q); got {shape[0]}")
+    if shape[0] > 1 and tuple(strides) != (4,):
+        raise ValueError(f"{name} must be contiguous (stride 4 bytes); got strides {tuple(strides)}")
+    return shape[0] - 1
+
+
+def validate_varlen(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags: dict, out, *, host: bool):
+    """The Problem of a packed call: checked as one batch entry of the packed rows by `validate`,
+    then described as ``B`` sequences of at most ``max_seqlen_q``/``max_seqlen_k`` rows."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        shape = _describe(name, x, host)[0]
+        if len(shape) != 3:
+            total = "total_q, heads_q" if name == "q" else "total_k, heads_kv"
+            raise ValueError(f"{name} must be 3-D ({total}, head_dim) in a packed variable-length call; "
+                             f"got shape {tuple(shape)}")
+    total_q, total_k = q.shape[0], k.shape[0]
+    lengths_q = lengths_k = None
+    if isinstance(cu_q, np.ndarray):
+        lengths_q = np.diff(check_cu_seqlens(cu_q, "cu_seqlens_q", total_q))
+        batch = len(lengths_q)
+    else:
+        batch = _offsets_shape(cu_q, "cu_seqlens_q", None)
+    if isinstance(cu_k, np.ndarray):
+        lengths_k = np.diff(check_cu_seqlens(cu_k, "cu_seqlens_k", total_k, batch))
+    else:
+        _offsets_shape(cu_k, "cu_seqlens_k", batch)
+    max_q = check_max_seqlen(max_q, "max_seqlen_q", lengths_q)
+    max_k = check_max_seqlen(max_k, "max_seqlen_k", lengths_k)
+    for name, m, total in (("max_seqlen_q", max_q, total_q), ("max_seqlen_k", max_k, total_k)):
+        if m == 0 and total > 0:
+            raise ValueError(f"{name} is 0 but the packed tensor has {total} rows: some sequence is longer")
+    fp8 = q.dtype == FLOAT8_E4M3
+    q_d, k_d, v_d = descales
+    if out is not None:
+        o_shape = _describe("out", out, host)[0]
+        if tuple(o_shape) != tuple(q.shape):
+            raise ValueError(f"out must have q's shape {tuple(q.shape)} (total_q, heads_q, head_dim); got "
+                             f"{tuple(o_shape)}")
+    problem = validate(q[None], k[None], v[None], layout="bshd", num_splits=None, host=host,
+                       q_descale=None if fp8 else q_d, k_descale=None if fp8 else k_d,
+                       v_descale=None if fp8 else v_d, out=None if out is None else out[None], **flags)
+    scale, ds = problem.scale, problem.descales
+    if fp8:  # (batch, heads_kv) descale arrays: batch is the sequence count, known only here
+        given = problem.scale if flags["scale"] is None else float(flags["scale"])  # validate checked it
+        ds, scale = fp8_descales(q_d, k_d, v_d, batch, problem.heads_kv, host, given)
+    zero = lambda g: TensorGeom(0, g.seq, g.head)  # noqa: E731 (packed: no batch axis)
+    return replace(problem, batch=batch, seqlen_q=min(max_q, total_q), seqlen_k=min(max_k, total_k),
+                   q_strides=zero(problem.q_strides), k_strides=zero(problem.k_strides),
+                   v_strides=zero(problem.v_strides),
+                   out_strides=None if problem.out_strides is None else zero(problem.out_strides),
+                   descales=ds, scale=scale, varlen=Varlen(total_q, total_k))
+
+
+def run_varlen(problem, qa, ka, va, oa, cu_q, cu_k, device, device_id, sref):
+    """Launch one validated packed problem on device arrays; returns out (and lse) as DeviceArrays:
+    out ``(total_q, Hq, D)``, lse ``(Hq, total_q)``."""
+    vl = replace(problem.varlen, cu_q_ptr=cu_q.ptr, cu_k_ptr=cu_k.ptr)
+    problem = replace(problem, varlen=vl)
+    Hq, D = problem.heads_q, problem.head_dim
+    if oa is None:
+        oa = _array.empty_on((vl.total_q, Hq, D), problem.out_dtype, device, sref)
+        o_geom = TensorGeom(0, Hq * D, D)
+    else:
+        o_geom = problem.out_strides
+    lse = _array.empty_on((Hq, vl.total_q), _F32, device, sref) if problem.return_lse else None
+    if vl.total_q == 0 or problem.batch == 0:
+        pass  # nothing to compute
+    elif vl.total_k == 0:  # no sequence has a key: O = 0, LSE = -inf, as the kernels give such rows
+        _transfer.zero_fill(oa, stream=sref.handle)
+        if lse is not None:
+            _transfer.memset(lse, _NEG_INF_F32_BITS, stream=sref.handle)
+    else:
+        props = _device.device_properties(device_id)
+        plan = _plan.make_plan(problem, props)
+        kernel = _kernels.get_kernel(plan.variant, device, device_id, props.arch)
+        vt = _fp8.transpose_v(problem, va.ptr, props, device, sref) if problem.descales is not None else None
+        params = _plan.make_params(problem, plan, qa.ptr, ka.ptr, va.ptr if vt is None else vt.ptr, oa.ptr,
+                                   0 if lse is None else lse.ptr, o_geom)
+        _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
+        del vt
+    return (oa, lse) if problem.return_lse else oa
+
+
+def _run_host(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags, out, stream):
+    """NumPy in, NumPy out: checked, uploaded (contiguous), run, copied back; synchronous."""
+    for name, x in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"{name} must be an int32 NumPy array when q, k, v are NumPy arrays; got "
+                            f"{type(x).__name__}")
+    if out is not None and not isinstance(out, np.ndarray):
+        raise TypeError("out must be a NumPy array (q, k, v are NumPy arrays)")
+    q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
+    problem = validate_varlen(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags, out, host=True)
+    device = _device.get_device(None)
+    device_id = _device.device_properties(device).device_id
+    sref = _stream.as_stream(stream, device)
+    up = lambda x: _transfer.to_device(np.ascontiguousarray(x), device=device, stream=sref)  # noqa: E731
+    qa, ka, va, cq, ck = (up(x) for x in (q, k, v, cu_q, cu_k))
+    if problem.descales is not None:
+        d = _fp8.upload_descales(dict(zip(("q_descale", "k_descale", "v_descale"), descales)), device, sref)
+        ptrs = [getattr(d[n], "ptr", 0) if isinstance(d[n], _array.DeviceArray) else 0
+                for n in ("q_descale", "k_descale", "v_descale")]
+        problem = replace(problem, descales=replace(problem.descales, q_ptr=ptrs[0], k_ptr=ptrs[1], v_ptr=ptrs[2]))
+    problem = replace(problem, host=False, out_strides=None)
+    res = run_varlen(problem, qa, ka, va, None, cq, ck, device, device_id, sref)
+    o_dev, lse_dev = res if problem.return_lse else (res, None)
+    o = _transfer.to_host(o_dev, stream=sref)
+    if out is not None:
+        out[...] = o
+        o = out
+    return (o, _transfer.to_host(lse_dev, stream=sref)) if problem.return_lse else o
