@@ -6,7 +6,8 @@ from typing import Literal, overload
 
 import numpy as np
 
-from . import _array, _callpath, _decode, _device, _foreign, _fp8, _kernels, _launch, _plan, _stream, _transfer
+from . import _array, _callpath, _decode, _device, _fp8, _kernels, _launch, _plan, _stream, _transfer
+from . import _args, _varlen_api
 from ._array import DeviceArray
 from ._types import ArrayLike, ArrayResult, DescaleLike, DTypeLike, Layout, StreamLike
 from ._operands import OTHER, kind_of
@@ -111,9 +112,7 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
     """
     if cu_seqlens_q is not None or cu_seqlens_k is not None or max_seqlen_q is not None or \
             max_seqlen_k is not None:
-        from ._varlen_api import attention_varlen
-
-        return attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
+        return _varlen_api.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
                                 scale=scale, layout=layout, return_lse=return_lse, q_descale=q_descale,
                                 k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype,
                                 num_splits=num_splits, out=out, stream=stream)
@@ -125,14 +124,14 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
                               q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype,
                               num_splits=num_splits, out=out, stream=stream)
     if host_q or host_k or host_v or type(q) is not DeviceArray and kind_of(q) == OTHER:
-        _check_not_mixed(q, k, v)  # the one message for host/device mixes and non-arrays
+        _args.check_not_mixed(q, k, v)  # the one message for host/device mixes and non-arrays
     if q_descale is None and k_descale is None and v_descale is None:  # 16-bit inputs: four operands
         objs, names, descales = (q, k, v, out), _NAMES4, None
     else:
-        objs, names = (q, k, v, out, *(_array_or_none(d) for d in (q_descale, k_descale, v_descale))), _NAMES
+        objs, names = (q, k, v, out, *(_args.array_or_none(d) for d in (q_descale, k_descale, v_descale))), _NAMES
     consumer, keep, ops, sig, unordered = _callpath.operands(objs, names, stream)
     if len(ops) > 4:
-        descales = tuple(_descale_key(g, a) for g, a in zip((q_descale, k_descale, v_descale), ops[4:]))
+        descales = tuple(_args.descale_key(g, a) for g, a in zip((q_descale, k_descale, v_descale), ops[4:]))
     # Types join the values: True, 1 and 1.0 are equal and hash alike, but validate differently.
     key = ("attention", sig, (causal, scale, layout, return_lse, out_dtype, num_splits),
            (causal.__class__, scale.__class__, layout.__class__, return_lse.__class__, out_dtype.__class__,
@@ -159,28 +158,21 @@ _NAMES = ("q", "k", "v", "out", "q_descale", "k_descale", "v_descale")
 _NAMES4 = _NAMES[:4]
 
 
-def _array_or_none(x):
-    """A descale that is an array (an operand of the call), else None (a scalar or None: in the key)."""
-    return None if x is None or isinstance(x, (int, float, np.number, np.ndarray)) else x
-
-
-def _descale_key(given, adapted):
-    if adapted is None:
-        return _callpath.tag(given)
-    return (adapted.shape, adapted.strides, adapted.dtype, adapted.device_id)
-
-
 def run_device(problem, qa, ka, va, oa, device, device_id, sref):
     """Launch one validated problem on device arrays; returns out (and lse) as DeviceArrays.
 
-    Decode shapes (at most ``_decode.DECODE_MAX_SQ`` query tokens), a KV cache, or an explicit
-    ``num_splits`` take the split-KV path; everything else the prefill kernels."""
+    Decode shapes (at most ``_decode.DECODE_MAX_SQ`` query tokens), an explicit ``num_splits``, or
+    a paged KV cache on a GPU without the Hopper kernels take the split-KV path; everything else
+    (KV caches included: chunked prefill) the prefill kernels."""
     if problem.batch == 0 or problem.seqlen_q == 0 or problem.seqlen_k == 0:
         return _run_empty(problem, oa, device, sref)
     props = _device.device_properties(device_id)
     decode = _decode.takes_split_kv(problem)
     if not decode:
         plan = _plan.make_plan(problem, props)
+        # The portable prefill kernel reads contiguous caches only; a paged one goes to the decode kernel.
+        decode = plan.variant.family != "sm90" and problem.kv_cache is not None and problem.kv_cache.paged
+    if not decode:
         kernel = _kernels.get_kernel(plan.variant, device, device_id, props.arch)
     if oa is None:
         oa = _array.empty_on(_out_shape(problem), problem.out_dtype, device, sref)
@@ -224,16 +216,3 @@ def _out_shape(problem) -> tuple[int, int, int, int]:
     if problem.layout == "bshd":
         return (problem.batch, problem.seqlen_q, problem.heads_q, problem.head_dim)
     return (problem.batch, problem.heads_q, problem.seqlen_q, problem.head_dim)
-
-
-def _check_not_mixed(q, k, v) -> None:
-    host = [isinstance(x, np.ndarray) for x in (q, k, v)]
-    if any(host):
-        names = ", ".join(n for n, h in zip("qkv", host) if h)
-        raise TypeError(f"q, k, v must all be NumPy arrays or all device arrays; {names} "
-                        f"{'is' if sum(host) == 1 else 'are'} NumPy and the rest are not "
-                        "(copy with cudattn.to_device or to_host first)")
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not _foreign.is_device_array_like(x):
-            raise TypeError(f"{name} must be a NumPy array or a device array (DeviceArray, or an object with "
-                            f"__cuda_array_interface__ or __dlpack__); got {type(x).__name__}")

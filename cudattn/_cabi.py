@@ -21,9 +21,9 @@ __all__ = ["STRUCTS", "c_name", "header", "kernel_asserts", "layout"]
 
 #: Exported structs, each after the ones it contains: (ctypes class, the kernel's own name for it).
 STRUCTS = (
+    (KvCacheGeom, "KvCacheGeom"),
     (FwdParams, "FwdParams"),
     (FwdSm90Params, "FwdSm90Params"),
-    (KvCacheGeom, "KvCacheGeom"),
     (DecodeParams, "DecodeParams"),
     (CombineParams, "CombineParams"),
     (AppendParams, "AppendParams"),

@@ -30,7 +30,9 @@ DECODE_MAX_SQ = 16
 def takes_split_kv(problem: Problem) -> bool:
     if problem.descales is not None:  # FP8: the prefill kernels serve every shape (no FP8 decode kernel yet)
         return False
-    return problem.kv_cache is not None or problem.num_splits is not None or problem.seqlen_q <= DECODE_MAX_SQ
+    # Longer queries against a KV cache (chunked prefill) take the prefill kernels, which read the
+    # cache in place (seqlen.cuh) and fill the GPU with query tiles.
+    return problem.num_splits is not None or problem.seqlen_q <= DECODE_MAX_SQ
 
 
 #: A grid with at least this many blocks per SM gets no split.

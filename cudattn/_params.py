@@ -13,6 +13,15 @@ _c_i64 = ctypes.c_int64
 _c_i32 = ctypes.c_int32
 
 
+class KvCacheGeom(ctypes.Structure):
+    _fields_ = [
+        ("block_table", _c_ptr),
+        ("seqlens", _c_ptr),
+        ("page_size", _c_i32), ("max_pages", _c_i32), ("num_pages", _c_i32), ("capacity", _c_i32),
+        ("seqlen_add", _c_i32), ("pad_", _c_i32),
+    ]
+
+
 class FwdParams(ctypes.Structure):
     _fields_ = [
         ("q", _c_ptr),
@@ -35,9 +44,8 @@ class FwdParams(ctypes.Structure):
         ("q_descale", _c_ptr), ("k_descale", _c_ptr), ("v_descale", _c_ptr),
         ("out_scale", ctypes.c_float),
         ("pad2_", _c_i32),
-        ("cu_seqlens_q", _c_ptr), ("cu_seqlens_k", _c_ptr), ("seqused_k", _c_ptr),
-        ("seqused_add", _c_i32),
-        ("pad3_", _c_i32),
+        ("cu_seqlens_q", _c_ptr), ("cu_seqlens_k", _c_ptr),
+        ("kv", KvCacheGeom),
     ]
 
 
@@ -52,21 +60,11 @@ class FwdSm90Params(ctypes.Structure):
         ("tma_q", _TensorMap), ("tma_k", _TensorMap), ("tma_v", _TensorMap),
         ("p", FwdParams),
         ("l2_section", _c_i32),
-        ("longest_first", _c_i32),
-        ("pad_", ctypes.c_uint8 * (-(3 * 128 + ctypes.sizeof(FwdParams) + 8) % 64)),
+        ("pad_", ctypes.c_uint8 * (-(3 * 128 + ctypes.sizeof(FwdParams) + 4) % 64)),
     ]
 
 
 # ------------------------------------------------------------ decode path (params_decode.cuh)
-
-
-class KvCacheGeom(ctypes.Structure):
-    _fields_ = [
-        ("block_table", _c_ptr),
-        ("seqlens", _c_ptr),
-        ("page_size", _c_i32), ("max_pages", _c_i32), ("num_pages", _c_i32), ("capacity", _c_i32),
-        ("seqlen_add", _c_i32), ("pad_", _c_i32),
-    ]
 
 
 class DecodeParams(ctypes.Structure):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ctypes
+import math
 
 from dataclasses import dataclass
 
-from . import _fp8, _geometry, _tma, _traits
+from . import _decode, _fp8, _geometry, _tma, _traits
 from ._params import FwdParams, FwdSm90Params, scale_log2
 from ._problem import Problem, TensorGeom
 from ._traits import Variant
@@ -35,7 +36,8 @@ def make_plan(problem: Problem, props) -> Plan:
         family = "sm80"  # the portable kernel reads any valid strides
     key = (problem.dtype, problem.out_dtype, problem.head_dim, problem.causal, problem.seqlen_q, problem.seqlen_k, problem.heads_q,
            problem.heads_kv, problem.batch, props.max_shared_memory_per_block_optin, props.sm_count,
-           props.l2_cache_size, family, problem.varlen is not None)
+           props.l2_cache_size, family, problem.varlen is not None,
+           problem.kv_cache is not None and problem.kv_cache.paged)
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) > 4096:  # many distinct shapes (variable lengths): keep the table bounded
@@ -71,10 +73,20 @@ def map_extents(problem: Problem) -> tuple[tuple[int, int], tuple[int, int]]:
     """(rows, batch) of the q and of the k/v tensors as the kernels index them: a packed
     variable-length operand is one batch entry of ``total`` rows (its sequences found through
     cu_seqlens), a padded one ``batch`` entries of ``seqlen`` rows."""
-    vl = problem.varlen
+    vl, kv = problem.varlen, problem.kv_cache
     q = (problem.seqlen_q, problem.batch) if vl is None else (vl.total_q, 1)
-    k = (vl.total_k, 1) if vl is not None and vl.total_k is not None else (problem.seqlen_k, problem.batch)
+    if kv is not None and kv.paged:
+        k = (kv.page_size, kv.num_pages)  # a page is a map's batch entry
+    else:
+        k = (vl.total_k, 1) if vl is not None and vl.total_k is not None else (problem.seqlen_k, problem.batch)
     return q, k
+
+
+def paged_box_rows(problem: Problem, block_n: int) -> int:
+    """Rows of a K/V map's box: the key tile, or for a paged cache the largest run of keys whole in
+    one page that divides the tile (fwd_sm90.cuh, paged_box_rows: the same rule)."""
+    kv = problem.kv_cache
+    return math.gcd(kv.page_size, block_n) if kv is not None and kv.paged else block_n
 
 
 def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, family: str) -> Plan:
@@ -130,20 +142,22 @@ def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, ls
     params = _fwd_params(problem, plan, q, k, v, o, lse, o_geom)
     if problem.descales is not None:
         _set_fp8(params, problem)
+    if problem.kv_cache is not None:
+        params.kv = _decode.kv_geom(problem)
     if plan.variant.family != "sm90":
         return params
     P = FwdSm90Params()
     P.p = params
     P.l2_section = plan.l2_section
-    P.longest_first = int(problem.varlen is not None)
     dt, D = problem.dtype, problem.head_dim
     Hq, Hkv = problem.heads_q, problem.heads_kv
     (Sq, Bq), (Sk, Bk) = map_extents(problem)
     t = plan.variant.tiles
+    kv_rows = paged_box_rows(problem, t.block_n)
     maps = [("tma_q", (q, Sq, Hq, Bq, problem.q_strides, t.block_m)),
-            ("tma_k", (k, Sk, Hkv, Bk, problem.k_strides, t.block_n))]
+            ("tma_k", (k, Sk, Hkv, Bk, problem.k_strides, kv_rows))]
     if problem.descales is None:
-        maps.append(("tma_v", (v, Sk, Hkv, Bk, problem.v_strides, t.block_n)))
+        maps.append(("tma_v", (v, Sk, Hkv, Bk, problem.v_strides, kv_rows)))
     else:
         raw = _tma.encode_vt(v, dt, D, _fp8.vt_keys(problem), Hkv, Bk, plan.variant.tile_dim)
         ctypes.memmove(ctypes.addressof(P.tma_v), raw, len(raw))

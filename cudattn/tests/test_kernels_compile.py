@@ -139,7 +139,7 @@ def test_params_struct_matches_header():
         first, *more = decl.split(",")  # "long long a, b, c": the type precedes the first name only
         names += [first.split()[-1].lstrip("*")] + [m.strip() for m in more]
     assert names == [f[0] for f in FwdParams._fields_]
-    assert ctypes.sizeof(FwdParams) == 248
+    assert ctypes.sizeof(FwdParams) == 272
 
 
 def test_sm90_params_struct_matches_header():
@@ -147,11 +147,11 @@ def test_sm90_params_struct_matches_header():
     _, headers = _kernels.sources()
     body = headers["cudattn/params_sm90.cuh"].split("struct alignas(64) FwdSm90Params {", 1)[1].split("};", 1)[0]
     body = re.sub(r"//[^\n]*", "", body)
-    assert re.sub(r"\s+", " ", body).strip() == "cudattn::sm90::TmaDescriptor tma_q, tma_k, tma_v; FwdParams p; int l2_section; int longest_first;"
-    assert [f[0] for f in FwdSm90Params._fields_] == ["tma_q", "tma_k", "tma_v", "p", "l2_section", "longest_first", "pad_"]
+    assert re.sub(r"\s+", " ", body).strip() == "cudattn::sm90::TmaDescriptor tma_q, tma_k, tma_v; FwdParams p; int l2_section;"
+    assert [f[0] for f in FwdSm90Params._fields_] == ["tma_q", "tma_k", "tma_v", "p", "l2_section", "pad_"]
     for i, name in enumerate(("tma_q", "tma_k", "tma_v")):
         assert getattr(FwdSm90Params, name).offset == 128 * i
-    assert FwdSm90Params.p.offset == 384 and ctypes.sizeof(FwdSm90Params) == 640
+    assert FwdSm90Params.p.offset == 384 and ctypes.sizeof(FwdSm90Params) == 704
 
 
 def _decode_kernels():
@@ -195,7 +195,7 @@ def test_decode_params_structs_match_header():
     from cudattn import _params
 
     _, headers = _kernels.sources()
-    text = re.sub(r"//[^\n]*", "", headers["cudattn/params_decode.cuh"])
+    text = re.sub(r"//[^\n]*", "", headers["cudattn/params.cuh"] + headers["cudattn/params_decode.cuh"])
     for cname, cls in (("KvCacheGeom", _params.KvCacheGeom), ("DecodeParams", _params.DecodeParams),
                        ("CombineParams", _params.CombineParams), ("AppendParams", _params.AppendParams)):
         body = text.split(f"struct {cname} {{", 1)[1].split("};", 1)[0]

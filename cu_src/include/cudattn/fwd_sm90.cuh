@@ -38,15 +38,10 @@ struct TileCoord {
     int b, h, m_block;
 };
 
-// Whether tiles come longest first (causal, or sequences of different lengths) or in plain order.
-template <bool CAUSAL>
-__device__ __forceinline__ bool longest_first(const FwdSm90Params& P) {
-    return CAUSAL || P.longest_first != 0;
-}
-
 // Round r's tile of this CTA (may be >= the tile count in the last round).
-__device__ __forceinline__ int tile_of_round(int r, bool snake) {
-    const int c = (snake && (r & 1)) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+template <bool CAUSAL>
+__device__ __forceinline__ int tile_of_round(int r) {
+    const int c = (CAUSAL && (r & 1)) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     return r * (int)gridDim.x + c;
 }
 
@@ -55,13 +50,16 @@ __device__ __forceinline__ int tile_of_round(int r, bool snake) {
 // comes first, then the ones above. Longest-first alone, across all heads, would have the CTAs
 // of one round each stream a different head's K/V from HBM (seen: 0.55-0.67x cuDNN at B*H >= 128).
 // Full: neighbouring tiles are one head's query blocks, which share its K and V in L2.
-// Variable lengths take the causal order (num_m_blocks covers the longest sequence; the query
-// blocks past a shorter one's end are skipped), so the longest sequences' blocks come first.
-__device__ __forceinline__ TileCoord tile_at(int t, const FwdParams& p, int section, bool ordered) {
+// Variable lengths: num_m_blocks covers the longest sequence, and the query blocks past a
+// shorter one's end are skipped (a few instructions each). Causal, that keeps the longest rows
+// first; full, the head-major order measured faster than longest-first on mixed lengths (the
+// latter has every CTA of a round on another head's K/V: up to 14 % slower, H200).
+template <bool CAUSAL>
+__device__ __forceinline__ TileCoord tile_at(int t, const FwdParams& p, int section) {
     const int heads = p.heads_q, pairs = heads * p.batch, num_m = p.num_m_blocks;
     int bh;
     TileCoord c;
-    if (ordered) {
+    if (CAUSAL) {
         const int sec = t / (section * num_m), first = sec * section;
         const int in_sec = min(section, pairs - first), r = t - sec * section * num_m;
         c.m_block = num_m - 1 - r / in_sec;
@@ -159,15 +157,16 @@ struct FwdSm90 {
                                                    unsigned char* sK, unsigned char* sV) {
         const FwdParams& p = P.p;
         const int total = p.num_m_blocks * p.heads_q * p.batch;
-        const bool ordered = longest_first<CAUSAL>(P);
         // Packed (variable-length) operands are maps of one batch entry: their batch coordinate is 0.
         const int q_b = p.cu_seqlens_q == nullptr, k_b = p.cu_seqlens_k == nullptr;
+        const bool paged = p.kv.block_table != nullptr;
+        const int page_rows = paged ? paged_box_rows(p.kv.page_size) : BN;
         int it = 0;  // K/V tiles loaded so far by this CTA: ring stage and phase
         int nq = 0;  // tiles whose Q was loaded (the Q ring's stage and phase)
         for (int n = 0;; ++n) {
-            const int t = tile_of_round(n, ordered);
+            const int t = tile_of_round<CAUSAL>(n);
             if (t >= total) break;
-            const TileCoord c = tile_at(t, p, P.l2_section, ordered);
+            const TileCoord c = tile_at<CAUSAL>(t, p, P.l2_section);
             const SeqSpan sq = seq_span(p, c.b);
             const int m_start = c.m_block * BM;
             if (m_start >= sq.seqlen_q) continue;  // past a shorter sequence's end: no tile
@@ -190,15 +189,48 @@ struct FwdSm90 {
                 const unsigned ph = (it / STAGES) & 1;
                 if (it >= STAGES) mbar_wait(&bars.k_empty[st], ph ^ 1);
                 mbar_arrive_expect_tx(&bars.k_full[st], KV_BYTES);
+                if (!FP8 && paged) {
+                    load_pages(sK + st * KV_BYTES, &P.tma_k, p.kv, page_rows, c.b, n_start, hkv, &bars.k_full[st]);
+                } else {
 #pragma unroll
-                for (int kb = 0; kb < KB; ++kb)
-                    tma_load_4d(sK + st * KV_BYTES + kb * KV_BOX, &P.tma_k, BOX_COLS * kb, sq.k0 + n_start, hkv,
-                                c.b * k_b, &bars.k_full[st]);
+                    for (int kb = 0; kb < KB; ++kb)
+                        tma_load_4d(sK + st * KV_BYTES + kb * KV_BOX, &P.tma_k, BOX_COLS * kb, sq.k0 + n_start, hkv,
+                                    c.b * k_b, &bars.k_full[st]);
+                }
                 if (it >= STAGES) mbar_wait(&bars.v_empty[st], ph ^ 1);
                 mbar_arrive_expect_tx(&bars.v_full[st], V_BYTES);
-                load_v(P, sV + st * V_BYTES, FP8 ? (int)(vt0 + n_start) : sq.k0 + n_start, hkv, c.b * k_b,
-                       &bars.v_full[st]);
+                if (!FP8 && paged)
+                    load_pages(sV + st * V_BYTES, &P.tma_v, p.kv, page_rows, c.b, n_start, hkv, &bars.v_full[st]);
+                else
+                    load_v(P, sV + st * V_BYTES, FP8 ? (int)(vt0 + n_start) : sq.k0 + n_start, hkv, c.b * k_b,
+                           &bars.v_full[st]);
             }
+        }
+    }
+
+    // Rows of one TMA box of a paged cache: the largest run of keys that is whole in one page and
+    // divides the key tile (the host encodes the maps with the same rule: _plan.paged_box_rows).
+    static __device__ __forceinline__ int paged_box_rows(int page_size) {
+        int a = page_size, b = BN;
+        while (b != 0) {
+            const int t = a % b;
+            a = b;
+            b = t;
+        }
+        return a;
+    }
+
+    // One K or V stage of a paged cache (16-bit): BN / rows boxes down the tile, each from its
+    // own page (the maps are 4-D over (head dim, row in page, head, page)). rows is a multiple of
+    // 16 (page sizes and key tiles are), so every box starts on a whole 1 KiB swizzle atom.
+    static __device__ __forceinline__ void load_pages(unsigned char* dst, const TmaDescriptor* map,
+                                                      const KvCacheGeom& kv, int rows, int b, int n_start, int hkv,
+                                                      unsigned long long* bar) {
+        for (int r0 = 0; r0 < BN; r0 += rows) {
+            const int j = n_start + r0;
+            const int page = cache_page(kv, b, j), row = j % kv.page_size;
+#pragma unroll
+            for (int kb = 0; kb < KB; ++kb) tma_load_4d(dst + kb * KV_BOX + r0 * SW, map, BOX_COLS * kb, row, hkv, page, bar);
         }
     }
 
@@ -307,10 +339,9 @@ struct FwdSm90 {
     static __device__ __forceinline__ Tile tile_state(const FwdSm90Params& P, int n) {
         const FwdParams& p = P.p;
         Tile x;
-        const bool ordered = longest_first<CAUSAL>(P);
-        const int t = tile_of_round(n, ordered);
+        const int t = tile_of_round<CAUSAL>(n);
         const bool valid = t < p.num_m_blocks * p.heads_q * p.batch;
-        x.c = tile_at(valid ? t : 0, p, P.l2_section, ordered);
+        x.c = tile_at<CAUSAL>(valid ? t : 0, p, P.l2_section);
         x.sq = seq_span(p, x.c.b);
         x.skip = x.m_start() >= x.sq.seqlen_q;
         x.n_tiles = valid ? (x.skip ? 0 : key_tiles<BN, CAUSAL>(x.sq, x.m_start(), min(BM, x.sq.seqlen_q - x.m_start())))
@@ -387,7 +418,7 @@ struct FwdSm90 {
 
         if (PINGPONG && cw == CONSUMERS - 1) named_arrive(BAR_TURN + 0, 256);  // consumer 0 goes first
         // Packed keys or a KV cache: the V rows past a sequence's end hold other data (zero_v_tail).
-        const bool zero_tail = !FP8 && (p.cu_seqlens_k != nullptr || p.seqused_k != nullptr);
+        const bool zero_tail = !FP8 && (p.cu_seqlens_k != nullptr || p.kv.seqlens != nullptr || p.kv.block_table != nullptr);
         int it = 0;  // key tiles consumed so far: ring stage and phase
         int n = 0;   // tiles with a Q load (the Q ring's stage and phase), as in produce()
         for (int r = 0;; ++r) {

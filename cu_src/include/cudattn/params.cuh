@@ -2,6 +2,21 @@
 // Mirrored field for field by cudattn/_params.py (ctypes); change both together.
 #pragma once
 
+// A KV cache, contiguous or paged. Key j of sequence b lives at
+//   base + page(b, j) * stride_page + (j % page_size) * stride_s + head * stride_h
+// with page(b, j) = block_table[b * max_pages + j / page_size] when paged. A contiguous cache is
+// one "page" per sequence: page(b, j) = b and page_size = capacity, so the same formula serves.
+struct KvCacheGeom {
+    const int* block_table;  // (B, max_pages) int32, or null: contiguous
+    const int* seqlens;      // (B,) int32 valid keys per sequence before appending, or null: capacity
+    int page_size;           // keys per page (a multiple of 16); the capacity when contiguous
+    int max_pages;           // columns of block_table (1 when contiguous)
+    int num_pages;           // pages in the cache; page ids are clamped into [0, num_pages)
+    int capacity;            // keys a sequence can hold: max_pages * page_size
+    int seqlen_add;          // keys appended before attending (k_new's length): added to seqlens[b]
+    int pad_;
+};
+
 struct FwdParams {
     const void* q;
     const void* k;
@@ -34,14 +49,14 @@ struct FwdParams {
     float out_scale;  // multiplies O with 1/rowsum: the scalar v_descale, else 1
     int pad2_;
 
-    // Variable lengths (seqlen.cuh); all null for a padded batch. cu_seqlens_q / cu_seqlens_k:
+    // Variable lengths (seqlen.cuh); null for a padded batch. cu_seqlens_q / cu_seqlens_k:
     // (batch + 1) int32 offsets of each sequence's rows in packed q and o / k and v, whose batch
     // strides are then 0 and whose seqlen_q / seqlen_k are the packed totals (the LSE is then
-    // (heads_q, total_q)). seqused_k: (batch) int32 keys of each sequence (a KV cache's lengths),
-    // plus seqused_add (keys appended by this call). Every value is clamped into the tensors.
+    // (heads_q, total_q)). Every value read is clamped into the tensors.
     const int* cu_seqlens_q;
     const int* cu_seqlens_k;
-    const int* seqused_k;
-    int seqused_add;
-    int pad3_;
+    // k and v as a KV cache (chunked prefill): per-sequence lengths (kv.seqlens, plus
+    // kv.seqlen_add appended keys) and, paged, the block table; k/v_stride_b then step pages.
+    // All zero otherwise.
+    KvCacheGeom kv;
 };

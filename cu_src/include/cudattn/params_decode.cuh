@@ -3,20 +3,7 @@
 // kernel's single argument. Mirrored field for field by cudattn/_params.py; change both together.
 #pragma once
 
-// A KV cache, contiguous or paged. Key j of sequence b lives at
-//   base + page(b, j) * stride_page + (j % page_size) * stride_s + head * stride_h
-// with page(b, j) = block_table[b * max_pages + j / page_size] when paged. A contiguous cache is
-// one "page" per sequence: page(b, j) = b and page_size = capacity, so the same formula serves.
-struct KvCacheGeom {
-    const int* block_table;  // (B, max_pages) int32, or null: contiguous
-    const int* seqlens;      // (B,) int32 valid keys per sequence before appending, or null: capacity
-    int page_size;           // keys per page (a multiple of 16); the capacity when contiguous
-    int max_pages;           // columns of block_table (1 when contiguous)
-    int num_pages;           // pages in the cache; page ids are clamped into [0, num_pages)
-    int capacity;            // keys a sequence can hold: max_pages * page_size
-    int seqlen_add;          // keys appended before attending (k_new's length): added to seqlens[b]
-    int pad_;
-};
+#include "cudattn/params.cuh"  // KvCacheGeom
 
 struct DecodeParams {
     const void* q;

@@ -9,6 +9,5 @@ struct alignas(64) FwdSm90Params {
     // 4-D maps over (head dim, seq, head, batch). Q: boxes of 64 x BLOCK_M; K, V: 64 x BLOCK_N.
     cudattn::sm90::TmaDescriptor tma_q, tma_k, tma_v;
     FwdParams p;
-    int l2_section;     // causal tile order: (batch, head) pairs per L2-sized section (fwd_sm90.cuh)
-    int longest_first;  // nonzero: that order for a non-causal kernel too (variable lengths)
+    int l2_section;  // causal tile order: (batch, head) pairs per L2-sized section (fwd_sm90.cuh)
 };

@@ -1,7 +1,7 @@
 // Where one sequence of a batch lies: a padded batch (every sequence seqlen_q x seqlen_k, at its
 // batch stride) or a packed variable-length one (FlashAttention's cu_seqlens: the rows of
-// sequence b are cu_seqlens[b] .. cu_seqlens[b + 1] - 1 of the packed tensor), and how many of
-// its keys are used (a KV cache's lengths). Offsets and lengths from device memory are the
+// sequence b are cu_seqlens[b] .. cu_seqlens[b + 1] - 1 of the packed tensor), how many of its
+// keys are used (a KV cache's lengths), and where a paged cache keeps its keys. Offsets and lengths from device memory are the
 // caller's to get right; they are clamped here into the tensors' extents, so a bad value gives a
 // wrong result for its sequence but never a read or write outside q, k, v or o.
 #pragma once
@@ -30,7 +30,7 @@ __device__ __forceinline__ SeqSpan seq_span(const FwdParams& p, int b) {
     s.seqlen_k = p.seqlen_k;
     if (p.cu_seqlens_q != nullptr) clamp_span(p.cu_seqlens_q, b, p.seqlen_q, s.q0, s.seqlen_q);
     if (p.cu_seqlens_k != nullptr) clamp_span(p.cu_seqlens_k, b, p.seqlen_k, s.k0, s.seqlen_k);
-    if (p.seqused_k != nullptr) s.seqlen_k = min(max(p.seqused_k[b] + p.seqused_add, 0), s.seqlen_k);
+    if (p.kv.seqlens != nullptr) s.seqlen_k = min(max(p.kv.seqlens[b] + p.kv.seqlen_add, 0), s.seqlen_k);
     s.causal_offset = s.seqlen_k - s.seqlen_q;
     return s;
 }
@@ -47,6 +47,17 @@ __device__ __forceinline__ long long vt_key_start(int k0, int b) { return 128ll 
 // batch stride instead).
 __device__ __forceinline__ long long vt_first_key(const FwdParams& p, const SeqSpan& s, int b) {
     return p.cu_seqlens_k != nullptr ? vt_key_start(s.k0, b) : 0;
+}
+
+}  // namespace cudattn
+
+namespace cudattn {
+
+// A paged cache's page holding sequence b's key j (clamped, as every index read from memory),
+// and j's row in it.
+__device__ __forceinline__ int cache_page(const KvCacheGeom& kv, int b, int j) {
+    const int col = min(j / kv.page_size, kv.max_pages - 1);
+    return min(max(kv.block_table[(long long)b * kv.max_pages + col], 0), kv.num_pages - 1);
 }
 
 }  // namespace cudattn

@@ -1,0 +1,89 @@
+"""GPU: chunked prefill, attention_with_kvcache with more than 16 query tokens, served by the
+prefill kernels reading the cache in place (contiguous, or paged with page sizes 16, 48 and 256),
+against the float64 reference under DESIGN §6's rule; per-sequence lengths including 0 and a
+full cache; k_new/v_new appended first; both kernel families on Hopper. Stale cache slots past a
+sequence's length hold NaN, which must not reach the output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cudattn
+from cudattn import _decode, _device, _traits, reference
+from cudattn.tests.test_decode_gpu import BF16, F16, _check, _paged, _rand, kvcache_case
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(params=["fastest", "portable"], autouse=True)
+def family(request, monkeypatch):
+    arch = _device.device_properties(0).arch
+    if request.param == "portable":
+        if arch not in _traits.HOPPER_ARCHS:
+            pytest.skip("the portable family is the fastest one on this device: covered by 'fastest'")
+        monkeypatch.setattr(_traits, "FORCED_FAMILY", "sm80")
+    return request.param
+
+
+def test_longer_queries_take_the_prefill_kernels():
+    from dataclasses import replace
+
+    from cudattn._problem import KvCache, Problem, TensorGeom
+
+    g = TensorGeom(1, 1, 1)
+    p = Problem(2, _decode.DECODE_MAX_SQ + 1, 64, 4, 4, 64, np.dtype(F16), np.dtype(F16), "bshd", True, 1.0, False,
+                False, g, g, g, kv_cache=KvCache(False, 64, 1, 2))
+    assert not _decode.takes_split_kv(p)
+    assert _decode.takes_split_kv(replace(p, seqlen_q=_decode.DECODE_MAX_SQ))
+    assert _decode.takes_split_kv(replace(p, num_splits=2))
+
+
+@pytest.mark.parametrize("page_size", [None, 16, 48, 256])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("sq", [17, 130, 700])
+def test_chunked_prefill(page_size, causal, sq):
+    kvcache_case(4, sq, 1500, 8, 2, 128, [0, 1500 - sq, 257, 1000], page_size=page_size, causal=causal)
+
+
+@pytest.mark.parametrize("D", [64, 256])
+@pytest.mark.parametrize("page_size", [None, 16, 256])
+def test_chunked_prefill_head_dims(D, page_size):
+    kvcache_case(3, 200, 900, 4, 4, D, [900, 5, 431], page_size=page_size, causal=True, dtype=BF16)
+
+
+@pytest.mark.parametrize("page_size", [None, 16, 256])
+@pytest.mark.parametrize("host", [False, True])
+def test_chunked_prefill_append(page_size, host):
+    """k_new/v_new (the chunk's own keys) appended in place, then attended with the cache."""
+    kvcache_case(3, 300, 1024, 8, 1, 128, [0, 77, 700], page_size=page_size, s_new=300, host=host, causal=True)
+
+
+def test_chunked_prefill_default_lengths():
+    kvcache_case(2, 64, 512, 4, 2, 64, [512, 512], page_size=None, causal=True)
+
+
+@pytest.mark.parametrize("page_size", [None, 16, 256])
+def test_stale_slots_do_not_leak(page_size):
+    """Cache rows past each sequence's length (and unused pages) hold NaN: outputs stay finite."""
+    rng = np.random.default_rng(77)
+    B, Sq, cap, H, D = 3, 100, 600, 4, 128
+    lens = np.array([150, 1, 333], np.int32)
+    q = _rand(rng, (B, Sq, H, D), F16)
+    k, v = _rand(rng, (B, cap, H, D), F16), _rand(rng, (B, cap, H, D), F16)
+    for b in range(B):
+        k[b, lens[b]:], v[b, lens[b]:] = np.nan, np.nan
+    ref, ref_lse = reference.attention_with_kvcache(q, np.nan_to_num(k), np.nan_to_num(v), cache_seqlens=lens,
+                                                    causal=False, return_lse=True)
+    naive = reference.attention_with_kvcache_naive(q, np.nan_to_num(k), np.nan_to_num(v), cache_seqlens=lens)
+    table = None
+    if page_size:
+        k, v, table = _paged(k, v, page_size, rng)
+        for kv in (k, v):
+            used = set(table.ravel().tolist())
+            kv[[i for i in range(kv.shape[0]) if i not in used]] = np.nan
+    dev = cudattn.to_device
+    o, lse = cudattn.attention_with_kvcache(dev(q), dev(k), dev(v), cache_seqlens=dev(lens),
+                                           block_table=None if table is None else dev(table), return_lse=True)
+    _check(cudattn.to_host(o), cudattn.to_host(lse), ref, ref_lse, naive)
