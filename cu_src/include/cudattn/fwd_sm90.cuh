@@ -145,7 +145,7 @@ struct FwdSm90 {
         const int wg = threadIdx.x / 128;
         if (wg == 0) {
             setmaxnreg_dec<PRODUCER_REGS>();
-            if (threadIdx.x == 0) produce(P, bars, sQ, sK, sV);
+            if (threadIdx.x < 32) produce(P, bars, sQ, sK, sV, threadIdx.x);
         } else {
             setmaxnreg_inc<CONSUMER_REGS>();
             consume(P, bars, sQ, sK, sV, wg - 1, threadIdx.x % 128);
@@ -153,8 +153,11 @@ struct FwdSm90 {
     }
 
     // ------------------------------------------------------------------ producer (one thread)
+    // One warp walks the tiles; lane 0 issues every load. The other lanes only help a paged
+    // cache: each reads one page id of a key tile, all at once (one latency, not one per page).
     static __device__ __forceinline__ void produce(const FwdSm90Params& P, Barriers& bars, unsigned char* sQ,
-                                                   unsigned char* sK, unsigned char* sV) {
+                                                   unsigned char* sK, unsigned char* sV, int lane) {
+        const bool leader = lane == 0;
         const FwdParams& p = P.p;
         const int total = p.num_m_blocks * p.heads_q * p.batch;
         // Packed (variable-length) operands are maps of one batch entry: their batch coordinate is 0.
@@ -174,11 +177,13 @@ struct FwdSm90 {
             const int qs = nq % Q_STAGES;
             if (nq >= Q_STAGES) mbar_wait(&bars.q_empty[qs], ((nq / Q_STAGES) - 1) & 1);
             ++nq;
-            mbar_arrive_expect_tx(&bars.q_full[qs], Q_BYTES);
+            if (leader) {
+                mbar_arrive_expect_tx(&bars.q_full[qs], Q_BYTES);
 #pragma unroll
-            for (int kb = 0; kb < KB; ++kb)
-                tma_load_4d(sQ + qs * Q_BYTES + kb * Q_BOX, &P.tma_q, BOX_COLS * kb, sq.q0 + m_start, c.h, c.b * q_b,
-                            &bars.q_full[qs]);
+                for (int kb = 0; kb < KB; ++kb)
+                    tma_load_4d(sQ + qs * Q_BYTES + kb * Q_BOX, &P.tma_q, BOX_COLS * kb, sq.q0 + m_start, c.h,
+                                c.b * q_b, &bars.q_full[qs]);
+            }
 
             const int hkv = c.h / p.group;
             const int n_tiles = key_tiles<BN, CAUSAL>(sq, m_start, min(BM, sq.seqlen_q - m_start));
@@ -187,21 +192,26 @@ struct FwdSm90 {
                 const int n_start = (n_tiles - 1 - j) * BN;
                 const int st = it % STAGES;
                 const unsigned ph = (it / STAGES) & 1;
+                // Paged: lane i holds the page of the tile's i-th box (K and V share them), read
+                // before the wait for a free stage so that its latency hides behind it.
+                const int page = (!FP8 && paged && lane * page_rows < BN) ? cache_page(p.kv, c.b, n_start + lane * page_rows) : 0;
                 if (it >= STAGES) mbar_wait(&bars.k_empty[st], ph ^ 1);
-                mbar_arrive_expect_tx(&bars.k_full[st], KV_BYTES);
+                if (leader) mbar_arrive_expect_tx(&bars.k_full[st], KV_BYTES);
                 if (!FP8 && paged) {
-                    load_pages(sK + st * KV_BYTES, &P.tma_k, p.kv, page_rows, c.b, n_start, hkv, &bars.k_full[st]);
-                } else {
+                    load_pages(sK + st * KV_BYTES, &P.tma_k, p.kv.page_size, page_rows, page, n_start, hkv,
+                               &bars.k_full[st], leader);
+                } else if (leader) {
 #pragma unroll
                     for (int kb = 0; kb < KB; ++kb)
                         tma_load_4d(sK + st * KV_BYTES + kb * KV_BOX, &P.tma_k, BOX_COLS * kb, sq.k0 + n_start, hkv,
                                     c.b * k_b, &bars.k_full[st]);
                 }
                 if (it >= STAGES) mbar_wait(&bars.v_empty[st], ph ^ 1);
-                mbar_arrive_expect_tx(&bars.v_full[st], V_BYTES);
+                if (leader) mbar_arrive_expect_tx(&bars.v_full[st], V_BYTES);
                 if (!FP8 && paged)
-                    load_pages(sV + st * V_BYTES, &P.tma_v, p.kv, page_rows, c.b, n_start, hkv, &bars.v_full[st]);
-                else
+                    load_pages(sV + st * V_BYTES, &P.tma_v, p.kv.page_size, page_rows, page, n_start, hkv,
+                               &bars.v_full[st], leader);
+                else if (leader)
                     load_v(P, sV + st * V_BYTES, FP8 ? (int)(vt0 + n_start) : sq.k0 + n_start, hkv, c.b * k_b,
                            &bars.v_full[st]);
             }
@@ -220,17 +230,21 @@ struct FwdSm90 {
         return a;
     }
 
-    // One K or V stage of a paged cache (16-bit): BN / rows boxes down the tile, each from its
-    // own page (the maps are 4-D over (head dim, row in page, head, page)). rows is a multiple of
+    // One K or V stage of a paged cache (16-bit): BN / rows (at most BN / 16 <= 16) boxes down the
+    // tile, each from its own page (the maps are 4-D over (head dim, row in page, head, page)). rows is a multiple of
     // 16 (page sizes and key tiles are), so every box starts on a whole 1 KiB swizzle atom.
-    static __device__ __forceinline__ void load_pages(unsigned char* dst, const TmaDescriptor* map,
-                                                      const KvCacheGeom& kv, int rows, int b, int n_start, int hkv,
-                                                      unsigned long long* bar) {
-        for (int r0 = 0; r0 < BN; r0 += rows) {
-            const int j = n_start + r0;
-            const int page = cache_page(kv, b, j), row = j % kv.page_size;
+    // Called by the whole producer warp: lane i holds the page of box i (lane_page).
+    static __device__ __forceinline__ void load_pages(unsigned char* dst, const TmaDescriptor* map, int page_size,
+                                                      int rows, int lane_page, int n_start, int hkv,
+                                                      unsigned long long* bar, bool leader) {
+        for (int i = 0, r0 = 0; r0 < BN; ++i, r0 += rows) {
+            const int page = __shfl_sync(0xffffffffu, lane_page, i);
+            const int row = (n_start + r0) % page_size;
+            if (leader) {
 #pragma unroll
-            for (int kb = 0; kb < KB; ++kb) tma_load_4d(dst + kb * KV_BOX + r0 * SW, map, BOX_COLS * kb, row, hkv, page, bar);
+                for (int kb = 0; kb < KB; ++kb)
+                    tma_load_4d(dst + kb * KV_BOX + r0 * SW, map, BOX_COLS * kb, row, hkv, page, bar);
+            }
         }
     }
 
