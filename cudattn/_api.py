@@ -161,18 +161,15 @@ _NAMES4 = _NAMES[:4]
 def run_device(problem, qa, ka, va, oa, device, device_id, sref):
     """Launch one validated problem on device arrays; returns out (and lse) as DeviceArrays.
 
-    Decode shapes (at most ``_decode.DECODE_MAX_SQ`` query tokens), an explicit ``num_splits``, or
-    a paged KV cache on a GPU without the Hopper kernels take the split-KV path; everything else
-    (KV caches included: chunked prefill) the prefill kernels."""
+    Decode shapes (at most ``_decode.DECODE_MAX_SQ`` query tokens) or an explicit ``num_splits``
+    take the split-KV path; everything else (KV caches included: chunked prefill) the prefill
+    kernels."""
     if problem.batch == 0 or problem.seqlen_q == 0 or problem.seqlen_k == 0:
         return _run_empty(problem, oa, device, sref)
     props = _device.device_properties(device_id)
     decode = _decode.takes_split_kv(problem)
     if not decode:
         plan = _plan.make_plan(problem, props)
-        # The portable prefill kernel reads contiguous caches only; a paged one goes to the decode kernel.
-        decode = plan.variant.family != "sm90" and problem.kv_cache is not None and problem.kv_cache.paged
-    if not decode:
         kernel = _kernels.get_kernel(plan.variant, device, device_id, props.arch)
     if oa is None:
         oa = _array.empty_on(_out_shape(problem), problem.out_dtype, device, sref)

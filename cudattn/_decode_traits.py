@@ -113,6 +113,7 @@ def combine_kernel(in_dtype: str, out_dtype: str) -> HelperKernel:
 
 
 APPEND_KERNEL = HelperKernel("kv_cache_append.cu", "kv_cache_append")
+GATHER_KERNEL = HelperKernel("kv_cache_gather.cu", "kv_cache_gather")
 
 # The combine pairs that exist: merges of parts of one dtype (merge_attention_states; the split-KV
 # decode kernel merges its own float32 partials).
@@ -124,5 +125,5 @@ def all_decode_kernels(arch: str) -> list:
     limit = ARCH_SMEM_LIMIT[arch]
     out: list = [select_decode(dt, d, limit) for dt in DTYPE_NAMES.values() for d in DECODE_TILE_DIMS]
     out += [combine_kernel(i, o) for i, o in COMBINE_PAIRS]
-    out.append(APPEND_KERNEL)
+    out += [APPEND_KERNEL, GATHER_KERNEL]
     return out

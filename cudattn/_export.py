@@ -44,7 +44,7 @@ def _kind(spec) -> str:
         return "prefill"
     if isinstance(spec, _decode_traits.DecodeVariant):
         return "decode"
-    return {"split_kv_combine": "combine", "kv_cache_append": "append", "fp8_transpose_v": "transpose",
+    return {"split_kv_combine": "combine", "kv_cache_append": "append", "kv_cache_gather": "gather", "fp8_transpose_v": "transpose",
             "fp8_amax": "quantize", "fp8_quantize": "quantize", "fp8_dequantize": "dequantize"}[spec.kernel_name]
 
 

@@ -25,7 +25,7 @@ from ._dtypes import FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error
 from ._geometry import contiguous_geom, share_bytes, span
 from ._operands import OTHER, kind_of
 from ._params import AppendParams, KvCacheGeom
-from ._problem import KvCache, Problem, TensorGeom
+from ._problem import KvCache, Problem, TensorGeom, Varlen
 from ._types import ArrayLike, ArrayResult, StreamLike
 from ._validate import _check_bool, _check_out, _check_scale, _describe, check_num_splits, tensor_geom
 
@@ -37,7 +37,8 @@ _PAGE_MULTIPLE = 16
 @overload
 def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike, *,
                            cache_seqlens: ArrayLike | None = ..., block_table: ArrayLike | None = ...,
-                           k_new: ArrayLike | None = ..., v_new: ArrayLike | None = ..., causal: bool = ...,
+                           k_new: ArrayLike | None = ..., v_new: ArrayLike | None = ...,
+                           cu_seqlens_q: ArrayLike | None = ..., max_seqlen_q: int | None = ..., causal: bool = ...,
                            scale: float | None = ..., return_lse: Literal[False] = ..., num_splits: int | None = ...,
                            out: ArrayLike | None = ..., stream: StreamLike = ...) -> ArrayResult: ...
 
@@ -45,7 +46,8 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
 @overload
 def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike, *,
                            cache_seqlens: ArrayLike | None = ..., block_table: ArrayLike | None = ...,
-                           k_new: ArrayLike | None = ..., v_new: ArrayLike | None = ..., causal: bool = ...,
+                           k_new: ArrayLike | None = ..., v_new: ArrayLike | None = ...,
+                           cu_seqlens_q: ArrayLike | None = ..., max_seqlen_q: int | None = ..., causal: bool = ...,
                            scale: float | None = ..., return_lse: Literal[True], num_splits: int | None = ...,
                            out: ArrayLike | None = ..., stream: StreamLike = ...) -> tuple[ArrayResult, ArrayResult]: ...
 
@@ -53,14 +55,16 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
 @overload
 def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike, *,
                            cache_seqlens: ArrayLike | None = ..., block_table: ArrayLike | None = ...,
-                           k_new: ArrayLike | None = ..., v_new: ArrayLike | None = ..., causal: bool = ...,
+                           k_new: ArrayLike | None = ..., v_new: ArrayLike | None = ...,
+                           cu_seqlens_q: ArrayLike | None = ..., max_seqlen_q: int | None = ..., causal: bool = ...,
                            scale: float | None = ..., return_lse: bool, num_splits: int | None = ...,
                            out: ArrayLike | None = ..., stream: StreamLike = ...) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
 
 
 def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike, *,
                            cache_seqlens: ArrayLike | None = None, block_table: ArrayLike | None = None,
-                           k_new: ArrayLike | None = None, v_new: ArrayLike | None = None, causal: bool = False,
+                           k_new: ArrayLike | None = None, v_new: ArrayLike | None = None,
+                           cu_seqlens_q: ArrayLike | None = None, max_seqlen_q: int | None = None, causal: bool = False,
                            scale: float | None = None, return_lse: bool = False, num_splits: int | None = None,
                            out: ArrayLike | None = None, stream: StreamLike = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
     """Attention of a few query tokens against a KV cache (FlashAttention's ``flash_attn_with_kvcache``).
@@ -78,6 +82,15 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     - ``causal``: bottom right per sequence: query ``i`` sees key ``j`` iff ``j <= i + L_b - Sq``.
     - ``num_splits``, ``scale``, ``return_lse``, ``out``, ``stream``: as in `cudattn.attention`
       (``out``: device calls only, q's shape and dtype; required while ``stream`` captures a CUDA graph).
+    - ``cu_seqlens_q``, ``max_seqlen_q``: a packed ``q`` of ``(total_q, Hq, D)``, sequence ``b``'s
+      queries at rows ``cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1`` (int32 ``(B + 1,)``, as in
+      `cudattn.attention`); the output is then ``(total_q, Hq, D)`` and the LSE ``(Hq, total_q)``.
+      The chunk's keys must already be in the cache (no ``k_new``); ``num_splits`` does not apply.
+
+    More than 16 query tokens a sequence (chunked prefill), or a packed ``q``, run the prefill
+    kernels on the cache in place; a paged cache whose pages are shorter than the kernel's key
+    tile is first copied into contiguous buffers (one read and one write of its used rows,
+    memory of a contiguous cache held until the kernel is done).
 
     NumPy in (all of q, caches, new keys) -> NumPy out, synchronous, the NumPy caches updated in
     place; device arrays in -> DeviceArray out, asynchronous on ``stream``. ``cache_seqlens`` and
@@ -89,51 +102,78 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     host = all(kv_host + new_host)
     if not host and any(kv_host + new_host):
         raise TypeError("q, k_cache, v_cache, k_new and v_new must all be NumPy arrays or all device arrays")
+    packed = None
+    if cu_seqlens_q is not None or max_seqlen_q is not None:
+        packed = _check_packed(cu_seqlens_q, max_seqlen_q, k_new, num_splits, host)
     if host:
         return _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale, return_lse,
-                         num_splits, stream)
+                         num_splits, stream, packed)
     if out is not None and isinstance(out, np.ndarray):
         raise TypeError("out must be a device array for device calls (the NumPy path returns a new array)")
-    objs = (q, k_cache, v_cache, k_new, v_new, out, cache_seqlens, block_table)
+    objs = (q, k_cache, v_cache, k_new, v_new, out, cache_seqlens, block_table, cu_seqlens_q)
     for name, x in (("cache_seqlens", cache_seqlens), ("block_table", block_table)):
         if x is not None and kind_of(x) == OTHER and not isinstance(x, np.ndarray) and \
                 not _foreign.is_device_array_like(x):
             raise TypeError(f"{name} must be an int32 NumPy or device array; got {type(x).__name__}")
     dev_objs = objs  # NumPy index arrays are no operands: checked and uploaded by the full path
-    if isinstance(cache_seqlens, np.ndarray) or isinstance(block_table, np.ndarray):
+    if isinstance(cache_seqlens, np.ndarray) or isinstance(block_table, np.ndarray) or \
+            isinstance(cu_seqlens_q, np.ndarray):
         dev_objs = tuple(None if isinstance(x, np.ndarray) else x for x in objs)
     consumer, keep, ops, sig, unordered = _callpath.operands(dev_objs, _NAMES, stream)
-    qa, ka, va, kn, vn, oa, sl, bt = ops
-    key = ("kvcache", sig, (causal, scale, return_lse, num_splits),
-           (causal.__class__, scale.__class__, return_lse.__class__, num_splits.__class__),
-           None if dev_objs[6] is not None or cache_seqlens is None else cache_seqlens,  # NumPy: unhashable (full path)
-           None if dev_objs[7] is not None or block_table is None else block_table)
+    qa, ka, va, kn, vn, oa, sl, bt, cq = ops
+    key = ("kvcache", sig, (causal, scale, return_lse, num_splits, max_seqlen_q),
+           (causal.__class__, scale.__class__, return_lse.__class__, num_splits.__class__, max_seqlen_q.__class__),
+           # NumPy index arrays: unhashable, so such calls take the full path
+           *(None if d is not None or x is None else x for d, x in zip(dev_objs[6:], (cache_seqlens, block_table,
+                                                                                   cu_seqlens_q))))
     # Appending into caches whose byte ranges meet: the full path's exact test of shared elements.
     suspect = kn is not None and _ranges_meet(ka, va)
 
-    def full(qa, ka, va, kn, vn, oa, sl, bt):
+    def full(qa, ka, va, kn, vn, oa, sl, bt, cq):
         device_id = qa.device_id
-        for name, a in zip(_NAMES[1:], (ka, va, kn, vn, oa, sl, bt)):
+        for name, a in zip(_NAMES[1:], (ka, va, kn, vn, oa, sl, bt, cq)):
             if a is not None and a.device_id != device_id:
                 raise ValueError(f"{name} is on device {a.device_id} but q is on device {device_id}")
         sl = cache_seqlens if sl is None else sl
         bt = block_table if bt is None else bt
+        cq = cu_seqlens_q if cq is None else cq
         problem, new_geoms = validate_kvcache(qa, ka, va, sl, bt, kn, vn, causal, scale, return_lse, num_splits,
-                                              host=False)
+                                              host=False, cu_seqlens_q=cq, max_seqlen_q=max_seqlen_q)
         if oa is not None:
-            problem = replace(problem, out_strides=_check_out(oa, False, qa.shape, problem.out_dtype, "bshd"))
+            geom = _check_out(oa if cq is None else oa[None], False, qa.shape if cq is None else (1, *qa.shape),
+                              problem.out_dtype, "bshd")
+            problem = replace(problem, out_strides=geom if cq is None else TensorGeom(0, geom.seq, geom.head))
         device = _device.get_device(device_id)
         sref = _stream.StreamRef(consumer, keep)
         # NumPy index arrays were checked; now they go up (stream-ordered, before the kernels).
-        sl = _transfer.to_device(sl, device=device, stream=sref) if isinstance(sl, np.ndarray) else sl
-        bt = _transfer.to_device(bt, device=device, stream=sref) if isinstance(bt, np.ndarray) else bt
-        return _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa)
+        sl, bt, cq = (_transfer.to_device(x, device=device, stream=sref) if isinstance(x, np.ndarray) else x
+                      for x in (sl, bt, cq))
+        return _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa, cq)
 
     return _callpath.run(key, objs, ops, _NAMES, consumer, keep, full, tensors=6, out_index=5,
                          allocates=out is None or return_lse is True, unordered=unordered, force_full=suspect)
 
 
-_NAMES = ("q", "k_cache", "v_cache", "k_new", "v_new", "out", "cache_seqlens", "block_table")
+_NAMES = ("q", "k_cache", "v_cache", "k_new", "v_new", "out", "cache_seqlens", "block_table", "cu_seqlens_q")
+
+
+def _check_packed(cu_seqlens_q, max_seqlen_q, k_new, num_splits, host: bool) -> bool:
+    """The arguments of a packed-q call that are checked before anything else."""
+    from ._varlen import check_max_seqlen
+
+    if cu_seqlens_q is None or max_seqlen_q is None:
+        raise TypeError("a packed q takes cu_seqlens_q and max_seqlen_q together")
+    check_max_seqlen(max_seqlen_q, "max_seqlen_q", None)
+    if k_new is not None:
+        raise NotImplementedError("k_new/v_new with a packed q (cu_seqlens_q) are not supported: write the chunk's "
+                                  "keys into the cache first (a call with a padded q and k_new, or your own copy) "
+                                  "and pass cache_seqlens that include them")
+    if num_splits is not None:
+        raise NotImplementedError("num_splits (the split-KV decode kernel) does not take a packed q; pass None")
+    if host and not isinstance(cu_seqlens_q, np.ndarray):
+        raise TypeError(f"cu_seqlens_q must be an int32 NumPy array when q is a NumPy array; got "
+                        f"{type(cu_seqlens_q).__name__}")
+    return cu_seqlens_q, max_seqlen_q
 
 
 def _ranges_meet(a, b) -> bool:
@@ -142,15 +182,56 @@ def _ranges_meet(a, b) -> bool:
     return a.ptr + alo < b.ptr + bhi and b.ptr + blo < a.ptr + ahi
 
 
-def _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa=None):
+def _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa=None, cq=None):
     from ._api import run_device
+    from ._varlen_api import run_varlen
 
     kv = problem.kv_cache
     kv = replace(kv, seqlens_ptr=0 if sl is None else sl.ptr, block_table_ptr=0 if bt is None else bt.ptr)
     if kn is not None:
         _append(problem, kv, ka, va, kn, vn, new_geoms, device, device_id, sref)
     problem = replace(problem, kv_cache=kv)
-    return run_device(problem, qa, ka, va, oa, device, device_id, sref)
+    if kv.paged and _gathers(problem, device_id):
+        problem, ka, va = _gather(problem, ka, va, device, device_id, sref)
+    if problem.varlen is not None:  # a packed q: the prefill kernels, whatever its length
+        return run_varlen(problem, qa, ka, va, oa, cq, None, device, device_id, sref)
+    return run_device(problem, qa, ka, va, oa, device, device_id, sref)  # drops a gathered copy stream-ordered
+
+
+def _gathers(problem: Problem, device_id: int) -> bool:
+    """Whether a paged cache is first copied into contiguous buffers (kv_cache_gather.cu): for the
+    prefill kernels (chunked prefill), unless the Hopper kernel reads it in place, which it does
+    fast only when a page holds a whole key tile (a TMA box per page: page 16 ran at 0.36x and
+    page 64 at 0.79x of a dense prefill, page >= 128 at 0.94x, H200). The portable kernel reads
+    contiguous caches only."""
+    from . import _decode, _plan
+
+    if problem.varlen is None and _decode.takes_split_kv(problem):
+        return False
+    plan = _plan.make_plan(problem, _device.device_properties(device_id))
+    return plan.variant.family != "sm90" or _plan.paged_box_rows(problem, plan.variant.tiles.block_n) < \
+        plan.variant.tiles.block_n
+
+
+def _gather(problem: Problem, ka, va, device, device_id, sref):
+    """``(problem, k, v)`` with the cache's used rows copied into new contiguous (B, capacity, Hkv, D)
+    buffers, described as a contiguous cache of the same lengths."""
+    from ._array import empty_on
+
+    kv = problem.kv_cache
+    B, cap, H, D = problem.batch, kv.capacity, problem.heads_kv, problem.head_dim
+    wk, wv = (empty_on((B, cap, H, D), problem.dtype, device, sref) for _ in range(2))
+    dense = contiguous_geom(cap, H, D, "bshd")
+    ks, vs = problem.k_strides, problem.v_strides
+    geom = KvCacheGeom(kv.block_table_ptr, kv.seqlens_ptr, kv.page_size, kv.max_pages, kv.num_pages, kv.capacity,
+                       kv.seqlen_add, 0)
+    p = AppendParams(wk.ptr, wv.ptr, ka.ptr, va.ptr, dense.batch, dense.seq, dense.head, dense.batch, dense.seq,
+                     dense.head, ks.batch, ks.seq, ks.head, vs.batch, vs.seq, vs.head, geom, B, cap, H, D)
+    props = _device.device_properties(device_id)
+    kernel = _kernels.get_kernel(_decode_traits.GATHER_KERNEL, device, device_id, props.arch)
+    _launch.launch(kernel, (-(-(B * cap * H) // 4), 1, 1), (128, 1, 1), 0, sref.handle, p)
+    flat = replace(kv, paged=False, page_size=cap, max_pages=1, num_pages=B, block_table_ptr=0)
+    return replace(problem, kv_cache=flat, k_strides=dense, v_strides=dense), wk, wv
 
 
 def _append(problem: Problem, kv: KvCache, ka, va, kn, vn, new_geoms, device, device_id, sref) -> None:
@@ -168,9 +249,10 @@ def _append(problem: Problem, kv: KvCache, ka, va, kn, vn, new_geoms, device, de
 
 
 def _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale, return_lse, num_splits,
-              stream):
+              stream, packed=None):
+    cu_q, max_q = packed if packed else (None, None)
     problem, _ = validate_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale,
-                                  return_lse, num_splits, host=True)
+                                  return_lse, num_splits, host=True, cu_seqlens_q=cu_q, max_seqlen_q=max_q)
     kv = problem.kv_cache
     if k_new is not None:  # the NumPy caches are updated in place, here, before they go up
         _append_host(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, kv)
@@ -178,9 +260,10 @@ def _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cau
     device_id = _device.device_properties(device).device_id
     sref = _stream.as_stream(stream, device)
     up = lambda x: None if x is None else _transfer.to_device(np.ascontiguousarray(x), device=device, stream=sref)  # noqa: E731
-    qa, ka, va, sl, bt = (up(x) for x in (q, k_cache, v_cache, cache_seqlens, block_table))
-    problem = replace(problem, host=False, q_strides=_dense(qa), k_strides=_dense(ka), v_strides=_dense(va))
-    res = _run(problem, qa, ka, va, None, None, sl, bt, None, device, device_id, sref)
+    qa, ka, va, sl, bt, cq = (up(x) for x in (q, k_cache, v_cache, cache_seqlens, block_table, cu_q))
+    q_geom = _dense(qa) if cq is None else TensorGeom(0, q.shape[1] * q.shape[2], q.shape[2])
+    problem = replace(problem, host=False, q_strides=q_geom, k_strides=_dense(ka), v_strides=_dense(va))
+    res = _run(problem, qa, ka, va, None, None, sl, bt, None, device, device_id, sref, None, cq)
     o_dev, lse_dev = res if return_lse else (res, None)
     out = _transfer.to_host(o_dev, stream=sref)
     return (out, _transfer.to_host(lse_dev, stream=sref)) if return_lse else out
@@ -207,10 +290,15 @@ def _append_host(k_cache, v_cache, k_new, v_new, seqlens, table, kv: KvCache) ->
 
 
 def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, scale, return_lse, num_splits, *,
-                     host: bool) -> tuple[Problem, tuple[TensorGeom, TensorGeom] | None]:
+                     host: bool, cu_seqlens_q=None,
+                     max_seqlen_q=None) -> tuple[Problem, tuple[TensorGeom, TensorGeom] | None]:
     """Check one call and describe it as a `Problem` whose ``kv_cache`` has no pointers yet;
-    also the strides of k_new and v_new (None without them). Raises ValueError/TypeError."""
+    also the strides of k_new and v_new (None without them). Raises ValueError/TypeError.
+    A packed q (``cu_seqlens_q``) is checked as a batch of ``max_seqlen_q`` rows a sequence."""
     qs, qst, qdt, qptr = _describe("q", q, host)
+    varlen = None
+    if cu_seqlens_q is not None:
+        qs, qst, varlen = _packed_q(qs, qst, cu_seqlens_q, max_seqlen_q)
     ks, kst, kdt, kptr = _describe("k_cache", k_cache, host)
     vs, vst, vdt, vptr = _describe("v_cache", v_cache, host)
     if len(qs) != 4:
@@ -308,8 +396,28 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
     kv = KvCache(paged=paged, page_size=page_size, max_pages=max_pages, num_pages=num_pages, seqlen_add=s_new)
     problem = Problem(batch=B, seqlen_q=Sq, seqlen_k=capacity, heads_q=Hq, heads_kv=Hkv, head_dim=D, dtype=qdt,
                       out_dtype=qdt, layout="bshd", causal=causal, scale=scale, return_lse=return_lse, host=host,
-                      q_strides=q_geom, k_strides=k_geom, v_strides=v_geom, num_splits=num_splits, kv_cache=kv)
+                      q_strides=q_geom, k_strides=k_geom, v_strides=v_geom, num_splits=num_splits, kv_cache=kv,
+                      varlen=varlen)
     return problem, new_geoms
+
+
+def _packed_q(qs, qst, cu, max_seqlen_q):
+    """A packed q (total_q, Hq, D) seen as (B, max_seqlen_q, Hq, D) with batch stride 0, and its Varlen."""
+    from ._varlen import check_cu_seqlens, check_max_seqlen
+    from ._varlen_api import _offsets_shape
+
+    if len(qs) != 3:
+        raise ValueError(f"q must be 3-D (total_q, heads_q, head_dim) with cu_seqlens_q; got shape {qs}")
+    total_q = qs[0]
+    if isinstance(cu, np.ndarray):
+        lengths = np.diff(check_cu_seqlens(cu, "cu_seqlens_q", total_q))
+        batch = len(lengths)
+    else:
+        lengths, batch = None, _offsets_shape(cu, "cu_seqlens_q", None)
+    max_q = min(check_max_seqlen(max_seqlen_q, "max_seqlen_q", lengths), total_q)
+    if max_q == 0:
+        raise ValueError(f"max_seqlen_q must be >= 1 (q has {total_q} rows)")
+    return (batch, max_q, *qs[1:]), (0, *qst), Varlen(total_q, None)
 
 
 def _index_meta(x, name: str, host: bool):

@@ -210,9 +210,9 @@ def _varlen_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int,
     kernels clamp offsets into, the packed operands' batch strides are 0, and each sequence's
     rows and lengths come from the offsets."""
     vl = problem.varlen
-    (Sq, Bq), (Sk, Bk) = map_extents(problem)
     qs, ks, vs = problem.q_strides, problem.k_strides, problem.v_strides
     packed_k = vl.total_k is not None
+    Sq, Sk = vl.total_q, vl.total_k if packed_k else problem.seqlen_k  # a KV cache: its capacity
     p = FwdParams(
         q, k, v, o, lse,
         0, qs.seq, qs.head,

@@ -168,8 +168,9 @@ def validate_varlen(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags: dict, ou
 
 def run_varlen(problem, qa, ka, va, oa, cu_q, cu_k, device, device_id, sref):
     """Launch one validated packed problem on device arrays; returns out (and lse) as DeviceArrays:
-    out ``(total_q, Hq, D)``, lse ``(Hq, total_q)``."""
-    vl = replace(problem.varlen, cu_q_ptr=cu_q.ptr, cu_k_ptr=cu_k.ptr)
+    out ``(total_q, Hq, D)``, lse ``(Hq, total_q)``. ``cu_k`` None: k/v are a KV cache (its
+    lengths in ``problem.kv_cache``)."""
+    vl = replace(problem.varlen, cu_q_ptr=cu_q.ptr, cu_k_ptr=0 if cu_k is None else cu_k.ptr)
     problem = replace(problem, varlen=vl)
     Hq, D = problem.heads_q, problem.head_dim
     if oa is None:

@@ -87,3 +87,40 @@ def test_stale_slots_do_not_leak(page_size):
     o, lse = cudattn.attention_with_kvcache(dev(q), dev(k), dev(v), cache_seqlens=dev(lens),
                                            block_table=None if table is None else dev(table), return_lse=True)
     _check(cudattn.to_host(o), cudattn.to_host(lse), ref, ref_lse, naive)
+
+
+@pytest.mark.parametrize("page_size", [None, 16, 256])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("host", [False, True])
+def test_packed_chunks_against_the_cache(page_size, causal, host):
+    """A packed q (cu_seqlens_q): sequence b's chunk of n_b queries against its L_b cached keys
+    (the chunk's own keys among them), each sequence checked against the reference alone."""
+    rng = np.random.default_rng(91 + (page_size or 0) + causal + 2 * host)
+    B, cap, Hq, Hkv, D = 4, 1200, 8, 2, 128
+    n = np.array([300, 1, 0, 129], np.int32)
+    lens = np.array([1100, 40, 7, 129], np.int32)
+    cu = np.concatenate([[0], np.cumsum(n)]).astype(np.int32)
+    q = _rand(rng, (int(cu[-1]), Hq, D), F16)
+    k, v = _rand(rng, (B, cap, Hkv, D), F16), _rand(rng, (B, cap, Hkv, D), F16)
+    kc, vc, table = (k, v, None) if not page_size else _paged(k, v, page_size, rng)
+    kw = dict(cache_seqlens=lens, block_table=table, cu_seqlens_q=cu, max_seqlen_q=int(n.max()), causal=causal,
+              return_lse=True)
+    if host:
+        o, lse = cudattn.attention_with_kvcache(q, kc, vc, **kw)
+    else:
+        dev = cudattn.to_device
+        kw.update(cache_seqlens=dev(lens), block_table=None if table is None else dev(table), cu_seqlens_q=dev(cu))
+        out = cudattn._array.empty(q.shape, F16)
+        out.fill_nan()
+        o, lse = cudattn.attention_with_kvcache(dev(q), dev(kc), dev(vc), out=out, **kw)
+        assert o.ptr == out.ptr
+        o, lse = cudattn.to_host(o), cudattn.to_host(lse)
+    assert o.shape == q.shape and lse.shape == (Hq, q.shape[0])
+    for b in range(B):
+        rows = slice(cu[b], cu[b + 1])
+        if n[b] == 0:
+            continue
+        one = dict(cache_seqlens=lens[b:b + 1], causal=causal)
+        ref, ref_lse = reference.attention_with_kvcache(q[None, rows], k[b:b + 1], v[b:b + 1], **one, return_lse=True)
+        naive = reference.attention_with_kvcache_naive(q[None, rows], k[b:b + 1], v[b:b + 1], **one)
+        _check(o[None, rows], lse[None, :, rows], ref, ref_lse, naive)

@@ -103,3 +103,59 @@ def test_max_seqlen_is_checked():
     q, k, v, cq, ck = _packed(rng, [3, 9], [4, 4], 2, 2, 8)
     with pytest.raises(ValueError, match="max_seqlen_q = 5 is shorter"):
         reference.attention_varlen(q, k, v, cq, ck, max_seqlen_q=5)
+
+
+# ---------------------------------------------------------------- the API's checks (no GPU needed)
+
+import cudattn  # noqa: E402
+
+_F16 = np.float16
+
+
+def _api_args():
+    q = np.zeros((10, 4, 64), _F16)
+    k = np.zeros((12, 2, 64), _F16)
+    return q, k, k.copy(), np.array([0, 4, 10], np.int32), np.array([0, 5, 12], np.int32)
+
+
+@pytest.mark.parametrize("change, error, words", [
+    (dict(cu_seqlens_k=None), TypeError, "together"),
+    (dict(max_seqlen_q=None), TypeError, "missing max_seqlen_q"),
+    (dict(max_seqlen_q=5), ValueError, "shorter than sequence 1"),
+    (dict(max_seqlen_k=2.0), TypeError, "must be an int"),
+    (dict(cu_seqlens_q=np.array([0, 4, 10], np.int64)), TypeError, "int32"),
+    (dict(cu_seqlens_q=np.array([0, 11, 10], np.int32)), ValueError, "must not decrease"),
+    (dict(cu_seqlens_k=np.array([0, 5, 11], np.int32)), ValueError, "end at the packed length 12"),
+    (dict(cu_seqlens_k=np.array([0, 12], np.int32)), ValueError, r"batch \+ 1 = 3 entries"),
+    (dict(cu_seqlens_q=np.array([1, 4, 10], np.int32)), ValueError, "start at 0"),
+    (dict(layout="bhsd"), ValueError, "layout must be 'bshd'"),
+    (dict(num_splits=2), NotImplementedError, "num_splits"),
+])
+def test_attention_refuses_bad_offsets_before_gpu_work(change, error, words):
+    """Every rule is checked before the device is touched (this machine has none)."""
+    q, k, v, cq, ck = _api_args()
+    kw = dict(cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=6, max_seqlen_k=7)
+    kw.update(change)
+    with pytest.raises(error, match=words):
+        cudattn.attention(q, k, v, **kw)
+
+
+def test_attention_refuses_padded_operands_in_a_packed_call():
+    q, k, v, cq, ck = _api_args()
+    with pytest.raises(ValueError, match="3-D"):
+        cudattn.attention(q[None], k, v, cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=6, max_seqlen_k=7)
+    with pytest.raises(ValueError, match="out must have q's shape"):
+        cudattn.attention(q, k, v, cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=6, max_seqlen_k=7,
+                          out=np.zeros((10, 4, 32), _F16))
+
+
+def test_kvcache_packed_q_checks():
+    q = np.zeros((10, 4, 64), _F16)
+    cache = np.zeros((2, 64, 2, 64), _F16)
+    cu = np.array([0, 4, 10], np.int32)
+    with pytest.raises(TypeError, match="together"):
+        cudattn.attention_with_kvcache(q, cache, cache, cu_seqlens_q=cu)
+    with pytest.raises(NotImplementedError, match="k_new"):
+        cudattn.attention_with_kvcache(q, cache, cache, cu_seqlens_q=cu, max_seqlen_q=6, k_new=cache, v_new=cache)
+    with pytest.raises(ValueError, match="end at the packed length"):
+        cudattn.attention_with_kvcache(q, cache, cache, cu_seqlens_q=cu[:2], max_seqlen_q=6)
