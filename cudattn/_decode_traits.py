@@ -113,7 +113,7 @@ def combine_kernel(in_dtype: str, out_dtype: str) -> HelperKernel:
 
 
 APPEND_KERNEL = HelperKernel("kv_cache_append.cu", "kv_cache_append")
-GATHER_KERNEL = HelperKernel("kv_cache_gather.cu", "kv_cache_gather")
+GATHER_KERNEL = HelperKernel("kv_cache_gather.cu", "kv_cache_gather", threads=256)
 
 # The combine pairs that exist: merges of parts of one dtype (merge_attention_states; the split-KV
 # decode kernel merges its own float32 partials).

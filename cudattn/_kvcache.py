@@ -229,7 +229,8 @@ def _gather(problem: Problem, ka, va, device, device_id, sref):
                      dense.head, ks.batch, ks.seq, ks.head, vs.batch, vs.seq, vs.head, geom, B, cap, H, D)
     props = _device.device_properties(device_id)
     kernel = _kernels.get_kernel(_decode_traits.GATHER_KERNEL, device, device_id, props.arch)
-    _launch.launch(kernel, (-(-(B * cap * H) // 4), 1, 1), (128, 1, 1), 0, sref.handle, p)
+    threads = _decode_traits.GATHER_KERNEL.threads
+    _launch.launch(kernel, (-(-(B * cap * H * (D // 8)) // threads), 1, 1), (threads, 1, 1), 0, sref.handle, p)
     flat = replace(kv, paged=False, page_size=cap, max_pages=1, num_pages=B, block_table_ptr=0)
     return replace(problem, kv_cache=flat, k_strides=dense, v_strides=dense), wk, wv
 
