@@ -20,11 +20,15 @@ import statistics
 import time
 
 import numpy as np
-import torch
 
-import cudattn
+try:
+    import torch
 
-DEV = torch.device("cuda")
+    import cudattn
+
+    DEV = torch.device("cuda")
+except ImportError:  # --markdown-from needs neither
+    torch = cudattn = DEV = None
 
 
 def _batch_ms(fn, n):
@@ -169,10 +173,53 @@ def host_us():
     return out
 
 
+def markdown(data: dict) -> str:
+    """The tables of docs/VARLEN.md from the JSON this tool writes."""
+    env = data["env"]
+    out = [f"Measured on one {env['gpu']} (torch {env['torch']} for the peers), bfloat16, 16 query heads; "
+           "ratios are cudattn's speed over the peer's (above 1: cudattn is faster), back to back / as called.", "",
+           "| lengths | H/Hkv, D | causal | cudattn varlen TFLOP/s | padded (cudattn) | cuDNN padded | "
+           "torch varlen_attn | vs padded | vs cuDNN padded | vs torch varlen_attn |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        if r["kind"] != "varlen":
+            continue
+        tv = r.get("torch_varlen_useful_tflops")
+        vs_tv = (f"{r['varlen_vs_torch_varlen_gpu']:.2f} / {r['varlen_vs_torch_varlen_called']:.2f}"
+                 if tv else "n/a")
+        out.append(f"| {r['case']} | {r['H']}/{r['Hkv']}, {r['D']} | {'yes' if r['causal'] else 'no'} | "
+                   f"{r['varlen_useful_tflops']:.0f} | {r['padded_useful_tflops']:.0f} | "
+                   f"{r['cudnn_padded_useful_tflops']:.0f} | {tv:.0f} | " if tv else
+                   f"| {r['case']} | {r['H']}/{r['Hkv']}, {r['D']} | {'yes' if r['causal'] else 'no'} | "
+                   f"{r['varlen_useful_tflops']:.0f} | {r['padded_useful_tflops']:.0f} | "
+                   f"{r['cudnn_padded_useful_tflops']:.0f} | n/a | ")
+        out[-1] += (f"{r['varlen_vs_padded_gpu']:.2f} / {r['varlen_vs_padded_called']:.2f} | "
+                    f"{r['varlen_vs_cudnn_padded_gpu']:.2f} / {r['varlen_vs_cudnn_padded_called']:.2f} | {vs_tv} |")
+    out += ["", "| B, Sq new, L cached, Hq/Hkv, D | dense prefill TFLOP/s | contiguous cache | paged 16 | "
+            "paged 256 |", "|---|---|---|---|---|"]
+    for r in data["rows"]:
+        if r["kind"] != "chunked":
+            continue
+        cells = [f"{r[c + '_tflops']:.0f} ({r[c + '_vs_dense_gpu']:.2f}x)" for c in ("contiguous", "paged16",
+                                                                                      "paged256")]
+        out.append(f"| {r['B']}, {r['Sq']}, {r['L']}, {r['H']}/{r['Hkv']}, {r['D']} | {r['dense_tflops']:.0f} | "
+                   + " | ".join(cells) + " |")
+    h = data.get("host_us", {})
+    if h:
+        out += ["", "Host µs per warm call (2 sequences of 128, 8 heads, D = 64): " +
+                ", ".join(f"{k} {v:.1f}" for k, v in h.items()) + "."]
+    return "\n".join(out) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write every number here")
+    ap.add_argument("--markdown-from", metavar="JSON", help="print the tables of a JSON this tool wrote; no GPU")
     args = ap.parse_args()
+    if args.markdown_from:
+        with open(args.markdown_from) as f:
+            print(markdown(json.load(f)), end="")
+        return
     torch.manual_seed(0)
     rows = []
     rng = np.random.default_rng(1)
