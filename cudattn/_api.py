@@ -108,7 +108,9 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
     checked (each rule named) before any GPU work; device offsets are read only by the kernels,
     which clamp them into the packed tensors (a wrong offset gives a wrong result for its
     sequence, never an access outside q, k, v or out), as FlashAttention takes ``max_seqlen_*``
-    from the caller so that nothing is read back to the host.
+    from the caller so that nothing is read back to the host. With device offsets the caller also
+    vouches for ``max_seqlen_*``: rows past ``max_seqlen_q`` of a longer sequence, and rows no
+    sequence covers, are not written.
     """
     if cu_seqlens_q is not None or cu_seqlens_k is not None or max_seqlen_q is not None or \
             max_seqlen_k is not None:

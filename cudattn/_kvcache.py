@@ -146,9 +146,10 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
         device = _device.get_device(device_id)
         sref = _stream.StreamRef(consumer, keep)
         # NumPy index arrays were checked; now they go up (stream-ordered, before the kernels).
+        rows = _rows_used(problem, sl)
         sl, bt, cq = (_transfer.to_device(x, device=device, stream=sref) if isinstance(x, np.ndarray) else x
                       for x in (sl, bt, cq))
-        return _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa, cq)
+        return _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa, cq, rows)
 
     return _callpath.run(key, objs, ops, _NAMES, consumer, keep, full, tensors=6, out_index=5,
                          allocates=out is None or return_lse is True, unordered=unordered, force_full=suspect)
@@ -182,7 +183,14 @@ def _ranges_meet(a, b) -> bool:
     return a.ptr + alo < b.ptr + bhi and b.ptr + blo < a.ptr + ahi
 
 
-def _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa=None, cq=None):
+def _rows_used(problem: Problem, seqlens) -> int | None:
+    """Keys a sequence uses at most, when NumPy lengths tell (sizes a gathered copy); else None."""
+    if not isinstance(seqlens, np.ndarray) or seqlens.size == 0:
+        return None
+    return int(seqlens.max()) + problem.kv_cache.seqlen_add
+
+
+def _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa=None, cq=None, rows=None):
     from ._api import run_device
     from ._varlen_api import run_varlen
 
@@ -192,7 +200,7 @@ def _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref
         _append(problem, kv, ka, va, kn, vn, new_geoms, device, device_id, sref)
     problem = replace(problem, kv_cache=kv)
     if kv.paged and _gathers(problem, device_id):
-        problem, ka, va = _gather(problem, ka, va, device, device_id, sref)
+        problem, ka, va = _gather(problem, ka, va, device, device_id, sref, rows)
     if problem.varlen is not None:  # a packed q: the prefill kernels, whatever its length
         return run_varlen(problem, qa, ka, va, oa, cq, None, device, device_id, sref)
     return run_device(problem, qa, ka, va, oa, device, device_id, sref)  # drops a gathered copy stream-ordered
@@ -206,20 +214,22 @@ def _gathers(problem: Problem, device_id: int) -> bool:
     contiguous caches only."""
     from . import _decode, _plan
 
-    if problem.varlen is None and _decode.takes_split_kv(problem):
+    if problem.varlen is None and _decode.takes_split_kv(problem) or problem.varlen and not problem.varlen.total_q:
         return False
     plan = _plan.make_plan(problem, _device.device_properties(device_id))
     return plan.variant.family != "sm90" or _plan.paged_box_rows(problem, plan.variant.tiles.block_n) < \
         plan.variant.tiles.block_n
 
 
-def _gather(problem: Problem, ka, va, device, device_id, sref):
-    """``(problem, k, v)`` with the cache's used rows copied into new contiguous (B, capacity, Hkv, D)
-    buffers, described as a contiguous cache of the same lengths."""
+def _gather(problem: Problem, ka, va, device, device_id, sref, rows: int | None = None):
+    """``(problem, k, v)`` with the cache's used rows copied into new contiguous (B, rows, Hkv, D)
+    buffers, described as a contiguous cache of the same lengths. ``rows``: the most keys a
+    sequence uses, when NumPy lengths say (else the capacity: device lengths are not read)."""
     from ._array import empty_on
 
     kv = problem.kv_cache
-    B, cap, H, D = problem.batch, kv.capacity, problem.heads_kv, problem.head_dim
+    B, H, D = problem.batch, problem.heads_kv, problem.head_dim
+    cap = kv.capacity if rows is None else max(1, min(kv.capacity, rows))
     wk, wv = (empty_on((B, cap, H, D), problem.dtype, device, sref) for _ in range(2))
     dense = contiguous_geom(cap, H, D, "bshd")
     ks, vs = problem.k_strides, problem.v_strides
@@ -232,7 +242,7 @@ def _gather(problem: Problem, ka, va, device, device_id, sref):
     threads = _decode_traits.GATHER_KERNEL.threads
     _launch.launch(kernel, (-(-(B * cap * H * (D // 8)) // threads), 1, 1), (threads, 1, 1), 0, sref.handle, p)
     flat = replace(kv, paged=False, page_size=cap, max_pages=1, num_pages=B, block_table_ptr=0)
-    return replace(problem, kv_cache=flat, k_strides=dense, v_strides=dense), wk, wv
+    return replace(problem, seqlen_k=cap, kv_cache=flat, k_strides=dense, v_strides=dense), wk, wv
 
 
 def _append(problem: Problem, kv: KvCache, ka, va, kn, vn, new_geoms, device, device_id, sref) -> None:
@@ -264,7 +274,8 @@ def _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cau
     qa, ka, va, sl, bt, cq = (up(x) for x in (q, k_cache, v_cache, cache_seqlens, block_table, cu_q))
     q_geom = _dense(qa) if cq is None else TensorGeom(0, q.shape[1] * q.shape[2], q.shape[2])
     problem = replace(problem, host=False, q_strides=q_geom, k_strides=_dense(ka), v_strides=_dense(va))
-    res = _run(problem, qa, ka, va, None, None, sl, bt, None, device, device_id, sref, None, cq)
+    res = _run(problem, qa, ka, va, None, None, sl, bt, None, device, device_id, sref, None, cq,
+               _rows_used(problem, cache_seqlens))
     o_dev, lse_dev = res if return_lse else (res, None)
     out = _transfer.to_host(o_dev, stream=sref)
     return (out, _transfer.to_host(lse_dev, stream=sref)) if return_lse else out
@@ -320,7 +331,7 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
         raise ValueError(f"k_cache and v_cache must have the same shape; got {ks} and {vs}")
     B, Sq, Hq, D = qs
     n0, n1, Hkv, Dk = ks
-    if min(B, Sq, Hq) < 1 or min(n0, n1, Hkv) < 1:
+    if min(B, Sq if varlen is None else 1, Hq) < 1 or min(n0, n1, Hkv) < 1:  # a packed q may have no rows
         raise ValueError(f"every axis of q {qs} and of the caches {ks} must be >= 1")
     if Dk != D:
         raise ValueError(f"q and the caches must have the same head_dim; got q {D}, caches {Dk}")
@@ -416,7 +427,7 @@ def _packed_q(qs, qst, cu, max_seqlen_q):
     else:
         lengths, batch = None, _offsets_shape(cu, "cu_seqlens_q", None)
     max_q = min(check_max_seqlen(max_seqlen_q, "max_seqlen_q", lengths), total_q)
-    if max_q == 0:
+    if max_q == 0 and total_q > 0:
         raise ValueError(f"max_seqlen_q must be >= 1 (q has {total_q} rows)")
     return (batch, max_q, *qs[1:]), (0, *qst), Varlen(total_q, None)
 

@@ -27,6 +27,7 @@ __all__ = ["attention_varlen"]
 _F32 = np.dtype(np.float32)
 _I32 = np.dtype(np.int32)
 _NEG_INF_F32_BITS = 0xFF800000
+_MAX_GRID_YZ = 65535
 _NAMES = ("q", "k", "v", "out", "cu_seqlens_q", "cu_seqlens_k", "q_descale", "k_descale", "v_descale")
 
 
@@ -158,6 +159,12 @@ def validate_varlen(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags: dict, ou
     if fp8:  # (batch, heads_kv) descale arrays: batch is the sequence count, known only here
         given = problem.scale if flags["scale"] is None else float(flags["scale"])  # validate checked it
         ds, scale = fp8_descales(q_d, k_d, v_d, batch, problem.heads_kv, host, given)
+    if fp8 and 128 * (-(-total_k // 128) + 2 * batch) >= 2**31:  # _fp8.vt_keys: TMA takes 32-bit coordinates
+        raise ValueError(f"FP8 packed keys: {total_k} keys in {batch} sequences need a V workspace row of more than "
+                         f"2**31 keys; split the call")
+    if fp8 and batch > _MAX_GRID_YZ:  # the V transpose's grid has a block row per sequence
+        raise ValueError(f"FP8 packed batches take at most {_MAX_GRID_YZ} sequences a call; got {batch}: split the "
+                         f"call")
     zero = lambda g: TensorGeom(0, g.seq, g.head)  # noqa: E731 (packed: no batch axis)
     return replace(problem, batch=batch, seqlen_q=min(max_q, total_q), seqlen_k=min(max_k, total_k),
                    q_strides=zero(problem.q_strides), k_strides=zero(problem.k_strides),
@@ -179,10 +186,10 @@ def run_varlen(problem, qa, ka, va, oa, cu_q, cu_k, device, device_id, sref):
     else:
         o_geom = problem.out_strides
     lse = _array.empty_on((Hq, vl.total_q), _F32, device, sref) if problem.return_lse else None
-    if vl.total_q == 0 or problem.batch == 0:
+    if vl.total_q == 0:
         pass  # nothing to compute
-    elif vl.total_k == 0:  # no sequence has a key: O = 0, LSE = -inf, as the kernels give such rows
-        _transfer.zero_fill(oa, stream=sref.handle)
+    elif vl.total_k == 0 or problem.batch == 0:  # no key (or no sequence): O = 0, LSE = -inf, as a
+        _transfer.zero_fill(oa[None], stream=sref.handle)  # row that sees no key gets in the kernels
         if lse is not None:
             _transfer.memset(lse, _NEG_INF_F32_BITS, stream=sref.handle)
     else:

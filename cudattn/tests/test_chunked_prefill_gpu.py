@@ -124,3 +124,24 @@ def test_packed_chunks_against_the_cache(page_size, causal, host):
         ref, ref_lse = reference.attention_with_kvcache(q[None, rows], k[b:b + 1], v[b:b + 1], **one, return_lse=True)
         naive = reference.attention_with_kvcache_naive(q[None, rows], k[b:b + 1], v[b:b + 1], **one)
         _check(o[None, rows], lse[None, :, rows], ref, ref_lse, naive)
+
+
+def test_packed_q_without_rows():
+    cache = np.zeros((2, 64, 2, 64), F16)
+    q = np.zeros((0, 4, 64), F16)
+    o, lse = cudattn.attention_with_kvcache(q, cache, cache, cache_seqlens=np.array([3, 4], np.int32),
+                                           cu_seqlens_q=np.zeros(3, np.int32), max_seqlen_q=0, return_lse=True)
+    assert o.shape == (0, 4, 64) and lse.shape == (4, 0)
+
+
+@pytest.mark.parametrize("host_lengths", [False, True])
+def test_gathered_copy_sized_by_known_lengths(host_lengths, monkeypatch):
+    """With NumPy lengths the copy of a paged cache holds only the rows the longest sequence uses
+    (capacity 4096 here, 300 used); with device lengths, the capacity."""
+    from cudattn import _kvcache
+
+    seen = []
+    real = _kvcache._gather
+    monkeypatch.setattr(_kvcache, "_gather", lambda *a: seen.append(a[-1]) or real(*a))
+    kvcache_case(2, 64, 4096, 4, 2, 64, [300, 17], page_size=16, causal=True, table_on_device=not host_lengths)
+    assert seen == [300 if host_lengths else None]

@@ -130,7 +130,7 @@ def _reached_run_device(problem, qa, ka, va, oa, device, device_id, sref):
     raise ReachedGPU("run_device")
 
 
-def _reached_kvcache_run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa=None, cq=None):
+def _reached_kvcache_run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa=None, cq=None, rows=None):
     _check_launchable(problem, (qa, ka, va, kn, vn, sl, bt), sref.handle)
     raise ReachedGPU("kvcache._run")
 

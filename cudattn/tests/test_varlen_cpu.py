@@ -159,3 +159,14 @@ def test_kvcache_packed_q_checks():
         cudattn.attention_with_kvcache(q, cache, cache, cu_seqlens_q=cu, max_seqlen_q=6, k_new=cache, v_new=cache)
     with pytest.raises(ValueError, match="end at the packed length"):
         cudattn.attention_with_kvcache(q, cache, cache, cu_seqlens_q=cu[:2], max_seqlen_q=6)
+
+
+def test_fp8_sequence_count_limit():
+    import ml_dtypes
+
+    fp8 = np.dtype(ml_dtypes.float8_e4m3fn)
+    n = 65536
+    q = np.zeros((n, 1, 16), fp8)
+    cu = np.arange(n + 1, dtype=np.int32)
+    with pytest.raises(ValueError, match="at most 65535 sequences"):
+        cudattn.attention(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=1, max_seqlen_k=1)

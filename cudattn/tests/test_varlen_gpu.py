@@ -228,3 +228,27 @@ def test_warm_calls_replay_with_new_offsets():
         o, lse = cudattn.attention(dq, dk, dv, cu_seqlens_q=cudattn.to_device(c), cu_seqlens_k=cudattn.to_device(c),
                                    max_seqlen_q=128, max_seqlen_k=128, return_lse=True)
         _check(q, k, v, c, c, False, cudattn.to_host(o), cudattn.to_host(lse))
+
+
+def test_no_keys_into_a_strided_out():
+    """total_k == 0 writes O = 0 through a strided out= (no kernel), LSE -inf."""
+    q = np.random.default_rng(3).standard_normal((5, 2, 64)).astype(np.float16)
+    k = np.zeros((0, 2, 64), np.float16)
+    big = cudattn._array.empty((5, 4, 64), np.float16, device=None, stream=None)
+    big.fill_nan()
+    out = big[:, :2, :]
+    c0, c1 = np.array([0, 2, 5], np.int32), np.array([0, 0, 0], np.int32)
+    o, lse = cudattn.attention(cudattn.to_device(q), cudattn.to_device(k), cudattn.to_device(k),
+                               cu_seqlens_q=cudattn.to_device(c0), cu_seqlens_k=cudattn.to_device(c1),
+                               max_seqlen_q=3, max_seqlen_k=0, out=out, return_lse=True)
+    assert np.all(cudattn.to_host(o) == 0) and np.all(cudattn.to_host(lse) == -np.inf)
+    assert np.isnan(cudattn.to_host(big)[:, 2:]).all(), "wrote outside out"
+
+
+def test_device_offsets_with_no_sequence():
+    """Device offsets of one entry (no sequence) with rows in q: O = 0, LSE = -inf, no kernel."""
+    q = np.ones((4, 2, 64), np.float16)
+    c = cudattn.to_device(np.array([0], np.int32))
+    o, lse = cudattn.attention(*(cudattn.to_device(x) for x in (q, q, q)), cu_seqlens_q=c, cu_seqlens_k=c,
+                               max_seqlen_q=4, max_seqlen_k=4, return_lse=True)
+    assert np.all(cudattn.to_host(o) == 0) and np.all(cudattn.to_host(lse) == -np.inf)
