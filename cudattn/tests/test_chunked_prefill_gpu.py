@@ -144,4 +144,5 @@ def test_gathered_copy_sized_by_known_lengths(host_lengths, monkeypatch):
     real = _kvcache._gather
     monkeypatch.setattr(_kvcache, "_gather", lambda *a: seen.append(a[-1]) or real(*a))
     kvcache_case(2, 64, 4096, 4, 2, 64, [300, 17], page_size=16, causal=True, table_on_device=not host_lengths)
-    assert seen == [300 if host_lengths else None]
+    # the first call of a signature runs its full path twice (once recorded for the replay)
+    assert seen and set(seen) == {300 if host_lengths else None}
