@@ -221,6 +221,8 @@ def attention(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike, *, causal: b
               scale: float | None = None, layout: Layout = "bshd", return_lse: bool = False,
               rows: HostArrayLike | None = None, q_descale: HostArrayLike | None = None,
               k_descale: HostArrayLike | None = None, v_descale: HostArrayLike | None = None,
+              window_size: tuple[int, int] | None = None, softcap: float | None = None,
+              sinks: HostArrayLike | None = None, alibi_slopes: HostArrayLike | None = None,
               ) -> NDArray[np.float64] | tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Scaled-dot-product attention in float64.
 
@@ -238,11 +240,18 @@ def attention(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike, *, causal: b
             real number, or an array ``(B, Hkv)``. The attention is then that of the dequantised
             inputs ``x.astype(float64) * descale`` (query head ``h`` uses
             ``q_descale[b, h // (Hq // Hkv)]``); the LSE is of the dequantised scores too.
+        window_size, softcap, sinks, alibi_slopes: score modifiers, FlashAttention's conventions
+            (`cudattn._modifiers` states them): a sliding window ``(left, right)`` around the
+            bottom-right diagonal (-1: unbounded; causal sets ``right = 0``); ``softcap ·
+            tanh(s / softcap)`` of the scaled scores; float32 ``(Hq,)`` sink logits in every
+            row's softmax denominator; float32 ``(Hq,)`` or ``(B, Hq)`` ALiBi slopes adding
+            ``-slope · |i + Sk - Sq - j|``. NumPy arrays, checked as the API checks them.
 
     Returns:
         ``out`` (float64, q's shape), and with ``return_lse`` also ``lse`` (float64,
-        ``(B, Hq, Sq)``): natural log of the row sum of ``exp(scale·q·kᵀ)`` over visible keys.
-        A row with no visible key (causal with ``Sq > Sk``) gets output 0 and LSE ``-inf``.
+        ``(B, Hq, Sq)``): natural log of the row sum of ``exp(scale·q·kᵀ)`` over visible keys
+        (plus ``exp(sink)`` with sinks). A row with no visible key (causal with ``Sq > Sk``, or
+        outside its window) gets output 0 and LSE ``-inf`` (its sink's logit with sinks).
     """
     q = np.asarray(q)
     k = np.asarray(k)
@@ -255,6 +264,11 @@ def attention(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike, *, causal: b
     qb, kb, vb = _apply_descale(qb, dq), _apply_descale(kb, dk), _apply_descale(vb, dv)
 
     rows = _query_rows(rows, Sq)
+    if window_size is not None or softcap is not None or sinks is not None or alibi_slopes is not None:
+        mods = _parse_mods(window_size, softcap, sinks, alibi_slopes, causal, B, Hq)
+        out, lse = _attention_modified(qb, kb, vb, rows, Sq, Sk, causal, mods, lambda b, h: scale, None, None)
+        out = _from_bhsd(out, layout)
+        return (out, lse) if return_lse else out
     out = np.zeros((B, Hq, rows.size, D), dtype=np.float64)
     lse = np.full((B, Hq, rows.size), -np.inf, dtype=np.float64)
     for b, h, qh, kh, vh in _heads(qb, kb, vb):
@@ -283,11 +297,87 @@ def _weighted_values(p: np.ndarray, v: np.ndarray, idx: np.ndarray, Sq: int, Sk:
     return out
 
 
+def _parse_mods(window_size, softcap, sinks, alibi_slopes, causal, B, Hq):
+    from ._modifiers import parse_modifiers
+
+    as_arr = lambda x: None if x is None else np.asarray(x)  # noqa: E731 (lists welcome in the reference)
+    return parse_modifiers(window_size, softcap, as_arr(sinks), as_arr(alibi_slopes), causal=bool(causal),
+                           batch=B, heads_q=Hq)
+
+
+def _mods_kwargs(window_size, softcap, sinks, mods, b: int) -> dict:
+    """The modifiers of sequence ``b`` as `attention` keywords (its row of the ALiBi slopes)."""
+    kw = dict(window_size=window_size, softcap=softcap, sinks=sinks)
+    if mods.alibi is not None:
+        kw["alibi_slopes"] = mods.alibi[b].astype(np.float32)
+    return kw
+
+
+def _softmax_sink(s: np.ndarray, sink):
+    """`_softmax_parts` with an optional sink logit in the denominator: ``(m, p, l)`` where ``l``
+    includes ``exp(sink - m)`` and ``m`` is at least the sink (a row with no key: p = 0, l = 1)."""
+    if sink is None:
+        return _softmax_parts(s)
+    m = np.maximum(s.max(axis=1, keepdims=True), s.dtype.type(sink))
+    p = np.exp(s - m)
+    l = p.sum(axis=1, keepdims=True) + np.exp(s.dtype.type(sink) - m)
+    return m, p, l
+
+
+def _attention_modified(qb, kb, vb, rows, Sq, Sk, causal, mods, scale_of, round_probs, v_scale_of):
+    """The attention loop with score modifiers, in the dtype of ``qb`` (float64 for `attention`,
+    float32 for `attention_naive`); returns (B, Hq, rows, D) outputs and (B, Hq, rows) LSEs.
+    ``scale_of(b, h)``: the score scale; ``round_probs``: rounds normalised P (naive) or None;
+    ``v_scale_of(b, h)``: a factor on P·V (FP8's v descale) or None."""
+    dt = qb.dtype
+    B, Hq, _, D = qb.shape
+    out = np.zeros((B, Hq, rows.size, D), dtype=dt)
+    lse = np.full((B, Hq, rows.size), -np.inf, dtype=dt)
+    n = max(1, _BLOCK_ELEMENTS // max(Sk, 1))
+    for b, h, qh, kh, vh in _heads(qb, kb, vb):
+        sink = mods.sink(h)
+        if sink is not None:
+            lse[b, h] = sink  # rows that see no key
+        for r0 in range(0, rows.size, n):
+            idx = rows[r0:r0 + n]
+            at = slice(r0, r0 + idx.size)
+            lo, hi = mods.key_range(idx, Sq, Sk, causal)
+            if hi <= lo:
+                continue
+            s = (qh[idx] @ kh[lo:hi].T) * dt.type(scale_of(b, h))
+            mods.scores(s, b, h, idx, lo, Sq, Sk, causal)
+            m, p, l = _softmax_sink(s, sink)
+            keys = vh[lo:hi]
+            if round_probs is not None:
+                probs = round_probs(p / np.where(l > 0, l, dt.type(1)))
+                o = probs @ keys
+            else:
+                o = _weighted_visible(p, keys, idx, lo, Sq, Sk, causal, mods) / np.where(l != 0, l, 1.0)
+            vs = None if v_scale_of is None else v_scale_of(b, h)
+            out[b, h, at] = o if vs is None else o * dt.type(vs)
+            lse[b, h, at] = _lse(m, l)
+    return out, lse
+
+
+def _weighted_visible(p, v, idx, lo, Sq, Sk, causal, mods) -> np.ndarray:
+    """`_weighted_values` for any mask: a non-finite V row reaches exactly the rows that see its key."""
+    bad = ~np.isfinite(v).all(axis=1)
+    if not bad.any():
+        return p @ v
+    out = p @ np.where(bad[:, None], 0.0, v)
+    for j in np.flatnonzero(bad):
+        sees = mods.visible(idx, np.array([lo + j]), Sq, Sk, causal)[:, 0]
+        out[sees] += p[sees, j, None] * v[j]
+    return out
+
+
 def attention_varlen(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike, cu_seqlens_q: HostArrayLike,
                      cu_seqlens_k: HostArrayLike, *, max_seqlen_q: int | None = None,
                      max_seqlen_k: int | None = None, causal: bool = False, scale: float | None = None,
                      return_lse: bool = False, q_descale: HostArrayLike | None = None,
                      k_descale: HostArrayLike | None = None, v_descale: HostArrayLike | None = None,
+                     window_size: tuple[int, int] | None = None, softcap: float | None = None,
+                     sinks: HostArrayLike | None = None, alibi_slopes: HostArrayLike | None = None,
                      ) -> NDArray[np.float64] | tuple[NDArray[np.float64], NDArray[np.float64]]:
     """`attention` of a packed variable-length batch, in float64 (FlashAttention's varlen layout).
 
@@ -302,6 +392,8 @@ def attention_varlen(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike, cu_se
             ``j <= i + Sk_b - Sq_b``.
         q_descale, k_descale, v_descale: as in `attention`; an array is ``(B, Hkv)``, row ``b``
             for sequence ``b``.
+        window_size, softcap, sinks, alibi_slopes: as in `attention`, per sequence (``(B, Hq)``
+            slopes: row ``b`` for sequence ``b``).
 
     Returns:
         ``out`` (float64, ``(total_q, Hq, D)``), and with ``return_lse`` the natural-log LSE
@@ -326,12 +418,16 @@ def attention_varlen(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike, cu_se
     def row(d, b):  # sequence b's descale: a scalar, or its row of a (B, Hkv) array
         return d if d is None or np.ndim(d) == 0 else np.asarray(d)[b:b + 1]
 
+    mods = _parse_mods(window_size, softcap, sinks, alibi_slopes, causal, B, Hq)  # checks them once
     for b in range(B):
         qs, ks = slice(int(cq[b]), int(cq[b + 1])), slice(int(ck[b]), int(ck[b + 1]))
         if lq[b] == 0 or lk[b] == 0:
+            if lq[b] and mods.sinks is not None:
+                lse[:, qs] = mods.sinks[:, None]  # rows that see no key: 0 and their sink's logit
             continue  # no rows, or rows that see no key: 0 and -inf already
         o_b, l_b = attention(q[None, qs], k[None, ks], v[None, ks], causal=causal, scale=scale, return_lse=True,
-                             q_descale=row(q_descale, b), k_descale=row(k_descale, b), v_descale=row(v_descale, b))
+                             q_descale=row(q_descale, b), k_descale=row(k_descale, b), v_descale=row(v_descale, b),
+                             **_mods_kwargs(window_size, softcap, sinks, mods, b))
         out[qs] = o_b[0]
         lse[:, qs] = l_b[0]
     return (out, lse) if return_lse else out
@@ -341,7 +437,9 @@ def attention_naive(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike, *, cau
                     scale: float | None = None, layout: Layout = "bshd", dtype: DTypeLike | None = None,
                     return_lse: bool = False, round_scores: bool = False, rows: HostArrayLike | None = None,
                     q_descale: HostArrayLike | None = None, k_descale: HostArrayLike | None = None,
-                    v_descale: HostArrayLike | None = None,
+                    v_descale: HostArrayLike | None = None, window_size: tuple[int, int] | None = None,
+                    softcap: float | None = None, sinks: HostArrayLike | None = None,
+                    alibi_slopes: HostArrayLike | None = None,
                     ) -> NDArray[Any] | tuple[NDArray[Any], NDArray[np.float32]]:
     """The same attention done in low precision, as a plain (unfused) GPU implementation would.
 
@@ -359,7 +457,9 @@ def attention_naive(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike, *, cau
     k_descale`` per head) and multiply the float32 ``P·V`` (``v_descale``), as the FP8 kernels do.
 
     Returns ``out`` in the output dtype (layout as given) and, with ``return_lse``, a float32
-    LSE ``(B, Hq, Sq)``. ``rows`` selects query rows as in `attention`.
+    LSE ``(B, Hq, Sq)``. ``rows`` selects query rows as in `attention`; the score modifiers
+    (``window_size``, ``softcap``, ``sinks``, ``alibi_slopes``) as in `attention`, in float32 (not
+    with ``round_scores``).
     """
     q = np.asarray(q)
     k = np.asarray(k)
@@ -380,6 +480,19 @@ def attention_naive(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike, *, cau
     group = Hq // Hkv
 
     rows = _query_rows(rows, Sq)
+    if window_size is not None or softcap is not None or sinks is not None or alibi_slopes is not None:
+        if round_scores:
+            raise ValueError("round_scores does not combine with the score modifiers")
+        mods = _parse_mods(window_size, softcap, sinks, alibi_slopes, causal, B, Hq)
+
+        def scale_of(b, h):
+            return scale * (1.0 if dq is None else dq[b, h]) * (1.0 if dk is None else dk[b, h // group])
+
+        out, lse = _attention_modified(qb, kb, vb, rows, Sq, Sk, causal, mods, scale_of,
+                                       lambda x: _round_to(x, low),
+                                       None if dv is None else (lambda b, h: dv[b, h // group]))
+        out = _from_bhsd(out.astype(out_dtype), layout)
+        return (out, lse.astype(np.float32)) if return_lse else out
     out = np.zeros((B, Hq, rows.size, D), dtype=np.float32)
     lse = np.full((B, Hq, rows.size), -np.inf, dtype=np.float32)
     for b, h, qh, kh, vh in _heads(qb, kb, vb):
@@ -846,7 +959,8 @@ def gather_kv(k_cache: HostArrayLike, v_cache: HostArrayLike, cache_seqlens: Hos
     return pairs
 
 
-def _with_kvcache(fn, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale, kwargs):
+def _with_kvcache(fn, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale, kwargs,
+                  mods_kw=None):
     """Per-sequence ``fn`` (`attention` or `attention_naive`) over each sequence's gathered keys;
     returns the per-sequence ``(out_b, lse_b)`` pairs (None for L_b == 0) and B."""
     q = np.asarray(q)
@@ -869,20 +983,28 @@ def _with_kvcache(fn, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_
     if Hkv < 1 or q.shape[2] % Hkv:
         raise ValueError(f"heads_q ({q.shape[2]}) must be a multiple of heads_kv ({Hkv})")
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    mods = None
+    if mods_kw and any(x is not None for x in mods_kw.values()):
+        mods = _parse_mods(*(mods_kw.get(n) for n in ("window_size", "softcap", "sinks", "alibi_slopes")), causal,
+                           B, q.shape[2])
     results = []
     for b, (kb, vb) in enumerate(pairs):
         if kb.shape[0] == 0:
-            results.append(None)  # no key: output 0, LSE -inf
+            results.append(None)  # no key: output 0, LSE -inf (the sink's logit with sinks)
         else:
+            extra = {} if mods is None else _mods_kwargs(mods_kw.get("window_size"), mods_kw.get("softcap"),
+                                                         mods_kw.get("sinks"), mods, b)
             results.append(fn(q[b:b + 1], kb[None], vb[None], causal=causal, scale=scale,
-                              return_lse=True, **kwargs))
-    return results, q
+                              return_lse=True, **kwargs, **extra))
+    return results, q, (None if mods is None else mods.sinks)
 
 
-def _assemble(results, q: np.ndarray, out_dtype, lse_dtype):
+def _assemble(results, q: np.ndarray, out_dtype, lse_dtype, sinks=None):
     B, Sq, Hq, D = q.shape
     out = np.zeros(q.shape, dtype=out_dtype)
     lse = np.full((B, Hq, Sq), -np.inf, dtype=lse_dtype)
+    if sinks is not None:  # sequences with no key: their sinks' logits
+        lse[:] = sinks[None, :, None]
     for b, r in enumerate(results):
         if r is not None:
             out[b], lse[b] = r[0][0], r[1][0]
@@ -893,6 +1015,8 @@ def attention_with_kvcache(q: HostArrayLike, k_cache: HostArrayLike, v_cache: Ho
                            cache_seqlens: HostArrayLike | None = None, block_table: HostArrayLike | None = None,
                            k_new: HostArrayLike | None = None, v_new: HostArrayLike | None = None,
                            causal: bool = False, scale: float | None = None, return_lse: bool = False,
+                           window_size: tuple[int, int] | None = None, softcap: float | None = None,
+                           sinks: HostArrayLike | None = None, alibi_slopes: HostArrayLike | None = None,
                            ) -> NDArray[np.float64] | tuple[NDArray[np.float64], NDArray[np.float64]]:
     """`attention` (float64) of ``q`` ``(B, Sq, Hq, D)`` over a KV cache, layout bshd only.
 
@@ -905,11 +1029,13 @@ def attention_with_kvcache(q: HostArrayLike, k_cache: HostArrayLike, v_cache: Ho
     ``j`` iff ``j <= i + L_b - Sq``); ``L_b = 0`` gives output 0 and LSE ``-inf``.
 
     Returns ``out`` (float64, q's shape) and, with ``return_lse``, ``lse`` (float64,
-    ``(B, Hq, Sq)``), as `attention` does.
+    ``(B, Hq, Sq)``), as `attention` does; the score modifiers as in `attention`, per sequence
+    over its ``L_b`` keys.
     """
-    results, q = _with_kvcache(attention, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
-                               causal, scale, {})
-    out, lse = _assemble(results, q, np.float64, np.float64)
+    mods_kw = dict(window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes)
+    results, q, sk = _with_kvcache(attention, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
+                                   causal, scale, {}, mods_kw)
+    out, lse = _assemble(results, q, np.float64, np.float64, sk)
     return (out, lse) if return_lse else out
 
 
@@ -917,7 +1043,9 @@ def attention_with_kvcache_naive(q: HostArrayLike, k_cache: HostArrayLike, v_cac
                                  cache_seqlens: HostArrayLike | None = None, block_table: HostArrayLike | None = None,
                                  k_new: HostArrayLike | None = None, v_new: HostArrayLike | None = None,
                                  causal: bool = False, scale: float | None = None, return_lse: bool = False,
-                                 dtype: DTypeLike | None = None,
+                                 dtype: DTypeLike | None = None, window_size: tuple[int, int] | None = None,
+                                 softcap: float | None = None, sinks: HostArrayLike | None = None,
+                                 alibi_slopes: HostArrayLike | None = None,
                                  ) -> NDArray[Any] | tuple[NDArray[Any], NDArray[np.float32]]:
     """`attention_with_kvcache` in low precision: `attention_naive` per sequence.
 
@@ -932,9 +1060,10 @@ def attention_with_kvcache_naive(q: HostArrayLike, k_cache: HostArrayLike, v_cac
             f"got {low}: pass dtype=np.float16 or dtype=ml_dtypes.bfloat16"
         )
     out_dtype = _BF16 if low == _FP8 else low
-    results, q = _with_kvcache(attention_naive, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
-                               causal, scale, {"dtype": low})
-    out, lse = _assemble(results, q, out_dtype, np.float32)
+    mods_kw = dict(window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes)
+    results, q, sk = _with_kvcache(attention_naive, q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new,
+                                   causal, scale, {"dtype": low}, mods_kw)
+    out, lse = _assemble(results, q, out_dtype, np.float32, sk)
     return (out, lse) if return_lse else out
 
 

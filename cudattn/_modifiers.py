@@ -1,0 +1,143 @@
+"""Score modifiers: sliding windows, softcap, attention sinks and ALiBi, with their checks.
+
+The semantics, shared by every path that takes them (FlashAttention's conventions):
+
+- ``window_size=(left, right)``: query ``i`` sees key ``j`` iff
+  ``i + Sk - Sq - left <= j <= i + Sk - Sq + right`` (bottom-right aligned); ``-1`` leaves that
+  side unbounded. ``causal=True`` sets ``right = 0``.
+- ``softcap``: scores ``s = scale · q·kᵀ`` become ``softcap · tanh(s / softcap)`` (0: off).
+- ``alibi_slopes``: ``(Hq,)`` or ``(B, Hq)``; ``-slope · |i + Sk - Sq - j|`` is added to the
+  (capped) score of every visible key.
+- ``sinks``: ``(Hq,)`` logits, one per query head, that join each row's softmax denominator and
+  carry no value: ``out = Σ_j e^{s_j} v_j / (Σ_j e^{s_j} + e^{sink})``,
+  ``lse = log(Σ_j e^{s_j} + e^{sink})``. A row that sees no key gets output 0 and LSE ``sink``.
+
+The order: score, softcap, ALiBi, masks (causal, window), softmax with the sink.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["ScoreMods", "parse_modifiers", "NONE"]
+
+_F32 = np.dtype(np.float32)
+
+
+@dataclass(frozen=True)
+class ScoreMods:
+    """The modifiers of one call, checked. ``window``: (left, right) with -1 for unbounded, right
+    already 0 when causal; ``sinks``: float64 (Hq,) or None; ``alibi``: float64 (B, Hq) or None."""
+
+    window: tuple[int, int] = (-1, -1)
+    softcap: float = 0.0
+    sinks: np.ndarray | None = None
+    alibi: np.ndarray | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.window != (-1, -1) or self.softcap != 0.0 or self.sinks is not None or self.alibi is not None
+
+    # ---- the reference's use (float64 or float32 score blocks)
+
+    def key_range(self, idx: np.ndarray, Sq: int, Sk: int, causal: bool) -> tuple[int, int]:
+        """Keys [lo, hi) hold every key the query rows ``idx`` see (hi <= lo: none)."""
+        off = Sk - Sq
+        left, right = self.window
+        right = 0 if causal else right
+        hi = Sk if right < 0 else min(Sk, int(idx.max()) + off + right + 1)
+        lo = 0 if left < 0 else max(0, int(idx.min()) + off - left)
+        return lo, max(lo, hi)
+
+    def visible(self, idx: np.ndarray, cols: np.ndarray, Sq: int, Sk: int, causal: bool) -> np.ndarray:
+        """(rows, cols) bool: which keys ``cols`` each query row ``idx`` sees."""
+        d = cols[None, :] - (idx[:, None] + (Sk - Sq))  # key index relative to the row's diagonal
+        left, right = self.window
+        right = 0 if causal else right
+        ok = np.ones(d.shape, bool)
+        if right >= 0:
+            ok &= d <= right
+        if left >= 0:
+            ok &= d >= -left
+        return ok
+
+    def scores(self, s: np.ndarray, b: int, h: int, idx: np.ndarray, lo: int, Sq: int, Sk: int,
+               causal: bool) -> None:
+        """In place on the scaled scores ``s`` of rows ``idx`` over keys ``lo ..``: softcap, ALiBi, masks."""
+        if self.softcap:
+            c = s.dtype.type(self.softcap)
+            np.multiply(np.tanh(s / c), c, out=s)
+        cols = np.arange(lo, lo + s.shape[1])
+        if self.alibi is not None:
+            dist = np.abs(idx[:, None] + (Sk - Sq) - cols[None, :]).astype(s.dtype)
+            s -= s.dtype.type(self.alibi[b, h]) * dist
+        if causal or self.window != (-1, -1):
+            s[~self.visible(idx, cols, Sq, Sk, causal)] = -np.inf
+
+    def sink(self, h: int) -> float | None:
+        return None if self.sinks is None else float(self.sinks[h])
+
+
+NONE = ScoreMods()
+
+
+def parse_modifiers(window_size=None, softcap=None, sinks=None, alibi_slopes=None, *, causal: bool = False,
+                    batch: int, heads_q: int) -> ScoreMods:
+    """Check the modifiers (NumPy arrays for sinks and slopes) and return them as a ScoreMods.
+
+    Each error names the argument and the rule: a window that is not a pair of ints >= -1, a
+    softcap that is negative or not finite, sinks not float32 ``(Hq,)`` of finite values, slopes
+    not float32 ``(Hq,)`` or ``(B, Hq)`` of finite values."""
+    window = _window(window_size, causal)
+    cap = _softcap(softcap)
+    sk = None
+    if sinks is not None:
+        sk = _array("sinks", sinks, ((heads_q,),), f"(heads_q,) = ({heads_q},)")
+    al = None
+    if alibi_slopes is not None:
+        al = _array("alibi_slopes", alibi_slopes, ((heads_q,), (batch, heads_q)),
+                    f"(heads_q,) = ({heads_q},) or (batch, heads_q) = ({batch}, {heads_q})")
+        al = np.broadcast_to(al, (batch, heads_q))
+    return ScoreMods(window, cap, sk, al)
+
+
+def _window(window_size, causal: bool) -> tuple[int, int]:
+    if window_size is None:
+        return (-1, 0) if causal else (-1, -1)
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise TypeError(f"window_size must be a pair (left, right) of ints (-1: unbounded); got {window_size!r}")
+    out = []
+    for name, x in zip(("left", "right"), window_size):
+        if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+            raise TypeError(f"window_size's {name} must be an int (-1: unbounded); got {x!r}")
+        if x < -1:
+            raise ValueError(f"window_size's {name} must be >= -1 (-1: unbounded); got {x}")
+        out.append(int(x))
+    return (out[0], 0 if causal else out[1])
+
+
+def _softcap(softcap) -> float:
+    if softcap is None:
+        return 0.0
+    if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, numbers.Real):
+        raise TypeError(f"softcap must be a real number (0: off); got {softcap!r}")
+    v = float(softcap)
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"softcap must be finite and >= 0 (0: off); got {softcap!r}")
+    return v
+
+
+def _array(name: str, x, shapes, want: str) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a float32 array of shape {want}; got {type(x).__name__}")
+    if x.dtype != _F32:
+        raise TypeError(f"{name} must be float32; got {x.dtype}")
+    if x.shape not in shapes:
+        raise ValueError(f"{name} must have shape {want}; got {x.shape}")
+    if not np.isfinite(x).all():
+        raise ValueError(f"{name} must be finite; it holds NaN or inf")
+    return x.astype(np.float64)
