@@ -23,7 +23,8 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = ..., s
               k_descale: DescaleLike = ..., v_descale: DescaleLike = ..., out_dtype: DTypeLike | None = ...,
               num_splits: int | None = ..., out: ArrayLike | None = ..., stream: StreamLike = ...,
               cu_seqlens_q: ArrayLike | None = ..., cu_seqlens_k: ArrayLike | None = ...,
-              max_seqlen_q: int | None = ..., max_seqlen_k: int | None = ...) -> ArrayResult: ...
+              max_seqlen_q: int | None = ..., max_seqlen_k: int | None = ...,
+              window_size: tuple[int, int] | None = ...) -> ArrayResult: ...
 
 
 @overload
@@ -32,7 +33,8 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = ..., s
               k_descale: DescaleLike = ..., v_descale: DescaleLike = ..., out_dtype: DTypeLike | None = ...,
               num_splits: int | None = ..., out: ArrayLike | None = ...,
               stream: StreamLike = ..., cu_seqlens_q: ArrayLike | None = ..., cu_seqlens_k: ArrayLike | None = ...,
-              max_seqlen_q: int | None = ..., max_seqlen_k: int | None = ...) -> tuple[ArrayResult, ArrayResult]: ...
+              max_seqlen_q: int | None = ..., max_seqlen_k: int | None = ...,
+              window_size: tuple[int, int] | None = ...) -> tuple[ArrayResult, ArrayResult]: ...
 
 
 @overload
@@ -42,7 +44,8 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = ..., s
               num_splits: int | None = ..., out: ArrayLike | None = ...,
               stream: StreamLike = ..., cu_seqlens_q: ArrayLike | None = ..., cu_seqlens_k: ArrayLike | None = ...,
               max_seqlen_q: int | None = ...,
-              max_seqlen_k: int | None = ...) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
+              max_seqlen_k: int | None = ..., window_size: tuple[int, int] | None = ...,
+              ) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
 
 
 def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False, scale: float | None = None,
@@ -50,8 +53,8 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
               k_descale: DescaleLike = None, v_descale: DescaleLike = None, out_dtype: DTypeLike | None = None,
               num_splits: int | None = None, out: ArrayLike | None = None,
               stream: StreamLike = None, cu_seqlens_q: ArrayLike | None = None, cu_seqlens_k: ArrayLike | None = None,
-              max_seqlen_q: int | None = None,
-              max_seqlen_k: int | None = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
+              max_seqlen_q: int | None = None, max_seqlen_k: int | None = None,
+              window_size: tuple[int, int] | None = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
     """Fused scaled-dot-product attention: ``softmax(scale · q kᵀ) v`` per head.
 
     Layouts: ``"bshd"`` (default, as FlashAttention) q ``(B, Sq, Hq, D)``, k/v ``(B, Sk, Hkv, D)``;
@@ -98,6 +101,12 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
     so FP8 results are less accurate than 16-bit ones (README: "FP8 accuracy"). FP8 takes no
     ``num_splits`` and no KV cache yet.
 
+    ``window_size=(left, right)``: a sliding window, FlashAttention's convention: query ``i`` sees
+    key ``j`` iff ``i + Sk - Sq - left <= j <= i + Sk - Sq + right`` (-1: that side open;
+    ``causal=True`` sets ``right = 0``). Key tiles outside every row's window are skipped, so the
+    time follows the window. The prefill kernels serve windowed calls of any length (the split-KV
+    decode kernel has no window yet).
+
     Packed variable-length batches (FlashAttention's ``flash_attn_varlen_func`` convention): pass
     ``cu_seqlens_q``, ``cu_seqlens_k`` (int32 ``(B + 1,)`` offsets: start at 0, never decrease, end
     at the packed lengths) and ``max_seqlen_q``, ``max_seqlen_k`` (ints, at least the longest
@@ -117,14 +126,14 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
         return _varlen_api.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
                                 scale=scale, layout=layout, return_lse=return_lse, q_descale=q_descale,
                                 k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype,
-                                num_splits=num_splits, out=out, stream=stream)
+                                num_splits=num_splits, out=out, stream=stream, window_size=window_size)
     host_q, host_k, host_v = isinstance(q, np.ndarray), isinstance(k, np.ndarray), isinstance(v, np.ndarray)
     if host_q and host_k and host_v:
         from ._host import attention_host
 
         return attention_host(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse,
                               q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype,
-                              num_splits=num_splits, out=out, stream=stream)
+                              num_splits=num_splits, out=out, stream=stream, window_size=window_size)
     if host_q or host_k or host_v or type(q) is not DeviceArray and kind_of(q) == OTHER:
         _args.check_not_mixed(q, k, v)  # the one message for host/device mixes and non-arrays
     if q_descale is None and k_descale is None and v_descale is None:  # 16-bit inputs: four operands
@@ -137,7 +146,7 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
     # Types join the values: True, 1 and 1.0 are equal and hash alike, but validate differently.
     key = ("attention", sig, (causal, scale, layout, return_lse, out_dtype, num_splits),
            (causal.__class__, scale.__class__, layout.__class__, return_lse.__class__, out_dtype.__class__,
-            num_splits.__class__), descales)
+            num_splits.__class__), descales, None if window_size is None else _callpath.tag(window_size))
 
     def full(qa, ka, va, oa, dq=None, dk=None, dv=None):
         device_id = qa.device_id
@@ -148,7 +157,7 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
         problem = validate(qa, ka, va, causal=causal, scale=scale, layout=layout, return_lse=return_lse,
                            q_descale=q_descale if dq is None else dq, k_descale=k_descale if dk is None else dk,
                            v_descale=v_descale if dv is None else dv, out_dtype=out_dtype,
-                           num_splits=num_splits, out=oa, host=False)
+                           num_splits=num_splits, out=oa, host=False, window_size=window_size)
         sref = _stream.StreamRef(consumer, keep)
         return run_device(problem, qa, ka, va, oa, _device.get_device(device_id), device_id, sref)
 

@@ -32,6 +32,8 @@ def takes_split_kv(problem: Problem) -> bool:
         return False
     # Longer queries against a KV cache (chunked prefill) take the prefill kernels, which read the
     # cache in place (seqlen.cuh) and fill the GPU with query tiles.
+    if problem.window is not None:  # the decode kernel has no window yet
+        return False
     return problem.num_splits is not None or problem.seqlen_q <= DECODE_MAX_SQ
 
 

@@ -93,9 +93,11 @@ def _bytes_per_item(problem) -> int:
 
 
 def attention_host(q, k, v, *, causal, scale, layout, return_lse, q_descale, k_descale, v_descale, out_dtype,
-                   num_splits, out, stream):
+                   num_splits, out, stream, window_size=None):
     kw = dict(causal=causal, scale=scale, layout=layout, return_lse=return_lse, q_descale=q_descale,
               k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype, num_splits=num_splits)
+    if window_size is not None:
+        kw["window_size"] = window_size
     # The data is copied to the device anyway, so any NumPy strides and alignment are fine: make
     # the copies' source contiguous here (a no-op for contiguous input) rather than refusing views.
     if type(q) is not np.ndarray or type(k) is not np.ndarray or type(v) is not np.ndarray:

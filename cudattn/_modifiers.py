@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ScoreMods", "parse_modifiers", "NONE"]
+__all__ = ["ScoreMods", "parse_modifiers", "window_of", "NONE"]
 
 _F32 = np.dtype(np.float32)
 
@@ -103,6 +103,13 @@ def parse_modifiers(window_size=None, softcap=None, sinks=None, alibi_slopes=Non
                     f"(heads_q,) = ({heads_q},) or (batch, heads_q) = ({batch}, {heads_q})")
         al = np.broadcast_to(al, (batch, heads_q))
     return ScoreMods(window, cap, sk, al)
+
+
+def window_of(window_size, causal: bool) -> tuple[int, int] | None:
+    """The kernels' window: checked ``(left, right)``, or None where it masks nothing more than
+    ``causal`` does (None, ``(-1, -1)``, or causal with ``left = -1``)."""
+    w = _window(window_size, causal)
+    return None if w == (-1, -1) or causal and w[0] == -1 else w
 
 
 def _window(window_size, causal: bool) -> tuple[int, int]:

@@ -46,6 +46,7 @@ class FwdParams(ctypes.Structure):
         ("pad2_", _c_i32),
         ("cu_seqlens_q", _c_ptr), ("cu_seqlens_k", _c_ptr),
         ("kv", KvCacheGeom),
+        ("has_window", _c_i32), ("window_left", _c_i32), ("window_right", _c_i32), ("pad4_", _c_i32),
     ]
 
 

@@ -37,7 +37,7 @@ def make_plan(problem: Problem, props) -> Plan:
     key = (problem.dtype, problem.out_dtype, problem.head_dim, problem.causal, problem.seqlen_q, problem.seqlen_k, problem.heads_q,
            problem.heads_kv, problem.batch, props.max_shared_memory_per_block_optin, props.sm_count,
            props.l2_cache_size, family, problem.varlen is not None,
-           problem.kv_cache is not None and problem.kv_cache.paged)
+           problem.kv_cache is not None and problem.kv_cache.paged, problem.window is not None)
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) > 4096:  # many distinct shapes (variable lengths): keep the table bounded
@@ -90,8 +90,15 @@ def paged_box_rows(problem: Problem, block_n: int) -> int:
 
 
 def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, family: str) -> Plan:
+    windowed = problem.window is not None
+    # Windows: Hopper builds of two consumer warpgroups only (fwd_sm90.cuh, WINDOW): the tiles the
+    # short-causal rule picks (seqlen_q 1), else the portable kernel.
     variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family, problem.out_dtype,
-                             problem.seqlen_q)
+                             1 if windowed and family == "sm90" else problem.seqlen_q)
+    if windowed and family == "sm90" and variant.tiles.block_m > 128:
+        family = "sm80"
+        variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family,
+                                 problem.out_dtype, problem.seqlen_q)
     bm = variant.tiles.block_m
     num_m = -(-problem.seqlen_q // bm)
     if family == "sm90":
@@ -144,6 +151,9 @@ def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, ls
         _set_fp8(params, problem)
     if problem.kv_cache is not None:
         params.kv = _decode.kv_geom(problem)
+    if problem.window is not None:
+        params.has_window = 1
+        params.window_left, params.window_right = problem.window
     if plan.variant.family != "sm90":
         return params
     P = FwdSm90Params()

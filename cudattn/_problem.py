@@ -87,6 +87,7 @@ class Problem:
     kv_cache: KvCache | None = None  # k/v are a KV cache (seqlen_k is then its capacity)
     descales: Descales | None = None  # FP8 inputs only
     varlen: Varlen | None = None  # a packed variable-length batch
+    window: tuple[int, int] | None = None  # sliding window (left, right), -1 open; None: none
 
     @property
     def group_size(self) -> int:

@@ -28,6 +28,7 @@ import numpy as np
 
 from ._dtypes import FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error, resolve_out_dtype
 from ._geometry import c_strides as _c_strides
+from ._modifiers import window_of
 from ._problem import Problem, TensorGeom
 
 __all__ = ["validate", "tensor_geom", "ALIGN_BYTES", "HEAD_DIMS"]
@@ -282,6 +283,7 @@ def validate(
     num_splits=None,
     out=None,
     host: bool | None = None,
+    window_size=None,
 ) -> Problem:
     """Check one attention call and return its `Problem` (strides in elements, (batch, seq, head) order;
     ``out_strides`` is None unless ``out`` is given).
@@ -372,6 +374,9 @@ def validate(
 
     # 7. flags and scale
     causal = _check_bool("causal", causal)
+    window = None if window_size is None else window_of(window_size, causal)
+    if window is not None and qdt == FLOAT8_E4M3:
+        raise NotImplementedError("sliding windows (window_size) are not supported for FP8 inputs yet")
     return_lse = _check_bool("return_lse", return_lse)
     scale = _check_scale(scale, D)
 
@@ -412,4 +417,5 @@ def validate(
         out_strides=out_geom,
         num_splits=num_splits,
         descales=descales,
+        window=window,
     )

@@ -32,10 +32,11 @@ _NAMES = ("q", "k", "v", "out", "cu_seqlens_q", "cu_seqlens_k", "q_descale", "k_
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal, scale, layout,
-                     return_lse, q_descale, k_descale, v_descale, out_dtype, num_splits, out, stream):
+                     return_lse, q_descale, k_descale, v_descale, out_dtype, num_splits, out, stream,
+                     window_size=None):
     """`cudattn.attention` with ``cu_seqlens_q``/``cu_seqlens_k`` (its docstring has the contract)."""
     _check_call(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, layout, num_splits)
-    flags = dict(causal=causal, scale=scale, return_lse=return_lse, out_dtype=out_dtype)
+    flags = dict(causal=causal, scale=scale, return_lse=return_lse, out_dtype=out_dtype, window_size=window_size)
     descales = (q_descale, k_descale, v_descale)
     host = [isinstance(x, np.ndarray) for x in (q, k, v)]
     if all(host):
@@ -64,7 +65,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     # such calls always take the full path.
     key = ("varlen", sig, (causal, scale, return_lse, out_dtype, max_seqlen_q, max_seqlen_k),
            (causal.__class__, scale.__class__, return_lse.__class__, out_dtype.__class__, max_seqlen_q.__class__,
-            max_seqlen_k.__class__), dkey, (cu_seqlens_q, cu_seqlens_k) if host_offsets else None)
+            max_seqlen_k.__class__), dkey, (cu_seqlens_q, cu_seqlens_k) if host_offsets else None,
+           None if window_size is None else _callpath.tag(window_size))
 
     def full(qa, ka, va, oa, cq, ck, dq=None, dk=None, dv=None):
         device_id = qa.device_id

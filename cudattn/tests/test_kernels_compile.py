@@ -139,7 +139,7 @@ def test_params_struct_matches_header():
         first, *more = decl.split(",")  # "long long a, b, c": the type precedes the first name only
         names += [first.split()[-1].lstrip("*")] + [m.strip() for m in more]
     assert names == [f[0] for f in FwdParams._fields_]
-    assert ctypes.sizeof(FwdParams) == 272
+    assert ctypes.sizeof(FwdParams) == 288
 
 
 def test_sm90_params_struct_matches_header():

@@ -123,7 +123,8 @@ struct FwdSm80 {
         const int rows_valid = min(BM, sq.seqlen_q - m_start);
         const int chunks_valid = p.head_dim / (16 / (int)sizeof(T));  // 16-byte chunks of a Q/K row
 
-        const int n_tiles = key_tiles<BN, CAUSAL>(sq, m_start, rows_valid);
+        const TileRange tiles = key_tiles<BN, CAUSAL>(p, sq, m_start, rows_valid);
+        const int n_tiles = tiles.count;
         if (n_tiles == 0) {
             store_empty_block<OutT, BM, D, NT>(out_tile(p, sq, b, hq, m_start), p.o_stride_s, lse_tile(p, sq, b, hq, m_start),
                                                rows_valid, p.head_dim / (16 / (int)sizeof(OutT)), tid);
@@ -139,8 +140,8 @@ struct FwdSm80 {
         }
 
         // Tiles go from the last (the only one with a key tail, and the causal diagonal) to the first.
-        const int last_start = (n_tiles - 1) * BN;
-        const int last_rows = sq.seqlen_k - last_start;  // in [1, BN]; earlier tiles are full
+        const int last_start = tiles.start(0) * BN;
+        const int last_rows = sq.seqlen_k - last_start;  // >= 1; below BN only at the key tail
         TileLoader<U, BN, DU, NT> k_loader(
             units(elems(p.k) + b * p.k_stride_b + hkv * p.k_stride_h + (long long)(sq.k0 + last_start) * p.k_stride_s),
             ustride(p.k_stride_s), tid, chunks_valid);
@@ -218,11 +219,10 @@ struct FwdSm80 {
             float s[MF][NF][4];
             qk_product<T, MF, NF, DU / 16>(s, sQ_addr, q_lane, k_base, k_lane);
 
-            const int n_start = (n_tiles - 1 - it) * BN;
-            const bool need_mask = (n_start + BN > sq.seqlen_k) ||
-                                   (CAUSAL && n_start + BN - 1 > m_start + warp_row0 + sq.causal_offset);
-            if (need_mask)
-                apply_mask<MF, NF, CAUSAL>(s, m_start + warp_row0, n_start, sq.seqlen_k, sq.causal_offset, lane, masked);
+            const int n_start = tiles.start(it) * BN;
+            if (tile_needs_mask<BN, CAUSAL>(p, sq, n_start, m_start + warp_row0, MF * 16))
+                apply_mask<MF, NF, CAUSAL>(s, m_start + warp_row0, n_start, sq.seqlen_k, sq.causal_offset, lane, masked,
+                                           p);
 
             softmax.template rescale_and_exponentiate<NF, DF, FP8>(s, o, scale_log2, neg);
             if constexpr (FP8) {

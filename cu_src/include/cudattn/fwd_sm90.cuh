@@ -107,6 +107,10 @@ struct FwdSm90 {
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
     static constexpr int BAR_TURN = 1;  // named barriers 1..CONSUMERS: the ping-pong turns of each consumer
     static constexpr int BAR_ZERO = 8;  // named barriers 8..: one consumer warpgroup (zero_v_tail)
+    // Sliding windows: 16-bit builds with two consumers only; with three consumers (160
+    // registers) or FP8's wide key tiles the window's masks spill, so the host sends windowed
+    // calls to a two-consumer build (_plan) and refuses FP8 ones.
+    static constexpr bool WINDOW = CONSUMERS == 2 && !FP8;
     static_assert(D * EB % SW == 0 && D <= 256, "head-dim tile: whole swizzle rows, at most 256");
     static_assert(BN % 16 == 0 && BN <= 256, "key tile: a multiple of 16 up to 256");
     static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
@@ -186,10 +190,11 @@ struct FwdSm90 {
             }
 
             const int hkv = c.h / p.group;
-            const int n_tiles = key_tiles<BN, CAUSAL>(sq, m_start, min(BM, sq.seqlen_q - m_start));
+            const TileRange tiles = key_tiles<BN, CAUSAL, WINDOW>(p, sq, m_start, min(BM, sq.seqlen_q - m_start));
+            const int n_tiles = tiles.count;
             const long long vt0 = FP8 ? vt_first_key(p, sq, c.b) : 0;
             for (int j = 0; j < n_tiles; ++j, ++it) {  // from the last key tile (tail, diagonal) down
-                const int n_start = (n_tiles - 1 - j) * BN;
+                const int n_start = tiles.start(j) * BN;
                 const int st = it % STAGES;
                 const unsigned ph = (it / STAGES) & 1;
                 // Paged: lane i holds the page of the tile's i-th box (K and V share them), read
@@ -344,6 +349,7 @@ struct FwdSm90 {
         TileCoord c;
         SeqSpan sq;
         int n_tiles;
+        int first_tile;  // the lowest key tile visited (a window's left edge), n_tiles of them
         bool skip;
         float scale_log2, out_scale;
         __device__ __forceinline__ int m_start() const { return c.m_block * BM; }
@@ -358,8 +364,11 @@ struct FwdSm90 {
         x.c = tile_at<CAUSAL>(valid ? t : 0, p, P.l2_section);
         x.sq = seq_span(p, x.c.b);
         x.skip = x.m_start() >= x.sq.seqlen_q;
-        x.n_tiles = valid ? (x.skip ? 0 : key_tiles<BN, CAUSAL>(x.sq, x.m_start(), min(BM, x.sq.seqlen_q - x.m_start())))
-                          : -1;
+        const TileRange tiles = (valid && !x.skip) ? key_tiles<BN, CAUSAL, WINDOW>(p, x.sq, x.m_start(),
+                                                                            min(BM, x.sq.seqlen_q - x.m_start()))
+                                                   : TileRange{0, 0};
+        x.n_tiles = valid ? tiles.count : -1;
+        x.first_tile = tiles.first;
         x.scale_log2 = p.scale_log2;
         x.out_scale = 1.f;
         if constexpr (FP8) {
@@ -374,14 +383,14 @@ struct FwdSm90 {
 
     // Masks of key tile j of a tile (visited from the last, the key tail, down): keys past the
     // sequence, and causal, keys past this warp's first row's diagonal.
-    static __device__ __forceinline__ void mask_tile(float (&s)[1][BN / 8][4], const Tile& x, int j, int cw, int warp,
-                                                     int lane) {
-        const int n_start = (x.n_tiles - 1 - j) * BN;
+    static __device__ __forceinline__ void mask_tile(const FwdParams& p, float (&s)[1][BN / 8][4], const Tile& x, int j,
+                                                     int cw, int warp, int lane) {
+        const int n_start = (x.first_tile + x.n_tiles - 1 - j) * BN;
         const int row0 = x.m_start() + cw * 64 + warp * 16;  // this warp's first query row
         const float masked = x.neg() ? CUDATTN_INF : -CUDATTN_INF;  // times scale_log2: -inf either way
         const SeqSpan& sq = x.sq;
-        if (n_start + BN > sq.seqlen_k || (CAUSAL && n_start + BN - 1 > row0 + sq.causal_offset))
-            apply_mask<1, BN / 8, CAUSAL>(s, row0, n_start, sq.seqlen_k, sq.causal_offset, lane, masked);
+        if (tile_needs_mask<BN, CAUSAL, WINDOW>(p, sq, n_start, row0, 16))
+            apply_mask<1, BN / 8, CAUSAL, WINDOW>(s, row0, n_start, sq.seqlen_k, sq.causal_offset, lane, masked, p);
     }
 
     // 16-bit V rows past the sequence's last key, in the tile's last key tile, set to zero. In a
@@ -391,7 +400,7 @@ struct FwdSm90 {
     // makes the writes visible to wgmma. FP8's Vt has zeros there already (fp8_transpose_v.cu).
     static __device__ __forceinline__ void zero_v_tail(unsigned char* v_stage, const Tile& x, int cw, int ltid) {
         if constexpr (!FP8) {
-            const int valid = x.sq.seqlen_k - (x.n_tiles - 1) * BN;  // keys of the last tile that exist
+            const int valid = x.sq.seqlen_k - (x.first_tile + x.n_tiles - 1) * BN;  // keys of the last tile that exist
             if (valid >= BN) return;  // uniform over the warpgroup: the barrier below is reached by all or none
             constexpr int CHUNKS = SW / 16;  // 16-byte chunks of a row; a row stays whole under the swizzle
             for (int i = ltid; i < KB * (BN - valid) * CHUNKS; i += 128) {
@@ -461,7 +470,7 @@ struct FwdSm90 {
             fence_operands(flat<BN>(s));
             release(&bars.k_empty[stage(it)], lane);
             if (cur.n_tiles == 1) release(&bars.q_empty[n % Q_STAGES], lane);
-            mask_tile(s, cur, 0, cw, warp, lane);
+            mask_tile(p, s, cur, 0, cw, warp, lane);
             softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha);
             to_operand(pk, s);
             if (zero_tail) {  // the first key tile is the sequence's last
@@ -481,7 +490,7 @@ struct FwdSm90 {
                 fence_operands(flat<BN>(s));
                 release(&bars.k_empty[stage(ik)], lane);
                 if (j == cur.n_tiles - 1) release(&bars.q_empty[n % Q_STAGES], lane);
-                mask_tile(s, cur, j, cw, warp, lane);
+                mask_tile(p, s, cur, j, cw, warp, lane);
                 softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha);
                 wgmma_wait<0>();
                 fence_operands(flat<D>(o));

@@ -59,4 +59,9 @@ struct FwdParams {
     // kv.seqlen_add appended keys) and, paged, the block table; k/v_stride_b then step pages.
     // All zero otherwise.
     KvCacheGeom kv;
+
+    // Sliding window (mask.cuh), when has_window: query i sees key j iff
+    // i + causal_offset - window_left <= j <= i + causal_offset + window_right, a bound of -1
+    // leaving that side open (causal kernels take right = 0 whatever window_right says).
+    int has_window, window_left, window_right, pad4_;
 };
