@@ -194,3 +194,25 @@ def test_causal_sets_the_right_window_to_zero():
     assert parse_modifiers(window_size=(5, 9), causal=True, batch=1, heads_q=1).window == (5, 0)
     assert parse_modifiers(causal=True, batch=1, heads_q=1).window == (-1, 0)
     assert not parse_modifiers(batch=1, heads_q=1).active
+
+
+def test_attention_checks_the_window_before_gpu_work():
+    import ml_dtypes
+
+    import cudattn
+
+    q = np.zeros((1, 8, 2, 64), np.float16)
+    with pytest.raises(TypeError, match="pair"):
+        cudattn.attention(q, q, q, window_size=(1,))
+    with pytest.raises(ValueError, match=">= -1"):
+        cudattn.attention(q, q, q, window_size=(0, -3))
+    q8 = np.zeros((1, 8, 2, 64), ml_dtypes.float8_e4m3fn)
+    with pytest.raises(NotImplementedError, match="FP8"):
+        cudattn.attention(q8, q8, q8, window_size=(4, 0))
+
+
+def test_plain_windows_are_no_window():
+    from cudattn._modifiers import window_of
+
+    assert window_of((-1, -1), False) is None and window_of((-1, 3), True) is None
+    assert window_of((5, 2), True) == (5, 0) and window_of((0, 0), False) == (0, 0)
