@@ -20,13 +20,15 @@ from typing import Literal, overload
 
 import numpy as np
 
-from . import _callpath, _decode_traits, _device, _foreign, _kernels, _launch, _stream, _transfer
+from . import _callpath, _decode, _decode_traits, _device, _foreign, _kernels, _launch, _plan, _stream, _transfer
+from . import _varlen_api
 from ._dtypes import FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error
 from ._geometry import contiguous_geom, share_bytes, span
 from ._operands import OTHER, kind_of
 from ._params import AppendParams, KvCacheGeom
 from ._problem import KvCache, Problem, TensorGeom, Varlen
 from ._types import ArrayLike, ArrayResult, StreamLike
+from ._varlen import check_cu_seqlens, check_device_offsets, check_max_seqlen
 from ._validate import _check_bool, _check_out, _check_scale, _describe, check_num_splits, tensor_geom
 
 _I32 = np.dtype(np.int32)
@@ -158,10 +160,8 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
 _NAMES = ("q", "k_cache", "v_cache", "k_new", "v_new", "out", "cache_seqlens", "block_table", "cu_seqlens_q")
 
 
-def _check_packed(cu_seqlens_q, max_seqlen_q, k_new, num_splits, host: bool) -> bool:
+def _check_packed(cu_seqlens_q, max_seqlen_q, k_new, num_splits, host: bool) -> tuple:
     """The arguments of a packed-q call that are checked before anything else."""
-    from ._varlen import check_max_seqlen
-
     if cu_seqlens_q is None or max_seqlen_q is None:
         raise TypeError("a packed q takes cu_seqlens_q and max_seqlen_q together")
     check_max_seqlen(max_seqlen_q, "max_seqlen_q", None)
@@ -192,7 +192,6 @@ def _rows_used(problem: Problem, seqlens) -> int | None:
 
 def _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa=None, cq=None, rows=None):
     from ._api import run_device
-    from ._varlen_api import run_varlen
 
     kv = problem.kv_cache
     kv = replace(kv, seqlens_ptr=0 if sl is None else sl.ptr, block_table_ptr=0 if bt is None else bt.ptr)
@@ -202,7 +201,7 @@ def _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref
     if kv.paged and _gathers(problem, device_id):
         problem, ka, va = _gather(problem, ka, va, device, device_id, sref, rows)
     if problem.varlen is not None:  # a packed q: the prefill kernels, whatever its length
-        return run_varlen(problem, qa, ka, va, oa, cq, None, device, device_id, sref)
+        return _varlen_api.run_varlen(problem, qa, ka, va, oa, cq, None, device, device_id, sref)
     return run_device(problem, qa, ka, va, oa, device, device_id, sref)  # drops a gathered copy stream-ordered
 
 
@@ -212,8 +211,6 @@ def _gathers(problem: Problem, device_id: int) -> bool:
     fast only when a page holds a whole key tile (a TMA box per page: page 16 ran at 0.36x and
     page 64 at 0.79x of a dense prefill, page >= 128 at 0.94x, H200). The portable kernel reads
     contiguous caches only."""
-    from . import _decode, _plan
-
     if problem.varlen is None and _decode.takes_split_kv(problem) or problem.varlen and not problem.varlen.total_q:
         return False
     plan = _plan.make_plan(problem, _device.device_properties(device_id))
@@ -233,8 +230,7 @@ def _gather(problem: Problem, ka, va, device, device_id, sref, rows: int | None 
     wk, wv = (empty_on((B, cap, H, D), problem.dtype, device, sref) for _ in range(2))
     dense = contiguous_geom(cap, H, D, "bshd")
     ks, vs = problem.k_strides, problem.v_strides
-    geom = KvCacheGeom(kv.block_table_ptr, kv.seqlens_ptr, kv.page_size, kv.max_pages, kv.num_pages, kv.capacity,
-                       kv.seqlen_add, 0)
+    geom = _decode.kv_geom(problem)  # the grown lengths: seqlens + the keys just appended
     p = AppendParams(wk.ptr, wv.ptr, ka.ptr, va.ptr, dense.batch, dense.seq, dense.head, dense.batch, dense.seq,
                      dense.head, ks.batch, ks.seq, ks.head, vs.batch, vs.seq, vs.head, geom, B, cap, H, D)
     props = _device.device_properties(device_id)
@@ -415,9 +411,6 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
 
 def _packed_q(qs, qst, cu, max_seqlen_q):
     """A packed q (total_q, Hq, D) seen as (B, max_seqlen_q, Hq, D) with batch stride 0, and its Varlen."""
-    from ._varlen import check_cu_seqlens, check_max_seqlen
-    from ._varlen_api import _offsets_shape
-
     if len(qs) != 3:
         raise ValueError(f"q must be 3-D (total_q, heads_q, head_dim) with cu_seqlens_q; got shape {qs}")
     total_q = qs[0]
@@ -425,7 +418,7 @@ def _packed_q(qs, qst, cu, max_seqlen_q):
         lengths = np.diff(check_cu_seqlens(cu, "cu_seqlens_q", total_q))
         batch = len(lengths)
     else:
-        lengths, batch = None, _offsets_shape(cu, "cu_seqlens_q", None)
+        lengths, batch = None, check_device_offsets(cu, "cu_seqlens_q", None)
     max_q = min(check_max_seqlen(max_seqlen_q, "max_seqlen_q", lengths), total_q)
     if max_q == 0 and total_q > 0:
         raise ValueError(f"max_seqlen_q must be >= 1 (q has {total_q} rows)")

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_cu_seqlens", "check_max_seqlen"]
+from . import _validate
+
+_I32 = np.dtype(np.int32)
+
+__all__ = ["check_cu_seqlens", "check_device_offsets", "check_max_seqlen"]
 
 
 def check_cu_seqlens(cu, name: str, total: int, batch: int | None = None) -> np.ndarray:
@@ -49,3 +53,18 @@ def check_max_seqlen(max_seqlen, name: str, lengths: np.ndarray | None) -> int:
     if lengths is not None and lengths.size and n < int(lengths.max()):
         raise ValueError(f"{name} = {n} is shorter than sequence {int(np.argmax(lengths))} ({int(lengths.max())} rows)")
     return n
+
+
+def check_device_offsets(cu, name: str, batch: int | None) -> int:
+    """The sequence count ``len(cu) - 1`` of a device offsets array, checked for dtype, rank and
+    contiguity (its values are the caller's duty)."""
+    shape, strides, dtype, _ = _validate._describe(name, cu, False)
+    if dtype != _I32:
+        raise TypeError(f"{name} must be int32 (FlashAttention's cu_seqlens); got {dtype}")
+    if len(shape) != 1 or shape[0] < 1:
+        raise ValueError(f"{name} must be 1-D with batch + 1 >= 1 entries; got shape {tuple(shape)}")
+    if batch is not None and shape[0] != batch + 1:
+        raise ValueError(f"{name} must have batch + 1 = {batch + 1} entries (as cu_seqlens_q); got {shape[0]}")
+    if shape[0] > 1 and tuple(strides) != (4,):
+        raise ValueError(f"{name} must be contiguous (stride 4 bytes); got strides {tuple(strides)}")
+    return shape[0] - 1

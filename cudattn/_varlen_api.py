@@ -20,12 +20,11 @@ from ._dtypes import FLOAT8_E4M3
 from ._operands import OTHER, kind_of
 from ._problem import TensorGeom, Varlen
 from ._validate import _describe, fp8_descales, validate
-from ._varlen import check_cu_seqlens, check_max_seqlen
+from ._varlen import check_cu_seqlens, check_device_offsets, check_max_seqlen
 
 __all__ = ["attention_varlen"]
 
 _F32 = np.dtype(np.float32)
-_I32 = np.dtype(np.int32)
 _NEG_INF_F32_BITS = 0xFF800000
 _MAX_GRID_YZ = 65535
 _NAMES = ("q", "k", "v", "out", "cu_seqlens_q", "cu_seqlens_k", "q_descale", "k_descale", "v_descale")
@@ -107,21 +106,6 @@ def _check_call(cu_q, cu_k, max_q, max_k, layout, num_splits) -> None:
         check_max_seqlen(x, name, None)
 
 
-def _offsets_shape(cu, name: str, batch: int | None) -> int:
-    """The sequence count ``len(cu) - 1`` of a device offsets array, checked for dtype, rank and
-    contiguity (its values are the caller's duty)."""
-    shape, strides, dtype, _ = _describe(name, cu, False)
-    if dtype != _I32:
-        raise TypeError(f"{name} must be int32 (FlashAttention's cu_seqlens); got {dtype}")
-    if len(shape) != 1 or shape[0] < 1:
-        raise ValueError(f"{name} must be 1-D with batch + 1 >= 1 entries; got shape {tuple(shape)}")
-    if batch is not None and shape[0] != batch + 1:
-        raise ValueError(f"{name} must have batch + 1 = {batch + 1} entries (as cu_seqlens_q); got {shape[0]}")
-    if shape[0] > 1 and tuple(strides) != (4,):
-        raise ValueError(f"{name} must be contiguous (stride 4 bytes); got strides {tuple(strides)}")
-    return shape[0] - 1
-
-
 def validate_varlen(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags: dict, out, *, host: bool):
     """The Problem of a packed call: checked as one batch entry of the packed rows by `validate`,
     then described as ``B`` sequences of at most ``max_seqlen_q``/``max_seqlen_k`` rows."""
@@ -137,11 +121,11 @@ def validate_varlen(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags: dict, ou
         lengths_q = np.diff(check_cu_seqlens(cu_q, "cu_seqlens_q", total_q))
         batch = len(lengths_q)
     else:
-        batch = _offsets_shape(cu_q, "cu_seqlens_q", None)
+        batch = check_device_offsets(cu_q, "cu_seqlens_q", None)
     if isinstance(cu_k, np.ndarray):
         lengths_k = np.diff(check_cu_seqlens(cu_k, "cu_seqlens_k", total_k, batch))
     else:
-        _offsets_shape(cu_k, "cu_seqlens_k", batch)
+        check_device_offsets(cu_k, "cu_seqlens_k", batch)
     max_q = check_max_seqlen(max_q, "max_seqlen_q", lengths_q)
     max_k = check_max_seqlen(max_k, "max_seqlen_k", lengths_k)
     for name, m, total in (("max_seqlen_q", max_q, total_q), ("max_seqlen_k", max_k, total_k)):

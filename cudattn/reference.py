@@ -287,14 +287,9 @@ def _weighted_values(p: np.ndarray, v: np.ndarray, idx: np.ndarray, Sq: int, Sk:
     """``p @ v`` over the keys each row sees. A NaN or inf in a V row reaches exactly the rows that
     see that key (``p * v`` by IEEE rules, so even a weight that underflowed to 0 gives NaN), never
     a row for which the key is masked: a plain ``p @ v`` would spread it through the masked zeros."""
-    bad = ~np.isfinite(v).all(axis=1)
-    if not bad.any():
-        return p @ v
-    out = p @ np.where(bad[:, None], 0.0, v)
-    for j in np.flatnonzero(bad):
-        sees = np.ones(idx.size, bool) if not causal else j <= idx + (Sk - Sq)
-        out[sees] += p[sees, j, None] * v[j]
-    return out
+    from ._modifiers import NONE
+
+    return _weighted_visible(p, v, idx, 0, Sq, Sk, causal, NONE)
 
 
 def _parse_mods(window_size, softcap, sinks, alibi_slopes, causal, B, Hq):
@@ -360,7 +355,7 @@ def _attention_modified(qb, kb, vb, rows, Sq, Sk, causal, mods, scale_of, round_
 
 
 def _weighted_visible(p, v, idx, lo, Sq, Sk, causal, mods) -> np.ndarray:
-    """`_weighted_values` for any mask: a non-finite V row reaches exactly the rows that see its key."""
+    """`_weighted_values` for keys ``lo ..`` under any mask (``mods``' window as well as causal)."""
     bad = ~np.isfinite(v).all(axis=1)
     if not bad.any():
         return p @ v

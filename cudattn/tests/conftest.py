@@ -110,3 +110,17 @@ def torch():
     if not torch.cuda.is_available():
         pytest.skip("torch without CUDA")
     return torch
+
+
+@pytest.fixture(params=["fastest", "portable"])
+def kernel_family(request, monkeypatch):
+    """Run on the kernel family the device would pick (Hopper: the sm90 one) and, on Hopper, once
+    more on the portable sm80 family, which sm_80/sm_89 devices run. A GPU module opts in for all
+    its tests with ``pytest.mark.usefixtures("kernel_family")``."""
+    from cudattn import _device, _traits
+
+    if request.param == "portable":
+        if _device.device_properties(0).arch not in _traits.HOPPER_ARCHS:
+            pytest.skip("the portable family is the fastest one on this device: covered by 'fastest'")
+        monkeypatch.setattr(_traits, "FORCED_FAMILY", "sm80")
+    return request.param

@@ -17,22 +17,11 @@ import pytest
 import cudattn
 from cudattn import reference
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("kernel_family")]
 
 DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 
 
-@pytest.fixture(params=["fastest", "portable"], autouse=True)
-def kernel_family(request, monkeypatch):
-    """Every test runs on the kernel family the device would pick (Hopper: the sm90 one) and, on
-    Hopper, once more on the portable sm80 family, which sm_80/sm_89 devices run."""
-    from cudattn import _device, _traits
-
-    if request.param == "portable":
-        if _device.device_properties(0).arch not in _traits.HOPPER_ARCHS:
-            pytest.skip("the portable family is the fastest one on this device: covered by 'fastest'")
-        monkeypatch.setattr(_traits, "FORCED_FAMILY", "sm80")
-    return request.param
 SEQLENS = [(1, 1), (1, 147), (113, 203), (128, 217), (239, 1), (799, 3), (1023, 1024), (1024, 1023), (4096, 4096)]
 _seed = itertools.count(1000)
 

@@ -11,20 +11,10 @@ import numpy as np
 import pytest
 
 import cudattn
-from cudattn import _decode, _device, _traits, reference
+from cudattn import _decode, reference
 from cudattn.tests.test_decode_gpu import BF16, F16, _check, _paged, _rand, kvcache_case
 
-pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(params=["fastest", "portable"], autouse=True)
-def family(request, monkeypatch):
-    arch = _device.device_properties(0).arch
-    if request.param == "portable":
-        if arch not in _traits.HOPPER_ARCHS:
-            pytest.skip("the portable family is the fastest one on this device: covered by 'fastest'")
-        monkeypatch.setattr(_traits, "FORCED_FAMILY", "sm80")
-    return request.param
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("kernel_family")]
 
 
 def test_longer_queries_take_the_prefill_kernels():

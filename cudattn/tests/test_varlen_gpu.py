@@ -26,16 +26,6 @@ FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
 _seed = itertools.count(9100)
 
 
-@pytest.fixture(params=["fastest", "portable"])
-def family(request, monkeypatch):
-    arch = _device.device_properties(0).arch
-    if request.param == "portable":
-        if arch not in _traits.HOPPER_ARCHS:
-            pytest.skip("the portable family is the fastest one on this device: covered by 'fastest'")
-        monkeypatch.setattr(_traits, "FORCED_FAMILY", "sm80")
-    return request.param
-
-
 def _offsets(lens) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
 
@@ -102,7 +92,7 @@ _LENGTHS = [
 @pytest.mark.parametrize("D", [64, 128, 256, 72])
 @pytest.mark.parametrize("heads", [(4, 4), (6, 2), (4, 1)], ids=["mha", "gqa", "mqa"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_varlen_grid(family, dtype, D, heads, causal):
+def test_varlen_grid(kernel_family, dtype, D, heads, causal):
     rng = np.random.default_rng(next(_seed))
     lens_q, lens_k = _LENGTHS[(D // 8 + heads[1]) % 2]
     q, k, v, cq, ck = _inputs(rng, lens_q, lens_k, *heads, D, dtype)
@@ -112,7 +102,7 @@ def test_varlen_grid(family, dtype, D, heads, causal):
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("D", [64, 128])
-def test_each_sequence_equals_its_own_call(family, causal, D):
+def test_each_sequence_equals_its_own_call(kernel_family, causal, D):
     """Bit for bit: sequence b of the packed call is the call on sequence b alone (same kernel:
     lengths below the short-causal rule's bound, so both calls pick the same tiles)."""
     rng = np.random.default_rng(next(_seed))
@@ -126,7 +116,7 @@ def test_each_sequence_equals_its_own_call(family, causal, D):
         np.testing.assert_array_equal(lse[:, qs], lb[0], err_msg=f"sequence {b} lse")
 
 
-def test_random_lengths_many_sequences(family):
+def test_random_lengths_many_sequences(kernel_family):
     """40 sequences of random lengths (a third of them 0 or 1), GQA, causal, bf16."""
     rng = np.random.default_rng(next(_seed))
     lens_q = rng.integers(0, 400, 40)
@@ -140,7 +130,7 @@ def test_random_lengths_many_sequences(family):
         _check(q, k, v, cq, ck, causal, o, lse)
 
 
-def test_numpy_path_and_host_offsets(family):
+def test_numpy_path_and_host_offsets(kernel_family):
     rng = np.random.default_rng(next(_seed))
     q, k, v, cq, ck = _inputs(rng, [5, 0, 130, 64], [9, 4, 130, 1], 4, 2, 64, np.float16)
     o, lse = _run(q, k, v, cq, ck, causal=True, host=True)
@@ -151,7 +141,7 @@ def test_numpy_path_and_host_offsets(family):
     np.testing.assert_array_equal(lse, lse2)
 
 
-def test_neighbours_nan_does_not_leak(family):
+def test_neighbours_nan_does_not_leak(kernel_family):
     """A NaN in the next sequence's first key and value (and in a cache slot past a sequence's
     end) must not reach a sequence whose last key tile overlaps those rows: TMA loads whole
     tiles, so the kernel zeroes V rows past the sequence's end."""
@@ -165,7 +155,7 @@ def test_neighbours_nan_does_not_leak(family):
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("D", [64, 128, 256])
-def test_varlen_fp8(family, causal, D):
+def test_varlen_fp8(kernel_family, causal, D):
     """FP8 with (B, Hkv) descale arrays: packed Vt segments (zeros between sequences) and the
     per-sequence descales, against the emulation of the kernels' FP8 arithmetic per sequence."""
     if _device.device_properties(0).arch not in _traits.FP8_ARCHS:

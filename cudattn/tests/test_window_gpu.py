@@ -15,22 +15,12 @@ import numpy as np
 import pytest
 
 import cudattn
-from cudattn import _device, _traits, reference
+from cudattn import reference
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("kernel_family")]
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 _seed = itertools.count(7700)
-
-
-@pytest.fixture(params=["fastest", "portable"], autouse=True)
-def family(request, monkeypatch):
-    arch = _device.device_properties(0).arch
-    if request.param == "portable":
-        if arch not in _traits.HOPPER_ARCHS:
-            pytest.skip("the portable family is the fastest one on this device: covered by 'fastest'")
-        monkeypatch.setattr(_traits, "FORCED_FAMILY", "sm80")
-    return request.param
 
 
 def _check(q, k, v, window, causal, o, lse):
