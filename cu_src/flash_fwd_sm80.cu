@@ -2,6 +2,9 @@
 // variant is chosen by the CUDATTN_* macros that cudattn/_traits.py passes as -D options.
 #include "cudattn/fwd_sm80.cuh"
 
+#ifndef CUDATTN_MODS
+#define CUDATTN_MODS 0
+#endif
 #ifndef CUDATTN_DTYPE_FP8
 #define CUDATTN_DTYPE_FP8 0
 #endif
@@ -18,7 +21,7 @@ typedef cudattn_elem_t cudattn_fwd_out_t;
 #endif
 
 typedef cudattn::FwdSm80<cudattn_elem_t, CUDATTN_HEAD_DIM, CUDATTN_BLOCK_M, CUDATTN_BLOCK_N, CUDATTN_WARPS,
-                         CUDATTN_STAGES, (CUDATTN_CAUSAL != 0), cudattn_fwd_out_t>
+                         CUDATTN_STAGES, (CUDATTN_CAUSAL != 0), cudattn_fwd_out_t, CUDATTN_MODS>
     cudattn_fwd_variant;
 
 extern "C" __global__ void __launch_bounds__(CUDATTN_WARPS * 32, CUDATTN_MIN_BLOCKS)

@@ -5,6 +5,9 @@
 #ifndef CUDATTN_CONSUMERS
 #define CUDATTN_CONSUMERS 2
 #endif
+#ifndef CUDATTN_MODS
+#define CUDATTN_MODS 0
+#endif
 #ifndef CUDATTN_DTYPE_FP8
 #define CUDATTN_DTYPE_FP8 0
 #endif
@@ -22,7 +25,7 @@ typedef __half cudattn_fwd_out_t;
 
 typedef cudattn::sm90::FwdSm90<cudattn_elem_t, cudattn_fwd_out_t, CUDATTN_HEAD_DIM, CUDATTN_BLOCK_N, CUDATTN_STAGES,
                                CUDATTN_Q_STAGES, (CUDATTN_CAUSAL != 0), (CUDATTN_PINGPONG != 0),
-                               CUDATTN_CONSUMERS>
+                               CUDATTN_CONSUMERS, CUDATTN_MODS>
     cudattn_fwd_variant;
 
 extern "C" __global__ void __launch_bounds__(cudattn_fwd_variant::NT, 1)

@@ -24,7 +24,8 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = ..., s
               num_splits: int | None = ..., out: ArrayLike | None = ..., stream: StreamLike = ...,
               cu_seqlens_q: ArrayLike | None = ..., cu_seqlens_k: ArrayLike | None = ...,
               max_seqlen_q: int | None = ..., max_seqlen_k: int | None = ...,
-              window_size: tuple[int, int] | None = ...) -> ArrayResult: ...
+              window_size: tuple[int, int] | None = ..., softcap: float | None = ..., sinks: ArrayLike | None = ...,
+              alibi_slopes: ArrayLike | None = ...) -> ArrayResult: ...
 
 
 @overload
@@ -34,7 +35,8 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = ..., s
               num_splits: int | None = ..., out: ArrayLike | None = ...,
               stream: StreamLike = ..., cu_seqlens_q: ArrayLike | None = ..., cu_seqlens_k: ArrayLike | None = ...,
               max_seqlen_q: int | None = ..., max_seqlen_k: int | None = ...,
-              window_size: tuple[int, int] | None = ...) -> tuple[ArrayResult, ArrayResult]: ...
+              window_size: tuple[int, int] | None = ..., softcap: float | None = ..., sinks: ArrayLike | None = ...,
+              alibi_slopes: ArrayLike | None = ...) -> tuple[ArrayResult, ArrayResult]: ...
 
 
 @overload
@@ -45,6 +47,7 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = ..., s
               stream: StreamLike = ..., cu_seqlens_q: ArrayLike | None = ..., cu_seqlens_k: ArrayLike | None = ...,
               max_seqlen_q: int | None = ...,
               max_seqlen_k: int | None = ..., window_size: tuple[int, int] | None = ...,
+              softcap: float | None = ..., sinks: ArrayLike | None = ..., alibi_slopes: ArrayLike | None = ...,
               ) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
 
 
@@ -54,7 +57,9 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
               num_splits: int | None = None, out: ArrayLike | None = None,
               stream: StreamLike = None, cu_seqlens_q: ArrayLike | None = None, cu_seqlens_k: ArrayLike | None = None,
               max_seqlen_q: int | None = None, max_seqlen_k: int | None = None,
-              window_size: tuple[int, int] | None = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
+              window_size: tuple[int, int] | None = None, softcap: float | None = None,
+              sinks: ArrayLike | None = None,
+              alibi_slopes: ArrayLike | None = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
     """Fused scaled-dot-product attention: ``softmax(scale · q kᵀ) v`` per head.
 
     Layouts: ``"bshd"`` (default, as FlashAttention) q ``(B, Sq, Hq, D)``, k/v ``(B, Sk, Hkv, D)``;
@@ -104,8 +109,19 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
     ``window_size=(left, right)``: a sliding window, FlashAttention's convention: query ``i`` sees
     key ``j`` iff ``i + Sk - Sq - left <= j <= i + Sk - Sq + right`` (-1: that side open;
     ``causal=True`` sets ``right = 0``). Key tiles outside every row's window are skipped, so the
-    time follows the window. The prefill kernels serve windowed calls of any length (the split-KV
-    decode kernel has no window yet).
+    time follows the window. Not yet for FP8 inputs.
+
+    Score modifiers (FlashAttention's conventions; each in the float64 reference too), applied in
+    this order: ``softcap`` (a float, 0 or None: off): scores ``s = scale · q·kᵀ`` become
+    ``softcap · tanh(s / softcap)`` (Gemma 2, Grok). ``alibi_slopes``: float32 ``(Hq,)`` or
+    ``(B, Hq)``; ``-slope · |i + Sk - Sq - j|`` is added to the capped score of query ``i`` and
+    key ``j``. Then the masks (causal, window). ``sinks``: float32 ``(Hq,)`` logits, one per
+    query head, that join every row's softmax denominator and carry no value (GPT-OSS's
+    attention sinks, FlashAttention's ``s_aux``): ``out = Σ e^{s_j} v_j / (Σ e^{s_j} + e^{sink})``
+    and the LSE includes the sink, so `merge_attention_states` of a sinked result with results
+    over other keys (without sinks) stays exact; a row that sees no key gets output 0 and LSE
+    ``sink``. Arrays follow the descales' rule: NumPy for NumPy calls, device arrays otherwise.
+    FP8 inputs take sinks but not yet softcap or ALiBi.
 
     Packed variable-length batches (FlashAttention's ``flash_attn_varlen_func`` convention): pass
     ``cu_seqlens_q``, ``cu_seqlens_k`` (int32 ``(B + 1,)`` offsets: start at 0, never decrease, end
@@ -126,38 +142,55 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
         return _varlen_api.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
                                 scale=scale, layout=layout, return_lse=return_lse, q_descale=q_descale,
                                 k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype,
-                                num_splits=num_splits, out=out, stream=stream, window_size=window_size)
+                                num_splits=num_splits, out=out, stream=stream, window_size=window_size,
+                                mods=(softcap, sinks, alibi_slopes))
     host_q, host_k, host_v = isinstance(q, np.ndarray), isinstance(k, np.ndarray), isinstance(v, np.ndarray)
     if host_q and host_k and host_v:
         from ._host import attention_host
 
         return attention_host(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse,
                               q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype,
-                              num_splits=num_splits, out=out, stream=stream, window_size=window_size)
+                              num_splits=num_splits, out=out, stream=stream, window_size=window_size,
+                              softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes)
     if host_q or host_k or host_v or type(q) is not DeviceArray and kind_of(q) == OTHER:
         _args.check_not_mixed(q, k, v)  # the one message for host/device mixes and non-arrays
-    if q_descale is None and k_descale is None and v_descale is None:  # 16-bit inputs: four operands
-        objs, names, descales = (q, k, v, out), _NAMES4, None
-    else:
-        objs, names = (q, k, v, out, *(_args.array_or_none(d) for d in (q_descale, k_descale, v_descale))), _NAMES
+    # Operands: q, k, v, out, then the three descales when any is given, then sinks and slopes.
+    objs, names, descales = [q, k, v, out], list(_NAMES4), None
+    given_d = (q_descale, k_descale, v_descale)
+    has_d = q_descale is not None or k_descale is not None or v_descale is not None
+    if has_d:
+        objs += [_args.array_or_none(d) for d in given_d]
+        names += _NAMES[4:7]
+    has_m = sinks is not None or alibi_slopes is not None
+    if has_m:
+        objs += [_args.array_or_none(sinks), _args.array_or_none(alibi_slopes)]
+        names += _NAMES[7:]
     consumer, keep, ops, sig, unordered = _callpath.operands(objs, names, stream)
-    if len(ops) > 4:
-        descales = tuple(_args.descale_key(g, a) for g, a in zip((q_descale, k_descale, v_descale), ops[4:]))
+    if has_d:
+        descales = tuple(_args.descale_key(g, a) for g, a in zip(given_d, ops[4:7]))
+    mkey = None
+    if has_m or softcap is not None:  # NumPy arrays in a device call: unhashable, so the full path says why
+        mkey = (_callpath.tag(softcap), *(_args.descale_key(g, a) for g, a in
+                                          zip((sinks, alibi_slopes), ops[-2:] if has_m else (None, None))))
     # Types join the values: True, 1 and 1.0 are equal and hash alike, but validate differently.
     key = ("attention", sig, (causal, scale, layout, return_lse, out_dtype, num_splits),
            (causal.__class__, scale.__class__, layout.__class__, return_lse.__class__, out_dtype.__class__,
-            num_splits.__class__), descales, None if window_size is None else _callpath.tag(window_size))
+            num_splits.__class__), descales, None if window_size is None else _callpath.tag(window_size), mkey)
 
-    def full(qa, ka, va, oa, dq=None, dk=None, dv=None):
+    def full(qa, ka, va, oa, *extra):
+        dq, dk, dv = extra[:3] if has_d else (None, None, None)
+        sk, al = extra[-2:] if has_m else (None, None)
         device_id = qa.device_id
-        for name, a in (("k", ka), ("v", va), ("out", oa), ("q_descale", dq), ("k_descale", dk), ("v_descale", dv)):
+        for name, a in (("k", ka), ("v", va), ("out", oa), ("q_descale", dq), ("k_descale", dk), ("v_descale", dv),
+                        ("sinks", sk), ("alibi_slopes", al)):
             if a is not None and a.device_id != device_id:
                 raise ValueError(f"{name} is on device {a.device_id} but q is on device {device_id}; "
                                  "all operands must be on one device")
         problem = validate(qa, ka, va, causal=causal, scale=scale, layout=layout, return_lse=return_lse,
                            q_descale=q_descale if dq is None else dq, k_descale=k_descale if dk is None else dk,
                            v_descale=v_descale if dv is None else dv, out_dtype=out_dtype,
-                           num_splits=num_splits, out=oa, host=False, window_size=window_size)
+                           num_splits=num_splits, out=oa, host=False, window_size=window_size, softcap=softcap,
+                           sinks=sinks if sk is None else sk, alibi_slopes=alibi_slopes if al is None else al)
         sref = _stream.StreamRef(consumer, keep)
         return run_device(problem, qa, ka, va, oa, _device.get_device(device_id), device_id, sref)
 
@@ -165,7 +198,7 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
                          allocates=out is None or return_lse is True, unordered=unordered)
 
 
-_NAMES = ("q", "k", "v", "out", "q_descale", "k_descale", "v_descale")
+_NAMES = ("q", "k", "v", "out", "q_descale", "k_descale", "v_descale", "sinks", "alibi_slopes")
 _NAMES4 = _NAMES[:4]
 
 
@@ -175,8 +208,9 @@ def run_device(problem, qa, ka, va, oa, device, device_id, sref):
     Decode shapes (at most ``_decode.DECODE_MAX_SQ`` query tokens) or an explicit ``num_splits``
     take the split-KV path; everything else (KV caches included: chunked prefill) the prefill
     kernels."""
-    if problem.batch == 0 or problem.seqlen_q == 0 or problem.seqlen_k == 0:
-        return _run_empty(problem, oa, device, sref)
+    sinks = problem.mods is not None and problem.mods.sinks
+    if problem.batch == 0 or problem.seqlen_q == 0 or problem.seqlen_k == 0 and not sinks:
+        return _run_empty(problem, oa, device, sref)  # (no keys but sinks: the kernels write LSE = sink)
     props = _device.device_properties(device_id)
     decode = _decode.takes_split_kv(problem)
     if not decode:

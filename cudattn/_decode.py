@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from . import _array, _decode_traits, _kernels, _launch, _stream_memory
+from ._modifiers import fill_params
 from ._decode_traits import MAX_SPLITS, DecodeVariant
 from ._params import DecodeParams, KvCacheGeom, scale_log2
 from ._problem import Problem, TensorGeom
@@ -32,8 +33,6 @@ def takes_split_kv(problem: Problem) -> bool:
         return False
     # Longer queries against a KV cache (chunked prefill) take the prefill kernels, which read the
     # cache in place (seqlen.cuh) and fill the GPU with query tiles.
-    if problem.window is not None:  # the decode kernel has no window yet
-        return False
     return problem.num_splits is not None or problem.seqlen_q <= DECODE_MAX_SQ
 
 
@@ -92,7 +91,8 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
     kv = problem.kv_cache
     capacity = problem.seqlen_k
     key = (problem.dtype, problem.head_dim, problem.seqlen_q, problem.heads_q, problem.heads_kv, problem.batch,
-           capacity, problem.num_splits, kv is not None and kv.paged, props.device_id, props.max_shared_memory_per_block_optin)
+           capacity, problem.num_splits, kv is not None and kv.paged, props.device_id, props.max_shared_memory_per_block_optin,
+           problem.window)
     hit = _plans.get(key)
     if hit is not None:
         return hit
@@ -101,7 +101,7 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
     t = variant.tiles
     rows = problem.group_size * problem.seqlen_q
     num_m = -(-rows // t.block_m)
-    key_tiles = max(1, -(-capacity // t.block_n))
+    key_tiles = max(1, -(-_keys_seen(problem, capacity, t.block_m) // t.block_n) + 1)
     blocks = num_m * problem.heads_kv * problem.batch
     if problem.num_splits is None:
         paged = kv is not None and kv.paged
@@ -118,6 +118,18 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
         _plans.clear()
     _plans[key] = (plan, kernel)
     return plan, kernel
+
+
+def _keys_seen(problem: Problem, capacity: int, block_m: int) -> int:
+    """The most keys one block of packed rows visits: the capacity, or with a window's left edge
+    the window's reach over the block's tokens (the splits cut only that range, fwd_decode.cuh)."""
+    if problem.window is None or problem.window[0] < 0:
+        return capacity
+    left, right = problem.window
+    if right < 0:
+        return capacity
+    tokens = min(problem.seqlen_q, -(-block_m // problem.group_size) + 1)
+    return min(capacity, left + tokens + right)
 
 
 def kv_geom(problem: Problem) -> KvCacheGeom:
@@ -154,5 +166,9 @@ def run(problem: Problem, q: int, k: int, v: int, o: int, lse: int, o_geom: Tens
         scale_log2(scale),
         int(lse != 0), 0,
     )
+    params.window_left, params.window_right = problem.window or (-1, -1)
+    params.has_window = int(problem.window is not None)
+    if problem.mods is not None:
+        fill_params(params, problem.mods, scale)
     _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
     del counters  # held until the launch is queued (`_stream_memory`)

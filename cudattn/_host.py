@@ -93,11 +93,13 @@ def _bytes_per_item(problem) -> int:
 
 
 def attention_host(q, k, v, *, causal, scale, layout, return_lse, q_descale, k_descale, v_descale, out_dtype,
-                   num_splits, out, stream, window_size=None):
+                   num_splits, out, stream, window_size=None, softcap=None, sinks=None, alibi_slopes=None):
     kw = dict(causal=causal, scale=scale, layout=layout, return_lse=return_lse, q_descale=q_descale,
               k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype, num_splits=num_splits)
-    if window_size is not None:
-        kw["window_size"] = window_size
+    for name, x in (("window_size", window_size), ("softcap", softcap), ("sinks", sinks),
+                    ("alibi_slopes", alibi_slopes)):
+        if x is not None:
+            kw[name] = x
     # The data is copied to the device anyway, so any NumPy strides and alignment are fine: make
     # the copies' source contiguous here (a no-op for contiguous input) rather than refusing views.
     if type(q) is not np.ndarray or type(k) is not np.ndarray or type(v) is not np.ndarray:
@@ -145,6 +147,15 @@ def _dma_d2h(dst: int, src: int, nbytes: int, stream: int) -> None:
     check(driver.cuMemcpyDtoHAsync(dst, src, nbytes, stream), "cuMemcpyDtoHAsync(pinned)")
 
 
+def _upload_arrays(kw: dict, device, sref) -> dict:
+    """The call's NumPy descales, sinks and slopes as float32 device arrays (checked already)."""
+    kw = _fp8.upload_descales(kw, device, sref)
+    for name in ("sinks", "alibi_slopes"):
+        if isinstance(kw.get(name), np.ndarray):
+            kw[name] = _transfer.to_device(np.ascontiguousarray(kw[name]), device=device, stream=sref)
+    return kw
+
+
 def _upload(x: np.ndarray, pinned: bool, device, sref) -> _array.DeviceArray:
     if not pinned:
         return _transfer.to_device(x, device=device, stream=sref)
@@ -170,7 +181,7 @@ def _run_in_sequence(problem, q, k, v, kw, out, pinned, device, device_id, sref)
     faults = None if direct else _staging.prefault(o)
     try:
         qd, kd, vd = (_upload(x, p, device, sref) for x, p in zip((q, k, v), pinned.inputs))
-        kw = _fp8.upload_descales(kw, device, sref)
+        kw = _upload_arrays(kw, device, sref)
         res = run_device(validate(qd, kd, vd, **kw, out=None, host=False), qd, kd, vd, None, device, device_id,
                          sref)
         o_dev, lse_dev = res if problem.return_lse else (res, None)
@@ -250,8 +261,11 @@ def _run_pipelined(problem, q, k, v, given, kw, out, pinned, chunks, st, device,
     faults = [None] * len(chunks) if direct else [_staging.prefault(o[b0:b1]) for b0, b1 in chunks]
     lse = np.empty((problem.batch, problem.heads_q, problem.seqlen_q), _F32) if return_lse else None
     keep = []  # per-chunk LSE device arrays: dropped (freed on the caller's stream) after their download
-    kw = _fp8.upload_descales(kw, device, sref)
-    descale_names = [n for n in ("q_descale", "k_descale", "v_descale") if isinstance(kw.get(n), _array.DeviceArray)]
+    kw = _upload_arrays(kw, device, sref)
+    # (B, Hkv) descales and (B, Hq) slopes: each chunk takes its rows
+    per_batch = [n for n in ("q_descale", "k_descale", "v_descale") if isinstance(kw.get(n), _array.DeviceArray)]
+    if isinstance(kw.get("alibi_slopes"), _array.DeviceArray) and len(kw["alibi_slopes"].shape) == 2:
+        per_batch.append("alibi_slopes")
 
     with st.lock:
         pipe = st.pipeline
@@ -279,7 +293,7 @@ def _run_pipelined(problem, q, k, v, given, kw, out, pinned, chunks, st, device,
                 pipe.record(pipe.ev_in, pipe.h2d)
                 pipe.wait(sref.handle, pipe.ev_in)
                 qj, kj, vj, oj = qd[b0:b1], kd[b0:b1], vd[b0:b1], od[b0:b1]
-                kwj = dict(kw, **{n: kw[n][b0:b1] for n in descale_names})  # (B, Hkv) descales: this chunk's rows
+                kwj = dict(kw, **{n: kw[n][b0:b1] for n in per_batch})  # this chunk's rows
                 pj = validate(qj, kj, vj, **kwj, out=oj, host=False)
                 res = run_device(pj, qj, kj, vj, oj, device, device_id, sref)
                 lse_j = res[1] if return_lse else None

@@ -21,7 +21,8 @@ from typing import Literal, overload
 import numpy as np
 
 from . import _callpath, _decode, _decode_traits, _device, _foreign, _kernels, _launch, _plan, _stream, _transfer
-from . import _varlen_api
+from . import _args, _varlen_api
+from ._modifiers import kernel_mods, window_of
 from ._dtypes import FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error
 from ._geometry import contiguous_geom, share_bytes, span
 from ._operands import OTHER, kind_of
@@ -42,7 +43,9 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            k_new: ArrayLike | None = ..., v_new: ArrayLike | None = ...,
                            cu_seqlens_q: ArrayLike | None = ..., max_seqlen_q: int | None = ..., causal: bool = ...,
                            scale: float | None = ..., return_lse: Literal[False] = ..., num_splits: int | None = ...,
-                           out: ArrayLike | None = ..., stream: StreamLike = ...) -> ArrayResult: ...
+                           out: ArrayLike | None = ..., stream: StreamLike = ...,
+                           window_size: tuple[int, int] | None = ..., softcap: float | None = ...,
+                           sinks: ArrayLike | None = ..., alibi_slopes: ArrayLike | None = ...) -> ArrayResult: ...
 
 
 @overload
@@ -51,7 +54,9 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            k_new: ArrayLike | None = ..., v_new: ArrayLike | None = ...,
                            cu_seqlens_q: ArrayLike | None = ..., max_seqlen_q: int | None = ..., causal: bool = ...,
                            scale: float | None = ..., return_lse: Literal[True], num_splits: int | None = ...,
-                           out: ArrayLike | None = ..., stream: StreamLike = ...) -> tuple[ArrayResult, ArrayResult]: ...
+                           out: ArrayLike | None = ..., stream: StreamLike = ...,
+                           window_size: tuple[int, int] | None = ..., softcap: float | None = ...,
+                           sinks: ArrayLike | None = ..., alibi_slopes: ArrayLike | None = ...) -> tuple[ArrayResult, ArrayResult]: ...
 
 
 @overload
@@ -60,7 +65,9 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            k_new: ArrayLike | None = ..., v_new: ArrayLike | None = ...,
                            cu_seqlens_q: ArrayLike | None = ..., max_seqlen_q: int | None = ..., causal: bool = ...,
                            scale: float | None = ..., return_lse: bool, num_splits: int | None = ...,
-                           out: ArrayLike | None = ..., stream: StreamLike = ...) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
+                           out: ArrayLike | None = ..., stream: StreamLike = ...,
+                           window_size: tuple[int, int] | None = ..., softcap: float | None = ...,
+                           sinks: ArrayLike | None = ..., alibi_slopes: ArrayLike | None = ...) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
 
 
 def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike, *,
@@ -68,7 +75,10 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            k_new: ArrayLike | None = None, v_new: ArrayLike | None = None,
                            cu_seqlens_q: ArrayLike | None = None, max_seqlen_q: int | None = None, causal: bool = False,
                            scale: float | None = None, return_lse: bool = False, num_splits: int | None = None,
-                           out: ArrayLike | None = None, stream: StreamLike = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
+                           out: ArrayLike | None = None, stream: StreamLike = None,
+                           window_size: tuple[int, int] | None = None, softcap: float | None = None,
+                           sinks: ArrayLike | None = None,
+                           alibi_slopes: ArrayLike | None = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
     """Attention of a few query tokens against a KV cache (FlashAttention's ``flash_attn_with_kvcache``).
 
     - ``q``: ``(B, Sq, Hq, D)`` (layout "bshd"; decode is Sq = 1..16, any Sq works).
@@ -88,6 +98,10 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
       queries at rows ``cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1`` (int32 ``(B + 1,)``, as in
       `cudattn.attention`); the output is then ``(total_q, Hq, D)`` and the LSE ``(Hq, total_q)``.
       The chunk's keys must already be in the cache (no ``k_new``); ``num_splits`` does not apply.
+    - ``window_size``, ``softcap``, ``sinks``, ``alibi_slopes``: as in `cudattn.attention`, with
+      ``Sk`` the sequence's cached keys (appended ones included): query ``i``'s diagonal key is
+      ``i + L_b - Sq``. The split-KV decode kernel skips the key tiles outside every row's window,
+      and counts a sink once, when it merges the splits.
 
     More than 16 query tokens a sequence (chunked prefill), or a packed ``q``, run the prefill
     kernels on the cache in place; a paged cache whose pages are shorter than the kernel's key
@@ -99,6 +113,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     ``block_table`` may be NumPy arrays on either path (their values are then checked) or device
     arrays on the device path (their values are then the caller's duty; see the module docs).
     """
+    mods = (window_size, softcap, sinks, alibi_slopes)
     kv_host = [isinstance(x, np.ndarray) for x in (q, k_cache, v_cache)]
     new_host = [isinstance(x, np.ndarray) for x in (k_new, v_new) if x is not None]
     host = all(kv_host + new_host)
@@ -109,7 +124,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
         packed = _check_packed(cu_seqlens_q, max_seqlen_q, k_new, num_splits, host)
     if host:
         return _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale, return_lse,
-                         num_splits, stream, packed)
+                         num_splits, stream, packed, mods)
     if out is not None and isinstance(out, np.ndarray):
         raise TypeError("out must be a device array for device calls (the NumPy path returns a new array)")
     objs = (q, k_cache, v_cache, k_new, v_new, out, cache_seqlens, block_table, cu_seqlens_q)
@@ -121,26 +136,34 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     if isinstance(cache_seqlens, np.ndarray) or isinstance(block_table, np.ndarray) or \
             isinstance(cu_seqlens_q, np.ndarray):
         dev_objs = tuple(None if isinstance(x, np.ndarray) else x for x in objs)
+    has_m = sinks is not None or alibi_slopes is not None
+    if has_m:  # two more operands (a NumPy array or a scalar stays out: the full path refuses it)
+        dev_objs = (*dev_objs, _args.array_or_none(sinks), _args.array_or_none(alibi_slopes))
     consumer, keep, ops, sig, unordered = _callpath.operands(dev_objs, _NAMES, stream)
-    qa, ka, va, kn, vn, oa, sl, bt, cq = ops
+    qa, ka, va, kn, vn, oa, sl, bt, cq = ops[:9]
+    mkey = None
+    if has_m or softcap is not None or window_size is not None:
+        mkey = (_callpath.tag(window_size), _callpath.tag(softcap),
+                *(_args.descale_key(g, a) for g, a in zip((sinks, alibi_slopes), ops[9:] if has_m else (None, None))))
     key = ("kvcache", sig, (causal, scale, return_lse, num_splits, max_seqlen_q),
            (causal.__class__, scale.__class__, return_lse.__class__, num_splits.__class__, max_seqlen_q.__class__),
            # NumPy index arrays: unhashable, so such calls take the full path
-           *(None if d is not None or x is None else x for d, x in zip(dev_objs[6:], (cache_seqlens, block_table,
-                                                                                   cu_seqlens_q))))
+           *(None if d is not None or x is None else x for d, x in zip(dev_objs[6:9], (cache_seqlens, block_table,
+                                                                                    cu_seqlens_q))), mkey)
     # Appending into caches whose byte ranges meet: the full path's exact test of shared elements.
     suspect = kn is not None and _ranges_meet(ka, va)
 
-    def full(qa, ka, va, kn, vn, oa, sl, bt, cq):
+    def full(qa, ka, va, kn, vn, oa, sl, bt, cq, sk=None, al=None):
         device_id = qa.device_id
-        for name, a in zip(_NAMES[1:], (ka, va, kn, vn, oa, sl, bt, cq)):
+        for name, a in zip(_NAMES[1:], (ka, va, kn, vn, oa, sl, bt, cq, sk, al)):
             if a is not None and a.device_id != device_id:
                 raise ValueError(f"{name} is on device {a.device_id} but q is on device {device_id}")
         sl = cache_seqlens if sl is None else sl
         bt = block_table if bt is None else bt
         cq = cu_seqlens_q if cq is None else cq
+        ms = (window_size, softcap, sinks if sk is None else sk, alibi_slopes if al is None else al)
         problem, new_geoms = validate_kvcache(qa, ka, va, sl, bt, kn, vn, causal, scale, return_lse, num_splits,
-                                              host=False, cu_seqlens_q=cq, max_seqlen_q=max_seqlen_q)
+                                              host=False, cu_seqlens_q=cq, max_seqlen_q=max_seqlen_q, mods=ms)
         if oa is not None:
             geom = _check_out(oa if cq is None else oa[None], False, qa.shape if cq is None else (1, *qa.shape),
                               problem.out_dtype, "bshd")
@@ -157,7 +180,8 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                          allocates=out is None or return_lse is True, unordered=unordered, force_full=suspect)
 
 
-_NAMES = ("q", "k_cache", "v_cache", "k_new", "v_new", "out", "cache_seqlens", "block_table", "cu_seqlens_q")
+_NAMES = ("q", "k_cache", "v_cache", "k_new", "v_new", "out", "cache_seqlens", "block_table", "cu_seqlens_q", "sinks",
+          "alibi_slopes")
 
 
 def _check_packed(cu_seqlens_q, max_seqlen_q, k_new, num_splits, host: bool) -> tuple:
@@ -256,10 +280,11 @@ def _append(problem: Problem, kv: KvCache, ka, va, kn, vn, new_geoms, device, de
 
 
 def _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale, return_lse, num_splits,
-              stream, packed=None):
+              stream, packed=None, mods=(None, None, None, None)):
     cu_q, max_q = packed if packed else (None, None)
     problem, _ = validate_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale,
-                                  return_lse, num_splits, host=True, cu_seqlens_q=cu_q, max_seqlen_q=max_q)
+                                  return_lse, num_splits, host=True, cu_seqlens_q=cu_q, max_seqlen_q=max_q,
+                                  mods=mods)
     kv = problem.kv_cache
     if k_new is not None:  # the NumPy caches are updated in place, here, before they go up
         _append_host(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, kv)
@@ -270,6 +295,10 @@ def _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cau
     qa, ka, va, sl, bt, cq = (up(x) for x in (q, k_cache, v_cache, cache_seqlens, block_table, cu_q))
     q_geom = _dense(qa) if cq is None else TensorGeom(0, q.shape[1] * q.shape[2], q.shape[2])
     problem = replace(problem, host=False, q_strides=q_geom, k_strides=_dense(ka), v_strides=_dense(va))
+    if problem.mods is not None:  # NumPy sinks and slopes (checked by value) go up too
+        sk, al = (up(x) for x in mods[2:])
+        problem = replace(problem, mods=replace(problem.mods, sinks_ptr=0 if sk is None else sk.ptr,
+                                                alibi_ptr=0 if al is None else al.ptr))
     res = _run(problem, qa, ka, va, None, None, sl, bt, None, device, device_id, sref, None, cq,
                _rows_used(problem, cache_seqlens))
     o_dev, lse_dev = res if return_lse else (res, None)
@@ -298,11 +327,12 @@ def _append_host(k_cache, v_cache, k_new, v_new, seqlens, table, kv: KvCache) ->
 
 
 def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, scale, return_lse, num_splits, *,
-                     host: bool, cu_seqlens_q=None,
-                     max_seqlen_q=None) -> tuple[Problem, tuple[TensorGeom, TensorGeom] | None]:
+                     host: bool, cu_seqlens_q=None, max_seqlen_q=None,
+                     mods=(None, None, None, None)) -> tuple[Problem, tuple[TensorGeom, TensorGeom] | None]:
     """Check one call and describe it as a `Problem` whose ``kv_cache`` has no pointers yet;
     also the strides of k_new and v_new (None without them). Raises ValueError/TypeError.
-    A packed q (``cu_seqlens_q``) is checked as a batch of ``max_seqlen_q`` rows a sequence."""
+    A packed q (``cu_seqlens_q``) is checked as a batch of ``max_seqlen_q`` rows a sequence.
+    ``mods``: (window_size, softcap, sinks, alibi_slopes)."""
     qs, qst, qdt, qptr = _describe("q", q, host)
     varlen = None
     if cu_seqlens_q is not None:
@@ -401,11 +431,13 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
     return_lse = _check_bool("return_lse", return_lse)
     scale = _check_scale(scale, D)
     num_splits = check_num_splits(num_splits)
+    window = None if mods[0] is None else window_of(mods[0], causal)
+    km = kernel_mods(*mods[1:], batch=B, heads_q=Hq, host=host)
     kv = KvCache(paged=paged, page_size=page_size, max_pages=max_pages, num_pages=num_pages, seqlen_add=s_new)
     problem = Problem(batch=B, seqlen_q=Sq, seqlen_k=capacity, heads_q=Hq, heads_kv=Hkv, head_dim=D, dtype=qdt,
                       out_dtype=qdt, layout="bshd", causal=causal, scale=scale, return_lse=return_lse, host=host,
                       q_strides=q_geom, k_strides=k_geom, v_strides=v_geom, num_splits=num_splits, kv_cache=kv,
-                      varlen=varlen)
+                      varlen=varlen, window=window, mods=km)
     return problem, new_geoms
 
 

@@ -23,7 +23,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ScoreMods", "parse_modifiers", "window_of", "NONE"]
+from ._params import LOG2E, scale_log2
+
+__all__ = ["ScoreMods", "KernelMods", "parse_modifiers", "kernel_mods", "window_of", "NONE", "MOD_SOFTCAP",
+           "MOD_ALIBI", "fill_params"]
+
+#: Bits of a kernel build's score modifiers (CUDATTN_MODS, cu_src/include/cudattn/mods.cuh).
+MOD_SOFTCAP, MOD_ALIBI = 1, 2
 
 _F32 = np.dtype(np.float32)
 
@@ -103,6 +109,92 @@ def parse_modifiers(window_size=None, softcap=None, sinks=None, alibi_slopes=Non
                     f"(heads_q,) = ({heads_q},) or (batch, heads_q) = ({batch}, {heads_q})")
         al = np.broadcast_to(al, (batch, heads_q))
     return ScoreMods(window, cap, sk, al)
+
+
+@dataclass(frozen=True)
+class KernelMods:
+    """Softcap, sinks and ALiBi as the kernels take them (the window travels on its own).
+    ``sinks_ptr``/``alibi_ptr``: device addresses of float32 ``(Hq,)`` sinks and of slopes
+    ``(Hq,)`` or ``(B, Hq)`` (``alibi_per_batch``), C-contiguous; 0 while they are still NumPy
+    arrays (the NumPy path checks them by value and uploads them) or absent."""
+
+    softcap: float = 0.0
+    sinks: bool = False
+    alibi: bool = False
+    alibi_per_batch: bool = False
+    sinks_ptr: int = 0
+    alibi_ptr: int = 0
+
+    @property
+    def bits(self) -> int:
+        """The build's compile-time modifiers (sinks are read at run time by every build)."""
+        return (MOD_SOFTCAP if self.softcap else 0) | (MOD_ALIBI if self.alibi else 0)
+
+
+def kernel_mods(softcap=None, sinks=None, alibi_slopes=None, *, batch: int, heads_q: int,
+                host: bool) -> KernelMods | None:
+    """Check softcap, sinks and slopes for a kernel call; None when none is given. NumPy arrays
+    (``host``) are checked by value; device arrays by shape, dtype and contiguity (their values
+    are read by the kernels only)."""
+    cap = _softcap(softcap)
+    if not cap and sinks is None and alibi_slopes is None:
+        return None
+    per_batch = False
+    s_ptr = a_ptr = 0
+    if sinks is not None:
+        s_ptr, _ = _kernel_array("sinks", sinks, ((heads_q,),), f"(heads_q,) = ({heads_q},)", host)
+    if alibi_slopes is not None:
+        a_ptr, shape = _kernel_array("alibi_slopes", alibi_slopes, ((heads_q,), (batch, heads_q)),
+                                     f"(heads_q,) = ({heads_q},) or (batch, heads_q) = ({batch}, {heads_q})", host)
+        per_batch = len(shape) == 2
+    return KernelMods(cap, sinks is not None, alibi_slopes is not None, per_batch, s_ptr, a_ptr)
+
+
+def _kernel_array(name: str, x, shapes, want: str, host: bool) -> tuple[int, tuple]:
+    """(device address or 0 for a NumPy array, shape) of a float32 modifier array."""
+    if isinstance(x, np.ndarray):
+        if not host:
+            raise TypeError(f"{name} is a NumPy array but q, k, v are device arrays; pass a float32 device "
+                            f"array of shape {want} (e.g. cudattn.to_device({name}))")
+        _array(name, x, shapes, want)
+        return 0, x.shape
+    if host:
+        raise TypeError(f"{name} must be a NumPy float32 array of shape {want} (q, k, v are NumPy arrays); "
+                        f"got {type(x).__name__}")
+    if all(hasattr(x, f) for f in ("ptr", "shape", "strides", "dtype")):  # a DeviceArray (or alike)
+        shape, dtype, strides, ptr = tuple(x.shape), np.dtype(x.dtype), x.strides, int(x.ptr)
+    else:
+        from . import _foreign
+
+        if not _foreign.is_device_array_like(x):
+            raise TypeError(f"{name} must be a float32 device array of shape {want}; got {type(x).__name__}")
+        a = _foreign.as_device_array(x, name=name)
+        shape, dtype, strides, ptr = a.shape, a.dtype, a.strides, a.ptr
+    if dtype != _F32:
+        raise TypeError(f"{name} must be float32; got {dtype}")
+    if shape not in shapes:
+        raise ValueError(f"{name} must have shape {want}; got {shape}")
+    dense = tuple(4 * int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
+    if strides is not None and any(s != d for s, d, n in zip(strides, dense, shape) if n > 1):
+        raise ValueError(f"{name} must be C-contiguous (strides {dense} bytes); got {tuple(strides)}")
+    if ptr % 4:
+        raise ValueError(f"{name} must be 4-byte aligned; its address is {ptr:#x}")
+    return ptr, shape
+
+
+def fill_params(params, mods, scale: float) -> None:
+    """Softcap, sinks and ALiBi into FwdParams or DecodeParams (the fields are alike; mods.cuh).
+    A softcap's kernels compute tanh(s * scale / softcap) and softmax it with softcap as the scale;
+    ALiBi's bias goes into the same units as the scores the softmax scales (hence alibi_mul)."""
+    if mods.softcap:
+        params.softcap_pre = scale / mods.softcap
+        params.scale_log2 = scale_log2(mods.softcap)
+        params.alibi_mul = -1.0 / mods.softcap
+    else:
+        params.alibi_mul = -LOG2E / params.scale_log2  # -1 / scale, as the kernel's scale_log2 has it
+    params.sinks = mods.sinks_ptr
+    params.alibi = mods.alibi_ptr
+    params.alibi_stride_b = params.heads_q if mods.alibi_per_batch else 0
 
 
 def window_of(window_size, causal: bool) -> tuple[int, int] | None:

@@ -47,6 +47,8 @@ class FwdParams(ctypes.Structure):
         ("cu_seqlens_q", _c_ptr), ("cu_seqlens_k", _c_ptr),
         ("kv", KvCacheGeom),
         ("has_window", _c_i32), ("window_left", _c_i32), ("window_right", _c_i32), ("pad4_", _c_i32),
+        ("sinks", _c_ptr), ("alibi", _c_ptr),
+        ("alibi_stride_b", _c_i32), ("softcap_pre", ctypes.c_float), ("alibi_mul", ctypes.c_float), ("pad5_", _c_i32),
     ]
 
 
@@ -81,6 +83,10 @@ class DecodeParams(ctypes.Structure):
         ("group", _c_i32), ("head_dim", _c_i32), ("rows", _c_i32), ("num_m_blocks", _c_i32),
         ("num_splits", _c_i32), ("tiles_per_split", _c_i32), ("causal", _c_i32),
         ("scale_log2", ctypes.c_float), ("write_lse", _c_i32), ("pad_", _c_i32),
+        ("window_left", _c_i32), ("window_right", _c_i32),
+        ("softcap_pre", ctypes.c_float), ("alibi_mul", ctypes.c_float),
+        ("sinks", _c_ptr), ("alibi", _c_ptr),
+        ("alibi_stride_b", _c_i32), ("has_window", _c_i32),
     ]
 
 
@@ -123,7 +129,7 @@ class TransposeVParams(ctypes.Structure):
     ]
 
 
-_LOG2E = 1.4426950408889634
+LOG2E = 1.4426950408889634
 
 
 def scale_log2(scale: float) -> float:
@@ -131,4 +137,4 @@ def scale_log2(scale: float) -> float:
     carried times log2(e). The kernel masks scores with an infinity that the scale turns into -inf;
     a zero scale would make NaN of it. 1e-30 gives the same float32 softmax as 0 (every
     exp2(1e-30 * s) rounds to 1 for |s| < 1e22), so it stands in for zero."""
-    return scale * _LOG2E if scale != 0 else 1e-30
+    return scale * LOG2E if scale != 0 else 1e-30

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 
 from . import _decode, _fp8, _geometry, _tma, _traits
+from ._modifiers import fill_params
 from ._params import FwdParams, FwdSm90Params, scale_log2
 from ._problem import Problem, TensorGeom
 from ._traits import Variant
@@ -32,12 +33,15 @@ def make_plan(problem: Problem, props) -> Plan:
     """The plan for this problem's shape on a device with properties ``props`` (memoised: on the
     hot path a repeated shape is one lookup)."""
     family = _traits.family_for(props.arch)
-    if family == "sm90" and not _tma_can_map(problem):
-        family = "sm80"  # the portable kernel reads any valid strides
+    if family == "sm90" and (problem.seqlen_k == 0 or not _tma_can_map(problem)):
+        # The portable kernel reads any valid strides; and no keys (a call with sinks: LSE = sink)
+        # has no TMA map to describe.
+        family = "sm80"
     key = (problem.dtype, problem.out_dtype, problem.head_dim, problem.causal, problem.seqlen_q, problem.seqlen_k, problem.heads_q,
            problem.heads_kv, problem.batch, props.max_shared_memory_per_block_optin, props.sm_count,
            props.l2_cache_size, family, problem.varlen is not None,
-           problem.kv_cache is not None and problem.kv_cache.paged, problem.window is not None)
+           problem.kv_cache is not None and problem.kv_cache.paged, problem.window is not None,
+           problem.mods.bits if problem.mods is not None else 0)
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) > 4096:  # many distinct shapes (variable lengths): keep the table bounded
@@ -93,12 +97,13 @@ def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, 
     windowed = problem.window is not None
     # Windows: Hopper builds of two consumer warpgroups only (fwd_sm90.cuh, WINDOW): the tiles the
     # short-causal rule picks (seqlen_q 1), else the portable kernel.
+    mods = problem.mods.bits if problem.mods is not None else 0
     variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family, problem.out_dtype,
-                             1 if windowed and family == "sm90" else problem.seqlen_q)
+                             1 if windowed and family == "sm90" else problem.seqlen_q, mods)
     if windowed and family == "sm90" and variant.tiles.block_m > 128:
         family = "sm80"
         variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family,
-                                 problem.out_dtype, problem.seqlen_q)
+                                 problem.out_dtype, problem.seqlen_q, mods)
     bm = variant.tiles.block_m
     num_m = -(-problem.seqlen_q // bm)
     if family == "sm90":
@@ -154,6 +159,8 @@ def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, ls
     if problem.window is not None:
         params.has_window = 1
         params.window_left, params.window_right = problem.window
+    if problem.mods is not None:
+        fill_params(params, problem.mods, problem.scale)
     if plan.variant.family != "sm90":
         return params
     P = FwdSm90Params()

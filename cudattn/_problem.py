@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._modifiers import KernelMods
+
 
 @dataclass(frozen=True)
 class TensorGeom:
@@ -88,6 +90,7 @@ class Problem:
     descales: Descales | None = None  # FP8 inputs only
     varlen: Varlen | None = None  # a packed variable-length batch
     window: tuple[int, int] | None = None  # sliding window (left, right), -1 open; None: none
+    mods: KernelMods | None = None  # softcap, sinks, ALiBi; None: none
 
     @property
     def group_size(self) -> int:

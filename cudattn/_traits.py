@@ -12,7 +12,7 @@ an sm_90 device run the portable kernel, to compare the two.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import ml_dtypes
 import numpy as np
@@ -71,6 +71,12 @@ _CANDIDATES = {
     (256, False): (Tiles(128, 64, 8, 2, 1),) + _FALLBACK_256,
     (256, True): (Tiles(128, 64, 8, 2, 1),) + _FALLBACK_256,
 }
+
+
+# The portable kernel with softcap or ALiBi (mods.cuh): at these widths the tiles above hold two
+# 16-row fragments a warp in 255 registers and the modifiers' work spills them; one fragment a
+# warp does not (tests/test_kernels_compile.py compiles them).
+_MODS_CANDIDATES = {64: Tiles(64, 64, 4, 2, 2), 128: Tiles(64, 64, 4, 2, 2)}
 
 
 # Hopper: a producer warpgroup + two or three consumer warpgroups of 64 rows (BLOCK_M = 128 or
@@ -135,6 +141,7 @@ class Variant:
     tiles: Tiles
     family: str = "sm80"
     out_dtype: str = ""  # FP8: "bfloat16" | "float16" | "float32"; 16-bit: "" (the input dtype)
+    mods: int = 0  # score modifiers compiled in: _modifiers.MOD_SOFTCAP | MOD_ALIBI (16-bit only)
 
     @property
     def elem_bytes(self) -> int:
@@ -174,6 +181,8 @@ class Variant:
         }
         if self.dtype == FP8:
             common.update(CUDATTN_DTYPE_FP8=1, CUDATTN_OUT=FP8_OUT_CODES[self.out_dtype])
+        if self.mods:  # absent when 0, so that plain builds keep their cache keys
+            common["CUDATTN_MODS"] = self.mods
         if self.family == "sm90":  # the warps follow from BLOCK_M (the kernel's roles)
             # BLOCK_M is 64 rows a consumer warpgroup
             return {**common, "CUDATTN_PINGPONG": int(t.pingpong), "CUDATTN_Q_STAGES": t.q_stages,
@@ -184,8 +193,9 @@ class Variant:
         t = self.tiles
         extra = (f" q{t.q_stages}" if self.family == "sm90" else "") + (" pingpong" if t.pingpong else "")
         out = f"->{self.out_dtype}" if self.out_dtype else ""
+        mods = "".join(n for bit, n in ((1, " softcap"), (2, " alibi")) if self.mods & bit)
         return (f"{self.family} {self.dtype}{out} d{self.tile_dim} {'causal' if self.causal else 'full'} "
-                f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages}{extra}")
+                f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages}{extra}{mods}")
 
 
 def tile_dim_for(head_dim: int, dims=TILE_DIMS) -> int:
@@ -218,12 +228,17 @@ def _dtype_name(dtype) -> str:
 
 
 def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, family: str = "sm80",
-           out_dtype: np.dtype | str | None = None, seqlen_q: int | None = None) -> Variant:
+           out_dtype: np.dtype | str | None = None, seqlen_q: int | None = None, mods: int = 0) -> Variant:
     """The variant for a problem; ``out_dtype`` matters only for FP8 (default bfloat16), ``seqlen_q``
-    (query rows a sequence; None: long) only for the Hopper family's short causal tiles."""
+    (query rows a sequence; None: long) only for the Hopper family's short causal tiles; ``mods``:
+    the score modifiers compiled in (16-bit only)."""
     name = _dtype_name(dtype)
     if name == FP8:
         return _select_fp8(head_dim, causal, smem_limit, family, out_dtype)
+    if mods:
+        v = select(dtype, head_dim, causal, smem_limit, family, out_dtype, seqlen_q)
+        t = _MODS_CANDIDATES.get(v.tile_dim) if family != "sm90" else None
+        return replace(v, mods=mods, tiles=t if t is not None else v.tiles)
     if family == "sm90":
         d = tile_dim_for(head_dim, SM90_TILE_DIMS)
         tiles = _SM90_TILES[(d, bool(causal))]
@@ -286,3 +301,12 @@ def all_variants(arch: str) -> list[Variant]:
                 for causal in (False, True)]
         out += [select(dt, d, True, limit, "sm90", seqlen_q=1) for dt in DTYPE_NAMES.values() for d in _SM90_SHORT_CAUSAL]
     return out
+
+
+def mods_variants(arch: str) -> list[Variant]:
+    """Builds with softcap and ALiBi (both: the most registers) of each family and tile width, for
+    the compile checks: float16 (bfloat16 differs only in its conversions), causal and not."""
+    limit = ARCH_SMEM_LIMIT[arch]
+    fams = ("sm80", "sm90") if arch in HOPPER_ARCHS else ("sm80",)
+    dims = {"sm80": TILE_DIMS, "sm90": SM90_TILE_DIMS}
+    return [select("float16", d, c, limit, fam, mods=3) for fam in fams for d in dims[fam] for c in (False, True)]

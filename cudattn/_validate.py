@@ -28,7 +28,7 @@ import numpy as np
 
 from ._dtypes import FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error, resolve_out_dtype
 from ._geometry import c_strides as _c_strides
-from ._modifiers import window_of
+from ._modifiers import kernel_mods, window_of
 from ._problem import Problem, TensorGeom
 
 __all__ = ["validate", "tensor_geom", "ALIGN_BYTES", "HEAD_DIMS"]
@@ -284,6 +284,9 @@ def validate(
     out=None,
     host: bool | None = None,
     window_size=None,
+    softcap=None,
+    sinks=None,
+    alibi_slopes=None,
 ) -> Problem:
     """Check one attention call and return its `Problem` (strides in elements, (batch, seq, head) order;
     ``out_strides`` is None unless ``out`` is given).
@@ -379,6 +382,8 @@ def validate(
         raise NotImplementedError("sliding windows (window_size) are not supported for FP8 inputs yet")
     return_lse = _check_bool("return_lse", return_lse)
     scale = _check_scale(scale, D)
+    mods = kernel_mods(softcap, sinks, alibi_slopes, batch=B, heads_q=Hq, host=host)
+    check_fp8_mods(mods, qdt == FLOAT8_E4M3)
 
     # 8. FP8 descales, split-KV
     descales = None
@@ -418,4 +423,12 @@ def validate(
         num_splits=num_splits,
         descales=descales,
         window=window,
+        mods=mods,
     )
+
+
+def check_fp8_mods(mods, fp8: bool) -> None:
+    """FP8 kernels take sinks but not yet softcap or ALiBi (their score scale is per batch and head)."""
+    if fp8 and mods is not None and (mods.softcap or mods.alibi):
+        name = "softcap" if mods.softcap else "alibi_slopes"
+        raise NotImplementedError(f"{name} is not supported for FP8 inputs yet (16-bit inputs take it; FP8 takes sinks)")

@@ -19,7 +19,8 @@ from . import _args, _array, _callpath, _device, _foreign, _fp8, _kernels, _laun
 from ._dtypes import FLOAT8_E4M3
 from ._operands import OTHER, kind_of
 from ._problem import TensorGeom, Varlen
-from ._validate import _describe, fp8_descales, validate
+from ._modifiers import kernel_mods
+from ._validate import _describe, check_fp8_mods, fp8_descales, validate
 from ._varlen import check_cu_seqlens, check_device_offsets, check_max_seqlen
 
 __all__ = ["attention_varlen"]
@@ -27,20 +28,22 @@ __all__ = ["attention_varlen"]
 _F32 = np.dtype(np.float32)
 _NEG_INF_F32_BITS = 0xFF800000
 _MAX_GRID_YZ = 65535
-_NAMES = ("q", "k", "v", "out", "cu_seqlens_q", "cu_seqlens_k", "q_descale", "k_descale", "v_descale")
+_NAMES = ("q", "k", "v", "out", "cu_seqlens_q", "cu_seqlens_k", "q_descale", "k_descale", "v_descale", "sinks",
+          "alibi_slopes")
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal, scale, layout,
                      return_lse, q_descale, k_descale, v_descale, out_dtype, num_splits, out, stream,
-                     window_size=None):
-    """`cudattn.attention` with ``cu_seqlens_q``/``cu_seqlens_k`` (its docstring has the contract)."""
+                     window_size=None, mods=(None, None, None)):
+    """`cudattn.attention` with ``cu_seqlens_q``/``cu_seqlens_k`` (its docstring has the contract).
+    ``mods``: its (softcap, sinks, alibi_slopes)."""
     _check_call(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, layout, num_splits)
     flags = dict(causal=causal, scale=scale, return_lse=return_lse, out_dtype=out_dtype, window_size=window_size)
     descales = (q_descale, k_descale, v_descale)
     host = [isinstance(x, np.ndarray) for x in (q, k, v)]
     if all(host):
         return _run_host(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, descales, flags, out,
-                         stream)
+                         stream, mods)
     if any(host) or type(q) is not _array.DeviceArray and kind_of(q) == OTHER:
         _args.check_not_mixed(q, k, v)
     host_offsets = False
@@ -53,30 +56,39 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     # NumPy offsets are no operands: the full path checks and uploads them on every call.
     cq_obj = None if type(cu_seqlens_q) is np.ndarray else cu_seqlens_q
     ck_obj = None if type(cu_seqlens_k) is np.ndarray else cu_seqlens_k
-    if q_descale is None and k_descale is None and v_descale is None:  # 16-bit inputs: six operands
-        objs, dkey = (q, k, v, out, cq_obj, ck_obj), None
-    else:
-        objs = (q, k, v, out, cq_obj, ck_obj, *(_args.array_or_none(d) for d in descales))
+    # Operands: six, then the descales (FP8) and sinks and slopes when given (None as placeholders).
+    softcap, sinks, alibi = mods
+    has_d = not (q_descale is None and k_descale is None and v_descale is None)
+    has_m = sinks is not None or alibi is not None
+    objs = [q, k, v, out, cq_obj, ck_obj]
+    if has_d or has_m:
+        objs += [_args.array_or_none(d) for d in descales]
+    if has_m:
+        objs += [_args.array_or_none(sinks), _args.array_or_none(alibi)]
     consumer, keep, ops, sig, unordered = _callpath.operands(objs, _NAMES, stream)
-    if len(ops) > 6:
-        dkey = tuple(_args.descale_key(g, a) for g, a in zip(descales, ops[6:]))
+    dkey = tuple(_args.descale_key(g, a) for g, a in zip(descales, ops[6:9])) if has_d else None
+    mkey = None
+    if has_m or softcap is not None:
+        mkey = (_callpath.tag(softcap), *(_args.descale_key(g, a) for g, a in
+                                          zip((sinks, alibi), ops[9:11] if has_m else (None, None))))
     # Types join the values (True, 1 and 1.0 hash alike). NumPy offsets make the key unhashable:
     # such calls always take the full path.
     key = ("varlen", sig, (causal, scale, return_lse, out_dtype, max_seqlen_q, max_seqlen_k),
            (causal.__class__, scale.__class__, return_lse.__class__, out_dtype.__class__, max_seqlen_q.__class__,
             max_seqlen_k.__class__), dkey, (cu_seqlens_q, cu_seqlens_k) if host_offsets else None,
-           None if window_size is None else _callpath.tag(window_size))
+           None if window_size is None else _callpath.tag(window_size), mkey)
 
-    def full(qa, ka, va, oa, cq, ck, dq=None, dk=None, dv=None):
+    def full(qa, ka, va, oa, cq, ck, dq=None, dk=None, dv=None, sk=None, al=None):
         device_id = qa.device_id
-        for name, a in zip(_NAMES[1:], (ka, va, oa, cq, ck, dq, dk, dv)):
+        for name, a in zip(_NAMES[1:], (ka, va, oa, cq, ck, dq, dk, dv, sk, al)):
             if a is not None and a.device_id != device_id:
                 raise ValueError(f"{name} is on device {a.device_id} but q is on device {device_id}; "
                                  "all operands must be on one device")
         cq = cu_seqlens_q if cq is None else cq
         ck = cu_seqlens_k if ck is None else ck
         ds = tuple(g if a is None else a for g, a in zip(descales, (dq, dk, dv)))
-        problem = validate_varlen(qa, ka, va, cq, ck, max_seqlen_q, max_seqlen_k, ds, flags, oa, host=False)
+        ms = (softcap, sinks if sk is None else sk, alibi if al is None else al)
+        problem = validate_varlen(qa, ka, va, cq, ck, max_seqlen_q, max_seqlen_k, ds, flags, oa, host=False, mods=ms)
         device = _device.get_device(device_id)
         sref = _stream.StreamRef(consumer, keep)
         cq, ck = (_transfer.to_device(c, device=device, stream=sref) if isinstance(c, np.ndarray) else c
@@ -106,9 +118,11 @@ def _check_call(cu_q, cu_k, max_q, max_k, layout, num_splits) -> None:
         check_max_seqlen(x, name, None)
 
 
-def validate_varlen(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags: dict, out, *, host: bool):
+def validate_varlen(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags: dict, out, *, host: bool,
+                    mods=(None, None, None)):
     """The Problem of a packed call: checked as one batch entry of the packed rows by `validate`,
-    then described as ``B`` sequences of at most ``max_seqlen_q``/``max_seqlen_k`` rows."""
+    then described as ``B`` sequences of at most ``max_seqlen_q``/``max_seqlen_k`` rows.
+    ``mods``: (softcap, sinks, alibi_slopes), checked once the sequence count is known."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         shape = _describe(name, x, host)[0]
         if len(shape) != 3:
@@ -151,8 +165,10 @@ def validate_varlen(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags: dict, ou
     if fp8 and batch > _MAX_GRID_YZ:  # the V transpose's grid has a block row per sequence
         raise ValueError(f"FP8 packed batches take at most {_MAX_GRID_YZ} sequences a call; got {batch}: split the "
                          f"call")
+    km = kernel_mods(*mods, batch=batch, heads_q=problem.heads_q, host=host)
+    check_fp8_mods(km, fp8)
     zero = lambda g: TensorGeom(0, g.seq, g.head)  # noqa: E731 (packed: no batch axis)
-    return replace(problem, batch=batch, seqlen_q=min(max_q, total_q), seqlen_k=min(max_k, total_k),
+    return replace(problem, mods=km, batch=batch, seqlen_q=min(max_q, total_q), seqlen_k=min(max_k, total_k),
                    q_strides=zero(problem.q_strides), k_strides=zero(problem.k_strides),
                    v_strides=zero(problem.v_strides),
                    out_strides=None if problem.out_strides is None else zero(problem.out_strides),
@@ -174,7 +190,8 @@ def run_varlen(problem, qa, ka, va, oa, cu_q, cu_k, device, device_id, sref):
     lse = _array.empty_on((Hq, vl.total_q), _F32, device, sref) if problem.return_lse else None
     if vl.total_q == 0:
         pass  # nothing to compute
-    elif vl.total_k == 0 or problem.batch == 0:  # no key (or no sequence): O = 0, LSE = -inf, as a
+    elif problem.batch == 0 or vl.total_k == 0 and not (problem.mods and problem.mods.sinks):
+        # no key (or no sequence; sinks: the kernels write LSE = sink): O = 0, LSE = -inf, as a
         _transfer.zero_fill(oa[None], stream=sref.handle)  # row that sees no key gets in the kernels
         if lse is not None:
             _transfer.memset(lse, _NEG_INF_F32_BITS, stream=sref.handle)
@@ -190,7 +207,7 @@ def run_varlen(problem, qa, ka, va, oa, cu_q, cu_k, device, device_id, sref):
     return (oa, lse) if problem.return_lse else oa
 
 
-def _run_host(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags, out, stream):
+def _run_host(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags, out, stream, mods=(None, None, None)):
     """NumPy in, NumPy out: checked, uploaded (contiguous), run, copied back; synchronous."""
     for name, x in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
         if not isinstance(x, np.ndarray):
@@ -199,7 +216,7 @@ def _run_host(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags, out, stream):
     if out is not None and not isinstance(out, np.ndarray):
         raise TypeError("out must be a NumPy array (q, k, v are NumPy arrays)")
     q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
-    problem = validate_varlen(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags, out, host=True)
+    problem = validate_varlen(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags, out, host=True, mods=mods)
     device = _device.get_device(None)
     device_id = _device.device_properties(device).device_id
     sref = _stream.as_stream(stream, device)
@@ -210,6 +227,10 @@ def _run_host(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags, out, stream):
         ptrs = [getattr(d[n], "ptr", 0) if isinstance(d[n], _array.DeviceArray) else 0
                 for n in ("q_descale", "k_descale", "v_descale")]
         problem = replace(problem, descales=replace(problem.descales, q_ptr=ptrs[0], k_ptr=ptrs[1], v_ptr=ptrs[2]))
+    if problem.mods is not None:  # NumPy sinks and slopes (checked by value) go up too
+        sk, al = (None if x is None else up(x) for x in mods[1:])
+        problem = replace(problem, mods=replace(problem.mods, sinks_ptr=0 if sk is None else sk.ptr,
+                                                alibi_ptr=0 if al is None else al.ptr))
     problem = replace(problem, host=False, out_strides=None)
     res = run_varlen(problem, qa, ka, va, None, cq, ck, device, device_id, sref)
     o_dev, lse_dev = res if problem.return_lse else (res, None)

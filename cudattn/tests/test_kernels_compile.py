@@ -27,7 +27,7 @@ def cache(kernel_cache):
 def _variants():
     seen = []
     for arch in ARCHS:
-        for v in _traits.all_variants(arch):
+        for v in _traits.all_variants(arch) + _traits.mods_variants(arch):
             seen.append(pytest.param(arch, v, id=f"{arch}-{v.describe().replace(' ', '-')}"))
     return seen
 

@@ -17,11 +17,13 @@ namespace cudattn {
 
 // One output row, merged by one warp (all 32 lanes call it). lse_of(s): part s's LSE; load4(s, c):
 // part s's elements c..c+3 as float4; dst: the row's output (head_dim elements). Returns the merged
-// LSE (every lane), for the caller to store where it wants. Out: an Elem (elem.cuh).
+// LSE (every lane), for the caller to store where it wants. Out: an Elem (elem.cuh). sink: an
+// attention sink's logit (a part of LSE `sink` and O = 0, counted once here, never in the parts),
+// or -inf for none.
 template <class Out, class LseOf, class Load4>
 __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int lane, LseOf lse_of, Load4 load4,
-                                             typename Out::type* dst) {
-    float m = -CUDATTN_INF;
+                                             typename Out::type* dst, float sink = -CUDATTN_INF) {
+    float m = lane == 0 ? sink : -CUDATTN_INF;
     bool nan = false;  // a NaN LSE makes the row NaN rather than being dropped by fmaxf
     for (int s = lane; s < num_parts; s += 32) {
         const float x = lse_of(s);
@@ -37,10 +39,11 @@ __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int la
             const float x = lse_of(s);
             if (x != -CUDATTN_INF) wsum += expf(x - m);
         }
+    if (lane == 0 && sink != -CUDATTN_INF && m != -CUDATTN_INF) wsum += expf(sink - m);
 #pragma unroll
     for (int k = 16; k >= 1; k >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, k);
 
-    const bool empty = m == -CUDATTN_INF;  // every part saw no key: O = 0, LSE = -inf
+    const bool empty = m == -CUDATTN_INF;  // every part saw no key (and no sink): O = 0, LSE = -inf
     const float inv = empty ? 0.f : 1.f / wsum;
     for (int c = lane * 4; c < head_dim; c += 128) {
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);

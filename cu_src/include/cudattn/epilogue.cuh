@@ -77,11 +77,12 @@ __device__ __forceinline__ void store_lse(float* g_lse, const float (&lse)[MF][2
         }
 }
 
-// A block none of whose rows sees any key (causal with seqlen_q > seqlen_k): O = 0, LSE = -inf.
-// O is written in 16-byte chunks (D * sizeof(T) / 16 per tile row, chunks_valid of them real).
+// A block none of whose rows sees any key (causal with seqlen_q > seqlen_k): O = 0, LSE = `lse`
+// (-inf, or an attention sink's logit). O is written in 16-byte chunks (D * sizeof(T) / 16 per
+// tile row, chunks_valid of them real).
 template <typename T, int BM, int D, int NT>
 __device__ __forceinline__ void store_empty_block(T* g_o, long long o_stride_s, float* g_lse, int rows_valid,
-                                                  int chunks_valid, int tid) {
+                                                  int chunks_valid, int tid, float lse) {
     constexpr int PER_CHUNK = 16 / (int)sizeof(T);
     constexpr int C = D / PER_CHUNK;
     for (int id = tid; id < BM * C; id += NT) {
@@ -90,7 +91,7 @@ __device__ __forceinline__ void store_empty_block(T* g_o, long long o_stride_s, 
             *reinterpret_cast<uint4*>(g_o + (long long)r * o_stride_s + c * PER_CHUNK) = make_uint4(0, 0, 0, 0);
     }
     if (g_lse != nullptr)
-        for (int r = tid; r < rows_valid && r < BM; r += NT) g_lse[r] = -CUDATTN_INF;
+        for (int r = tid; r < rows_valid && r < BM; r += NT) g_lse[r] = lse;
 }
 
 }  // namespace cudattn

@@ -52,14 +52,20 @@ struct FwdDecode {
         const int rows_valid = min(BM, p.rows - m_start);
         const int chunks_valid = p.head_dim / 8;
         const int L = kv_seqlen(p.kv, b);
-        const int cdiff = L - p.seqlen_q;  // causal: token t sees keys j <= t + cdiff
+        const int cdiff = L - p.seqlen_q;  // token t's diagonal key: t + cdiff
+        const int right = p.causal ? 0 : p.has_window ? p.window_right : -1;  // -1: open
+        const int left = p.has_window ? p.window_left : -1;
 
-        // Keys this block must visit: all L, or (causal) up to what its last token sees.
-        int n_end = L;
-        if (p.causal) n_end = min(L, max(0, (m_start + rows_valid - 1) / p.group + cdiff + 1));
-        const int t_begin = split * p.tiles_per_split;
+        // Keys this block must visit: all L, or up to what its last token sees (causal, a
+        // window's right edge) from what its first token sees (a window's left edge). The splits
+        // cut the tiles from the first such key's tile.
+        const int t_first = m_start / p.group, t_last = (m_start + rows_valid - 1) / p.group;
+        int n_end = L, n_begin = 0;
+        if (right >= 0) n_end = min(L, max(0, t_last + cdiff + right + 1));
+        if (left >= 0) n_begin = min(n_end, max(0, t_first + cdiff - left));
+        const int t_begin = n_begin / BN + split * p.tiles_per_split;
         const int t_end = min((n_end + BN - 1) / BN, t_begin + p.tiles_per_split);
-        const int n_tiles = t_end - t_begin;
+        const int n_tiles = n_end > n_begin ? t_end - t_begin : 0;
 
         if (n_tiles <= 0) {  // this split (or the whole cache) has no key for these rows
             write_empty(p, b, hkv, m_start, rows_valid, split, tid);
@@ -125,16 +131,25 @@ struct FwdDecode {
         const bool neg = p.scale_log2 < 0.f;
         const float masked = neg ? CUDATTN_INF : -CUDATTN_INF;
         const int g = lane >> 2, tq = lane & 3;
-        // Per-row key limits (keys >= limit are masked): fixed for the whole loop.
-        int limit[MF][2];
+        // Per-row key bounds (visible: lo <= key < limit), fixed for the whole loop; and with
+        // ALiBi, each row's diagonal key and coefficient (its query head's slope, mods.cuh).
+        int limit[MF][2], lo[MF][2];
+        float diag[MF][2], coef[MF][2];
 #pragma unroll
         for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int gr = m_start + mf * 16 + g + 8 * h;
-                limit[mf][h] = p.causal ? min(L, gr / p.group + cdiff + 1) : L;
+                const int d = gr / p.group + cdiff;
+                limit[mf][h] = right >= 0 ? min(L, d + right + 1) : L;
+                lo[mf][h] = left >= 0 ? d - left : 0;
+                diag[mf][h] = (float)d;
+                coef[mf][h] = p.alibi != nullptr
+                                  ? p.alibi_mul * p.alibi[(long long)b * p.alibi_stride_b + hkv * p.group + gr % p.group]
+                                  : 0.f;
             }
-        const int min_limit = p.causal ? min(L, m_start / p.group + cdiff + 1) : L;
+        const int min_limit = right >= 0 ? min(L, t_first + cdiff + right + 1) : L;
+        const int max_lo = left >= 0 ? t_last + cdiff - left : 0;
 
         OnlineSoftmax<MF> softmax;
         softmax.init();
@@ -167,7 +182,16 @@ struct FwdDecode {
             qk_product<T, MF, NF, D / 16>(s, sQ_addr, q_lane, k_base, k_lane);
 
             const int col0 = (t_begin + it) * BN + warp * WN;
-            if (col0 + WN > min_limit) {
+            // Modifiers before masks (mods.cuh); uniform branches, decode being memory-bound.
+            if (p.softcap_pre != 0.f) {
+#pragma unroll
+                for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+                    for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) s[mf][nf][e] = tanh_approx(s[mf][nf][e] * p.softcap_pre);
+            }
+            if (p.alibi != nullptr) {
 #pragma unroll
                 for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
@@ -176,7 +200,21 @@ struct FwdDecode {
                         for (int nf = 0; nf < NF; ++nf)
 #pragma unroll
                             for (int j = 0; j < 2; ++j)
-                                if (col0 + nf * 8 + 2 * tq + j >= limit[mf][h]) s[mf][nf][2 * h + j] = masked;
+                                s[mf][nf][2 * h + j] = fmaf(
+                                    coef[mf][h], fabsf((float)(col0 + nf * 8 + 2 * tq + j) - diag[mf][h]), s[mf][nf][2 * h + j]);
+            }
+            if (col0 + WN > min_limit || col0 < max_lo) {
+#pragma unroll
+                for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+#pragma unroll
+                        for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                            for (int j = 0; j < 2; ++j) {
+                                const int col = col0 + nf * 8 + 2 * tq + j;
+                                if (col >= limit[mf][h] || col < lo[mf][h]) s[mf][nf][2 * h + j] = masked;
+                            }
             }
 
             softmax.rescale_and_exponentiate(s, o, p.scale_log2, neg);
@@ -220,10 +258,11 @@ struct FwdDecode {
             const float* lse_row = p.lse_part + row;
             const float* o_row = p.o_part + row * p.head_dim;
             const long long o_part_stride = part_rows * p.head_dim;
-            const float lse = combine_row<Out>(
+            const float lse = combine_row<Out>(  // the partials exclude the sink: it joins here, once
                 p.num_splits, p.head_dim, lane, [lse_row, part_rows](int s) { return __ldcg(lse_row + s * part_rows); },
                 [o_row, o_part_stride](int s, int c) { return Elem<0>::load4_l2(o_row + s * o_part_stride + c); },
-                static_cast<T*>(p.o) + b * p.o_stride_b + t * p.o_stride_s + hq * p.o_stride_h);
+                static_cast<T*>(p.o) + b * p.o_stride_b + t * p.o_stride_s + hq * p.o_stride_h,
+                p.sinks != nullptr ? p.sinks[hq] : -CUDATTN_INF);
             if (p.write_lse && lane == 0) p.lse[row] = lse;
         }
     }
@@ -274,6 +313,14 @@ struct FwdDecode {
                     const float mw = red_m[w * BM + r];
                     total += red_l[w * BM + r] * (mw == -CUDATTN_INF ? 0.f : exp2_approx(mw - M));
                 }
+                // One split: a sink joins the denominator here (with splits, in the combine), as
+                // one more warp of max sink_log2 and sum 1.
+                const float sink_log2 = p.num_splits == 1 ? sink_log2_of_row(p, hkv, m_start + r) : -CUDATTN_INF;
+                if (sink_log2 != -CUDATTN_INF) {
+                    const float M2 = fmaxf(M, sink_log2);
+                    total = fmaf(total, M == -CUDATTN_INF ? 0.f : exp2_approx(M - M2), exp2_approx(sink_log2 - M2));
+                    M = M2;
+                }
                 const float mine = sm.m_log2[mf][h];
                 const float f = (mine == -CUDATTN_INF || total == 0.f) ? 0.f : exp2_approx(mine - M) / total;
                 float* dst = red_o + (warp * BM + r) * RED_STRIDE + 2 * tq;
@@ -300,6 +347,11 @@ struct FwdDecode {
         }
     }
 
+    // Packed row gr's sink logit times log2 e, or -inf without sinks.
+    static __device__ __forceinline__ float sink_log2_of_row(const DecodeParams& p, int hkv, int gr) {
+        return p.sinks != nullptr ? p.sinks[hkv * p.group + gr % p.group] * 1.4426950408889634f : -CUDATTN_INF;
+    }
+
     // Where row gr's LSE goes: the final LSE (one split, if asked for) or the split's partial LSE.
     static __device__ __forceinline__ float* lse_out(const DecodeParams& p, int b, int hkv, int gr, int split) {
         const int t = gr / p.group, hq = hkv * p.group + gr % p.group;
@@ -324,11 +376,13 @@ struct FwdDecode {
     }
 
     // No key for this block's rows in this split: LSE -inf (the combine skips the split), and with
-    // one split the final O = 0.
+    // one split the final O = 0 and LSE -inf or the row's sink.
     static __device__ __forceinline__ void write_empty(const DecodeParams& p, int b, int hkv, int m_start,
                                                        int rows_valid, int split, int tid) {
         for (int r = tid; r < rows_valid; r += NT)
-            if (float* dl = lse_out(p, b, hkv, m_start + r, split)) *dl = -CUDATTN_INF;
+            if (float* dl = lse_out(p, b, hkv, m_start + r, split))
+                *dl = p.num_splits == 1 && p.sinks != nullptr ? p.sinks[hkv * p.group + (m_start + r) % p.group]
+                                                              : -CUDATTN_INF;
         if (p.num_splits != 1) return;
         const int cols4 = p.head_dim / 4;
         for (int id = tid; id < rows_valid * cols4; id += NT)

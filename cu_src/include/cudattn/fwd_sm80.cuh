@@ -32,7 +32,7 @@ struct Sm80Elem<e4m3_t> {
     typedef unsigned short unit;
 };
 
-template <typename T, int D, int BM, int BN, int NW, int STAGES, bool CAUSAL, typename OutT = T>
+template <typename T, int D, int BM, int BN, int NW, int STAGES, bool CAUSAL, typename OutT = T, int MODS = 0>
 struct FwdSm80 {
     static constexpr bool FP8 = Sm80Elem<T>::FP8;
     typedef typename Sm80Elem<T>::unit U;
@@ -49,6 +49,7 @@ struct FwdSm80 {
     // read past it; and a Vt row of BN bytes must be 64 B or a multiple of 128 B for the swizzle.
     static_assert(!FP8 || BN == 64 || BN == 128, "FP8 key tiles are 64 or 128 keys");
     static_assert(FP8 == (sizeof(T) == 1), "1-byte elements are e4m3");
+    static_assert(!FP8 || MODS == 0, "FP8 builds take no softcap or ALiBi (their scale is per batch and head)");
     static constexpr int SMEM_BYTES = (BM + 2 * STAGES * BN) * D * (int)sizeof(T);
 
     // A tensor's elements, and a pointer to them as 16-bit units (FP8 tiles start on 16-byte
@@ -125,9 +126,10 @@ struct FwdSm80 {
 
         const TileRange tiles = key_tiles<BN, CAUSAL>(p, sq, m_start, rows_valid);
         const int n_tiles = tiles.count;
-        if (n_tiles == 0) {
+        if (n_tiles == 0) {  // LSE: the sink's logit, or -inf
             store_empty_block<OutT, BM, D, NT>(out_tile(p, sq, b, hq, m_start), p.o_stride_s, lse_tile(p, sq, b, hq, m_start),
-                                               rows_valid, p.head_dim / (16 / (int)sizeof(OutT)), tid);
+                                               rows_valid, p.head_dim / (16 / (int)sizeof(OutT)), tid,
+                                               p.sinks != nullptr ? p.sinks[hq] : -CUDATTN_INF);
             return;
         }
 
@@ -186,6 +188,7 @@ struct FwdSm80 {
             out_scale = sc.out_scale;
         }
         const bool neg = scale_log2 < 0.f;
+        const float alibi = (MODS & MOD_ALIBI) ? alibi_coef(p, b, hq) : 0.f;
         const float masked = neg ? CUDATTN_INF : -CUDATTN_INF;  // scaled by scale_log2, both become -inf
         OnlineSoftmax<MF> softmax;
         softmax.init();
@@ -220,6 +223,8 @@ struct FwdSm80 {
             qk_product<T, MF, NF, DU / 16>(s, sQ_addr, q_lane, k_base, k_lane);
 
             const int n_start = tiles.start(it) * BN;
+            if constexpr (MODS != 0)
+                apply_mods<MODS, MF, NF>(s, p.softcap_pre, alibi, m_start + warp_row0 + sq.causal_offset, n_start, lane);
             if (tile_needs_mask<BN, CAUSAL>(p, sq, n_start, m_start + warp_row0, MF * 16))
                 apply_mask<MF, NF, CAUSAL>(s, m_start + warp_row0, n_start, sq.seqlen_k, sq.causal_offset, lane, masked,
                                            p);
@@ -234,7 +239,7 @@ struct FwdSm80 {
         cp_async_wait<0>();  // no copy may still target shared memory when the block exits
 
         float inv[MF][2], lse[MF][2];
-        softmax.finish(inv, lse);
+        softmax.finish(inv, lse, sink_log2_of(p, hq));
         if constexpr (FP8) {
 #pragma unroll
             for (int mf = 0; mf < MF; ++mf) {

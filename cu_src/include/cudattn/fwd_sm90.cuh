@@ -79,7 +79,7 @@ __device__ __forceinline__ float (&flat(float (&a)[1][N / 8][4]))[N / 2] {
 }
 
 template <typename T, typename OutT, int D, int BN, int STAGES, int Q_STAGES, bool CAUSAL, bool PINGPONG,
-          int CONSUMERS>
+          int CONSUMERS, int MODS = 0>
 struct FwdSm90 {
     static constexpr bool FP8 = sizeof(T) == 1;
     static constexpr int EB = sizeof(T);      // bytes per element
@@ -111,6 +111,8 @@ struct FwdSm90 {
     // registers) or FP8's wide key tiles the window's masks spill, so the host sends windowed
     // calls to a two-consumer build (_plan) and refuses FP8 ones.
     static constexpr bool WINDOW = CONSUMERS == 2 && !FP8;
+    // Softcap and ALiBi (mods.cuh): 16-bit builds (FP8 scales its scores per (batch, head)).
+    static_assert(!FP8 || MODS == 0, "FP8 builds take no score modifiers");
     static_assert(D * EB % SW == 0 && D <= 256, "head-dim tile: whole swizzle rows, at most 256");
     static_assert(BN % 16 == 0 && BN <= 256, "key tile: a multiple of 16 up to 256");
     static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
@@ -352,6 +354,7 @@ struct FwdSm90 {
         int first_tile;  // the lowest key tile visited (a window's left edge), n_tiles of them
         bool skip;
         float scale_log2, out_scale;
+        float alibi;  // ALiBi builds: this head's coefficient (mods.cuh)
         __device__ __forceinline__ int m_start() const { return c.m_block * BM; }
         __device__ __forceinline__ bool neg() const { return scale_log2 < 0.f; }
     };
@@ -371,6 +374,7 @@ struct FwdSm90 {
         x.first_tile = tiles.first;
         x.scale_log2 = p.scale_log2;
         x.out_scale = 1.f;
+        x.alibi = (MODS & MOD_ALIBI) ? alibi_coef(p, x.c.b, x.c.h) : 0.f;
         if constexpr (FP8) {
             if (valid && !x.skip) {
                 const Fp8Scales sc = fp8_scales(p, x.c.b, x.c.h / p.group);
@@ -381,14 +385,16 @@ struct FwdSm90 {
         return x;
     }
 
-    // Masks of key tile j of a tile (visited from the last, the key tail, down): keys past the
-    // sequence, and causal, keys past this warp's first row's diagonal.
+    // Score modifiers, then masks, of key tile j of a tile (visited from the last, the key tail,
+    // down): keys past the sequence, and causal, keys past this warp's first row's diagonal.
     static __device__ __forceinline__ void mask_tile(const FwdParams& p, float (&s)[1][BN / 8][4], const Tile& x, int j,
                                                      int cw, int warp, int lane) {
         const int n_start = (x.first_tile + x.n_tiles - 1 - j) * BN;
         const int row0 = x.m_start() + cw * 64 + warp * 16;  // this warp's first query row
         const float masked = x.neg() ? CUDATTN_INF : -CUDATTN_INF;  // times scale_log2: -inf either way
         const SeqSpan& sq = x.sq;
+        if constexpr (MODS != 0)
+            apply_mods<MODS, 1, BN / 8>(s, p.softcap_pre, x.alibi, row0 + sq.causal_offset, n_start, lane);
         if (tile_needs_mask<BN, CAUSAL, WINDOW>(p, sq, n_start, row0, 16))
             apply_mask<1, BN / 8, CAUSAL, WINDOW>(s, row0, n_start, sq.seqlen_k, sq.causal_offset, lane, masked, p);
     }
@@ -457,7 +463,7 @@ struct FwdSm90 {
 #pragma unroll
                     for (int e = 0; e < 4; ++e) o[0][i][e] = 0.f;
                 float inv[1][2], lse[1][2];
-                softmax.finish(inv, lse);
+                softmax.finish(inv, lse, sink_log2_of(p, cur.c.h));
                 store_tile<true>(p, o, inv, lse, cur, cw, ltid);
                 ++n;
                 continue;
@@ -501,7 +507,7 @@ struct FwdSm90 {
 
             // The row sums are final: normalisation and LSE are known before the last P V lands.
             float inv[1][2], lse[1][2];
-            softmax.finish(inv, lse);
+            softmax.finish(inv, lse, sink_log2_of(p, cur.c.h));
             inv[0][0] *= cur.out_scale;  // the v descale (FP8)
             inv[0][1] *= cur.out_scale;
             const int iv = it + cur.n_tiles - 1;

@@ -64,4 +64,17 @@ struct FwdParams {
     // i + causal_offset - window_left <= j <= i + causal_offset + window_right, a bound of -1
     // leaving that side open (causal kernels take right = 0 whatever window_right says).
     int has_window, window_left, window_right, pad4_;
+
+    // Score modifiers (mods.cuh). sinks: (heads_q,) float32 logits joining every row's softmax
+    // denominator, or null. alibi: slopes, alibi[b * alibi_stride_b + h] (stride 0: one per
+    // head), read by ALIBI builds. softcap_pre (SOFTCAP builds): raw scores s become
+    // tanh(s * softcap_pre), softcap_pre = scale / softcap, and scale_log2 is then
+    // softcap * log2(e). alibi_mul turns slope * distance into raw-score units: -1 / scale, or
+    // -1 / softcap with a softcap.
+    const float* sinks;
+    const float* alibi;
+    int alibi_stride_b;
+    float softcap_pre;
+    float alibi_mul;
+    int pad5_;
 };

@@ -36,6 +36,18 @@ struct DecodeParams {
     float scale_log2;
     int write_lse;
     int pad_;
+
+    // Sliding window (when has_window) around each token's diagonal key d = t + L_b - seqlen_q:
+    // it sees keys d - window_left .. d + window_right, -1 leaving a side open (causal: right 0
+    // whatever this says).
+    int window_left, window_right;
+    // Score modifiers as in FwdParams (mods.cuh), read at run time: softcap_pre 0 is no softcap.
+    float softcap_pre;
+    float alibi_mul;
+    const float* sinks;  // (heads_q,) float32, or null
+    const float* alibi;  // slopes alibi[b * alibi_stride_b + hq], or null
+    int alibi_stride_b;
+    int has_window;
 };
 
 // Merges `num_parts` attention states over disjoint key sets: O = sum_s w_s O_s / sum_s w_s with

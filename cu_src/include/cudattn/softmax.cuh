@@ -3,6 +3,7 @@
 // a quad, so row reductions are two xor-shuffles. The running row sum stays per-thread (partial)
 // until finish(), which is valid because every lane of a quad applies the same rescale factor.
 #pragma once
+#include "cudattn/mods.cuh"
 #include "cudattn/ptx.cuh"
 
 namespace cudattn {
@@ -139,7 +140,9 @@ struct OnlineSoftmax {
     // natural-log LSE (-inf for an empty row) in lse. A row is empty iff its sum is exactly 0 (its
     // max key alone contributes ~1 otherwise): a NaN sum, from a NaN or +inf score, must stay NaN
     // in O and LSE rather than pass for an empty row (the max reductions skip NaN scores).
-    __device__ __forceinline__ void finish(float (&inv)[MF][2], float (&lse)[MF][2]) {
+    // sink_log2: an attention sink's logit times log2 e (mods.cuh), or -inf for none.
+    __device__ __forceinline__ void finish(float (&inv)[MF][2], float (&lse)[MF][2],
+                                           float sink_log2 = -CUDATTN_INF) {
 #pragma unroll
         for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
@@ -147,6 +150,10 @@ struct OnlineSoftmax {
                 float l = sum[mf][h];
                 l += __shfl_xor_sync(0xffffffffu, l, 1);
                 l += __shfl_xor_sync(0xffffffffu, l, 2);
+                if (sink_log2 != -CUDATTN_INF) {
+                    sink_finish(m_log2[mf][h], l, sink_log2, inv[mf][h], lse[mf][h]);
+                    continue;
+                }
                 const bool empty = l == 0.f;
                 inv[mf][h] = empty ? 0.f : __frcp_rn(l);
                 lse[mf][h] = empty ? -CUDATTN_INF : (m_log2[mf][h] + log2f(l)) * 0.6931471805599453f;
