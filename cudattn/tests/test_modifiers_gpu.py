@@ -30,13 +30,16 @@ def _rand(rng, shape, dtype, scale=1.0):
 
 
 def _check_lse(lse, ref_lse, naive_lse):
-    """LSE under the output's rule (softcap's tanh is approximate in the kernels, as in naive's
-    16-bit arithmetic): infinities where the reference has them, the rest within 2x naive's error."""
+    """LSE: infinities where the reference has them; the rest within the other GPU tests' 1e-4
+    (relative and absolute), or twice naive's error where that is larger (softcap's tanh is
+    approximate in the kernels, as in naive's 16-bit arithmetic)."""
     lse, ref_lse, naive_lse = (np.asarray(x, np.float64) for x in (lse, ref_lse, naive_lse))
     inf = np.isinf(ref_lse)
     assert np.array_equal(np.isinf(lse), inf) and np.array_equal(lse[inf], ref_lse[inf]), "LSE infinities differ"
     err = np.abs(lse[~inf] - ref_lse[~inf]).max(initial=0)
-    bound = 2 * np.abs(naive_lse[~inf] - ref_lse[~inf]).max(initial=0) + 1e-4
+    # the 16-bit kernels' own LSE tolerance (rtol = atol = 1e-4), or naive's error where larger
+    bound = max(2 * np.abs(naive_lse[~inf] - ref_lse[~inf]).max(initial=0),
+                1e-4 * (1 + np.abs(ref_lse[~inf]).max(initial=0)))
     assert err <= bound, f"LSE: max err {err:.3g} > bound {bound:.3g}"
 
 
