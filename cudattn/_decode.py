@@ -101,7 +101,7 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
     t = variant.tiles
     rows = problem.group_size * problem.seqlen_q
     num_m = -(-rows // t.block_m)
-    key_tiles = max(1, -(-_keys_seen(problem, capacity, t.block_m) // t.block_n) + 1)
+    key_tiles = max(1, _tiles_seen(problem, capacity, t.block_m, t.block_n))
     blocks = num_m * problem.heads_kv * problem.batch
     if problem.num_splits is None:
         paged = kv is not None and kv.paged
@@ -120,16 +120,16 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
     return plan, kernel
 
 
-def _keys_seen(problem: Problem, capacity: int, block_m: int) -> int:
-    """The most keys one block of packed rows visits: the capacity, or with a window's left edge
-    the window's reach over the block's tokens (the splits cut only that range, fwd_decode.cuh)."""
-    if problem.window is None or problem.window[0] < 0:
-        return capacity
+def _tiles_seen(problem: Problem, capacity: int, block_m: int, block_n: int) -> int:
+    """The most key tiles one block of packed rows visits: the capacity's, or with a window's left
+    edge, the tiles its reach over the block's tokens can touch (the splits cut only that range,
+    fwd_decode.cuh)."""
+    whole = -(-capacity // block_n)
+    if problem.window is None or problem.window[0] < 0 or problem.window[1] < 0:
+        return whole
     left, right = problem.window
-    if right < 0:
-        return capacity
     tokens = min(problem.seqlen_q, -(-block_m // problem.group_size) + 1)
-    return min(capacity, left + tokens + right)
+    return min(whole, -(-(left + tokens + right) // block_n) + 1)  # + 1: the range need not start on a tile
 
 
 def kv_geom(problem: Problem) -> KvCacheGeom:
