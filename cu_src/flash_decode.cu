@@ -8,8 +8,12 @@ typedef __nv_bfloat16 cudattn_elem_t;
 typedef __half cudattn_elem_t;
 #endif
 
+#ifndef CUDATTN_DECODE_MODS
+#define CUDATTN_DECODE_MODS 0
+#endif
+
 typedef cudattn::FwdDecode<cudattn_elem_t, CUDATTN_HEAD_DIM, CUDATTN_WARPS, CUDATTN_WARP_KEYS, CUDATTN_STAGES,
-                           CUDATTN_ROW_FRAGS>
+                           CUDATTN_ROW_FRAGS, (CUDATTN_DECODE_MODS != 0)>
     cudattn_decode_variant;
 
 extern "C" __global__ void __launch_bounds__(CUDATTN_WARPS * 32)

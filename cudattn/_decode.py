@@ -92,11 +92,13 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
     capacity = problem.seqlen_k
     key = (problem.dtype, problem.head_dim, problem.seqlen_q, problem.heads_q, problem.heads_kv, problem.batch,
            capacity, problem.num_splits, kv is not None and kv.paged, props.device_id, props.max_shared_memory_per_block_optin,
-           problem.window)
+           problem.window, problem.mods.bits if problem.mods is not None else 0)
     hit = _plans.get(key)
     if hit is not None:
         return hit
-    variant = _decode_traits.select_decode(problem.dtype, problem.head_dim, props.max_shared_memory_per_block_optin)
+    mods = problem.window is not None or problem.mods is not None and problem.mods.bits != 0
+    variant = _decode_traits.select_decode(problem.dtype, problem.head_dim, props.max_shared_memory_per_block_optin,
+                                           mods)
     kernel = _kernels.get_kernel(variant, device, props.device_id, props.arch)
     t = variant.tiles
     rows = problem.group_size * problem.seqlen_q

@@ -54,6 +54,7 @@ class DecodeVariant:
     family: str = "decode"
     source: str = "flash_decode.cu"
     kernel_name: str = "flash_decode"
+    mods: bool = False  # a window, softcap or ALiBi compiled in (plain calls keep the leaner build)
 
     @property
     def threads(self) -> int:
@@ -66,13 +67,17 @@ class DecodeVariant:
 
     def defines(self) -> dict[str, int]:
         t = self.tiles
-        return {"CUDATTN_DTYPE_BF16": int(self.dtype == "bfloat16"), "CUDATTN_HEAD_DIM": self.tile_dim,
-                "CUDATTN_WARPS": t.warps, "CUDATTN_WARP_KEYS": t.warp_keys, "CUDATTN_STAGES": t.stages,
-                "CUDATTN_ROW_FRAGS": t.row_frags}
+        d = {"CUDATTN_DTYPE_BF16": int(self.dtype == "bfloat16"), "CUDATTN_HEAD_DIM": self.tile_dim,
+             "CUDATTN_WARPS": t.warps, "CUDATTN_WARP_KEYS": t.warp_keys, "CUDATTN_STAGES": t.stages,
+             "CUDATTN_ROW_FRAGS": t.row_frags}
+        if self.mods:  # absent when off, so that plain builds keep their cache keys
+            d["CUDATTN_DECODE_MODS"] = 1
+        return d
 
     def describe(self) -> str:
         t = self.tiles
-        return f"decode {self.dtype} d{self.tile_dim} {t.block_m}x{t.block_n} w{t.warps} s{t.stages}"
+        mods = " mods" if self.mods else ""
+        return f"decode {self.dtype} d{self.tile_dim} {t.block_m}x{t.block_n} w{t.warps} s{t.stages}{mods}"
 
 
 @dataclass(frozen=True)
@@ -97,11 +102,12 @@ class HelperKernel:
 _ELEM_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
 
 
-def select_decode(dtype, head_dim: int, smem_limit: int) -> DecodeVariant:
+def select_decode(dtype, head_dim: int, smem_limit: int, mods: bool = False) -> DecodeVariant:
+    """``mods``: the call has a window, a softcap or ALiBi (sinks need no other build)."""
     name = dtype if isinstance(dtype, str) else DTYPE_NAMES[dtype]
     d = tile_dim_for(head_dim, DECODE_TILE_DIMS)
     for tiles in _CANDIDATES[d]:
-        v = DecodeVariant(name, d, tiles)
+        v = DecodeVariant(name, d, tiles, mods=mods)
         if v.smem_bytes <= smem_limit:
             return v
     raise ValueError(f"no decode tiles for head_dim {head_dim} fit in {smem_limit} bytes of shared memory")
@@ -123,7 +129,8 @@ COMBINE_PAIRS = (("float32", "float32"), ("float16", "float16"), ("bfloat16", "b
 def all_decode_kernels(arch: str) -> list:
     """Every decode-path kernel a device of this compile target can run."""
     limit = ARCH_SMEM_LIMIT[arch]
-    out: list = [select_decode(dt, d, limit) for dt in DTYPE_NAMES.values() for d in DECODE_TILE_DIMS]
+    out: list = [select_decode(dt, d, limit, mods) for dt in DTYPE_NAMES.values() for d in DECODE_TILE_DIMS
+                 for mods in (False, True)]
     out += [combine_kernel(i, o) for i, o in COMBINE_PAIRS]
     out += [APPEND_KERNEL, GATHER_KERNEL]
     return out

@@ -284,3 +284,21 @@ def test_modifier_errors_on_device():
     f8 = cudattn.to_device(_rand(rng, (1, 8, 4, 64), np.float32).astype(ml_dtypes.float8_e4m3fn))
     with pytest.raises(NotImplementedError, match="softcap"):
         cudattn.attention(f8, f8, f8, softcap=30.0)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_softcap_nan_rows_stay_nan(D):
+    """A NaN in one query row makes that row NaN (tanh and the FMA-pipe exp2 keep NaN); the other
+    rows stay exact, and a row that sees no key still gets O = 0 and LSE -inf."""
+    rng = np.random.default_rng(next(_seed))
+    q, k, v = _rand(rng, (1, 300, 2, D), BF16), _rand(rng, (1, 200, 2, D), BF16), _rand(rng, (1, 200, 2, D), BF16)
+    q[0, 250, 1, 3] = np.nan
+    o, lse = _run(q, k, v, {"softcap": 30.0}, causal=True)
+    assert np.isnan(o[0, 250, 1]).all() and np.isnan(lse[0, 1, 250])
+    keep = np.ones(300, bool)
+    keep[250] = False
+    ref, ref_lse = reference.attention(q, k, v, causal=True, softcap=30.0, return_lse=True)
+    naive = reference.attention_naive(q, k, v, causal=True, softcap=30.0)
+    ok, err, bound = reference.check_close(o[:, keep], ref[:, keep], naive[:, keep])
+    assert ok, (err, bound)
+    assert np.all(o[:, :100] == 0) and np.isneginf(lse[:, :, :100]).all()

@@ -19,7 +19,8 @@
 
 namespace cudattn {
 
-template <typename T, int D, int NW, int WN, int STAGES, int MF>
+// MODS: windows, softcap and ALiBi compiled in (their per-row state costs plain calls ~1 %).
+template <typename T, int D, int NW, int WN, int STAGES, int MF, bool MODS = false>
 struct FwdDecode {
     static constexpr int NT = NW * 32;
     static constexpr int BM = 16 * MF;  // packed query rows per block
@@ -53,8 +54,9 @@ struct FwdDecode {
         const int chunks_valid = p.head_dim / 8;
         const int L = kv_seqlen(p.kv, b);
         const int cdiff = L - p.seqlen_q;  // token t's diagonal key: t + cdiff
-        const int right = p.causal ? 0 : p.has_window ? p.window_right : -1;  // -1: open
-        const int left = p.has_window ? p.window_left : -1;
+        const bool window = MODS && p.has_window;
+        const int right = p.causal ? 0 : window ? p.window_right : -1;  // -1: open
+        const int left = window ? p.window_left : -1;
 
         // Keys this block must visit: all L, or up to what its last token sees (causal, a
         // window's right edge) from what its first token sees (a window's left edge). The splits
@@ -144,7 +146,7 @@ struct FwdDecode {
                 limit[mf][h] = right >= 0 ? min(L, d + right + 1) : L;
                 lo[mf][h] = left >= 0 ? d - left : 0;
                 diag[mf][h] = (float)d;
-                coef[mf][h] = p.alibi != nullptr
+                coef[mf][h] = MODS && p.alibi != nullptr
                                   ? p.alibi_mul * p.alibi[(long long)b * p.alibi_stride_b + hkv * p.group + gr % p.group]
                                   : 0.f;
             }
@@ -183,7 +185,7 @@ struct FwdDecode {
 
             const int col0 = (t_begin + it) * BN + warp * WN;
             // Modifiers before masks (mods.cuh); uniform branches, decode being memory-bound.
-            if (p.softcap_pre != 0.f) {
+            if (MODS && p.softcap_pre != 0.f) {
 #pragma unroll
                 for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
@@ -191,7 +193,7 @@ struct FwdDecode {
 #pragma unroll
                         for (int e = 0; e < 4; ++e) s[mf][nf][e] = tanh_approx(s[mf][nf][e] * p.softcap_pre);
             }
-            if (p.alibi != nullptr) {
+            if (MODS && p.alibi != nullptr) {
 #pragma unroll
                 for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
@@ -203,7 +205,7 @@ struct FwdDecode {
                                 s[mf][nf][2 * h + j] = fmaf(
                                     coef[mf][h], fabsf((float)(col0 + nf * 8 + 2 * tq + j) - diag[mf][h]), s[mf][nf][2 * h + j]);
             }
-            if (col0 + WN > min_limit || col0 < max_lo) {
+            if (col0 + WN > min_limit || (MODS && col0 < max_lo)) {
 #pragma unroll
                 for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
@@ -213,7 +215,7 @@ struct FwdDecode {
 #pragma unroll
                             for (int j = 0; j < 2; ++j) {
                                 const int col = col0 + nf * 8 + 2 * tq + j;
-                                if (col >= limit[mf][h] || col < lo[mf][h]) s[mf][nf][2 * h + j] = masked;
+                                if (col >= limit[mf][h] || (MODS && col < lo[mf][h])) s[mf][nf][2 * h + j] = masked;
                             }
             }
 
