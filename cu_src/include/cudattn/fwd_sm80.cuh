@@ -229,8 +229,7 @@ struct FwdSm80 {
                 apply_mask<MF, NF, CAUSAL>(s, m_start + warp_row0, n_start, sq.seqlen_k, sq.causal_offset, lane, masked,
                                            p);
 
-            softmax.template rescale_and_exponentiate<NF, DF, FP8, (MODS & MOD_SOFTCAP) ? CUDATTN_SOFTCAP_EMU : 0>(
-                s, o, scale_log2, neg);
+            softmax.template rescale_and_exponentiate<NF, DF, FP8>(s, o, scale_log2, neg);
             if constexpr (FP8) {
                 pv_product_e4m3(o, s, v_base, v_lane);
             } else {  // P packed per k16 step; V read transposed

@@ -113,8 +113,6 @@ struct FwdSm90 {
     static constexpr bool WINDOW = CONSUMERS == 2 && !FP8;
     // Softcap and ALiBi (mods.cuh): 16-bit builds (FP8 scales its scores per (batch, head)).
     static_assert(!FP8 || MODS == 0, "FP8 builds take no score modifiers");
-    // Softcap's tanh is a second MUFU op a score: half the exponentials then go to the FMA pipe.
-    static constexpr int EMU = (MODS & MOD_SOFTCAP) ? CUDATTN_SOFTCAP_EMU : 0;
     static_assert(D * EB % SW == 0 && D <= 256, "head-dim tile: whole swizzle rows, at most 256");
     static_assert(BN % 16 == 0 && BN <= 256, "key tile: a multiple of 16 up to 256");
     static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
@@ -479,7 +477,7 @@ struct FwdSm90 {
             release(&bars.k_empty[stage(it)], lane);
             if (cur.n_tiles == 1) release(&bars.q_empty[n % Q_STAGES], lane);
             mask_tile(p, s, cur, 0, cw, warp, lane);
-            softmax.template exponentiate<BN / 8, FP8, EMU>(s, cur.scale_log2, cur.neg(), alpha);
+            softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha);
             to_operand(pk, s);
             if (zero_tail) {  // the first key tile is the sequence's last
                 mbar_wait(&bars.v_full[stage(it)], phase(it));
@@ -499,7 +497,7 @@ struct FwdSm90 {
                 release(&bars.k_empty[stage(ik)], lane);
                 if (j == cur.n_tiles - 1) release(&bars.q_empty[n % Q_STAGES], lane);
                 mask_tile(p, s, cur, j, cw, warp, lane);
-                softmax.template exponentiate<BN / 8, FP8, EMU>(s, cur.scale_log2, cur.neg(), alpha);
+                softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha);
                 wgmma_wait<0>();
                 fence_operands(flat<D>(o));
                 release(&bars.v_empty[stage(iv)], lane);

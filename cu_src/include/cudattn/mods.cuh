@@ -11,12 +11,6 @@ namespace cudattn {
 
 constexpr int MOD_SOFTCAP = 1, MOD_ALIBI = 2;  // bits of a build's MODS (CUDATTN_MODS)
 
-// Softcap builds exponentiate every CUDATTN_SOFTCAP_EMU-th score fragment on the FMA pipe
-// (softmax.cuh, EMU): tanh and exp2 would otherwise both queue on MUFU.
-#ifndef CUDATTN_SOFTCAP_EMU
-#define CUDATTN_SOFTCAP_EMU 2
-#endif
-
 // The ALiBi coefficient of query head h of sequence b, in raw-score units (0 without slopes).
 __device__ __forceinline__ float alibi_coef(const FwdParams& p, int b, int h) {
     return p.alibi != nullptr ? p.alibi_mul * p.alibi[(long long)b * p.alibi_stride_b + h] : 0.f;

@@ -88,24 +88,6 @@ __device__ __forceinline__ float min_keep_nan(float x, float y) {
     return r;
 }
 
-__device__ __forceinline__ float max_keep_nan(float x, float y) {
-    float r;
-    asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(r) : "f"(x), "f"(y));
-    return r;
-}
-
-// 2^x for x <= ~0 on the FMA pipe, no MUFU op (FlashAttention-4's way of sharing the softmax's
-// exponentials between the two pipes): x = n + f with n the nearest integer, 2^f by a degree-4
-// polynomial (relative error 2.8e-6 on [-1/2, 1/2]), times 2^n built from n's bits. x <= -127
-// (masked keys: -inf) gives exactly 0; NaN stays NaN.
-__device__ __forceinline__ float exp2_fma(float x) {
-    x = max_keep_nan(x, -127.f);
-    const float t = x + 12583039.f;  // 1.5 * 2^23 + 127: n + 127 lands in t's low mantissa bits
-    const float f = x - (t - 12583039.f);
-    const float p = fmaf(fmaf(fmaf(fmaf(0.009582853f, f, 0.05590643f), f, 0.24024099f), f, 0.69312418f), f, 1.f);
-    return p * __int_as_float(__float_as_int(t) << 23);  // (n + 127) << 23 is 2^n; 0 at n = -127
-}
-
 // st.global.v2.b32 under a predicate. A C++ `if` around a store in an unrolled loop becomes a
 // branch per store, each with its own address arithmetic; this stays one predicated store at an
 // immediate offset from a base pointer.

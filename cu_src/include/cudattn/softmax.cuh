@@ -67,9 +67,7 @@ struct OnlineSoftmax {
     // max key's P is 2^(+-ulp(m)/2), not 1: at most 2^8 (inside e4m3's 448) while |m| < 2^27.
     // A warp with a larger |m| (scores beyond 2^27 from large descales) caps the exponents at 0,
     // so P stays in [0, 1]; the cap is one more instruction an element, so only such a warp pays it.
-    // EMU: every EMU-th 8-column fragment is exponentiated on the FMA pipe (exp2_fma) instead of
-    // MUFU, for builds whose other per-score work already loads MUFU (softcap's tanh); 0: none.
-    template <int NF, bool CLAMP = false, int EMU = 0>
+    template <int NF, bool CLAMP = false>
     __device__ __forceinline__ void exponentiate(float (&s)[MF][NF][4], float scale_log2, bool neg,
                                                  float (&alpha)[MF][2]) {
         if (neg)
@@ -88,14 +86,14 @@ struct OnlineSoftmax {
                 big |= !(fabsf(m_use[mf][h]) < 0x1p27f);  // NaN too
             }
         if (CLAMP && __any_sync(0xffffffffu, big))
-            exponentiate_rows<NF, CLAMP, EMU>(s, scale_log2, m_use, alpha);
+            exponentiate_rows<NF, CLAMP>(s, scale_log2, m_use, alpha);
         else
-            exponentiate_rows<NF, false, EMU>(s, scale_log2, m_use, alpha);
+            exponentiate_rows<NF, false>(s, scale_log2, m_use, alpha);
     }
 
     // P and the row sums; the sums are pairwise trees (a chain of 2 NF dependent adds would
     // leave the few warps of a scheduler waiting on FADD latency).
-    template <int NF, bool CLAMP, int EMU = 0>
+    template <int NF, bool CLAMP>
     __device__ __forceinline__ void exponentiate_rows(float (&s)[MF][NF][4], float scale_log2,
                                                       const float (&m_use)[MF][2], const float (&alpha)[MF][2]) {
 #pragma unroll
@@ -108,10 +106,7 @@ struct OnlineSoftmax {
 #pragma unroll
                     for (int j = 0; j < 2; ++j) {
                         const float x = fmaf(s[mf][nf][2 * h + j], scale_log2, -m_use[mf][h]);
-                        if (EMU != 0 && nf % (EMU != 0 ? EMU : 1) == EMU - 1)
-                            s[mf][nf][2 * h + j] = exp2_fma(CLAMP ? min_keep_nan(x, 0.f) : x);
-                        else
-                            s[mf][nf][2 * h + j] = exp2_approx(CLAMP ? min_keep_nan(x, 0.f) : x);
+                        s[mf][nf][2 * h + j] = exp2_approx(CLAMP ? min_keep_nan(x, 0.f) : x);
                     }
                     v[nf] = s[mf][nf][2 * h] + s[mf][nf][2 * h + 1];
                 }
@@ -133,11 +128,11 @@ struct OnlineSoftmax {
                 }
     }
 
-    template <int NF, int DF, bool CLAMP = false, int EMU = 0>
+    template <int NF, int DF, bool CLAMP = false>
     __device__ __forceinline__ void rescale_and_exponentiate(float (&s)[MF][NF][4], float (&o)[MF][DF][4],
                                                              float scale_log2, bool neg) {
         float alpha[MF][2];
-        exponentiate<NF, CLAMP, EMU>(s, scale_log2, neg, alpha);
+        exponentiate<NF, CLAMP>(s, scale_log2, neg, alpha);
         rescale(o, alpha);
     }
 
