@@ -11,9 +11,12 @@ typedef __half cudattn_elem_t;
 #ifndef CUDATTN_DECODE_MODS
 #define CUDATTN_DECODE_MODS 0
 #endif
+#ifndef CUDATTN_KV_FP8
+#define CUDATTN_KV_FP8 0
+#endif
 
 typedef cudattn::FwdDecode<cudattn_elem_t, CUDATTN_HEAD_DIM, CUDATTN_WARPS, CUDATTN_WARP_KEYS, CUDATTN_STAGES,
-                           CUDATTN_ROW_FRAGS, (CUDATTN_DECODE_MODS != 0)>
+                           CUDATTN_ROW_FRAGS, (CUDATTN_DECODE_MODS != 0), (CUDATTN_KV_FP8 != 0)>
     cudattn_decode_variant;
 
 extern "C" __global__ void __launch_bounds__(CUDATTN_WARPS * 32)

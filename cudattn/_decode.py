@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from . import _array, _decode_traits, _kernels, _launch, _stream_memory
+from . import _array, _decode_traits, _kernels, _launch, _stream_memory, _traits
 from ._modifiers import fill_params
 from ._decode_traits import MAX_SPLITS, DecodeVariant
 from ._params import DecodeParams, KvCacheGeom, scale_log2
@@ -92,13 +92,17 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
     capacity = problem.seqlen_k
     key = (problem.dtype, problem.head_dim, problem.seqlen_q, problem.heads_q, problem.heads_kv, problem.batch,
            capacity, problem.num_splits, kv is not None and kv.paged, props.device_id, props.max_shared_memory_per_block_optin,
-           problem.window, problem.mods.bits if problem.mods is not None else 0)
+           problem.window, problem.mods.bits if problem.mods is not None else 0, kv is not None and kv.fp8)
     hit = _plans.get(key)
     if hit is not None:
         return hit
     mods = problem.window is not None or problem.mods is not None and problem.mods.bits != 0
+    fp8 = kv is not None and kv.fp8
+    if fp8 and props.arch not in _traits.FP8_ARCHS:
+        raise NotImplementedError(f"FP8 KV caches need an sm_89 or newer GPU (e4m3 conversions); this one is "
+                                  f"{props.arch}")
     variant = _decode_traits.select_decode(problem.dtype, problem.head_dim, props.max_shared_memory_per_block_optin,
-                                           mods)
+                                           mods, fp8)
     kernel = _kernels.get_kernel(variant, device, props.device_id, props.arch)
     t = variant.tiles
     rows = problem.group_size * problem.seqlen_q
@@ -169,6 +173,10 @@ def run(problem: Problem, q: int, k: int, v: int, o: int, lse: int, o_geom: Tens
         int(lse != 0), 0,
     )
     params.window_left, params.window_right = problem.window or (-1, -1)
+    kv = problem.kv_cache
+    if kv is not None and kv.fp8:
+        params.k_scale, params.v_scale = kv.k_scale, kv.v_scale
+        params.k_descale, params.v_descale = kv.k_descale_ptr, kv.v_descale_ptr
     params.has_window = int(problem.window is not None)
     if problem.mods is not None:
         fill_params(params, problem.mods, scale)

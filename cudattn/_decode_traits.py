@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._traits import ARCH_SMEM_LIMIT, DTYPE_NAMES, tile_dim_for
+from ._traits import ARCH_SMEM_LIMIT, DTYPE_NAMES, FP8_ARCHS, tile_dim_for
 
 # Head-dim tiles (a head dim uses the smallest >= it; columns past it are zero-filled).
 DECODE_TILE_DIMS = (32, 64, 128, 256)
@@ -55,6 +55,7 @@ class DecodeVariant:
     source: str = "flash_decode.cu"
     kernel_name: str = "flash_decode"
     mods: bool = False  # a window, softcap or ALiBi compiled in (plain calls keep the leaner build)
+    kv_fp8: bool = False  # the cache holds e4m3 (sm_89+: the e4m3 -> f16 conversion)
 
     @property
     def threads(self) -> int:
@@ -62,8 +63,9 @@ class DecodeVariant:
 
     @property
     def smem_bytes(self) -> int:
-        t = self.tiles
-        return (t.block_m + 2 * t.stages * t.block_n) * self.tile_dim * 2
+        t = self.tiles  # Q, the ring (cache bytes) and KV8's converted stage (fwd_decode.cuh, SMEM_BYTES)
+        kb = 1 if self.kv_fp8 else 2
+        return (t.block_m * 2 + 2 * t.stages * t.block_n * kb + (4 * t.block_n if self.kv_fp8 else 0)) * self.tile_dim
 
     def defines(self) -> dict[str, int]:
         t = self.tiles
@@ -72,11 +74,13 @@ class DecodeVariant:
              "CUDATTN_ROW_FRAGS": t.row_frags}
         if self.mods:  # absent when off, so that plain builds keep their cache keys
             d["CUDATTN_DECODE_MODS"] = 1
+        if self.kv_fp8:
+            d["CUDATTN_KV_FP8"] = 1
         return d
 
     def describe(self) -> str:
         t = self.tiles
-        mods = " mods" if self.mods else ""
+        mods = (" mods" if self.mods else "") + (" kv-e4m3" if self.kv_fp8 else "")
         return f"decode {self.dtype} d{self.tile_dim} {t.block_m}x{t.block_n} w{t.warps} s{t.stages}{mods}"
 
 
@@ -102,12 +106,13 @@ class HelperKernel:
 _ELEM_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
 
 
-def select_decode(dtype, head_dim: int, smem_limit: int, mods: bool = False) -> DecodeVariant:
-    """``mods``: the call has a window, a softcap or ALiBi (sinks need no other build)."""
+def select_decode(dtype, head_dim: int, smem_limit: int, mods: bool = False, kv_fp8: bool = False) -> DecodeVariant:
+    """``mods``: the call has a window, a softcap or ALiBi (sinks need no other build);
+    ``kv_fp8``: an e4m3 cache (``dtype`` is then q's)."""
     name = dtype if isinstance(dtype, str) else DTYPE_NAMES[dtype]
     d = tile_dim_for(head_dim, DECODE_TILE_DIMS)
     for tiles in _CANDIDATES[d]:
-        v = DecodeVariant(name, d, tiles, mods=mods)
+        v = DecodeVariant(name, d, tiles, mods=mods, kv_fp8=kv_fp8)
         if v.smem_bytes <= smem_limit:
             return v
     raise ValueError(f"no decode tiles for head_dim {head_dim} fit in {smem_limit} bytes of shared memory")
@@ -119,6 +124,12 @@ def combine_kernel(in_dtype: str, out_dtype: str) -> HelperKernel:
 
 
 APPEND_KERNEL = HelperKernel("kv_cache_append.cu", "kv_cache_append")
+
+
+def append_fp8_kernel(new_dtype: str) -> HelperKernel:
+    """The append into an e4m3 cache from 16-bit rows of ``new_dtype`` (quantized on the way)."""
+    return HelperKernel("kv_cache_append.cu", "kv_cache_append",
+                        (("CUDATTN_APPEND_FP8", 1), ("CUDATTN_DTYPE_BF16", int(new_dtype == "bfloat16"))))
 GATHER_KERNEL = HelperKernel("kv_cache_gather.cu", "kv_cache_gather", threads=256)
 
 # The combine pairs that exist: merges of parts of one dtype (merge_attention_states; the split-KV
@@ -133,4 +144,8 @@ def all_decode_kernels(arch: str) -> list:
                  for mods in (False, True)]
     out += [combine_kernel(i, o) for i, o in COMBINE_PAIRS]
     out += [APPEND_KERNEL, GATHER_KERNEL]
+    if arch in FP8_ARCHS:  # e4m3 caches: the cvt instructions are sm_89+
+        out += [select_decode(dt, d, limit, mods, kv_fp8=True) for dt in DTYPE_NAMES.values()
+                for d in DECODE_TILE_DIMS for mods in (False, True)]
+        out += [append_fp8_kernel(dt) for dt in DTYPE_NAMES.values()]
     return out

@@ -28,7 +28,7 @@ from ._geometry import contiguous_geom, share_bytes, span
 from ._operands import OTHER, kind_of
 from ._params import AppendParams, KvCacheGeom
 from ._problem import KvCache, Problem, TensorGeom, Varlen
-from ._types import ArrayLike, ArrayResult, StreamLike
+from ._types import ArrayLike, ArrayResult, DescaleLike, StreamLike
 from ._varlen import check_cu_seqlens, check_device_offsets, check_max_seqlen
 from ._validate import _check_bool, _check_out, _check_scale, _describe, check_num_splits, tensor_geom
 
@@ -45,7 +45,8 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            scale: float | None = ..., return_lse: Literal[False] = ..., num_splits: int | None = ...,
                            out: ArrayLike | None = ..., stream: StreamLike = ...,
                            window_size: tuple[int, int] | None = ..., softcap: float | None = ...,
-                           sinks: ArrayLike | None = ..., alibi_slopes: ArrayLike | None = ...) -> ArrayResult: ...
+                           sinks: ArrayLike | None = ..., alibi_slopes: ArrayLike | None = ...,
+                           k_descale: DescaleLike = ..., v_descale: DescaleLike = ...) -> ArrayResult: ...
 
 
 @overload
@@ -56,7 +57,8 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            scale: float | None = ..., return_lse: Literal[True], num_splits: int | None = ...,
                            out: ArrayLike | None = ..., stream: StreamLike = ...,
                            window_size: tuple[int, int] | None = ..., softcap: float | None = ...,
-                           sinks: ArrayLike | None = ..., alibi_slopes: ArrayLike | None = ...) -> tuple[ArrayResult, ArrayResult]: ...
+                           sinks: ArrayLike | None = ..., alibi_slopes: ArrayLike | None = ...,
+                           k_descale: DescaleLike = ..., v_descale: DescaleLike = ...) -> tuple[ArrayResult, ArrayResult]: ...
 
 
 @overload
@@ -67,7 +69,8 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            scale: float | None = ..., return_lse: bool, num_splits: int | None = ...,
                            out: ArrayLike | None = ..., stream: StreamLike = ...,
                            window_size: tuple[int, int] | None = ..., softcap: float | None = ...,
-                           sinks: ArrayLike | None = ..., alibi_slopes: ArrayLike | None = ...) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
+                           sinks: ArrayLike | None = ..., alibi_slopes: ArrayLike | None = ...,
+                           k_descale: DescaleLike = ..., v_descale: DescaleLike = ...) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
 
 
 def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike, *,
@@ -77,8 +80,9 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            scale: float | None = None, return_lse: bool = False, num_splits: int | None = None,
                            out: ArrayLike | None = None, stream: StreamLike = None,
                            window_size: tuple[int, int] | None = None, softcap: float | None = None,
-                           sinks: ArrayLike | None = None,
-                           alibi_slopes: ArrayLike | None = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
+                           sinks: ArrayLike | None = None, alibi_slopes: ArrayLike | None = None,
+                           k_descale: DescaleLike = None,
+                           v_descale: DescaleLike = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
     """Attention of a few query tokens against a KV cache (FlashAttention's ``flash_attn_with_kvcache``).
 
     - ``q``: ``(B, Sq, Hq, D)`` (layout "bshd"; decode is Sq = 1..16, any Sq works).
@@ -102,6 +106,14 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
       ``Sk`` the sequence's cached keys (appended ones included): query ``i``'s diagonal key is
       ``i + L_b - Sq``. The split-KV decode kernel skips the key tiles outside every row's window,
       and counts a sink once, when it merges the splits.
+    - FP8 caches: ``k_cache`` and ``v_cache`` typed ``ml_dtypes.float8_e4m3fn`` (half the bytes of
+      a 16-bit cache), with ``k_descale`` and ``v_descale`` (None: 1.0, a float, or float32
+      ``(B, Hkv)`` arrays, as `cudattn.attention`'s): the cache holds ``x / descale``. q, and
+      ``k_new``/``v_new``, stay in float16 or bfloat16; the new rows are quantized on append
+      (divided by their descale, rounded to nearest even, saturated at ±448). The split-KV
+      kernel converts each key tile to q's dtype in shared memory (exactly) and scales the scores
+      and the output by the descales. Decode shapes only so far (up to 16 query tokens, or
+      ``num_splits=``); sm_89 and newer.
 
     More than 16 query tokens a sequence (chunked prefill), or a packed ``q``, run the prefill
     kernels on the cache in place; a paged cache whose pages are shorter than the kernel's key
@@ -124,7 +136,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
         packed = _check_packed(cu_seqlens_q, max_seqlen_q, k_new, num_splits, host)
     if host:
         return _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale, return_lse,
-                         num_splits, stream, packed, mods)
+                         num_splits, stream, packed, mods, (k_descale, v_descale))
     if out is not None and isinstance(out, np.ndarray):
         raise TypeError("out must be a device array for device calls (the NumPy path returns a new array)")
     objs = (q, k_cache, v_cache, k_new, v_new, out, cache_seqlens, block_table, cu_seqlens_q)
@@ -136,15 +148,18 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     if isinstance(cache_seqlens, np.ndarray) or isinstance(block_table, np.ndarray) or \
             isinstance(cu_seqlens_q, np.ndarray):
         dev_objs = tuple(None if isinstance(x, np.ndarray) else x for x in objs)
-    has_m = sinks is not None or alibi_slopes is not None
-    if has_m:  # two more operands (a NumPy array or a scalar stays out: the full path refuses it)
-        dev_objs = (*dev_objs, _args.array_or_none(sinks), _args.array_or_none(alibi_slopes))
+    # Four more operands when any is given: sinks, slopes, k and v descales (a NumPy array or a
+    # scalar stays out of the operands: the key holds it, and the full path refuses or reads it).
+    extra = (sinks, alibi_slopes, k_descale, v_descale)
+    has_x = any(x is not None for x in extra)
+    if has_x:
+        dev_objs = (*dev_objs, *(_args.array_or_none(x) for x in extra))
     consumer, keep, ops, sig, unordered = _callpath.operands(dev_objs, _NAMES, stream)
     qa, ka, va, kn, vn, oa, sl, bt, cq = ops[:9]
     mkey = None
-    if has_m or softcap is not None or window_size is not None:
+    if has_x or softcap is not None or window_size is not None:
         mkey = (_callpath.tag(window_size), _callpath.tag(softcap),
-                *(_args.descale_key(g, a) for g, a in zip((sinks, alibi_slopes), ops[9:] if has_m else (None, None))))
+                *(_args.descale_key(g, a) for g, a in zip(extra, ops[9:] if has_x else (None,) * 4)))
     key = ("kvcache", sig, (causal, scale, return_lse, num_splits, max_seqlen_q),
            (causal.__class__, scale.__class__, return_lse.__class__, num_splits.__class__, max_seqlen_q.__class__),
            # NumPy index arrays: unhashable, so such calls take the full path
@@ -153,17 +168,19 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     # Appending into caches whose byte ranges meet: the full path's exact test of shared elements.
     suspect = kn is not None and _ranges_meet(ka, va)
 
-    def full(qa, ka, va, kn, vn, oa, sl, bt, cq, sk=None, al=None):
+    def full(qa, ka, va, kn, vn, oa, sl, bt, cq, sk=None, al=None, dk=None, dv=None):
         device_id = qa.device_id
-        for name, a in zip(_NAMES[1:], (ka, va, kn, vn, oa, sl, bt, cq, sk, al)):
+        for name, a in zip(_NAMES[1:], (ka, va, kn, vn, oa, sl, bt, cq, sk, al, dk, dv)):
             if a is not None and a.device_id != device_id:
                 raise ValueError(f"{name} is on device {a.device_id} but q is on device {device_id}")
         sl = cache_seqlens if sl is None else sl
         bt = block_table if bt is None else bt
         cq = cu_seqlens_q if cq is None else cq
         ms = (window_size, softcap, sinks if sk is None else sk, alibi_slopes if al is None else al)
+        ds = (k_descale if dk is None else dk, v_descale if dv is None else dv)
         problem, new_geoms = validate_kvcache(qa, ka, va, sl, bt, kn, vn, causal, scale, return_lse, num_splits,
-                                              host=False, cu_seqlens_q=cq, max_seqlen_q=max_seqlen_q, mods=ms)
+                                              host=False, cu_seqlens_q=cq, max_seqlen_q=max_seqlen_q, mods=ms,
+                                              descales=ds)
         if oa is not None:
             geom = _check_out(oa if cq is None else oa[None], False, qa.shape if cq is None else (1, *qa.shape),
                               problem.out_dtype, "bshd")
@@ -181,7 +198,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
 
 
 _NAMES = ("q", "k_cache", "v_cache", "k_new", "v_new", "out", "cache_seqlens", "block_table", "cu_seqlens_q", "sinks",
-          "alibi_slopes")
+          "alibi_slopes", "k_descale", "v_descale")
 
 
 def _check_packed(cu_seqlens_q, max_seqlen_q, k_new, num_splits, host: bool) -> tuple:
@@ -267,27 +284,29 @@ def _gather(problem: Problem, ka, va, device, device_id, sref, rows: int | None 
 
 def _append(problem: Problem, kv: KvCache, ka, va, kn, vn, new_geoms, device, device_id, sref) -> None:
     props = _device.device_properties(device_id)
-    kernel = _kernels.get_kernel(_decode_traits.APPEND_KERNEL, device, device_id, props.arch)
+    spec = _decode_traits.append_fp8_kernel(problem.dtype.name) if kv.fp8 else _decode_traits.APPEND_KERNEL
+    kernel = _kernels.get_kernel(spec, device, device_id, props.arch)
     kg, vg = new_geoms
     ks, vs = problem.k_strides, problem.v_strides
     geom = KvCacheGeom(kv.block_table_ptr, kv.seqlens_ptr, kv.page_size, kv.max_pages, kv.num_pages, kv.capacity,
                        0, 0)
     B, s_new, H = problem.batch, kv.seqlen_add, problem.heads_kv
     p = AppendParams(kn.ptr, vn.ptr, ka.ptr, va.ptr, kg.batch, kg.seq, kg.head, vg.batch, vg.seq, vg.head,
-                     ks.batch, ks.seq, ks.head, vs.batch, vs.seq, vs.head, geom, B, s_new, H, problem.head_dim)
+                     ks.batch, ks.seq, ks.head, vs.batch, vs.seq, vs.head, geom, B, s_new, H, problem.head_dim,
+                     kv.k_descale_ptr, kv.v_descale_ptr, kv.k_scale, kv.v_scale)
     rows = B * s_new * H
     _launch.launch(kernel, (-(-rows // 4), 1, 1), (128, 1, 1), 0, sref.handle, p)
 
 
 def _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale, return_lse, num_splits,
-              stream, packed=None, mods=(None, None, None, None)):
+              stream, packed=None, mods=(None, None, None, None), descales=(None, None)):
     cu_q, max_q = packed if packed else (None, None)
     problem, _ = validate_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale,
                                   return_lse, num_splits, host=True, cu_seqlens_q=cu_q, max_seqlen_q=max_q,
-                                  mods=mods)
+                                  mods=mods, descales=descales)
     kv = problem.kv_cache
     if k_new is not None:  # the NumPy caches are updated in place, here, before they go up
-        _append_host(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, kv)
+        _append_host(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, kv, descales)
     device = _device.get_device(None)
     device_id = _device.device_properties(device).device_id
     sref = _stream.as_stream(stream, device)
@@ -299,6 +318,10 @@ def _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cau
         sk, al = (up(x) for x in mods[2:])
         problem = replace(problem, mods=replace(problem.mods, sinks_ptr=0 if sk is None else sk.ptr,
                                                 alibi_ptr=0 if al is None else al.ptr))
+    if kv.fp8:  # and the NumPy descale arrays
+        dk, dv = (up(np.asarray(x, np.float32)) if isinstance(x, np.ndarray) else None for x in descales)
+        problem = replace(problem, kv_cache=replace(kv, k_descale_ptr=0 if dk is None else dk.ptr,
+                                                    v_descale_ptr=0 if dv is None else dv.ptr))
     res = _run(problem, qa, ka, va, None, None, sl, bt, None, device, device_id, sref, None, cq,
                _rows_used(problem, cache_seqlens))
     o_dev, lse_dev = res if return_lse else (res, None)
@@ -311,7 +334,12 @@ def _dense(a) -> TensorGeom:
     return contiguous_geom(s, h, d, "bshd")
 
 
-def _append_host(k_cache, v_cache, k_new, v_new, seqlens, table, kv: KvCache) -> None:
+def _append_host(k_cache, v_cache, k_new, v_new, seqlens, table, kv: KvCache, descales=(None, None)) -> None:
+    if kv.fp8:  # quantized as the append kernel does, by float32 descales (scalar times array entry)
+        def rows(x, scalar, arr):
+            return np.stack([_quantize_host(x[b], np.float32(scalar) * (
+                arr[b].astype(np.float32) if isinstance(arr, np.ndarray) else np.float32(1))) for b in range(len(x))])
+        k_new, v_new = rows(k_new, kv.k_scale, descales[0]), rows(v_new, kv.v_scale, descales[1])
     for b in range(k_new.shape[0]):
         pos = int(seqlens[b]) + np.arange(k_new.shape[1])
         if kv.paged:
@@ -327,12 +355,13 @@ def _append_host(k_cache, v_cache, k_new, v_new, seqlens, table, kv: KvCache) ->
 
 
 def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, scale, return_lse, num_splits, *,
-                     host: bool, cu_seqlens_q=None, max_seqlen_q=None,
-                     mods=(None, None, None, None)) -> tuple[Problem, tuple[TensorGeom, TensorGeom] | None]:
+                     host: bool, cu_seqlens_q=None, max_seqlen_q=None, mods=(None, None, None, None),
+                     descales=(None, None)) -> tuple[Problem, tuple[TensorGeom, TensorGeom] | None]:
     """Check one call and describe it as a `Problem` whose ``kv_cache`` has no pointers yet;
     also the strides of k_new and v_new (None without them). Raises ValueError/TypeError.
     A packed q (``cu_seqlens_q``) is checked as a batch of ``max_seqlen_q`` rows a sequence.
-    ``mods``: (window_size, softcap, sinks, alibi_slopes)."""
+    ``mods``: (window_size, softcap, sinks, alibi_slopes); ``descales``: (k_descale, v_descale)
+    of an FP8 cache."""
     qs, qst, qdt, qptr = _describe("q", q, host)
     varlen = None
     if cu_seqlens_q is not None:
@@ -346,13 +375,15 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
             raise ValueError(f"{name} must be 4-D: (batch, capacity, heads_kv, head_dim), or with block_table "
                              f"(num_pages, page_size, heads_kv, head_dim); got shape {shp}")
     if qdt == FLOAT8_E4M3:
-        raise NotImplementedError("FP8 KV caches are not supported yet: attention_with_kvcache takes float16 or "
-                                  "bfloat16 (cudattn.attention takes FP8 q, k, v)")
+        raise NotImplementedError("an FP8 q is not supported by attention_with_kvcache yet: pass q in float16 or "
+                                  "bfloat16 (the caches may be FP8: k_cache and v_cache float8_e4m3fn with "
+                                  "k_descale and v_descale)")
     if qdt not in RECOGNIZED:
         raise input_dtype_error(qdt, "q")
-    if kdt != qdt or vdt != qdt:
-        raise TypeError(f"q, k_cache, v_cache must share one dtype; got q {dtype_name(qdt)}, "
-                        f"k_cache {dtype_name(kdt)}, v_cache {dtype_name(vdt)}")
+    fp8 = kdt == FLOAT8_E4M3 and vdt == FLOAT8_E4M3
+    if not fp8 and (kdt != qdt or vdt != qdt):
+        raise TypeError(f"k_cache and v_cache must have q's dtype, or both be float8_e4m3fn (an FP8 cache); got "
+                        f"q {dtype_name(qdt)}, k_cache {dtype_name(kdt)}, v_cache {dtype_name(vdt)}")
     if ks != vs:
         raise ValueError(f"k_cache and v_cache must have the same shape; got {ks} and {vs}")
     B, Sq, Hq, D = qs
@@ -363,6 +394,8 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
         raise ValueError(f"q and the caches must have the same head_dim; got q {D}, caches {Dk}")
     if D % 8 or not 8 <= D <= 256:
         raise ValueError(f"head_dim must be a multiple of 8 from 8 to 256; got {D}")
+    if fp8 and D % 16:
+        raise ValueError(f"an FP8 cache's head_dim must be a multiple of 16 (rows of whole 16-byte vectors); got {D}")
     if Hq % Hkv:
         raise ValueError(f"heads_q ({Hq}) must be a multiple of the caches' heads_kv ({Hkv})")
     if max(B, Sq, Hq, n0, Hkv) > 2**31 - 1:  # the kernels take 32-bit sizes
@@ -414,7 +447,7 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
         if readonly:
             raise ValueError(f"{readonly[0]} must be writeable: k_new/v_new are appended into the caches in place "
                              f"(it is read-only)")
-        if share_bytes(kptr, ks, kst, qdt.itemsize, vptr, vs, vst, qdt.itemsize):
+        if share_bytes(kptr, ks, kst, kdt.itemsize, vptr, vs, vst, kdt.itemsize):
             raise ValueError("k_cache and v_cache share memory: k_new and v_new are appended into them in place, so "
                              "v_new would overwrite keys; pass two caches (views of one buffer are fine if no "
                              "element is in both)")
@@ -422,8 +455,8 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
                      tensor_geom("v_new", vns, vnst, qdt.itemsize, vnptr, "bshd"))
 
     q_geom = tensor_geom("q", qs, qst, qdt.itemsize, qptr, "bshd")
-    k_geom = tensor_geom("k_cache", ks, kst, qdt.itemsize, kptr, "bshd")
-    v_geom = tensor_geom("v_cache", vs, vst, qdt.itemsize, vptr, "bshd")
+    k_geom = tensor_geom("k_cache", ks, kst, kdt.itemsize, kptr, "bshd")
+    v_geom = tensor_geom("v_cache", vs, vst, vdt.itemsize, vptr, "bshd")
     if isinstance(seqlens, np.ndarray) or isinstance(table, np.ndarray):
         _check_values(seqlens, table, B, s_new, page_size, max_pages, num_pages, capacity)
 
@@ -433,12 +466,40 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
     num_splits = check_num_splits(num_splits)
     window = None if mods[0] is None else window_of(mods[0], causal)
     km = kernel_mods(*mods[1:], batch=B, heads_q=Hq, host=host)
-    kv = KvCache(paged=paged, page_size=page_size, max_pages=max_pages, num_pages=num_pages, seqlen_add=s_new)
+    kv = KvCache(paged=paged, page_size=page_size, max_pages=max_pages, num_pages=num_pages, seqlen_add=s_new,
+                 **_cache_descales(descales, fp8, B, Hkv, host))
+    if fp8 and (varlen is not None or num_splits is None and Sq > _decode.DECODE_MAX_SQ):
+        raise NotImplementedError(f"FP8 caches serve decode (up to {_decode.DECODE_MAX_SQ} query tokens a sequence, "
+                                  f"or num_splits=) only so far; got {'a packed q' if varlen else f'{Sq} tokens'}")
     problem = Problem(batch=B, seqlen_q=Sq, seqlen_k=capacity, heads_q=Hq, heads_kv=Hkv, head_dim=D, dtype=qdt,
                       out_dtype=qdt, layout="bshd", causal=causal, scale=scale, return_lse=return_lse, host=host,
                       q_strides=q_geom, k_strides=k_geom, v_strides=v_geom, num_splits=num_splits, kv_cache=kv,
                       varlen=varlen, window=window, mods=km)
     return problem, new_geoms
+
+
+def _cache_descales(descales, fp8: bool, batch: int, heads_kv: int, host: bool) -> dict:
+    """KvCache's descale fields: an FP8 cache's k/v descales (None, a float, or float32 (B, Hkv)
+    arrays: NumPy for NumPy calls, checked finite; device arrays otherwise), refused on 16-bit caches."""
+    k_descale, v_descale = descales
+    if not fp8:
+        for name, x in (("k_descale", k_descale), ("v_descale", v_descale)):
+            if x is not None:
+                raise ValueError(f"{name} applies to FP8 (float8_e4m3fn) caches only; these caches are 16-bit: "
+                                 f"pass None")
+        return {}
+    from ._fp8 import parse_descales
+
+    d = parse_descales(None, k_descale, v_descale, batch, heads_kv, host)
+    return dict(fp8=True, k_scale=d.k, v_scale=d.v, k_descale_ptr=d.k_ptr, v_descale_ptr=d.v_ptr)
+
+
+def _quantize_host(x: np.ndarray, descale) -> np.ndarray:
+    """16-bit rows (S, H, D) -> e4m3 as the append kernel does: x / descale in float32, rounded to
+    nearest even and saturated at +-448 (NaN stays NaN). ``descale``: a float or (H,) float32."""
+    d = np.asarray(descale, np.float32).reshape(-1)[None, :, None] if np.ndim(descale) else np.float32(descale)
+    y = np.clip(x.astype(np.float32) / d, -448.0, 448.0)
+    return y.astype(FLOAT8_E4M3)
 
 
 def _packed_q(qs, qst, cu, max_seqlen_q):

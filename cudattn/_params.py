@@ -87,6 +87,7 @@ class DecodeParams(ctypes.Structure):
         ("softcap_pre", ctypes.c_float), ("alibi_mul", ctypes.c_float),
         ("sinks", _c_ptr), ("alibi", _c_ptr),
         ("alibi_stride_b", _c_i32), ("has_window", _c_i32),
+        ("k_descale", _c_ptr), ("v_descale", _c_ptr), ("k_scale", ctypes.c_float), ("v_scale", ctypes.c_float),
     ]
 
 
@@ -115,6 +116,7 @@ class AppendParams(ctypes.Structure):
         ("v_stride_page", _c_i64), ("v_stride_s", _c_i64), ("v_stride_h", _c_i64),
         ("kv", KvCacheGeom),
         ("batch", _c_i32), ("seqlen_new", _c_i32), ("heads_kv", _c_i32), ("head_dim", _c_i32),
+        ("k_descale", _c_ptr), ("v_descale", _c_ptr), ("k_scale", ctypes.c_float), ("v_scale", ctypes.c_float),
     ]
 
 

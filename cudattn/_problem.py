@@ -34,6 +34,13 @@ class KvCache:
     seqlens_ptr: int = 0  # int32 (B,) valid keys before appending; 0: every sequence is full
     block_table_ptr: int = 0  # int32 (B, max_pages), C-contiguous
     seqlen_add: int = 0  # keys appended before attending (k_new's length)
+    # FP8 (e4m3) caches: k and v descales, each a scalar times an optional float32 (B, Hkv)
+    # C-contiguous device array (its address; 0: none).
+    fp8: bool = False
+    k_scale: float = 1.0
+    v_scale: float = 1.0
+    k_descale_ptr: int = 0
+    v_descale_ptr: int = 0
 
     @property
     def capacity(self) -> int:

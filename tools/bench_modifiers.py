@@ -1,5 +1,5 @@
-"""Score modifiers (softcap, sinks, ALiBi), sliding windows and decode with them, against the
-plain kernel and torch's SDPA backends (needs a GPU and torch).
+"""Score modifiers (softcap, sinks, ALiBi), sliding windows, decode with them, and FP8 KV caches,
+against the plain kernel and torch's SDPA backends (needs a GPU and torch).
 
     python tools/bench_modifiers.py --json docs/modifiers.json
 
@@ -127,12 +127,49 @@ def decode_row(B, L, Hq, Hkv, D):
     return row
 
 
+def copy_tbps() -> float:
+    """The device's copy bandwidth (read + write bytes), a 2 GiB device-to-device copy."""
+    x = torch.empty(2**30, device=DEV, dtype=torch.float16)
+    y = torch.empty_like(x)
+    ms = gpu_ms({"copy": lambda: y.copy_(x)})["copy"]
+    return 2 * x.numel() * 2 / ms / 1e9
+
+
+def fp8_cache_row(B, L, Hq, Hkv, D, copy):
+    """Decode (one token) against a 16-bit and an FP8 cache of the same keys: tokens/s and TB/s."""
+    import ml_dtypes  # noqa: F401 (the FP8 cache is a uint8 tensor viewed as e4m3 by cudattn's DLPack)
+
+    q = torch.randn(B, 1, Hq, D, device=DEV, dtype=torch.bfloat16)
+    k, v = (torch.randn(B, L, Hkv, D, device=DEV, dtype=torch.bfloat16) for _ in range(2))
+    k8, v8 = (x.float().div(0.05).clamp(-448, 448).to(torch.float8_e4m3fn) for x in (k, v))
+    lens = torch.full((B,), L, dtype=torch.int32, device=DEV)
+    fns = {"bf16_cache": lambda: cudattn.attention_with_kvcache(q, k, v, cache_seqlens=lens),
+           "fp8_cache": lambda: cudattn.attention_with_kvcache(q, k8, v8, cache_seqlens=lens, k_descale=0.05,
+                                                               v_descale=0.05)}
+    row = rows_of(fns, "bf16_cache", 0.0, {"kind": "fp8_cache", "B": B, "L": L, "Hq": Hq, "Hkv": Hkv, "D": D,
+                                           "copy_tbps": copy})
+    for c, eb in (("bf16_cache", 2), ("fp8_cache", 1)):
+        row.pop(f"{c}_tflops")
+        row[f"{c}_tbps"] = 2 * B * L * Hkv * D * eb / row[f"{c}_gpu_ms"] / 1e9
+        row[f"{c}_of_copy"] = row[f"{c}_tbps"] / copy
+        row[f"{c}_tokens_per_s"] = B / (row[f"{c}_gpu_ms"] / 1e3)
+    row["fp8_over_bf16_tokens"] = row["bf16_cache_gpu_ms"] / row["fp8_cache_gpu_ms"]
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", choices=["fp8_cache"])
     a = ap.parse_args()
     rows = []
+    if a.only == "fp8_cache":
+        copy = copy_tbps()
+        for shape in ((8, 8192, 32, 8, 128), (1, 131072, 32, 8, 128), (64, 2048, 32, 8, 128)):
+            rows.append(fp8_cache_row(*shape, copy))
+            print(json.dumps(rows[-1]), flush=True)
+        return
     for causal in (False, True):
         rows.append(modifier_row(4, 4096, 16, 128, causal))
         print(json.dumps(rows[-1]), flush=True)
@@ -144,6 +181,10 @@ def main():
         print(json.dumps(rows[-1]), flush=True)
     rows.append(decode_row(8, 8192, 32, 8, 128))
     print(json.dumps(rows[-1]), flush=True)
+    copy = copy_tbps()
+    for shape in ((8, 8192, 32, 8, 128), (1, 131072, 32, 8, 128), (64, 2048, 32, 8, 128), (16, 16384, 64, 8, 64)):
+        rows.append(fp8_cache_row(*shape, copy))
+        print(json.dumps(rows[-1]), flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import cudattn
 from cudattn import _decode
 from cudattn._kvcache import validate_kvcache
 
@@ -112,3 +113,28 @@ def test_one_buffer_as_both_caches_is_refused_when_appending():
 def test_interleaved_k_and_v_views_of_one_buffer_may_append():
     kv = np.ones((2, 64, 2, 2, 64), F16)  # (B, capacity, k|v, Hkv, D)
     _validate(k_cache=kv[:, :, 0], v_cache=kv[:, :, 1], seqlens=(3, 5), s_new=1)
+
+
+# ---------------------------------------------------------------------- FP8 caches: checked before any GPU work
+
+
+def test_fp8_cache_rules():
+    import ml_dtypes
+
+    f8 = np.dtype(ml_dtypes.float8_e4m3fn)
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((1, 1, 4, 64)).astype(np.float16)
+    c16 = rng.standard_normal((1, 64, 4, 64)).astype(np.float16)
+    c8 = c16.astype(f8)
+    with pytest.raises(ValueError, match="k_descale applies to FP8"):
+        cudattn.attention_with_kvcache(q, c16, c16, k_descale=0.5)
+    with pytest.raises(NotImplementedError, match="FP8 caches serve decode"):
+        cudattn.attention_with_kvcache(np.repeat(q, 40, axis=1), c8, c8)
+    with pytest.raises(NotImplementedError, match="an FP8 q"):
+        cudattn.attention_with_kvcache(q.astype(f8), c8, c8)
+    with pytest.raises(TypeError, match="must have q's dtype, or both be float8_e4m3fn"):
+        cudattn.attention_with_kvcache(q, c8, c16)
+    with pytest.raises(ValueError, match="k_descale must have shape"):
+        cudattn.attention_with_kvcache(q, c8, c8, k_descale=np.ones((2, 4), np.float32))
+    with pytest.raises(ValueError, match="multiple of 16"):
+        cudattn.attention_with_kvcache(q[..., :24], c8[..., :24], c8[..., :24])

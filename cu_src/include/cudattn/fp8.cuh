@@ -52,6 +52,27 @@ __device__ __forceinline__ Fp8Scales fp8_scales(const FwdParams& p, int b, int h
 
 namespace cudattn {
 
+// Eight e4m3 bytes (the first at the lowest address) -> eight 16-bit values of T, exactly (every
+// e4m3 value is a normal float16). cvt's upper byte becomes the upper half.
+__device__ __forceinline__ unsigned e4m3x2_to_f16x2(unsigned short v) {
+    unsigned r;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(v));
+    return r;
+}
+__device__ __forceinline__ unsigned f16x2_as(unsigned h, __half) { return h; }
+__device__ __forceinline__ unsigned f16x2_as(unsigned h, __nv_bfloat16) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    const __nv_bfloat162 b = __float22bfloat162_rn(f);
+    return *reinterpret_cast<const unsigned*>(&b);
+}
+template <typename T>
+__device__ __forceinline__ uint4 e4m3x8_to(uint2 v) {
+    return make_uint4(f16x2_as(e4m3x2_to_f16x2((unsigned short)(v.x & 0xffffu)), T()),
+                      f16x2_as(e4m3x2_to_f16x2((unsigned short)(v.x >> 16)), T()),
+                      f16x2_as(e4m3x2_to_f16x2((unsigned short)(v.y & 0xffffu)), T()),
+                      f16x2_as(e4m3x2_to_f16x2((unsigned short)(v.y >> 16)), T()));
+}
+
 // Tag type of e4m3 operands (one byte each); the kernels only move them and hand them to the
 // tensor cores, so no arithmetic type is needed.
 struct e4m3_t {

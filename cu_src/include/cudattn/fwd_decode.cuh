@@ -9,8 +9,14 @@
 // output (one split) or its normalised partial output and LSE. With splits, the blocks of one
 // block of rows count their arrivals; the last to arrive merges the partials (cudattn/combine.cuh),
 // so decode is one launch.
+//
+// KV8: an FP8 (e4m3) cache, half the bytes. The ring holds the raw e4m3 rows; before its
+// products each warp converts its own slice of the stage to T in a one-stage buffer (exact: every
+// e4m3 value is a float16 normal), so the products are the 16-bit kernel's. The k descale scales
+// the scores and the v descale the output, as in the FP8 prefill kernels.
 #pragma once
 #include "cudattn/combine.cuh"
+#include "cudattn/fp8.cuh"
 #include "cudattn/kv_cache.cuh"
 #include "cudattn/tile_products.cuh"
 #include "cudattn/params_decode.cuh"
@@ -20,21 +26,27 @@
 namespace cudattn {
 
 // MODS: windows, softcap and ALiBi compiled in (their per-row state costs plain calls ~1 %).
-template <typename T, int D, int NW, int WN, int STAGES, int MF, bool MODS = false>
+// KV8: the cache holds e4m3 (see above).
+template <typename T, int D, int NW, int WN, int STAGES, int MF, bool MODS = false, bool KV8 = false>
 struct FwdDecode {
     static constexpr int NT = NW * 32;
     static constexpr int BM = 16 * MF;  // packed query rows per block
     static constexpr int BN = NW * WN;  // keys per ring stage
     static constexpr int NF = WN / 8;
     static constexpr int DF = D / 8;
-    static constexpr int C = D / 8;
-    static constexpr int ROW_STEP = NT / C;  // K/V rows one pass of the block's copies covers
+    static constexpr int C = D / 8;     // 16-byte chunks of a 16-bit row (Q, and the products' K/V)
+    static constexpr int KB = KV8 ? 1 : (int)sizeof(T);  // bytes of a cache element
+    static constexpr int CK = D * KB / 16;  // 16-byte chunks of a cache row
+    static constexpr int ROW_STEP = NT / CK;  // K/V rows one pass of the block's copies covers
     static constexpr int KV_PER_THREAD = BN / ROW_STEP;
     static constexpr int RED_STRIDE = D + 4;  // padded fp32 rows of the warp-merge buffer (no bank conflicts)
     static_assert(WN % 16 == 0 && D % 16 == 0 && STAGES >= 2, "tile sizes");
-    static_assert(NT % C == 0 && BN % ROW_STEP == 0, "K/V copies must cover whole rows");
+    static_assert(NT % CK == 0 && BN % ROW_STEP == 0, "K/V copies must cover whole rows");
     static_assert(16 % ROW_STEP == 0 || ROW_STEP % 16 == 0, "a thread's rows must split evenly into 16-key groups");
-    static constexpr int SMEM_BYTES = (BM + 2 * STAGES * BN) * D * (int)sizeof(T);
+    static_assert(!KV8 || (WN * CK) % 32 == 0, "KV8: a warp's slice converts in whole lanes");
+    // Q, the K/V ring (cache bytes), and KV8's one-stage buffer of converted K and V.
+    static constexpr int RING_BYTES = 2 * STAGES * BN * D * KB;
+    static constexpr int SMEM_BYTES = BM * D * (int)sizeof(T) + RING_BYTES + (KV8 ? 2 * BN * D * (int)sizeof(T) : 0);
     // The warp merge reuses all of shared memory once the main loop is done with it.
     static constexpr int RED_BYTES = (2 * NW * BM + NW * BM * RED_STRIDE) * 4;
     static_assert(RED_BYTES <= SMEM_BYTES, "the warp-merge buffer must fit in the block's shared memory");
@@ -42,8 +54,10 @@ struct FwdDecode {
     static __device__ __forceinline__ void run(const DecodeParams& p) {
         extern __shared__ __align__(128) unsigned char smem_raw[];
         T* sQ = reinterpret_cast<T*>(smem_raw);
-        T* sK = sQ + BM * D;
-        T* sV = sK + STAGES * BN * D;
+        unsigned char* rK = smem_raw + BM * D * sizeof(T);  // the ring, in cache bytes
+        unsigned char* rV = rK + STAGES * BN * D * KB;
+        T* cK = reinterpret_cast<T*>(rV + STAGES * BN * D * KB);  // KV8: the converted stage
+        T* cV = cK + BN * D;
 
         const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
         const int split = blockIdx.x % p.num_splits;
@@ -85,10 +99,11 @@ struct FwdDecode {
         }
         cp_async_commit();
 
-        const T* k_head = static_cast<const T*>(p.k) + hkv * p.k_stride_h;
-        const T* v_head = static_cast<const T*>(p.v) + hkv * p.v_stride_h;
-        const int row0 = tid / C, chunk = tid % C;
-        const bool chunk_ok = chunk < chunks_valid;
+        // Cache pointers in bytes: the strides count elements of KB bytes.
+        const unsigned char* k_head = static_cast<const unsigned char*>(p.k) + hkv * p.k_stride_h * KB;
+        const unsigned char* v_head = static_cast<const unsigned char*>(p.v) + hkv * p.v_stride_h * KB;
+        const int row0 = tid / CK, chunk = tid % CK;
+        const bool chunk_ok = chunk * 16 < p.head_dim * KB;
         // Tile `tile` of the sequence into ring slot `slot`; keys past n_end are zero-filled. Pages
         // hold whole 16-key groups (page_size % 16 == 0, tiles start at multiples of 16), so each
         // group's page is looked up once, for K and V together, and its rows are reached by
@@ -112,15 +127,16 @@ struct FwdDecode {
                     }
                 }
                 const int in_group = r & (G - 1);
-                const T* ks = k_head;
-                const T* vs = v_head;
+                const unsigned char* ks = k_head;
+                const unsigned char* vs = v_head;
                 if (ok) {
-                    ks += k_group + in_group * p.k_stride_s + chunk * 8;
-                    vs += v_group + in_group * p.v_stride_s + chunk * 8;
+                    ks += (k_group + in_group * p.k_stride_s) * KB + chunk * 16;
+                    vs += (v_group + in_group * p.v_stride_s) * KB + chunk * 16;
                 }
-                const int off = slot * BN * D + tile_offset<D>(r, chunk);
-                cp_async_16(smem_addr(sK + off), ks, ok);
-                cp_async_16(smem_addr(sV + off), vs, ok);
+                // 16-bit: the products' swizzled tile; KV8: plain rows of D bytes (converted later)
+                const int off = slot * BN * D * KB + (KV8 ? r * D + chunk * 16 : (int)sizeof(T) * tile_offset<D>(r, chunk));
+                cp_async_16(smem_addr(rK + off), ks, ok);
+                cp_async_16(smem_addr(rV + off), vs, ok);
             }
         };
 
@@ -130,7 +146,17 @@ struct FwdDecode {
             cp_async_commit();
         }
 
-        const bool neg = p.scale_log2 < 0.f;
+        // KV8: the k descale scales the scores (with a softcap, inside the tanh), the v descale O.
+        float scale_log2 = p.scale_log2, softcap_pre = p.softcap_pre, kd = 1.f, out_scale = 1.f;
+        if constexpr (KV8) {
+            const int i = b * p.heads_kv + hkv;
+            kd = p.k_scale * (p.k_descale != nullptr ? p.k_descale[i] : 1.f);
+            out_scale = p.v_scale * (p.v_descale != nullptr ? p.v_descale[i] : 1.f);
+            softcap_pre *= kd;
+            if (softcap_pre == 0.f) scale_log2 *= kd;  // without a softcap the score scale takes it
+            if (scale_log2 == 0.f) scale_log2 = 1e-30f;  // masked scores are +-inf * scale: 0 makes NaN
+        }
+        const bool neg = scale_log2 < 0.f;
         const float masked = neg ? CUDATTN_INF : -CUDATTN_INF;
         const int g = lane >> 2, tq = lane & 3;
         // Per-row key bounds (visible: lo <= key < limit), fixed for the whole loop; and with
@@ -147,7 +173,8 @@ struct FwdDecode {
                 lo[mf][h] = left >= 0 ? d - left : 0;
                 diag[mf][h] = (float)d;
                 coef[mf][h] = MODS && p.alibi != nullptr
-                                  ? p.alibi_mul * p.alibi[(long long)b * p.alibi_stride_b + hkv * p.group + gr % p.group]
+                                  ? p.alibi_mul * p.alibi[(long long)b * p.alibi_stride_b + hkv * p.group + gr % p.group] /
+                                        (p.softcap_pre == 0.f ? kd : 1.f)  // raw-score units (mods.cuh)
                                   : 0.f;
             }
         const int min_limit = right >= 0 ? min(L, t_first + cdiff + right + 1) : L;
@@ -168,7 +195,9 @@ struct FwdDecode {
         const LaneTile<D> v_lane((((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4);
         const u32 sQ_addr = smem_addr(sQ);
         const u32 warp_off = warp * WN * D * (int)sizeof(T);  // this warp's slice of each tile
-        const u32 sK_addr = smem_addr(sK) + warp_off, sV_addr = smem_addr(sV) + warp_off;
+        // The products read the ring (16-bit) or the converted stage (KV8), this warp's slice.
+        const u32 sK_addr = smem_addr(KV8 ? (void*)cK : (void*)rK) + warp_off;
+        const u32 sV_addr = smem_addr(KV8 ? (void*)cV : (void*)rV) + warp_off;
 
         for (int it = 0; it < n_tiles; ++it) {
             cp_async_wait<STAGES - 2>();
@@ -177,21 +206,26 @@ struct FwdDecode {
             cp_async_commit();
 
             const int slot = it % STAGES;
-            const u32 k_base = sK_addr + slot * BN * D * (int)sizeof(T);
-            const u32 v_base = sV_addr + slot * BN * D * (int)sizeof(T);
+            const u32 k_base = sK_addr + (KV8 ? 0 : slot * BN * D * (int)sizeof(T));
+            const u32 v_base = sV_addr + (KV8 ? 0 : slot * BN * D * (int)sizeof(T));
+            if constexpr (KV8) {
+                convert_slice(rK + slot * BN * D, cK, warp, lane);
+                convert_slice(rV + slot * BN * D, cV, warp, lane);
+                __syncwarp();
+            }
 
             float s[MF][NF][4];
             qk_product<T, MF, NF, D / 16>(s, sQ_addr, q_lane, k_base, k_lane);
 
             const int col0 = (t_begin + it) * BN + warp * WN;
             // Modifiers before masks (mods.cuh); uniform branches, decode being memory-bound.
-            if (MODS && p.softcap_pre != 0.f) {
+            if (MODS && softcap_pre != 0.f) {
 #pragma unroll
                 for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
                     for (int nf = 0; nf < NF; ++nf)
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) s[mf][nf][e] = tanh_approx(s[mf][nf][e] * p.softcap_pre);
+                        for (int e = 0; e < 4; ++e) s[mf][nf][e] = tanh_approx(s[mf][nf][e] * softcap_pre);
             }
             if (MODS && p.alibi != nullptr) {
 #pragma unroll
@@ -219,14 +253,27 @@ struct FwdDecode {
                             }
             }
 
-            softmax.rescale_and_exponentiate(s, o, p.scale_log2, neg);
+            softmax.rescale_and_exponentiate(s, o, scale_log2, neg);
             pv_product_16bit<T, MF, WN / 16>(o, s, v_base, v_lane);
         }
         cp_async_wait<0>();
         __syncthreads();  // every warp is done with the ring and Q: shared memory becomes the merge buffer
 
-        merge_warps_and_store(p, softmax, o, b, hkv, m_start, rows_valid, split, warp, lane);
+        merge_warps_and_store(p, softmax, o, b, hkv, m_start, rows_valid, split, warp, lane, out_scale);
         combine_if_last(p, b, hkv, m_block, m_start, rows_valid);
+    }
+
+    // KV8: this warp's WN rows of a raw stage (rows of D e4m3 bytes) into the T buffer (the
+    // products' swizzled tile). Each lane converts 16 bytes at a time into two 16-byte chunks.
+    static __device__ __forceinline__ void convert_slice(const unsigned char* raw, T* dst, int warp, int lane) {
+        constexpr int PER_ROW = D / 16;  // raw chunks of a row
+#pragma unroll
+        for (int i = lane; i < WN * PER_ROW; i += 32) {
+            const int r = warp * WN + i / PER_ROW, c = i % PER_ROW;
+            const uint4 v = *reinterpret_cast<const uint4*>(raw + r * D + c * 16);
+            *reinterpret_cast<uint4*>(dst + tile_offset<D>(r, 2 * c)) = e4m3x8_to<T>(make_uint2(v.x, v.y));
+            *reinterpret_cast<uint4*>(dst + tile_offset<D>(r, 2 * c + 1)) = e4m3x8_to<T>(make_uint2(v.z, v.w));
+        }
     }
 
     // With splits: count this block's arrival at its block of rows; the last of the num_splits
@@ -274,7 +321,7 @@ struct FwdDecode {
     static __device__ __forceinline__ void merge_warps_and_store(const DecodeParams& p, OnlineSoftmax<MF>& sm,
                                                                  const float (&o)[MF][DF][4], int b, int hkv,
                                                                  int m_start, int rows_valid, int split, int warp,
-                                                                 int lane) {
+                                                                 int lane, float out_scale = 1.f) {
         extern __shared__ __align__(128) unsigned char smem_raw[];
         float* red_m = reinterpret_cast<float*>(smem_raw);  // [NW][BM] row maxima (log2 domain)
         float* red_l = red_m + NW * BM;                       // [NW][BM] row sums
@@ -324,7 +371,7 @@ struct FwdDecode {
                     M = M2;
                 }
                 const float mine = sm.m_log2[mf][h];
-                const float f = (mine == -CUDATTN_INF || total == 0.f) ? 0.f : exp2_approx(mine - M) / total;
+                const float f = (mine == -CUDATTN_INF || total == 0.f) ? 0.f : exp2_approx(mine - M) / total * out_scale;
                 float* dst = red_o + (warp * BM + r) * RED_STRIDE + 2 * tq;
 #pragma unroll
                 for (int df = 0; df < DF; ++df)

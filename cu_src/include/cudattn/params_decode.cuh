@@ -48,6 +48,13 @@ struct DecodeParams {
     const float* alibi;  // slopes alibi[b * alibi_stride_b + hq], or null
     int alibi_stride_b;
     int has_window;
+
+    // FP8 (e4m3) caches (KV8 builds): key and value descales, each a scalar (k_scale, v_scale)
+    // times an optional (batch, heads_kv) float32 array. The kernel folds k's into the score
+    // scale and v's into the output; a 16-bit cache ignores them.
+    const float* k_descale;
+    const float* v_descale;
+    float k_scale, v_scale;
 };
 
 // Merges `num_parts` attention states over disjoint key sets: O = sum_s w_s O_s / sum_s w_s with
@@ -79,4 +86,10 @@ struct AppendParams {
     long long v_stride_page, v_stride_s, v_stride_h;
     KvCacheGeom kv;  // seqlen_add is 0 here: seqlens are the lengths before the append
     int batch, seqlen_new, heads_kv, head_dim;
+    // FP8 caches (kv_cache_append.cu built with CUDATTN_APPEND_FP8): new rows are divided by
+    // their descale (scalar times the optional (batch, heads_kv) array) and rounded to e4m3,
+    // saturating at +-448 (NaN stays NaN).
+    const float* k_descale;
+    const float* v_descale;
+    float k_scale, v_scale;
 };

@@ -1,0 +1,156 @@
+"""GPU: FP8 (e4m3) KV caches in `attention_with_kvcache` (split-KV decode).
+
+The kernel converts each key tile to q's dtype exactly and scales scores and output by the
+descales, so it is held to the 16-bit rule (DESIGN §6) against the float64 reference on the
+dequantized cache (``cache * descale``), with `attention_naive` in q's dtype as the yardstick:
+a stricter rule than FP8 inputs' (whose P is rounded to e4m3). The cache is read back after each
+call, so the appended rows (quantized by the append kernel) are checked as the kernel saw them,
+and separately against the host's quantization bit for bit. Contiguous and paged (16, 256)
+caches, scalar and (B, Hkv) descales, GQA, lengths 0 and tile-crossing, splits, the NumPy path,
+score modifiers. Outputs are poisoned with NaN.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import cudattn
+from cudattn import reference
+
+pytestmark = pytest.mark.gpu
+
+F8 = np.dtype(ml_dtypes.float8_e4m3fn)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+_seed = itertools.count(9300)
+
+
+def _dequant(cache, table, lens, descale_b, B):
+    """(B, L_max, Hkv, D) float32 contiguous copies of each sequence's dequantized keys."""
+    if table is None:
+        per = cache.astype(np.float32)
+    else:
+        per = cache[table].reshape(B, -1, *cache.shape[2:]).astype(np.float32)
+    return per * descale_b[:, None, :, None]
+
+
+def _descales(rng, kind, B, Hkv):
+    if kind == "scalar":
+        return 0.05, 0.05, np.full((B, Hkv), 0.05, np.float32), np.full((B, Hkv), 0.05, np.float32)
+    dk = rng.uniform(0.03, 0.08, (B, Hkv)).astype(np.float32)
+    dv = rng.uniform(0.03, 0.08, (B, Hkv)).astype(np.float32)
+    return dk, dv, dk, dv
+
+
+@pytest.mark.parametrize("page", [None, 16, 256], ids=["contiguous", "page16", "page256"])
+@pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("descale", ["scalar", "array"])
+@pytest.mark.parametrize("splits", [None, 1, 5])
+def test_fp8_cache_decode(page, dtype, descale, splits):
+    rng = np.random.default_rng(next(_seed))
+    B, Sq, Hq, Hkv, D, cap, s_new = 4, 3, 8, 2, 128, 1024, 2
+    lens = np.array([0, 9, 517, cap - s_new], np.int32)
+    dk, dv, dk_arr, dv_arr = _descales(rng, descale, B, Hkv)
+    if page is None:
+        shape, table = (B, cap, Hkv, D), None
+    else:
+        pages = B * cap // page
+        shape, table = (pages, page, Hkv, D), rng.permutation(pages).astype(np.int32).reshape(B, cap // page)
+    kc, vc = np.clip(rng.standard_normal(shape) * 20, -448, 448).astype(F8), \
+        np.clip(rng.standard_normal(shape) * 20, -448, 448).astype(F8)
+    q = rng.standard_normal((B, Sq, Hq, D)).astype(dtype)
+    kn, vn = (rng.standard_normal((B, s_new, Hkv, D)).astype(dtype) for _ in range(2))
+    dev = lambda x: x if x is None or np.isscalar(x) or isinstance(x, float) else cudattn.to_device(x)  # noqa: E731
+    kcd, vcd = cudattn.to_device(kc), cudattn.to_device(vc)
+    out = cudattn._array.empty(q.shape, q.dtype, device=None, stream=None)
+    out.fill_nan()
+    o, lse = cudattn.attention_with_kvcache(
+        cudattn.to_device(q), kcd, vcd, cache_seqlens=cudattn.to_device(lens), block_table=dev(table),
+        k_new=cudattn.to_device(kn), v_new=cudattn.to_device(vn), causal=True, return_lse=True, num_splits=splits,
+        k_descale=dev(dk), v_descale=dev(dv), out=out)
+    o, lse = cudattn.to_host(o), cudattn.to_host(lse)
+    kc2, vc2 = cudattn.to_host(kcd), cudattn.to_host(vcd)
+    # the appended rows are the host's quantization, bit for bit
+    want_k, want_v = kc.copy(), vc.copy()
+    from cudattn._kvcache import _append_host
+    from cudattn._problem import KvCache
+
+    kv = KvCache(paged=table is not None, page_size=shape[1], max_pages=1 if table is None else table.shape[1],
+                 num_pages=shape[0], seqlen_add=s_new, fp8=True,
+                 k_scale=dk if np.isscalar(dk) else 1.0, v_scale=dv if np.isscalar(dv) else 1.0)
+    _append_host(want_k, want_v, kn, vn, lens, table, kv,
+                 (None if np.isscalar(dk) else dk, None if np.isscalar(dv) else dv))
+    np.testing.assert_array_equal(kc2.view(np.uint8), want_k.view(np.uint8))
+    np.testing.assert_array_equal(vc2.view(np.uint8), want_v.view(np.uint8))
+    # attention over the dequantized cache as the kernel saw it
+    kf, vf = _dequant(kc2, table, lens, dk_arr, B), _dequant(vc2, table, lens, dv_arr, B)
+    full = lens + s_new
+    ref, ref_lse = reference.attention_with_kvcache(q, kf, vf, cache_seqlens=full, causal=True, return_lse=True)
+    naive = reference.attention_with_kvcache_naive(q, kf.astype(dtype), vf.astype(dtype), cache_seqlens=full,
+                                                   causal=True)
+    ok, err, bound = reference.check_close(o, ref, naive)
+    assert ok, f"max err {err:.3g} > bound {bound:.3g}"
+    finite = np.isfinite(ref_lse)
+    np.testing.assert_array_equal(np.isfinite(lse), finite)
+    np.testing.assert_allclose(lse[finite], ref_lse[finite], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("D", [64, 256])
+def test_fp8_cache_head_dims_and_modifiers(D):
+    rng = np.random.default_rng(next(_seed))
+    B, Sq, Hq, Hkv, cap = 2, 1, 4, 4, 700
+    kc = np.clip(rng.standard_normal((B, cap, Hkv, D)) * 30, -448, 448).astype(F8)
+    vc = np.clip(rng.standard_normal((B, cap, Hkv, D)) * 30, -448, 448).astype(F8)
+    q = rng.standard_normal((B, Sq, Hq, D)).astype(BF16)
+    lens = np.array([700, 333], np.int32)
+    sinks = rng.standard_normal(Hq).astype(np.float32)
+    kw = dict(window_size=(200, 0), softcap=20.0, sinks=sinks)
+    o, lse = cudattn.attention_with_kvcache(
+        cudattn.to_device(q), cudattn.to_device(kc), cudattn.to_device(vc), cache_seqlens=cudattn.to_device(lens),
+        causal=True, return_lse=True, k_descale=0.04, v_descale=0.03, num_splits=3,
+        window_size=(200, 0), softcap=20.0, sinks=cudattn.to_device(sinks))
+    o, lse = cudattn.to_host(o), cudattn.to_host(lse)
+    kf, vf = kc.astype(np.float32) * np.float32(0.04), vc.astype(np.float32) * np.float32(0.03)
+    ref, ref_lse = reference.attention_with_kvcache(q, kf, vf, cache_seqlens=lens, causal=True, return_lse=True, **kw)
+    naive = reference.attention_with_kvcache_naive(q, kf.astype(BF16), vf.astype(BF16), cache_seqlens=lens,
+                                                   causal=True, **kw)
+    ok, err, bound = reference.check_close(o, ref, naive)
+    assert ok, (err, bound)
+    np.testing.assert_allclose(lse, ref_lse, rtol=2e-3, atol=2e-3)
+
+
+def test_fp8_cache_numpy_path_matches_device():
+    rng = np.random.default_rng(next(_seed))
+    B, Hq, Hkv, D, cap = 2, 8, 2, 64, 256
+    kc = np.clip(rng.standard_normal((B, cap, Hkv, D)) * 20, -448, 448).astype(F8)
+    vc = kc.copy()
+    q = rng.standard_normal((B, 2, Hq, D)).astype(np.float16)
+    kn, vn = (rng.standard_normal((B, 2, Hkv, D)).astype(np.float16) for _ in range(2))
+    lens = np.array([10, 200], np.int32)
+    dk = rng.uniform(0.02, 0.1, (B, Hkv)).astype(np.float32)
+    kcd, vcd = cudattn.to_device(kc), cudattn.to_device(vc)
+    od = cudattn.to_host(cudattn.attention_with_kvcache(
+        cudattn.to_device(q), kcd, vcd, cache_seqlens=cudattn.to_device(lens), k_new=cudattn.to_device(kn),
+        v_new=cudattn.to_device(vn), k_descale=cudattn.to_device(dk), v_descale=0.05))
+    oh = cudattn.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, k_new=kn, v_new=vn, k_descale=dk,
+                                        v_descale=0.05)
+    np.testing.assert_array_equal(oh, od)
+    np.testing.assert_array_equal(kc.view(np.uint8), cudattn.to_host(kcd).view(np.uint8))
+    np.testing.assert_array_equal(vc.view(np.uint8), cudattn.to_host(vcd).view(np.uint8))
+
+
+def test_fp8_cache_errors():
+    rng = np.random.default_rng(next(_seed))
+    q = cudattn.to_device(rng.standard_normal((1, 1, 4, 64)).astype(np.float16))
+    c16 = cudattn.to_device(rng.standard_normal((1, 64, 4, 64)).astype(np.float16))
+    c8 = cudattn.to_device(rng.standard_normal((1, 64, 4, 64)).astype(F8))
+    with pytest.raises(ValueError, match="k_descale applies to FP8"):
+        cudattn.attention_with_kvcache(q, c16, c16, k_descale=0.5)
+    q40 = cudattn.to_device(rng.standard_normal((1, 40, 4, 64)).astype(np.float16))
+    with pytest.raises(NotImplementedError, match="FP8 caches serve decode"):
+        cudattn.attention_with_kvcache(q40, c8, c8)
+    with pytest.raises(TypeError, match="k_cache and v_cache must have q's dtype"):
+        cudattn.attention_with_kvcache(q, c8, c16)
