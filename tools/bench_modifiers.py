@@ -137,8 +137,6 @@ def copy_tbps() -> float:
 
 def fp8_cache_row(B, L, Hq, Hkv, D, copy):
     """Decode (one token) against a 16-bit and an FP8 cache of the same keys: tokens/s and TB/s."""
-    import ml_dtypes  # noqa: F401 (the FP8 cache is a uint8 tensor viewed as e4m3 by cudattn's DLPack)
-
     q = torch.randn(B, 1, Hq, D, device=DEV, dtype=torch.bfloat16)
     k, v = (torch.randn(B, L, Hkv, D, device=DEV, dtype=torch.bfloat16) for _ in range(2))
     k8, v8 = (x.float().div(0.05).clamp(-448, 448).to(torch.float8_e4m3fn) for x in (k, v))
