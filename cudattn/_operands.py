@@ -105,6 +105,10 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
     if kind == TORCH and obj.is_neg():  # the view would hand over the bytes, which hold -x
         raise TypeError(f"{name} is a negated torch view (torch._neg_view): its memory holds the negated "
                         f"values; pass {name}.resolve_neg()")
+    if kind == TORCH and (_torch_dtypes or _torch_dtype_table()).get(obj.dtype) is FLOAT8_E4M3:
+        a = _from_torch(obj)  # FP8 crosses DLPack as uint8: straight to the accessors (no failed export)
+        if a is not None:
+            return a
     try:  # torch / CuPy: ordered after their current stream by the caller, as their users expect
         view = (_SMV or _smv_type()).from_any_interface(obj, -1)
         dtype = view.dtype
