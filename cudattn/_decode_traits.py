@@ -52,6 +52,7 @@ _KV8_CANDIDATES = {
     128: (DecodeTiles(4, 16, 4, 2), DecodeTiles(4, 16, 2, 2)),
     256: _CANDIDATES[256],
 }
+_MODS_32 = {32: (DecodeTiles(4, 16, 3, 2), DecodeTiles(4, 16, 2, 2))}
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,10 @@ def select_decode(dtype, head_dim: int, smem_limit: int, mods: bool = False, kv_
     ``kv_fp8``: an e4m3 cache (``dtype`` is then q's)."""
     name = dtype if isinstance(dtype, str) else DTYPE_NAMES[dtype]
     d = tile_dim_for(head_dim, DECODE_TILE_DIMS)
-    for tiles in (_KV8_CANDIDATES if kv_fp8 else _CANDIDATES)[d]:
+    table = _KV8_CANDIDATES if kv_fp8 else _CANDIDATES
+    if mods and d == 32:
+        table = _MODS_32  # 64 keys a warp hold too many scores beside the window's bounds (spills on sm_80)
+    for tiles in table[d]:
         v = DecodeVariant(name, d, tiles, mods=mods, kv_fp8=kv_fp8)
         if v.smem_bytes <= smem_limit:
             return v

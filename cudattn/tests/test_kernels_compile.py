@@ -139,7 +139,7 @@ def test_params_struct_matches_header():
         first, *more = decl.split(",")  # "long long a, b, c": the type precedes the first name only
         names += [first.split()[-1].lstrip("*")] + [m.strip() for m in more]
     assert names == [f[0] for f in FwdParams._fields_]
-    assert ctypes.sizeof(FwdParams) == 288
+    assert ctypes.sizeof(FwdParams) == 320
 
 
 def test_sm90_params_struct_matches_header():
@@ -151,7 +151,7 @@ def test_sm90_params_struct_matches_header():
     assert [f[0] for f in FwdSm90Params._fields_] == ["tma_q", "tma_k", "tma_v", "p", "l2_section", "pad_"]
     for i, name in enumerate(("tma_q", "tma_k", "tma_v")):
         assert getattr(FwdSm90Params, name).offset == 128 * i
-    assert FwdSm90Params.p.offset == 384 and ctypes.sizeof(FwdSm90Params) == 704
+    assert FwdSm90Params.p.offset == 384 and ctypes.sizeof(FwdSm90Params) == 768
 
 
 def _decode_kernels():
