@@ -24,7 +24,10 @@ BASES = (0x5000_0000_0000, 0x6000_0000_0000)
 COUNTERS = "arrival counters"  # the dtype of an allocation that is a stream's zeroed counters (`_stream_memory`)
 _SLOT_SHIFT = 36
 _OFFSET_MASK = (1 << _SLOT_SHIFT) - 1
-MAX_SLOTS = 15
+# Operands and allocations a recorded call may have: a KV-cache call with every optional array
+# (13 operands) and the split-KV path's outputs, partials and counters needs more than 15.
+# Placeholders stay far apart from the other base: (MAX_SLOTS + 1) << _SLOT_SHIFT < 2**44.
+MAX_SLOTS = 64
 
 #: True while any thread records (a cheap test for the hooks; `current` then says which thread).
 active = False

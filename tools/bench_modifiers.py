@@ -159,14 +159,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=["fp8_cache"])
+    ap.add_argument("--only", choices=["decode"], help="only the decode rows (modifiers and FP8 caches)")
     a = ap.parse_args()
     rows = []
-    if a.only == "fp8_cache":
-        copy = copy_tbps()
-        for shape in ((8, 8192, 32, 8, 128), (1, 131072, 32, 8, 128), (64, 2048, 32, 8, 128)):
-            rows.append(fp8_cache_row(*shape, copy))
-            print(json.dumps(rows[-1]), flush=True)
+    if a.only:
+        _decode_rows(rows)
+        _write(a.json, rows)
         return
     for causal in (False, True):
         rows.append(modifier_row(4, 4096, 16, 128, causal))
@@ -177,14 +175,22 @@ def main():
     for shape in ((4, 4096, 16, 128, 512), (2, 8192, 16, 128, 512)):
         rows.append(window_row(*shape))
         print(json.dumps(rows[-1]), flush=True)
+    _decode_rows(rows)
+    _write(a.json, rows)
+
+
+def _decode_rows(rows: list) -> None:
     rows.append(decode_row(8, 8192, 32, 8, 128))
     print(json.dumps(rows[-1]), flush=True)
     copy = copy_tbps()
     for shape in ((8, 8192, 32, 8, 128), (1, 131072, 32, 8, 128), (64, 2048, 32, 8, 128), (16, 16384, 64, 8, 64)):
         rows.append(fp8_cache_row(*shape, copy))
         print(json.dumps(rows[-1]), flush=True)
-    if a.json:
-        with open(a.json, "w") as f:
+
+
+def _write(path, rows) -> None:
+    if path:
+        with open(path, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
 
 
