@@ -112,8 +112,8 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
       ``k_new``/``v_new``, stay in float16 or bfloat16; the new rows are quantized on append
       (divided by their descale, rounded to nearest even, saturated at ±448). The split-KV
       kernel converts each key tile to q's dtype in shared memory (exactly) and scales the scores
-      and the output by the descales. More query tokens (chunked prefill, a packed q) first
-      dequantize the used rows into a 16-bit copy for the prefill kernels. sm_89 and newer.
+      and the output by the descales. Decode shapes only so far (up to 16 query tokens, or
+      ``num_splits=``); sm_89 and newer.
 
     More than 16 query tokens a sequence (chunked prefill), or a packed ``q``, run the prefill
     kernels on the cache in place; a paged cache whose pages are shorter than the kernel's key
@@ -239,7 +239,7 @@ def _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref
     if kn is not None:
         _append(problem, kv, ka, va, kn, vn, new_geoms, device, device_id, sref)
     problem = replace(problem, kv_cache=kv)
-    if (kv.paged or kv.fp8) and _gathers(problem, device_id):
+    if kv.paged and _gathers(problem, device_id):
         problem, ka, va = _gather(problem, ka, va, device, device_id, sref, rows)
     if problem.varlen is not None:  # a packed q: the prefill kernels, whatever its length
         return _varlen_api.run_varlen(problem, qa, ka, va, oa, cq, None, device, device_id, sref)
@@ -251,12 +251,9 @@ def _gathers(problem: Problem, device_id: int) -> bool:
     prefill kernels (chunked prefill), unless the Hopper kernel reads it in place, which it does
     fast only when a page holds a whole key tile (a TMA box per page: page 16 ran at 0.36x and
     page 64 at 0.79x of a dense prefill, page >= 128 at 0.94x, H200). The portable kernel reads
-    contiguous caches only. An FP8 cache is always copied (dequantized) for them: the prefill
-    kernels read 16-bit keys."""
+    contiguous caches only."""
     if problem.varlen is None and _decode.takes_split_kv(problem) or problem.varlen and not problem.varlen.total_q:
         return False
-    if problem.kv_cache.fp8:
-        return True
     plan = _plan.make_plan(problem, _device.device_properties(device_id))
     return plan.variant.family != "sm90" or _plan.paged_box_rows(problem, plan.variant.tiles.block_n) < \
         plan.variant.tiles.block_n
@@ -264,9 +261,8 @@ def _gathers(problem: Problem, device_id: int) -> bool:
 
 def _gather(problem: Problem, ka, va, device, device_id, sref, rows: int | None = None):
     """``(problem, k, v)`` with the cache's used rows copied into new contiguous (B, rows, Hkv, D)
-    buffers, described as a contiguous cache of the same lengths (an FP8 cache dequantized into
-    q's dtype). ``rows``: the most keys a sequence uses, when NumPy lengths say (else the
-    capacity: device lengths are not read)."""
+    buffers, described as a contiguous cache of the same lengths. ``rows``: the most keys a
+    sequence uses, when NumPy lengths say (else the capacity: device lengths are not read)."""
     from ._array import empty_on
 
     kv = problem.kv_cache
@@ -277,14 +273,12 @@ def _gather(problem: Problem, ka, va, device, device_id, sref, rows: int | None 
     ks, vs = problem.k_strides, problem.v_strides
     geom = _decode.kv_geom(problem)  # the grown lengths: seqlens + the keys just appended
     p = AppendParams(wk.ptr, wv.ptr, ka.ptr, va.ptr, dense.batch, dense.seq, dense.head, dense.batch, dense.seq,
-                     dense.head, ks.batch, ks.seq, ks.head, vs.batch, vs.seq, vs.head, geom, B, cap, H, D,
-                     kv.k_descale_ptr, kv.v_descale_ptr, kv.k_scale, kv.v_scale)
+                     dense.head, ks.batch, ks.seq, ks.head, vs.batch, vs.seq, vs.head, geom, B, cap, H, D)
     props = _device.device_properties(device_id)
-    spec = _decode_traits.gather_fp8_kernel(problem.dtype.name) if kv.fp8 else _decode_traits.GATHER_KERNEL
-    kernel = _kernels.get_kernel(spec, device, device_id, props.arch)
-    threads = spec.threads
+    kernel = _kernels.get_kernel(_decode_traits.GATHER_KERNEL, device, device_id, props.arch)
+    threads = _decode_traits.GATHER_KERNEL.threads
     _launch.launch(kernel, (-(-(B * cap * H * (D // 8)) // threads), 1, 1), (threads, 1, 1), 0, sref.handle, p)
-    flat = replace(kv, paged=False, page_size=cap, max_pages=1, num_pages=B, block_table_ptr=0, fp8=False)
+    flat = replace(kv, paged=False, page_size=cap, max_pages=1, num_pages=B, block_table_ptr=0)
     return replace(problem, seqlen_k=cap, kv_cache=flat, k_strides=dense, v_strides=dense), wk, wv
 
 
@@ -474,7 +468,9 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
     km = kernel_mods(*mods[1:], batch=B, heads_q=Hq, host=host)
     kv = KvCache(paged=paged, page_size=page_size, max_pages=max_pages, num_pages=num_pages, seqlen_add=s_new,
                  **_cache_descales(descales, fp8, B, Hkv, host))
-
+    if fp8 and (varlen is not None or num_splits is None and Sq > _decode.DECODE_MAX_SQ):
+        raise NotImplementedError(f"FP8 caches serve decode (up to {_decode.DECODE_MAX_SQ} query tokens a sequence, "
+                                  f"or num_splits=) only so far; got {'a packed q' if varlen else f'{Sq} tokens'}")
     problem = Problem(batch=B, seqlen_q=Sq, seqlen_k=capacity, heads_q=Hq, heads_kv=Hkv, head_dim=D, dtype=qdt,
                       out_dtype=qdt, layout="bshd", causal=causal, scale=scale, return_lse=return_lse, host=host,
                       q_strides=q_geom, k_strides=k_geom, v_strides=v_geom, num_splits=num_splits, kv_cache=kv,

@@ -128,6 +128,8 @@ def test_fp8_cache_rules():
     c8 = c16.astype(f8)
     with pytest.raises(ValueError, match="k_descale applies to FP8"):
         cudattn.attention_with_kvcache(q, c16, c16, k_descale=0.5)
+    with pytest.raises(NotImplementedError, match="FP8 caches serve decode"):
+        cudattn.attention_with_kvcache(np.repeat(q, 40, axis=1), c8, c8)
     with pytest.raises(NotImplementedError, match="an FP8 q"):
         cudattn.attention_with_kvcache(q.astype(f8), c8, c8)
     with pytest.raises(TypeError, match="must have q's dtype, or both be float8_e4m3fn"):

@@ -88,7 +88,7 @@ struct AppendParams {
     int batch, seqlen_new, heads_kv, head_dim;
     // FP8 caches (kv_cache_append.cu built with CUDATTN_APPEND_FP8): new rows are divided by
     // their descale (scalar times the optional (batch, heads_kv) array) and rounded to e4m3,
-    // saturating at +-448 (NaN stays NaN). The gather (CUDATTN_GATHER_FP8) multiplies by them.
+    // saturating at +-448 (NaN stays NaN).
     const float* k_descale;
     const float* v_descale;
     float k_scale, v_scale;
