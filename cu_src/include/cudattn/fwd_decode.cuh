@@ -219,14 +219,7 @@ struct FwdDecode {
 
             const int col0 = (t_begin + it) * BN + warp * WN;
             // Modifiers before masks (mods.cuh); uniform branches, decode being memory-bound.
-            if (MODS && softcap_pre != 0.f) {
-#pragma unroll
-                for (int mf = 0; mf < MF; ++mf)
-#pragma unroll
-                    for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) s[mf][nf][e] = tanh_approx(s[mf][nf][e] * softcap_pre);
-            }
+            if (MODS && softcap_pre != 0.f) softcap_tile(s, softcap_pre);
             if (MODS && p.alibi != nullptr) {
 #pragma unroll
                 for (int mf = 0; mf < MF; ++mf)

@@ -21,19 +21,23 @@ __device__ __forceinline__ float sink_log2_of(const FwdParams& p, int h) {
     return p.sinks != nullptr ? p.sinks[h] * 1.4426950408889634f : -CUDATTN_INF;
 }
 
+// Softcap on a tile of raw scores: s -> tanh(s * softcap_pre).
+template <int MF, int NF>
+__device__ __forceinline__ void softcap_tile(float (&s)[MF][NF][4], float softcap_pre) {
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+        for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mf][nf][e] = tanh_approx(s[mf][nf][e] * softcap_pre);
+}
+
 // warp_diag: the diagonal key (row + causal_offset) of the warp's first row; this thread's rows
 // are g, g + 8, g + 16, ... below it (fragment layout). col0: the tile's first key.
 template <int MODS, int MF, int NF>
 __device__ __forceinline__ void apply_mods(float (&s)[MF][NF][4], float softcap_pre, float coef, int warp_diag,
                                            int col0, int lane) {
-    if constexpr ((MODS & MOD_SOFTCAP) != 0) {
-#pragma unroll
-        for (int mf = 0; mf < MF; ++mf)
-#pragma unroll
-            for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[mf][nf][e] = tanh_approx(s[mf][nf][e] * softcap_pre);
-    }
+    if constexpr ((MODS & MOD_SOFTCAP) != 0) softcap_tile(s, softcap_pre);
     if constexpr ((MODS & MOD_ALIBI) != 0) {
         // key - diagonal as a float: exact below 2^24 keys. One add and one fma an element.
         const float base = (float)(col0 + 2 * (lane & 3) - warp_diag - (lane >> 2));
