@@ -230,7 +230,9 @@ def run_device(problem, qa, ka, va, oa, device, device_id, sref):
     else:
         # FP8: V goes in as Vt (keys contiguous), made on the same stream; dropping it after the
         # launch frees it stream-ordered, once the kernel is done with it.
-        vt = _fp8.transpose_v(problem, va.ptr, props, device, sref) if problem.descales is not None else None
+        # (no keys, a call with sinks: nothing to transpose, and the kernel reads no V)
+        fp8_v = problem.descales is not None and problem.seqlen_k > 0
+        vt = _fp8.transpose_v(problem, va.ptr, props, device, sref) if fp8_v else None
         params = _plan.make_params(problem, plan, qa.ptr, ka.ptr, va.ptr if vt is None else vt.ptr, oa.ptr, lse_ptr,
                                    o_geom)
         _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)

@@ -199,7 +199,8 @@ def run_varlen(problem, qa, ka, va, oa, cu_q, cu_k, device, device_id, sref):
         props = _device.device_properties(device_id)
         plan = _plan.make_plan(problem, props)
         kernel = _kernels.get_kernel(plan.variant, device, device_id, props.arch)
-        vt = _fp8.transpose_v(problem, va.ptr, props, device, sref) if problem.descales is not None else None
+        fp8_v = problem.descales is not None and vl.total_k > 0  # no keys (sinks): no V to transpose
+        vt = _fp8.transpose_v(problem, va.ptr, props, device, sref) if fp8_v else None
         params = _plan.make_params(problem, plan, qa.ptr, ka.ptr, va.ptr if vt is None else vt.ptr, oa.ptr,
                                    0 if lse is None else lse.ptr, o_geom)
         _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
