@@ -20,7 +20,8 @@ from typing import Literal, overload
 
 import numpy as np
 
-from . import _callpath, _decode, _decode_traits, _device, _foreign, _kernels, _launch, _plan, _stream, _transfer
+from . import _callpath, _decode, _decode_traits, _device, _foreign, _kernels, _launch, _plan, _stream, _traits
+from . import _transfer
 from . import _args, _varlen_api
 from ._modifiers import kernel_mods, window_of
 from ._dtypes import FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error
@@ -193,6 +194,8 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                       for x in (sl, bt, cq))
         return _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa, cq, rows)
 
+    if has_x:  # the caller's arrays beside their adapted operands: ordered after and held like the rest
+        objs = (*objs, *(_args.array_or_none(x) for x in extra))
     return _callpath.run(key, objs, ops, _NAMES, consumer, keep, full, tensors=6, out_index=5,
                          allocates=out is None or return_lse is True, unordered=unordered, force_full=suspect)
 
@@ -235,6 +238,7 @@ def _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref
     from ._api import run_device
 
     kv = problem.kv_cache
+    _check_fp8_arch(kv, device_id)  # before the append writes into the cache
     kv = replace(kv, seqlens_ptr=0 if sl is None else sl.ptr, block_table_ptr=0 if bt is None else bt.ptr)
     if kn is not None:
         _append(problem, kv, ka, va, kn, vn, new_geoms, device, device_id, sref)
@@ -244,6 +248,14 @@ def _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref
     if problem.varlen is not None:  # a packed q: the prefill kernels, whatever its length
         return _varlen_api.run_varlen(problem, qa, ka, va, oa, cq, None, device, device_id, sref)
     return run_device(problem, qa, ka, va, oa, device, device_id, sref)  # drops a gathered copy stream-ordered
+
+
+def _check_fp8_arch(kv: KvCache, device_id: int) -> None:
+    """FP8 caches need sm_89+ (the e4m3 conversions); refused before anything is written."""
+    if kv.fp8:
+        arch = _device.device_properties(device_id).arch
+        if arch not in _traits.FP8_ARCHS:
+            raise NotImplementedError(f"FP8 KV caches need an sm_89 or newer GPU (e4m3 conversions); this one is {arch}")
 
 
 def _gathers(problem: Problem, device_id: int) -> bool:
@@ -305,10 +317,11 @@ def _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cau
                                   return_lse, num_splits, host=True, cu_seqlens_q=cu_q, max_seqlen_q=max_q,
                                   mods=mods, descales=descales)
     kv = problem.kv_cache
-    if k_new is not None:  # the NumPy caches are updated in place, here, before they go up
-        _append_host(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, kv, descales)
     device = _device.get_device(None)
     device_id = _device.device_properties(device).device_id
+    _check_fp8_arch(kv, device_id)  # before the NumPy caches are changed
+    if k_new is not None:  # the NumPy caches are updated in place, here, before they go up
+        _append_host(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, kv, descales)
     sref = _stream.as_stream(stream, device)
     up = lambda x: None if x is None else _transfer.to_device(np.ascontiguousarray(x), device=device, stream=sref)  # noqa: E731
     qa, ka, va, sl, bt, cq = (up(x) for x in (q, k_cache, v_cache, cache_seqlens, block_table, cu_q))

@@ -186,7 +186,10 @@ def fill_params(params, mods, scale: float) -> None:
     """Softcap, sinks and ALiBi into FwdParams or DecodeParams (the fields are alike; mods.cuh).
     A softcap's kernels compute tanh(s * scale / softcap) and softmax it with softcap as the scale;
     ALiBi's bias goes into the same units as the scores the softmax scales (hence alibi_mul)."""
-    if mods.softcap:
+    # A softcap whose scale / softcap is 0 in float32 (scale 0, or underflow) caps every score to
+    # softcap * tanh(~0) = the uncapped scale * s: the plain path computes exactly that, and the
+    # decode kernel reads softcap_pre = 0 as "no softcap".
+    if mods.softcap and np.float32(scale / mods.softcap) != 0:
         params.softcap_pre = scale / mods.softcap
         params.scale_log2 = scale_log2(mods.softcap)
         params.alibi_mul = -1.0 / mods.softcap

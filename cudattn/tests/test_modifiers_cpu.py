@@ -216,3 +216,22 @@ def test_plain_windows_are_no_window():
 
     assert window_of((-1, -1), False) is None and window_of((-1, 3), True) is None
     assert window_of((5, 2), True) == (5, 0) and window_of((0, 0), False) == (0, 0)
+
+
+def test_kernel_params_of_a_softcap():
+    """fill_params: a softcap takes the score scale inside the tanh; a scale that makes scale /
+    softcap 0 in float32 (scale 0) leaves the scores uncapped (softcap * tanh(x) = softcap * x
+    there), so the decode kernel, which reads softcap_pre = 0 as no softcap, agrees with prefill."""
+    from cudattn._modifiers import KernelMods, fill_params
+    from cudattn._params import LOG2E, DecodeParams, scale_log2
+
+    p = DecodeParams(heads_q=4)
+    p.scale_log2 = scale_log2(0.125)
+    fill_params(p, KernelMods(softcap=30.0), 0.125)
+    assert p.softcap_pre == pytest.approx(0.125 / 30) and p.scale_log2 == pytest.approx(30 * LOG2E)
+    assert p.alibi_mul == pytest.approx(-1 / 30)
+    q = DecodeParams(heads_q=4)
+    q.scale_log2 = scale_log2(0.0)
+    fill_params(q, KernelMods(softcap=30.0, alibi=True, alibi_per_batch=True), 0.0)
+    assert q.softcap_pre == 0 and q.scale_log2 == pytest.approx(1e-30)
+    assert q.alibi_mul == pytest.approx(-LOG2E / 1e-30) and q.alibi_stride_b == 4
