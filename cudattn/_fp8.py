@@ -15,7 +15,7 @@ import numbers
 
 import numpy as np
 
-from . import _array, _foreign, _kernels, _launch, _transfer
+from . import _args, _array, _kernels, _launch, _transfer
 from ._decode_traits import HelperKernel
 from ._params import TransposeVParams
 from ._problem import Descales, Problem
@@ -91,14 +91,7 @@ def _one(name: str, x, batch: int, heads_kv: int, host: bool) -> tuple[float, in
     if host:
         raise TypeError(f"{name} must be None, a float, or a NumPy float32 array of shape {want} "
                         f"(q, k, v are NumPy arrays); got {type(x).__name__}")
-    if all(hasattr(x, f) for f in ("ptr", "shape", "strides", "dtype")):  # a DeviceArray (or alike): no import
-        shape, dtype, strides, ptr = tuple(x.shape), np.dtype(x.dtype), x.strides, int(x.ptr)
-    elif _foreign.is_device_array_like(x):
-        a = _foreign.as_device_array(x, name=name)
-        shape, dtype, strides, ptr = a.shape, a.dtype, a.strides, a.ptr
-    else:
-        raise TypeError(f"{name} must be None, a float, or a float32 device array of shape {want}; "
-                        f"got {type(x).__name__}")
+    shape, dtype, strides, ptr = _args.device_meta(x, name, f"None, a float, or a float32 device array of shape {want}")
     if shape != (batch, heads_kv):
         raise ValueError(f"{name} must have shape (batch, heads_kv) = {want}; got {shape}")
     if dtype != _F32:

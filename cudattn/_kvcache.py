@@ -28,6 +28,7 @@ from ._dtypes import FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error
 from ._geometry import contiguous_geom, share_bytes, span
 from ._operands import OTHER, kind_of
 from ._params import AppendParams, KvCacheGeom
+from ._quantize import saturate_to_e4m3
 from ._problem import KvCache, Problem, TensorGeom, Varlen
 from ._types import ArrayLike, ArrayResult, DescaleLike, StreamLike
 from ._varlen import check_cu_seqlens, check_device_offsets, check_max_seqlen
@@ -511,8 +512,7 @@ def _quantize_host(x: np.ndarray, descale) -> np.ndarray:
     """16-bit rows (S, H, D) -> e4m3 as the append kernel does: x / descale in float32, rounded to
     nearest even and saturated at +-448 (NaN stays NaN). ``descale``: a float or (H,) float32."""
     d = np.asarray(descale, np.float32).reshape(-1)[None, :, None] if np.ndim(descale) else np.float32(descale)
-    y = np.clip(x.astype(np.float32) / d, -448.0, 448.0)
-    return y.astype(FLOAT8_E4M3)
+    return saturate_to_e4m3(x.astype(np.float32) / d)
 
 
 def _packed_q(qs, qst, cu, max_seqlen_q):

@@ -161,20 +161,15 @@ def _kernel_array(name: str, x, shapes, want: str, host: bool) -> tuple[int, tup
     if host:
         raise TypeError(f"{name} must be a NumPy float32 array of shape {want} (q, k, v are NumPy arrays); "
                         f"got {type(x).__name__}")
-    if all(hasattr(x, f) for f in ("ptr", "shape", "strides", "dtype")):  # a DeviceArray (or alike)
-        shape, dtype, strides, ptr = tuple(x.shape), np.dtype(x.dtype), x.strides, int(x.ptr)
-    else:
-        from . import _foreign
+    from ._args import device_meta  # (imported here: _problem imports this module)
+    from ._geometry import c_strides
 
-        if not _foreign.is_device_array_like(x):
-            raise TypeError(f"{name} must be a float32 device array of shape {want}; got {type(x).__name__}")
-        a = _foreign.as_device_array(x, name=name)
-        shape, dtype, strides, ptr = a.shape, a.dtype, a.strides, a.ptr
+    shape, dtype, strides, ptr = device_meta(x, name, f"a float32 device array of shape {want}")
     if dtype != _F32:
         raise TypeError(f"{name} must be float32; got {dtype}")
     if shape not in shapes:
         raise ValueError(f"{name} must have shape {want}; got {shape}")
-    dense = tuple(4 * int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
+    dense = c_strides(shape, 4)
     if strides is not None and any(s != d for s, d, n in zip(strides, dense, shape) if n > 1):
         raise ValueError(f"{name} must be C-contiguous (strides {dense} bytes); got {tuple(strides)}")
     if ptr % 4:

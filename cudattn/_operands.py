@@ -105,7 +105,7 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
     if kind == TORCH and obj.is_neg():  # the view would hand over the bytes, which hold -x
         raise TypeError(f"{name} is a negated torch view (torch._neg_view): its memory holds the negated "
                         f"values; pass {name}.resolve_neg()")
-    if kind == TORCH and (_torch_dtypes or _torch_dtype_table()).get(obj.dtype) is FLOAT8_E4M3:
+    if kind == TORCH and (_torch_dtypes is not None or _torch_dtype_table()) and obj.dtype is _torch_fp8:
         a = _from_torch(obj)  # FP8 crosses DLPack as uint8: straight to the accessors (no failed export)
         if a is not None:
             return a
@@ -154,16 +154,18 @@ def _byte_strides(strides: tuple, itemsize: int) -> tuple:
 
 _torch_dtypes: dict | None = None  # torch dtype -> NumPy dtype, for the dtypes cudattn reads
 _torch_plain: set = set()  # torch.Tensor and Parameter, once torch is seen
+_torch_fp8 = object()  # torch.float8_e4m3fn once torch is seen (`adapt`'s one identity test for it)
 
 
 def _torch_dtype_table() -> dict:
-    global _torch_dtypes
+    global _torch_dtypes, _torch_fp8
     torch = sys.modules["torch"]
     table = {torch.float16: FLOAT16, torch.bfloat16: BFLOAT16, torch.float32: np.dtype(np.float32),
              torch.int32: np.dtype(np.int32)}
     fp8 = getattr(torch, "float8_e4m3fn", None)
     if fp8 is not None:
         table[fp8] = FLOAT8_E4M3
+        _torch_fp8 = fp8
     _torch_plain.update((torch.Tensor, torch.nn.Parameter))
     _torch_dtypes = table
     return table

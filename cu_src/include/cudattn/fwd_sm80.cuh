@@ -129,7 +129,7 @@ struct FwdSm80 {
         if (n_tiles == 0) {  // LSE: the sink's logit, or -inf
             store_empty_block<OutT, BM, D, NT>(out_tile(p, sq, b, hq, m_start), p.o_stride_s, lse_tile(p, sq, b, hq, m_start),
                                                rows_valid, p.head_dim / (16 / (int)sizeof(OutT)), tid,
-                                               p.sinks != nullptr ? p.sinks[hq] : -CUDATTN_INF);
+                                               sink_of(p.sinks, hq));
             return;
         }
 
@@ -239,7 +239,7 @@ struct FwdSm80 {
         cp_async_wait<0>();  // no copy may still target shared memory when the block exits
 
         float inv[MF][2], lse[MF][2];
-        softmax.finish(inv, lse, sink_log2_of(p, hq));
+        softmax.finish(inv, lse, sink_log2_of(p.sinks, hq));
         if constexpr (FP8) {
 #pragma unroll
             for (int mf = 0; mf < MF; ++mf) {

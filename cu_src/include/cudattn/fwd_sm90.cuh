@@ -463,7 +463,7 @@ struct FwdSm90 {
 #pragma unroll
                     for (int e = 0; e < 4; ++e) o[0][i][e] = 0.f;
                 float inv[1][2], lse[1][2];
-                softmax.finish(inv, lse, sink_log2_of(p, cur.c.h));
+                softmax.finish(inv, lse, sink_log2_of(p.sinks, cur.c.h));
                 store_tile<true>(p, o, inv, lse, cur, cw, ltid);
                 ++n;
                 continue;
@@ -507,7 +507,7 @@ struct FwdSm90 {
 
             // The row sums are final: normalisation and LSE are known before the last P V lands.
             float inv[1][2], lse[1][2];
-            softmax.finish(inv, lse, sink_log2_of(p, cur.c.h));
+            softmax.finish(inv, lse, sink_log2_of(p.sinks, cur.c.h));
             inv[0][0] *= cur.out_scale;  // the v descale (FP8)
             inv[0][1] *= cur.out_scale;
             const int iv = it + cur.n_tiles - 1;

@@ -16,9 +16,10 @@ __device__ __forceinline__ float alibi_coef(const FwdParams& p, int b, int h) {
     return p.alibi != nullptr ? p.alibi_mul * p.alibi[(long long)b * p.alibi_stride_b + h] : 0.f;
 }
 
-// Query head h's sink logit times log2 e, or -inf without sinks.
-__device__ __forceinline__ float sink_log2_of(const FwdParams& p, int h) {
-    return p.sinks != nullptr ? p.sinks[h] * 1.4426950408889634f : -CUDATTN_INF;
+// Query head h's sink logit (natural log), or -inf without sinks; and that times log2 e.
+__device__ __forceinline__ float sink_of(const float* sinks, int h) { return sinks != nullptr ? sinks[h] : -CUDATTN_INF; }
+__device__ __forceinline__ float sink_log2_of(const float* sinks, int h) {
+    return sinks != nullptr ? sinks[h] * 1.4426950408889634f : -CUDATTN_INF;
 }
 
 // Softcap on a tile of raw scores: s -> tanh(s * softcap_pre).
