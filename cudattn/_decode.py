@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from . import _array, _decode_traits, _kernels, _launch, _stream_memory, _traits
+from . import _array, _decode_traits, _kernels, _launch, _stream_memory
 from ._modifiers import fill_params
 from ._decode_traits import MAX_SPLITS, DecodeVariant
 from ._params import DecodeParams, KvCacheGeom, scale_log2
@@ -97,10 +97,7 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
     if hit is not None:
         return hit
     mods = problem.window is not None or problem.mods is not None and problem.mods.bits != 0
-    fp8 = kv is not None and kv.fp8
-    if fp8 and props.arch not in _traits.FP8_ARCHS:
-        raise NotImplementedError(f"FP8 KV caches need an sm_89 or newer GPU (e4m3 conversions); this one is "
-                                  f"{props.arch}")
+    fp8 = kv is not None and kv.fp8  # (sm_89+: checked by _kvcache before any append)
     variant = _decode_traits.select_decode(problem.dtype, problem.head_dim, props.max_shared_memory_per_block_optin,
                                            mods, fp8)
     kernel = _kernels.get_kernel(variant, device, props.device_id, props.arch)
