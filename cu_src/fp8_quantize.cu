@@ -17,7 +17,7 @@
 //                 with a rounded reciprocal), then cvt.rn.satfinite (round to nearest even, saturate
 //                 to +-448, NaN stays NaN). Block (t, 0) writes descale[t].
 //   fp8_dequantize y = float(x) * descale[b, g] in float32, rounded to nearest even into the output
-//                 dtype. e4m3 is decoded arithmetically (exact), so this one runs on sm_80 too.
+//                 dtype (a null descale: 1, an exact conversion). e4m3 is decoded arithmetically (exact), so this one runs on sm_80 too.
 //
 // The host path does the same float32 operations in NumPy; the two give bit-identical results.
 // Compile-time switches: CUDATTN_QX (input of fp8_amax / fp8_quantize) and CUDATTN_DQ_OUT (output
@@ -177,7 +177,7 @@ __device__ __forceinline__ float e4m3_to_float(unsigned v) {
 extern "C" __global__ void __launch_bounds__(THREADS) fp8_dequantize(const __grid_constant__ Fp8QuantParams p) {
     const long long t = blockIdx.x, b = t / p.groups, g = t - b * p.groups;
     const int D = p.head_dim, lpr = p.lanes_per_row;
-    const float s = p.descale[b * p.descale_stride_b + g * p.descale_stride_g];
+    const float s = p.descale != nullptr ? p.descale[b * p.descale_stride_b + g * p.descale_stride_g] : 1.f;
     for_each_row(p, b, g, [&](long long xo, long long yo, int sub) {
         const unsigned char* row = static_cast<const unsigned char*>(p.x) + xo;
         Out::type* out = static_cast<Out::type*>(p.y) + yo;

@@ -175,8 +175,8 @@ def run(problem: Problem, q: int, k: int, v: int, o: int, lse: int, o_geom: Tens
     params.window_left, params.window_right = problem.window or (-1, -1)
     kv = problem.kv_cache
     if kv is not None and kv.fp8:
-        params.k_scale, params.v_scale = kv.k_scale, kv.v_scale
-        params.k_descale, params.v_descale = kv.k_descale_ptr, kv.v_descale_ptr
+        params.k_scale, params.v_scale = kv.k_scale * kv.q_scale, kv.v_scale  # q's scales the scores with k's
+        params.k_descale, params.v_descale, params.q_descale = kv.k_descale_ptr, kv.v_descale_ptr, kv.q_descale_ptr
     params.has_window = int(problem.window is not None)
     if problem.mods is not None:
         fill_params(params, problem.mods, scale)

@@ -144,6 +144,12 @@ def append_fp8_kernel(new_dtype: str) -> HelperKernel:
                         (("CUDATTN_APPEND_FP8", 1), ("CUDATTN_DTYPE_BF16", int(new_dtype == "bfloat16"))))
 GATHER_KERNEL = HelperKernel("kv_cache_gather.cu", "kv_cache_gather", threads=256)
 
+
+def gather_fp8_kernel(out_dtype: str) -> HelperKernel:
+    """The gather out of an e4m3 cache into 16-bit buffers of ``out_dtype`` (dequantized)."""
+    return HelperKernel("kv_cache_gather.cu", "kv_cache_gather",
+                        (("CUDATTN_GATHER_FP8", 1), ("CUDATTN_DTYPE_BF16", int(out_dtype == "bfloat16"))), threads=256)
+
 # The combine pairs that exist: merges of parts of one dtype (merge_attention_states; the split-KV
 # decode kernel merges its own float32 partials).
 COMBINE_PAIRS = (("float32", "float32"), ("float16", "float16"), ("bfloat16", "bfloat16"))
@@ -160,4 +166,5 @@ def all_decode_kernels(arch: str) -> list:
         out += [select_decode(dt, d, limit, mods, kv_fp8=True) for dt in DTYPE_NAMES.values()
                 for d in DECODE_TILE_DIMS for mods in (False, True)]
         out += [append_fp8_kernel(dt) for dt in DTYPE_NAMES.values()]
+        out += [gather_fp8_kernel(dt) for dt in DTYPE_NAMES.values()]
     return out

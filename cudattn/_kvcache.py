@@ -24,11 +24,11 @@ from . import _callpath, _decode, _decode_traits, _device, _foreign, _kernels, _
 from . import _transfer
 from . import _args, _varlen_api
 from ._modifiers import kernel_mods, window_of
-from ._dtypes import FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error
+from ._dtypes import BFLOAT16, FLOAT16, FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error
 from ._geometry import contiguous_geom, share_bytes, span
 from ._operands import OTHER, kind_of
 from ._params import AppendParams, KvCacheGeom
-from ._quantize import saturate_to_e4m3
+from ._quantize import e4m3_to_16bit, saturate_to_e4m3
 from ._problem import KvCache, Problem, TensorGeom, Varlen
 from ._types import ArrayLike, ArrayResult, DescaleLike, StreamLike
 from ._varlen import check_cu_seqlens, check_device_offsets, check_max_seqlen
@@ -48,7 +48,8 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            out: ArrayLike | None = ..., stream: StreamLike = ...,
                            window_size: tuple[int, int] | None = ..., softcap: float | None = ...,
                            sinks: ArrayLike | None = ..., alibi_slopes: ArrayLike | None = ...,
-                           k_descale: DescaleLike = ..., v_descale: DescaleLike = ...) -> ArrayResult: ...
+                           q_descale: DescaleLike = ..., k_descale: DescaleLike = ...,
+                           v_descale: DescaleLike = ...) -> ArrayResult: ...
 
 
 @overload
@@ -60,7 +61,8 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            out: ArrayLike | None = ..., stream: StreamLike = ...,
                            window_size: tuple[int, int] | None = ..., softcap: float | None = ...,
                            sinks: ArrayLike | None = ..., alibi_slopes: ArrayLike | None = ...,
-                           k_descale: DescaleLike = ..., v_descale: DescaleLike = ...) -> tuple[ArrayResult, ArrayResult]: ...
+                           q_descale: DescaleLike = ..., k_descale: DescaleLike = ...,
+                           v_descale: DescaleLike = ...) -> tuple[ArrayResult, ArrayResult]: ...
 
 
 @overload
@@ -72,7 +74,8 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            out: ArrayLike | None = ..., stream: StreamLike = ...,
                            window_size: tuple[int, int] | None = ..., softcap: float | None = ...,
                            sinks: ArrayLike | None = ..., alibi_slopes: ArrayLike | None = ...,
-                           k_descale: DescaleLike = ..., v_descale: DescaleLike = ...) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
+                           q_descale: DescaleLike = ..., k_descale: DescaleLike = ...,
+                           v_descale: DescaleLike = ...) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
 
 
 def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike, *,
@@ -83,7 +86,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            out: ArrayLike | None = None, stream: StreamLike = None,
                            window_size: tuple[int, int] | None = None, softcap: float | None = None,
                            sinks: ArrayLike | None = None, alibi_slopes: ArrayLike | None = None,
-                           k_descale: DescaleLike = None,
+                           q_descale: DescaleLike = None, k_descale: DescaleLike = None,
                            v_descale: DescaleLike = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
     """Attention of a few query tokens against a KV cache (FlashAttention's ``flash_attn_with_kvcache``).
 
@@ -114,8 +117,11 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
       ``k_new``/``v_new``, stay in float16 or bfloat16; the new rows are quantized on append
       (divided by their descale, rounded to nearest even, saturated at ±448). The split-KV
       kernel converts each key tile to q's dtype in shared memory (exactly) and scales the scores
-      and the output by the descales. Decode shapes only so far (up to 16 query tokens, or
-      ``num_splits=``); sm_89 and newer.
+      and the output by the descales. More query tokens (chunked prefill, a packed q) first
+      dequantize the used rows into a 16-bit copy for the prefill kernels. sm_89 and newer.
+    - An FP8 ``q`` (``float8_e4m3fn``, with an FP8 cache only), with ``q_descale`` (as the
+      others): converted to bfloat16 exactly before the kernels, its descale scaling the scores
+      with k's; the output is bfloat16. ``k_new``/``v_new`` are then float16 or bfloat16.
 
     More than 16 query tokens a sequence (chunked prefill), or a packed ``q``, run the prefill
     kernels on the cache in place; a paged cache whose pages are shorter than the kernel's key
@@ -138,7 +144,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
         packed = _check_packed(cu_seqlens_q, max_seqlen_q, k_new, num_splits, host)
     if host:
         return _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale, return_lse,
-                         num_splits, stream, packed, mods, (k_descale, v_descale))
+                         num_splits, stream, packed, mods, (q_descale, k_descale, v_descale))
     if out is not None and isinstance(out, np.ndarray):
         raise TypeError("out must be a device array for device calls (the NumPy path returns a new array)")
     objs = (q, k_cache, v_cache, k_new, v_new, out, cache_seqlens, block_table, cu_seqlens_q)
@@ -150,9 +156,9 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     if isinstance(cache_seqlens, np.ndarray) or isinstance(block_table, np.ndarray) or \
             isinstance(cu_seqlens_q, np.ndarray):
         dev_objs = tuple(None if isinstance(x, np.ndarray) else x for x in objs)
-    # Four more operands when any is given: sinks, slopes, k and v descales (a NumPy array or a
+    # Five more operands when any is given: sinks, slopes, q, k and v descales (a NumPy array or a
     # scalar stays out of the operands: the key holds it, and the full path refuses or reads it).
-    extra = (sinks, alibi_slopes, k_descale, v_descale)
+    extra = (sinks, alibi_slopes, q_descale, k_descale, v_descale)
     has_x = any(x is not None for x in extra)
     if has_x:
         dev_objs = (*dev_objs, *(_args.array_or_none(x) for x in extra))
@@ -161,7 +167,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     mkey = None
     if has_x or softcap is not None or window_size is not None:
         mkey = (_callpath.tag(window_size), _callpath.tag(softcap),
-                *(_args.descale_key(g, a) for g, a in zip(extra, ops[9:] if has_x else (None,) * 4)))
+                *(_args.descale_key(g, a) for g, a in zip(extra, ops[9:] if has_x else (None,) * len(extra))))
     key = ("kvcache", sig, (causal, scale, return_lse, num_splits, max_seqlen_q),
            (causal.__class__, scale.__class__, return_lse.__class__, num_splits.__class__, max_seqlen_q.__class__),
            # NumPy index arrays: unhashable, so such calls take the full path
@@ -170,16 +176,16 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     # Appending into caches whose byte ranges meet: the full path's exact test of shared elements.
     suspect = kn is not None and _ranges_meet(ka, va)
 
-    def full(qa, ka, va, kn, vn, oa, sl, bt, cq, sk=None, al=None, dk=None, dv=None):
+    def full(qa, ka, va, kn, vn, oa, sl, bt, cq, sk=None, al=None, dq=None, dk=None, dv=None):
         device_id = qa.device_id
-        for name, a in zip(_NAMES[1:], (ka, va, kn, vn, oa, sl, bt, cq, sk, al, dk, dv)):
+        for name, a in zip(_NAMES[1:], (ka, va, kn, vn, oa, sl, bt, cq, sk, al, dq, dk, dv)):
             if a is not None and a.device_id != device_id:
                 raise ValueError(f"{name} is on device {a.device_id} but q is on device {device_id}")
         sl = cache_seqlens if sl is None else sl
         bt = block_table if bt is None else bt
         cq = cu_seqlens_q if cq is None else cq
         ms = (window_size, softcap, sinks if sk is None else sk, alibi_slopes if al is None else al)
-        ds = (k_descale if dk is None else dk, v_descale if dv is None else dv)
+        ds = (q_descale if dq is None else dq, k_descale if dk is None else dk, v_descale if dv is None else dv)
         problem, new_geoms = validate_kvcache(qa, ka, va, sl, bt, kn, vn, causal, scale, return_lse, num_splits,
                                               host=False, cu_seqlens_q=cq, max_seqlen_q=max_seqlen_q, mods=ms,
                                               descales=ds)
@@ -202,7 +208,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
 
 
 _NAMES = ("q", "k_cache", "v_cache", "k_new", "v_new", "out", "cache_seqlens", "block_table", "cu_seqlens_q", "sinks",
-          "alibi_slopes", "k_descale", "v_descale")
+          "alibi_slopes", "q_descale", "k_descale", "v_descale")
 
 
 def _check_packed(cu_seqlens_q, max_seqlen_q, k_new, num_splits, host: bool) -> tuple:
@@ -244,7 +250,12 @@ def _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref
     if kn is not None:
         _append(problem, kv, ka, va, kn, vn, new_geoms, device, device_id, sref)
     problem = replace(problem, kv_cache=kv)
-    if kv.paged and _gathers(problem, device_id):
+    if kv.q_fp8:  # the kernels read a 16-bit q: an exact bfloat16 copy, held until they are done
+        qa = e4m3_to_16bit(qa if problem.varlen is None else qa[None], BFLOAT16, sref)
+        qa = qa if problem.varlen is None else qa[0]
+        q_geom = contiguous_geom(problem.seqlen_q, problem.heads_q, problem.head_dim, "bshd")
+        problem = replace(problem, q_strides=q_geom if problem.varlen is None else replace(q_geom, batch=0))
+    if (kv.paged or kv.fp8) and _gathers(problem, device_id):
         problem, ka, va = _gather(problem, ka, va, device, device_id, sref, rows)
     if problem.varlen is not None:  # a packed q: the prefill kernels, whatever its length
         return _varlen_api.run_varlen(problem, qa, ka, va, oa, cq, None, device, device_id, sref)
@@ -264,9 +275,12 @@ def _gathers(problem: Problem, device_id: int) -> bool:
     prefill kernels (chunked prefill), unless the Hopper kernel reads it in place, which it does
     fast only when a page holds a whole key tile (a TMA box per page: page 16 ran at 0.36x and
     page 64 at 0.79x of a dense prefill, page >= 128 at 0.94x, H200). The portable kernel reads
-    contiguous caches only."""
+    contiguous caches only. An FP8 cache is always copied (dequantized) for them: the prefill
+    kernels read 16-bit keys."""
     if problem.varlen is None and _decode.takes_split_kv(problem) or problem.varlen and not problem.varlen.total_q:
         return False
+    if problem.kv_cache.fp8:
+        return True
     plan = _plan.make_plan(problem, _device.device_properties(device_id))
     return plan.variant.family != "sm90" or _plan.paged_box_rows(problem, plan.variant.tiles.block_n) < \
         plan.variant.tiles.block_n
@@ -274,8 +288,9 @@ def _gathers(problem: Problem, device_id: int) -> bool:
 
 def _gather(problem: Problem, ka, va, device, device_id, sref, rows: int | None = None):
     """``(problem, k, v)`` with the cache's used rows copied into new contiguous (B, rows, Hkv, D)
-    buffers, described as a contiguous cache of the same lengths. ``rows``: the most keys a
-    sequence uses, when NumPy lengths say (else the capacity: device lengths are not read)."""
+    buffers, described as a contiguous cache of the same lengths (an FP8 cache dequantized into
+    q's dtype). ``rows``: the most keys a sequence uses, when NumPy lengths say (else the
+    capacity: device lengths are not read)."""
     from ._array import empty_on
 
     kv = problem.kv_cache
@@ -286,18 +301,20 @@ def _gather(problem: Problem, ka, va, device, device_id, sref, rows: int | None 
     ks, vs = problem.k_strides, problem.v_strides
     geom = _decode.kv_geom(problem)  # the grown lengths: seqlens + the keys just appended
     p = AppendParams(wk.ptr, wv.ptr, ka.ptr, va.ptr, dense.batch, dense.seq, dense.head, dense.batch, dense.seq,
-                     dense.head, ks.batch, ks.seq, ks.head, vs.batch, vs.seq, vs.head, geom, B, cap, H, D)
+                     dense.head, ks.batch, ks.seq, ks.head, vs.batch, vs.seq, vs.head, geom, B, cap, H, D,
+                     kv.k_descale_ptr, kv.v_descale_ptr, kv.k_scale * kv.q_scale, kv.v_scale, kv.q_descale_ptr)
     props = _device.device_properties(device_id)
-    kernel = _kernels.get_kernel(_decode_traits.GATHER_KERNEL, device, device_id, props.arch)
-    threads = _decode_traits.GATHER_KERNEL.threads
+    spec = _decode_traits.gather_fp8_kernel(problem.dtype.name) if kv.fp8 else _decode_traits.GATHER_KERNEL
+    kernel = _kernels.get_kernel(spec, device, device_id, props.arch)
+    threads = spec.threads
     _launch.launch(kernel, (-(-(B * cap * H * (D // 8)) // threads), 1, 1), (threads, 1, 1), 0, sref.handle, p)
-    flat = replace(kv, paged=False, page_size=cap, max_pages=1, num_pages=B, block_table_ptr=0)
+    flat = replace(kv, paged=False, page_size=cap, max_pages=1, num_pages=B, block_table_ptr=0, fp8=False)
     return replace(problem, seqlen_k=cap, kv_cache=flat, k_strides=dense, v_strides=dense), wk, wv
 
 
 def _append(problem: Problem, kv: KvCache, ka, va, kn, vn, new_geoms, device, device_id, sref) -> None:
     props = _device.device_properties(device_id)
-    spec = _decode_traits.append_fp8_kernel(problem.dtype.name) if kv.fp8 else _decode_traits.APPEND_KERNEL
+    spec = _decode_traits.append_fp8_kernel(np.dtype(kn.dtype).name) if kv.fp8 else _decode_traits.APPEND_KERNEL
     kernel = _kernels.get_kernel(spec, device, device_id, props.arch)
     kg, vg = new_geoms
     ks, vs = problem.k_strides, problem.v_strides
@@ -312,7 +329,7 @@ def _append(problem: Problem, kv: KvCache, ka, va, kn, vn, new_geoms, device, de
 
 
 def _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale, return_lse, num_splits,
-              stream, packed=None, mods=(None, None, None, None), descales=(None, None)):
+              stream, packed=None, mods=(None, None, None, None), descales=(None, None, None)):
     cu_q, max_q = packed if packed else (None, None)
     problem, _ = validate_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale,
                                   return_lse, num_splits, host=True, cu_seqlens_q=cu_q, max_seqlen_q=max_q,
@@ -322,7 +339,7 @@ def _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cau
     device_id = _device.device_properties(device).device_id
     _check_fp8_arch(kv, device_id)  # before the NumPy caches are changed
     if k_new is not None:  # the NumPy caches are updated in place, here, before they go up
-        _append_host(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, kv, descales)
+        _append_host(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, kv, descales[1:])
     sref = _stream.as_stream(stream, device)
     up = lambda x: None if x is None else _transfer.to_device(np.ascontiguousarray(x), device=device, stream=sref)  # noqa: E731
     qa, ka, va, sl, bt, cq = (up(x) for x in (q, k_cache, v_cache, cache_seqlens, block_table, cu_q))
@@ -333,9 +350,10 @@ def _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cau
         problem = replace(problem, mods=replace(problem.mods, sinks_ptr=0 if sk is None else sk.ptr,
                                                 alibi_ptr=0 if al is None else al.ptr))
     if kv.fp8:  # and the NumPy descale arrays
-        dk, dv = (up(np.asarray(x, np.float32)) if isinstance(x, np.ndarray) else None for x in descales)
+        dq, dk, dv = (up(np.asarray(x, np.float32)) if isinstance(x, np.ndarray) else None for x in descales)
         problem = replace(problem, kv_cache=replace(kv, k_descale_ptr=0 if dk is None else dk.ptr,
-                                                    v_descale_ptr=0 if dv is None else dv.ptr))
+                                                    v_descale_ptr=0 if dv is None else dv.ptr,
+                                                    q_descale_ptr=0 if dq is None else dq.ptr))
     res = _run(problem, qa, ka, va, None, None, sl, bt, None, device, device_id, sref, None, cq,
                _rows_used(problem, cache_seqlens))
     o_dev, lse_dev = res if return_lse else (res, None)
@@ -370,12 +388,12 @@ def _append_host(k_cache, v_cache, k_new, v_new, seqlens, table, kv: KvCache, de
 
 def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, scale, return_lse, num_splits, *,
                      host: bool, cu_seqlens_q=None, max_seqlen_q=None, mods=(None, None, None, None),
-                     descales=(None, None)) -> tuple[Problem, tuple[TensorGeom, TensorGeom] | None]:
+                     descales=(None, None, None)) -> tuple[Problem, tuple[TensorGeom, TensorGeom] | None]:
     """Check one call and describe it as a `Problem` whose ``kv_cache`` has no pointers yet;
     also the strides of k_new and v_new (None without them). Raises ValueError/TypeError.
     A packed q (``cu_seqlens_q``) is checked as a batch of ``max_seqlen_q`` rows a sequence.
-    ``mods``: (window_size, softcap, sinks, alibi_slopes); ``descales``: (k_descale, v_descale)
-    of an FP8 cache."""
+    ``mods``: (window_size, softcap, sinks, alibi_slopes); ``descales``: (q_descale, k_descale,
+    v_descale) of an FP8 q and cache."""
     qs, qst, qdt, qptr = _describe("q", q, host)
     varlen = None
     if cu_seqlens_q is not None:
@@ -388,13 +406,13 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
         if len(shp) != 4:
             raise ValueError(f"{name} must be 4-D: (batch, capacity, heads_kv, head_dim), or with block_table "
                              f"(num_pages, page_size, heads_kv, head_dim); got shape {shp}")
-    if qdt == FLOAT8_E4M3:
-        raise NotImplementedError("an FP8 q is not supported by attention_with_kvcache yet: pass q in float16 or "
-                                  "bfloat16 (the caches may be FP8: k_cache and v_cache float8_e4m3fn with "
-                                  "k_descale and v_descale)")
     if qdt not in RECOGNIZED:
         raise input_dtype_error(qdt, "q")
     fp8 = kdt == FLOAT8_E4M3 and vdt == FLOAT8_E4M3
+    q_fp8 = qdt == FLOAT8_E4M3
+    if q_fp8 and not fp8:
+        raise TypeError(f"an FP8 q (float8_e4m3fn) needs an FP8 cache: k_cache and v_cache float8_e4m3fn; got "
+                        f"{dtype_name(kdt)}, {dtype_name(vdt)} (pass q in their dtype)")
     if not fp8 and (kdt != qdt or vdt != qdt):
         raise TypeError(f"k_cache and v_cache must have q's dtype, or both be float8_e4m3fn (an FP8 cache); got "
                         f"q {dtype_name(qdt)}, k_cache {dtype_name(kdt)}, v_cache {dtype_name(vdt)}")
@@ -446,7 +464,10 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
             raise ValueError("k_new/v_new need cache_seqlens: the position in each sequence to append at")
         kns, knst, kndt, knptr = _describe("k_new", k_new, host)
         vns, vnst, vndt, vnptr = _describe("v_new", v_new, host)
-        if kndt != qdt or vndt != qdt:
+        if q_fp8 and (kndt != vndt or kndt not in (FLOAT16, BFLOAT16)):
+            raise TypeError(f"with an FP8 q, k_new and v_new must both be float16 or both bfloat16 (quantized into "
+                            f"the cache on append); got {dtype_name(kndt)}, {dtype_name(vndt)}")
+        if not q_fp8 and (kndt != qdt or vndt != qdt):
             raise TypeError(f"k_new and v_new must have q's dtype {dtype_name(qdt)}; got {dtype_name(kndt)}, "
                             f"{dtype_name(vndt)}")
         if len(kns) != 4 or kns != vns or kns[0] != B or kns[2] != Hkv or kns[3] != D or kns[1] < 1:
@@ -465,8 +486,8 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
             raise ValueError("k_cache and v_cache share memory: k_new and v_new are appended into them in place, so "
                              "v_new would overwrite keys; pass two caches (views of one buffer are fine if no "
                              "element is in both)")
-        new_geoms = (tensor_geom("k_new", kns, knst, qdt.itemsize, knptr, "bshd"),
-                     tensor_geom("v_new", vns, vnst, qdt.itemsize, vnptr, "bshd"))
+        new_geoms = (tensor_geom("k_new", kns, knst, kndt.itemsize, knptr, "bshd"),
+                     tensor_geom("v_new", vns, vnst, vndt.itemsize, vnptr, "bshd"))
 
     q_geom = tensor_geom("q", qs, qst, qdt.itemsize, qptr, "bshd")
     k_geom = tensor_geom("k_cache", ks, kst, kdt.itemsize, kptr, "bshd")
@@ -481,21 +502,23 @@ def validate_kvcache(q, k_cache, v_cache, seqlens, table, k_new, v_new, causal, 
     window = None if mods[0] is None else window_of(mods[0], causal)
     km = kernel_mods(*mods[1:], batch=B, heads_q=Hq, host=host)
     kv = KvCache(paged=paged, page_size=page_size, max_pages=max_pages, num_pages=num_pages, seqlen_add=s_new,
-                 **_cache_descales(descales, fp8, B, Hkv, host))
-    if fp8 and (varlen is not None or num_splits is None and Sq > _decode.DECODE_MAX_SQ):
-        raise NotImplementedError(f"FP8 caches serve decode (up to {_decode.DECODE_MAX_SQ} query tokens a sequence, "
-                                  f"or num_splits=) only so far; got {'a packed q' if varlen else f'{Sq} tokens'}")
-    problem = Problem(batch=B, seqlen_q=Sq, seqlen_k=capacity, heads_q=Hq, heads_kv=Hkv, head_dim=D, dtype=qdt,
-                      out_dtype=qdt, layout="bshd", causal=causal, scale=scale, return_lse=return_lse, host=host,
+                 **_cache_descales(descales, fp8, q_fp8, B, Hkv, host))
+    cdt = BFLOAT16 if q_fp8 else qdt  # the kernels' dtype: an FP8 q runs as its exact bfloat16 copy
+
+    problem = Problem(batch=B, seqlen_q=Sq, seqlen_k=capacity, heads_q=Hq, heads_kv=Hkv, head_dim=D, dtype=cdt,
+                      out_dtype=cdt, layout="bshd", causal=causal, scale=scale, return_lse=return_lse, host=host,
                       q_strides=q_geom, k_strides=k_geom, v_strides=v_geom, num_splits=num_splits, kv_cache=kv,
                       varlen=varlen, window=window, mods=km)
     return problem, new_geoms
 
 
-def _cache_descales(descales, fp8: bool, batch: int, heads_kv: int, host: bool) -> dict:
-    """KvCache's descale fields: an FP8 cache's k/v descales (None, a float, or float32 (B, Hkv)
-    arrays: NumPy for NumPy calls, checked finite; device arrays otherwise), refused on 16-bit caches."""
-    k_descale, v_descale = descales
+def _cache_descales(descales, fp8: bool, q_fp8: bool, batch: int, heads_kv: int, host: bool) -> dict:
+    """KvCache's descale fields: an FP8 cache's k/v descales and an FP8 q's (None, a float, or
+    float32 (B, Hkv) arrays: NumPy for NumPy calls, checked finite; device arrays otherwise),
+    refused on 16-bit caches and 16-bit q."""
+    q_descale, k_descale, v_descale = descales
+    if q_descale is not None and not q_fp8:
+        raise ValueError("q_descale applies to an FP8 (float8_e4m3fn) q only; this q is 16-bit: pass None")
     if not fp8:
         for name, x in (("k_descale", k_descale), ("v_descale", v_descale)):
             if x is not None:
@@ -504,8 +527,9 @@ def _cache_descales(descales, fp8: bool, batch: int, heads_kv: int, host: bool) 
         return {}
     from ._fp8 import parse_descales
 
-    d = parse_descales(None, k_descale, v_descale, batch, heads_kv, host)
-    return dict(fp8=True, k_scale=d.k, v_scale=d.v, k_descale_ptr=d.k_ptr, v_descale_ptr=d.v_ptr)
+    d = parse_descales(q_descale, k_descale, v_descale, batch, heads_kv, host)
+    return dict(fp8=True, k_scale=d.k, v_scale=d.v, k_descale_ptr=d.k_ptr, v_descale_ptr=d.v_ptr, q_fp8=q_fp8,
+                q_scale=d.q, q_descale_ptr=d.q_ptr)
 
 
 def _quantize_host(x: np.ndarray, descale) -> np.ndarray:

@@ -88,6 +88,7 @@ class DecodeParams(ctypes.Structure):
         ("sinks", _c_ptr), ("alibi", _c_ptr),
         ("alibi_stride_b", _c_i32), ("has_window", _c_i32),
         ("k_descale", _c_ptr), ("v_descale", _c_ptr), ("k_scale", ctypes.c_float), ("v_scale", ctypes.c_float),
+        ("q_descale", _c_ptr),
     ]
 
 
@@ -117,6 +118,7 @@ class AppendParams(ctypes.Structure):
         ("kv", KvCacheGeom),
         ("batch", _c_i32), ("seqlen_new", _c_i32), ("heads_kv", _c_i32), ("head_dim", _c_i32),
         ("k_descale", _c_ptr), ("v_descale", _c_ptr), ("k_scale", ctypes.c_float), ("v_scale", ctypes.c_float),
+        ("q_descale", _c_ptr),
     ]
 
 

@@ -41,6 +41,11 @@ class KvCache:
     v_scale: float = 1.0
     k_descale_ptr: int = 0
     v_descale_ptr: int = 0
+    # An FP8 q (FP8 caches only): converted to bfloat16 exactly before the kernels; its descale
+    # (a scalar times an optional (B, Hkv) array) scales the scores with k's.
+    q_fp8: bool = False
+    q_scale: float = 1.0
+    q_descale_ptr: int = 0
 
     @property
     def capacity(self) -> int:

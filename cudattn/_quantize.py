@@ -540,30 +540,42 @@ def _quantize_device(xa, per: str, layout: str, heads_kv: int | None, sref):
 
 def _dequantize_device(xa, da, layout: str, out_dt: np.dtype, sref):
     device_id = xa.device_id
-    device = _device.get_device(device_id)
     if da.device_id != device_id:
         raise ValueError(f"descale is on device {da.device_id} but x_fp8 is on device {device_id}; "
                          "both must be on one device")
     B, S, H, D = _geometry("x_fp8", xa.shape, layout)
     _check_fp8_dtype(xa.dtype)
     G = _descale_geom(da.shape, da.dtype, B, H)
-    g = _Geom(B, S, H, D, G, layout)
-    _check_sizes("x_fp8", xa.shape, g)
-    strides = _element_strides("x_fp8", xa, g)
     d_strides = [s if n > 1 else 0 for n, s in zip(da.shape, da.strides)]
     if da.ptr % 4 or any(s % 4 for s in d_strides):
         raise ValueError(f"descale's address and strides {tuple(da.strides)} must be multiples of 4 bytes")
+    return _run_dequantize(xa, _Geom(B, S, H, D, G, layout), da.ptr, d_strides[0] // 4, d_strides[1] // 4, out_dt,
+                           sref)
+
+
+def e4m3_to_16bit(xa, out_dt: np.dtype, sref):
+    """A new C-contiguous copy of the e4m3 device array ``xa`` ((B, S, H, D), "bshd") in
+    ``out_dt``, converted exactly (every e4m3 value is a float16 and a bfloat16), no scale."""
+    B, S, H, D = _geometry("x_fp8", xa.shape, "bshd")
+    return _run_dequantize(xa, _Geom(B, S, H, D, 1, "bshd"), 0, 0, 0, out_dt, sref)
+
+
+def _run_dequantize(xa, g: _Geom, d_ptr: int, d_stride_b: int, d_stride_g: int, out_dt: np.dtype, sref):
+    """``fp8_dequantize`` of ``xa`` by the descales at ``d_ptr`` (0: none, an exact conversion)."""
+    device_id = xa.device_id
+    device = _device.get_device(device_id)
+    _check_sizes("x_fp8", xa.shape, g)
+    strides = _element_strides("x_fp8", xa, g)
     inner_seq = _inner_is_seq(strides, g)
     xr, yr = _rows(strides, g, inner_seq), _rows(_contiguous_strides(g), g, inner_seq)
     props = _device.device_properties(device_id)
     y = _array.empty_on(xa.shape, out_dt, device, sref)
-    if B * G == 0 or xr.n_outer == 0 or D == 0:
+    if g.batch * g.groups == 0 or xr.n_outer == 0 or g.head_dim == 0:
         return y
-    vec = _vec_ok(xa.ptr, 1, xr, D)
+    vec = _vec_ok(xa.ptr, 1, xr, g.head_dim)
     lpr, grid = _launch_shape(g, xr, vec, props.sm_count)
     p = _params(xa.ptr, y.ptr, xr, yr, g, vec, lpr)
-    p.descale = da.ptr
-    p.descale_stride_b, p.descale_stride_g = d_strides[0] // 4, d_strides[1] // 4
+    p.descale, p.descale_stride_b, p.descale_stride_g = d_ptr, d_stride_b, d_stride_g
     kernel = _kernels.get_kernel(dequantize_kernel(out_dt), device, device_id, props.arch)
     _launch.launch(kernel, grid, (THREADS, 1, 1), 0, sref.handle, p)
     return y

@@ -128,10 +128,15 @@ def test_fp8_cache_rules():
     c8 = c16.astype(f8)
     with pytest.raises(ValueError, match="k_descale applies to FP8"):
         cudattn.attention_with_kvcache(q, c16, c16, k_descale=0.5)
-    with pytest.raises(NotImplementedError, match="FP8 caches serve decode"):
-        cudattn.attention_with_kvcache(np.repeat(q, 40, axis=1), c8, c8)
-    with pytest.raises(NotImplementedError, match="an FP8 q"):
-        cudattn.attention_with_kvcache(q.astype(f8), c8, c8)
+    with pytest.raises(TypeError, match="an FP8 q .* needs an FP8 cache"):
+        cudattn.attention_with_kvcache(q.astype(f8), c16, c16)
+    with pytest.raises(ValueError, match="q_descale applies to an FP8"):
+        cudattn.attention_with_kvcache(q, c8, c8, q_descale=0.5)
+    with pytest.raises(ValueError, match="q_descale must have shape"):
+        cudattn.attention_with_kvcache(q.astype(f8), c8, c8, q_descale=np.ones((2, 4), np.float32))
+    with pytest.raises(TypeError, match="with an FP8 q, k_new and v_new must both be float16 or both bfloat16"):
+        cudattn.attention_with_kvcache(q.astype(f8), c8, c8, cache_seqlens=np.zeros(1, np.int32),
+                                       k_new=c8[:, :1], v_new=c8[:, :1])
     with pytest.raises(TypeError, match="must have q's dtype, or both be float8_e4m3fn"):
         cudattn.attention_with_kvcache(q, c8, c16)
     with pytest.raises(ValueError, match="k_descale must have shape"):

@@ -150,7 +150,7 @@ struct FwdDecode {
         float scale_log2 = p.scale_log2, softcap_pre = p.softcap_pre, kd = 1.f, out_scale = 1.f;
         if constexpr (KV8) {
             const int i = b * p.heads_kv + hkv;
-            kd = p.k_scale * (p.k_descale != nullptr ? p.k_descale[i] : 1.f);
+            kd = p.k_scale * (p.k_descale != nullptr ? p.k_descale[i] : 1.f) * (p.q_descale != nullptr ? p.q_descale[i] : 1.f);
             out_scale = p.v_scale * (p.v_descale != nullptr ? p.v_descale[i] : 1.f);
             softcap_pre *= kd;
             if (softcap_pre == 0.f) scale_log2 *= kd;  // without a softcap the score scale takes it

@@ -51,10 +51,13 @@ struct DecodeParams {
 
     // FP8 (e4m3) caches (KV8 builds): key and value descales, each a scalar (k_scale, v_scale)
     // times an optional (batch, heads_kv) float32 array. The kernel folds k's into the score
-    // scale and v's into the output; a 16-bit cache ignores them.
+    // scale and v's into the output; a 16-bit cache ignores them. An FP8 q reaches the kernel
+    // converted to 16 bits exactly; its (batch, heads_kv) descale array, when given, scales the
+    // scores with k's (a scalar q descale is folded into k_scale on the host).
     const float* k_descale;
     const float* v_descale;
     float k_scale, v_scale;
+    const float* q_descale;
 };
 
 // Merges `num_parts` attention states over disjoint key sets: O = sum_s w_s O_s / sum_s w_s with
@@ -88,8 +91,10 @@ struct AppendParams {
     int batch, seqlen_new, heads_kv, head_dim;
     // FP8 caches (kv_cache_append.cu built with CUDATTN_APPEND_FP8): new rows are divided by
     // their descale (scalar times the optional (batch, heads_kv) array) and rounded to e4m3,
-    // saturating at +-448 (NaN stays NaN).
+    // saturating at +-448 (NaN stays NaN). The gather (CUDATTN_GATHER_FP8) multiplies by them,
+    // K also by q_descale when given (an FP8 q's (batch, heads_kv) descales; the append ignores it).
     const float* k_descale;
     const float* v_descale;
     float k_scale, v_scale;
+    const float* q_descale;
 };
