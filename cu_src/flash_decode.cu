@@ -19,7 +19,9 @@ typedef cudattn::FwdDecode<cudattn_elem_t, CUDATTN_HEAD_DIM, CUDATTN_WARPS, CUDA
                            CUDATTN_ROW_FRAGS, (CUDATTN_DECODE_MODS != 0), (CUDATTN_KV_FP8 != 0)>
     cudattn_decode_variant;
 
-extern "C" __global__ void __launch_bounds__(CUDATTN_WARPS * 32)
+// At least two blocks an SM (what the split heuristic aims for): without a minimum, ptxas held some
+// one-fragment builds to 96-128 registers and spilled a few values around the epilogue's division.
+extern "C" __global__ void __launch_bounds__(CUDATTN_WARPS * 32, 2)
     flash_decode(const __grid_constant__ DecodeParams params) {
     cudattn_decode_variant::run(params);
 }

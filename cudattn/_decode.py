@@ -98,20 +98,16 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
         return hit
     mods = problem.window is not None or problem.mods is not None and problem.mods.bits != 0
     fp8 = kv is not None and kv.fp8  # (sm_89+: checked by _kvcache before any append)
+    rows = problem.group_size * problem.seqlen_q
     variant = _decode_traits.select_decode(problem.dtype, problem.head_dim, props.max_shared_memory_per_block_optin,
-                                           mods, fp8)
+                                           mods, fp8, rows)
     kernel = _kernels.get_kernel(variant, device, props.device_id, props.arch)
     t = variant.tiles
-    rows = problem.group_size * problem.seqlen_q
     num_m = -(-rows // t.block_m)
     key_tiles = max(1, _tiles_seen(problem, capacity, t.block_m, t.block_n))
     blocks = num_m * problem.heads_kv * problem.batch
     if problem.num_splits is None:
-        # Paged caches wait on table reads, FP8 ones on their conversions: both want more blocks
-        # in flight than one an SM (measured, FP8: 8 and 32 splits beat the one-block count's 2
-        # and 16 by 1.3x and 1.4x at 8 x 8192 and 1 x 131072 keys, H200).
-        slow = kv is not None and (kv.paged or kv.fp8)
-        splits = choose_num_splits(blocks, key_tiles, props.sm_count, 2 if slow else 1)
+        splits = choose_num_splits(blocks, key_tiles, props.sm_count, _blocks_per_sm(variant, kv, props))
     else:
         splits = problem.num_splits
     tiles_per_split = -(-key_tiles // splits)
@@ -124,6 +120,23 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
         _plans.clear()
     _plans[key] = (plan, kernel)
     return plan, kernel
+
+
+def _blocks_per_sm(variant: DecodeVariant, kv, props) -> int:
+    """How many blocks an SM the split count aims for (choose_num_splits): two where one block's
+    warps cannot keep enough loads in flight alone: paged caches (table reads before the copies),
+    FP8 ones (their conversions), and one-fragment builds (little work a tile) where two fit.
+    Measured, H200, 32/8 heads, D 128, one token: one fragment, 8 x 8192 keys, 2 splits (one
+    block an SM) 2.66 TB/s, 4 splits (two) 3.77; 1 x 131072, 16 splits 2.83, 32 splits 3.91; FP8
+    (two fragments then) 8 and 32 splits 1.3-1.4x the one-block count's 2 and 16. Two-fragment
+    16-bit builds on contiguous caches keep one (H100: 16 splits 2.77 TB/s, 33 splits 2.62)."""
+    if kv is not None and (kv.paged or kv.fp8):
+        return 2
+    fit = props.max_shared_memory_per_multiprocessor // (variant.smem_bytes + _SMEM_RESERVED_PER_BLOCK)
+    return 2 if variant.tiles.row_frags == 1 and fit >= 2 else 1
+
+
+_SMEM_RESERVED_PER_BLOCK = 1024  # shared memory the driver keeps per block (sm_80+)
 
 
 def _tiles_seen(problem: Problem, capacity: int, block_m: int, block_n: int) -> int:

@@ -65,7 +65,7 @@ typedef struct cudattn_handle {
     char arch[8];
     CUdevice device;
     CUcontext context; /* current at cudattn_open: the modules load into it, every call runs in it */
-    int sm_count, smem_optin, l2_bytes;
+    int sm_count, smem_optin, smem_per_sm, l2_bytes;
     CUmodule modules[CUDATTN_KERNEL_COUNT]; /* loaded on first use */
     CUfunction functions[CUDATTN_KERNEL_COUNT];
     char message[512]; /* what the last failing call said */
@@ -209,6 +209,9 @@ static inline cudattn_status cudattn_open(cudattn_handle* h, const char* export_
                              "cuDeviceGetAttribute"));
     CUDATTN__TRY(cudattn__cu(h, cuDeviceGetAttribute(&h->smem_optin,
                                                      CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device),
+                             "cuDeviceGetAttribute"));
+    CUDATTN__TRY(cudattn__cu(h, cuDeviceGetAttribute(&h->smem_per_sm,
+                                                     CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, device),
                              "cuDeviceGetAttribute"));
     CUDATTN__TRY(cudattn__cu(h, cuDeviceGetAttribute(&h->l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device),
                              "cuDeviceGetAttribute"));
@@ -633,9 +636,28 @@ static inline int cudattn__splits(long long blocks, long long key_tiles, int sm_
 
 static inline size_t cudattn__align256(size_t n) { return (n + 255) / 256 * 256; }
 
+/* The decode row for a dtype, head dim and packed rows (group x seqlen_q): the smallest tile that
+ * holds head_dim, and of its rows the one bounded by the rows where one applies; -1 if none. */
+static inline int cudattn__select_decode(const cudattn_handle* h, int dtype, int head_dim, int rows) {
+    int i, best = -1;
+    for (i = 0; i < CUDATTN_KERNEL_COUNT; ++i) {
+        const cudattn_kernel_row* r = &cudattn_kernel_table[i];
+        const cudattn_kernel_row* b = best < 0 ? NULL : &cudattn_kernel_table[best];
+        if (r->kind != 1 || strcmp(r->arch, h->arch) != 0 || r->dtype != dtype || r->tile_dim < head_dim) continue;
+        if (r->seqlen_q_max >= 0 && rows > r->seqlen_q_max) continue;
+        if (!b || r->tile_dim < b->tile_dim || (r->tile_dim == b->tile_dim && r->seqlen_q_max >= 0)) best = i;
+    }
+    return best;
+}
+
+/* Blocks an SM the split heuristic aims for, as cudattn/_decode.py _blocks_per_sm. */
+static inline int cudattn__decode_blocks_per_sm(const cudattn_handle* h, const cudattn_kernel_row* r, int paged) {
+    if (paged) return 2;
+    return r->block_m == 16 && h->smem_per_sm / (r->dynamic_smem + 1024) >= 2 ? 2 : 1;
+}
+
 static inline cudattn_status cudattn__decode_plan_of(cudattn_handle* h, const cudattn_decode_args* a,
                                                      cudattn__decode_plan* pl) {
-    int i;
     long long key_tiles, blocks;
     const cudattn_kernel_row* r;
     memset(pl, 0, sizeof *pl);
@@ -667,21 +689,17 @@ static inline cudattn_status cudattn__decode_plan_of(cudattn_handle* h, const cu
     if (a->seqlen_new < 0 || a->seqlen_new > pl->capacity || (a->seqlen_new > 0 && !a->cache_seqlens))
         return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "seqlen_new must be 0..capacity, and appending needs "
                              "cache_seqlens (where each sequence's new keys go)");
-    pl->row = -1;
-    for (i = 0; i < CUDATTN_KERNEL_COUNT; ++i) {
-        const cudattn_kernel_row* c = &cudattn_kernel_table[i];
-        if (c->kind == 1 && strcmp(c->arch, h->arch) == 0 && c->dtype == a->dtype && c->tile_dim >= a->head_dim &&
-            (pl->row < 0 || c->tile_dim < cudattn_kernel_table[pl->row].tile_dim))
-            pl->row = i;
-    }
+    pl->rows = (a->heads_q / a->heads_kv) * a->seqlen_q;
+    pl->row = cudattn__select_decode(h, a->dtype, a->head_dim, pl->rows);
     if (pl->row < 0) return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "no decode kernel for head_dim %d", a->head_dim);
     r = &cudattn_kernel_table[pl->row];
-    pl->rows = (a->heads_q / a->heads_kv) * a->seqlen_q;
     pl->num_m = (pl->rows + r->block_m - 1) / r->block_m;
     key_tiles = (pl->capacity + r->block_n - 1) / r->block_n;
     if (key_tiles < 1) key_tiles = 1;
     blocks = (long long)pl->num_m * a->heads_kv * a->batch;
-    pl->splits = a->num_splits ? a->num_splits : cudattn__splits(blocks, key_tiles, h->sm_count, a->block_table ? 2 : 1);
+    pl->splits = a->num_splits ? a->num_splits
+                               : cudattn__splits(blocks, key_tiles, h->sm_count,
+                                                 cudattn__decode_blocks_per_sm(h, r, a->block_table != 0));
     pl->tiles_per_split = (int)((key_tiles + pl->splits - 1) / pl->splits);
     if (pl->splits > 1) {
         const size_t rows_all = (size_t)a->batch * a->heads_q * a->seqlen_q;

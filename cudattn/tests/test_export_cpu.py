@@ -97,8 +97,9 @@ def test_selection_table_picks_what_python_picks(exported, arch):
     for dt in ("float16", "bfloat16"):
         for d in _traits.SUPPORTED_HEAD_DIMS:
             tile = min(t for t in rules["tile_dims"]["decode"] if t >= d)
-            row = _table_row(entry, kind="decode", dtype=dt, tile_dim=tile)
-            assert row["file"] == _file_of(entry, _decode_traits.select_decode(dt, d, limit))
+            for rows_max in (_decode_traits.ONE_FRAG_ROWS, None):
+                row = _table_row(entry, kind="decode", dtype=dt, tile_dim=tile, rows_max=rows_max)
+                assert row["file"] == _file_of(entry, _decode_traits.select_decode(dt, d, limit, rows=rows_max))
     for i, o in _decode_traits.COMBINE_PAIRS:
         assert _table_row(entry, kind="combine", in_dtype=i, out_dtype=o)["file"] == \
             _file_of(entry, _decode_traits.combine_kernel(i, o))
@@ -217,7 +218,10 @@ def test_launcher_and_example_compile(exported, tmp_path):
 
 def test_c_selection_and_splits_are_the_python_ones(exported, tmp_path):
     """The launcher's variant choice and split heuristic, compiled and run on the CPU (no CUDA call is
-    made), against `_traits.select` and `_decode.choose_num_splits` over a grid of inputs."""
+    made), against `_traits.select`, `_decode_traits.select_decode`, `_decode._blocks_per_sm` and
+    `_decode.choose_num_splits` over a grid of inputs."""
+    from types import SimpleNamespace
+
     from cudattn import _decode
     from cudattn.tests.test_export_gpu import _cuda_include
 
@@ -247,6 +251,12 @@ int main(void) {
         }
     for (i = 1; i < 400; i += 3) for (d = 1; d < 600; d += 7) for (c = 1; c < 3; ++c)
         printf("S %d %d %d %d\n", i, d, c, cudattn__splits(i, d, 132, c));
+    h.smem_per_sm = 233472;
+    for (dt = 0; dt < 2; ++dt) for (d = 8; d <= 256; d += 8) for (i = 1; i <= 40; i += 3) for (c = 0; c < 2; ++c) {
+        const int row = cudattn__select_decode(&h, dts[dt], d, i);
+        printf("D %d %d %d %d %s %d\n", dts[dt], d, i, c, row < 0 ? "-" : cudattn_kernel_table[row].file,
+               row < 0 ? 0 : cudattn__decode_blocks_per_sm(&h, &cudattn_kernel_table[row], c));
+    }
     return 0;
 }
 ''')
@@ -266,6 +276,13 @@ int main(void) {
             fam, dt, o, d, c, sq, got = int(f[1]), int(f[2]), int(f[3]), int(f[4]), bool(int(f[5])), int(f[6]), f[7]
             spec = _traits.select(names[dt], d, c, _traits.ARCH_SMEM_LIMIT[arch], f"sm{fam}", outs[o], seqlen_q=sq)
             assert got == f"{arch}/{by_build[(spec.source, tuple(_kernels.options_for(spec)))]}", line
+        elif f[0] == "D":
+            dt, d, rows, paged, got, per_sm = int(f[1]), int(f[2]), int(f[3]), bool(int(f[4])), f[5], int(f[6])
+            spec = _decode_traits.select_decode(names[dt], d, _traits.ARCH_SMEM_LIMIT[arch], rows=rows)
+            assert got == f"{arch}/{by_build[(spec.source, tuple(_kernels.options_for(spec)))]}", line
+            props = SimpleNamespace(max_shared_memory_per_multiprocessor=233472)
+            kv = SimpleNamespace(paged=paged, fp8=False)
+            assert per_sm == _decode._blocks_per_sm(spec, kv, props), line
         else:
             blocks, tiles, per_sm, got = map(int, f[1:])
             assert got == _decode.choose_num_splits(blocks, tiles, 132, per_sm), line
