@@ -130,9 +130,11 @@ def _blocks_per_sm(variant: DecodeVariant, kv, props) -> int:
     block an SM) 2.66 TB/s, 4 splits (two) 3.77; 1 x 131072, 16 splits 2.83, 32 splits 3.91; FP8
     (two fragments then) 8 and 32 splits 1.3-1.4x the one-block count's 2 and 16. Two-fragment
     16-bit builds on contiguous caches keep one (H100: 16 splits 2.77 TB/s, 33 splits 2.62)."""
-    if kv is not None and (kv.paged or kv.fp8):
-        return 2
     fit = props.max_shared_memory_per_multiprocessor // (variant.smem_bytes + _SMEM_RESERVED_PER_BLOCK)
+    if kv is not None and kv.fp8:
+        return max(1, min(4, fit))
+    if kv is not None and kv.paged:
+        return 2
     return 2 if variant.tiles.row_frags == 1 and fit >= 2 else 1
 
 

@@ -210,12 +210,17 @@ struct FwdDecode {
             const u32 v_base = sV_addr + (KV8 ? 0 : slot * BN * D * (int)sizeof(T));
             if constexpr (KV8) {
                 convert_slice(rK + slot * BN * D, cK, warp, lane);
-                convert_slice(rV + slot * BN * D, cV, warp, lane);
                 __syncwarp();
             }
 
             float s[MF][NF][4];
             qk_product<T, MF, NF, D / 16>(s, sQ_addr, q_lane, k_base, k_lane);
+            // KV8: V's conversion after QK^T's products are issued, so that it runs under their
+            // latency and the softmax's (the PV products are the first to read it).
+            if constexpr (KV8) {
+                convert_slice(rV + slot * BN * D, cV, warp, lane);
+                __syncwarp();
+            }
 
             const int col0 = (t_begin + it) * BN + warp * WN;
             // Modifiers before masks (mods.cuh); uniform branches, decode being memory-bound.
