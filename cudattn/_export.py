@@ -168,11 +168,13 @@ def export(out_dir: str | os.PathLike, archs: Sequence[str] = ("sm_90a",), *, jo
                 raise ExportError(f"two builds would share {name}")
             files[_build_key(spec)] = name
             (out / arch / name).write_bytes(res.cubin)
-            entries = sorted(k for k, r in res.ptxas.items() if r.entry)
+            # the entry from ptxas's report; the kernel's name when the stored report lists none
+            # (seen on the GPU machine for some decode builds read back from the cache)
+            entries = sorted(k for k, r in res.ptxas.items() if r.entry) or [spec.kernel_name]
             kernels.append({
                 "file": name, "kind": kind, "family": spec.family, "source": spec.source, "entries": entries,
                 "options": _kernels.options_for(spec), "threads": spec.threads, "dynamic_smem": spec.smem_bytes,
-                "ptxas": {e: dataclasses.asdict(res.ptxas[e]) for e in entries},
+                "ptxas": {e: dataclasses.asdict(res.ptxas[e]) for e in entries if e in res.ptxas},
                 "select": _selection_inputs(spec), "sha256": hashlib.sha256(res.cubin).hexdigest(),
             })
         manifest["archs"][arch] = {"kernels": kernels, "selection": _selection_table(arch, files),
