@@ -54,11 +54,8 @@ def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm:
     the wave efficiency ``waves / ceil(waves)`` with ``waves = blocks * s / (sm_count *
     blocks_per_sm)``; the smallest s within EFFICIENCY_TOLERANCE of the best wins.
 
-    A contiguous cache counts one block per SM although two fit (head dim <= 128): measured on an
-    H100 with one 131072-key sequence (8 kv heads), 16 splits (128 blocks) gave 2.77 TB/s, 33
-    (two per SM) 2.62 and 66 2.26; one block keeps 2 ring stages (64 KiB) in flight, which
-    saturates HBM. A paged cache counts two: its copies wait on block-table reads, which one
-    block's 4 warps cannot hide (same sequence, paged: 16 splits 2.06 TB/s, 29 splits 2.60).
+    ``blocks_per_sm`` comes from `_blocks_per_sm` (the build and the cache: one or two blocks, up
+    to four for FP8 caches).
     """
     if blocks >= FULL_GRID_FRACTION * sm_count or key_tiles < 2 * MIN_TILES_PER_SPLIT:
         return 1
@@ -123,13 +120,13 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
 
 
 def _blocks_per_sm(variant: DecodeVariant, kv, props) -> int:
-    """How many blocks an SM the split count aims for (choose_num_splits): two where one block's
-    warps cannot keep enough loads in flight alone: paged caches (table reads before the copies),
-    FP8 ones (their conversions), and one-fragment builds (little work a tile) where two fit.
-    Measured, H200, 32/8 heads, D 128, one token: one fragment, 8 x 8192 keys, 2 splits (one
-    block an SM) 2.66 TB/s, 4 splits (two) 3.77; 1 x 131072, 16 splits 2.83, 32 splits 3.91; FP8
-    (two fragments then) 8 and 32 splits 1.3-1.4x the one-block count's 2 and 16. Two-fragment
-    16-bit builds on contiguous caches keep one (H100: 16 splits 2.77 TB/s, 33 splits 2.62)."""
+    """How many blocks an SM the split count aims for (choose_num_splits): more than one where one
+    block's warps cannot keep enough loads in flight alone. FP8 caches: as many as fit, up to four
+    (their conversions make each tile long); paged caches: two (table reads before the copies);
+    one-fragment builds: two where two fit (little work a tile). Measured, H200, 32/8 heads, D 128,
+    one token, one fragment: 8 x 8192 keys, 2 splits (one block an SM) 2.66 TB/s, 4 splits (two)
+    3.77; 1 x 131072, 16 splits 2.83, 32 splits 3.91. Two-fragment 16-bit builds on contiguous
+    caches keep one (H100: 16 splits 2.77 TB/s, 33 splits 2.62)."""
     fit = props.max_shared_memory_per_multiprocessor // (variant.smem_bytes + _SMEM_RESERVED_PER_BLOCK)
     if kv is not None and kv.fp8:
         return max(1, min(4, fit))
