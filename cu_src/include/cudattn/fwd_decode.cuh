@@ -208,16 +208,19 @@ struct FwdDecode {
             const int slot = it % STAGES;
             const u32 k_base = sK_addr + (KV8 ? 0 : slot * BN * D * (int)sizeof(T));
             const u32 v_base = sV_addr + (KV8 ? 0 : slot * BN * D * (int)sizeof(T));
+            // KV8: V's conversion after QK^T's products are issued, so that it runs under their
+            // latency and the softmax's (+8-11 %); where the registers allow it (one fragment, head
+            // dim <= 128: the others spilled), else before them.
+            constexpr bool V_LATE = KV8 && MF == 1 && D <= 128;
             if constexpr (KV8) {
                 convert_slice(rK + slot * BN * D, cK, warp, lane);
+                if constexpr (!V_LATE) convert_slice(rV + slot * BN * D, cV, warp, lane);
                 __syncwarp();
             }
 
             float s[MF][NF][4];
             qk_product<T, MF, NF, D / 16>(s, sQ_addr, q_lane, k_base, k_lane);
-            // KV8: V's conversion after QK^T's products are issued, so that it runs under their
-            // latency and the softmax's (the PV products are the first to read it).
-            if constexpr (KV8) {
+            if constexpr (V_LATE) {
                 convert_slice(rV + slot * BN * D, cV, warp, lane);
                 __syncwarp();
             }
