@@ -37,6 +37,18 @@ def _dequant(cache, table, lens, descale_b, B):
     return per * descale_b[:, None, :, None]
 
 
+def _random_cache(rng, B, cap, Hkv, D, page):
+    """(shape, block_table or None, k, v): e4m3 caches of random values, contiguous (page None) or
+    paged with the pages in a random order."""
+    if page is None:
+        shape, table = (B, cap, Hkv, D), None
+    else:
+        pages = B * cap // page
+        shape, table = (pages, page, Hkv, D), rng.permutation(pages).astype(np.int32).reshape(B, cap // page)
+    kc, vc = (np.clip(rng.standard_normal(shape) * 20, -448, 448).astype(F8) for _ in range(2))
+    return shape, table, kc, vc
+
+
 def _copied(kf):
     """The dequantized cache as the chunked-prefill path copies it for the prefill kernels
     (rounded to bfloat16): the LSE is held to the 16-bit kernels' tolerance against that copy."""
@@ -138,12 +150,7 @@ def test_fp8_cache_chunked_prefill(page, packed):
     Sq = 40
     lens = np.array([100, 0, 700], np.int32) if packed else np.array([100, 0, 700 - Sq], np.int32)
     dk, dv = (rng.uniform(0.03, 0.08, (B, Hkv)).astype(np.float32) for _ in range(2))
-    if page is None:
-        shape, table = (B, cap, Hkv, D), None
-    else:
-        pages = B * cap // page
-        shape, table = (pages, page, Hkv, D), rng.permutation(pages).astype(np.int32).reshape(B, cap // page)
-    kc, vc = (np.clip(rng.standard_normal(shape) * 20, -448, 448).astype(F8) for _ in range(2))
+    shape, table, kc, vc = _random_cache(rng, B, cap, Hkv, D, page)
     kcd, vcd = cudattn.to_device(kc), cudattn.to_device(vc)
     common = dict(block_table=None if table is None else cudattn.to_device(table), causal=True, return_lse=True,
                   k_descale=cudattn.to_device(dk), v_descale=cudattn.to_device(dv))
@@ -201,12 +208,7 @@ def test_fp8_q_with_fp8_cache(case, descale):
     page = 16 if "page16" in case else 256 if "page256" in case else None
     Sq = 40 if case in ("chunked-page256", "packed") else 3
     splits = 5 if "splits5" in case else None
-    if page is None:
-        shape, table = (B, cap, Hkv, D), None
-    else:
-        pages = B * cap // page
-        shape, table = (pages, page, Hkv, D), rng.permutation(pages).astype(np.int32).reshape(B, cap // page)
-    kc, vc = (np.clip(rng.standard_normal(shape) * 20, -448, 448).astype(F8) for _ in range(2))
+    shape, table, kc, vc = _random_cache(rng, B, cap, Hkv, D, page)
     dq, dk, dv = ((rng.uniform(0.01, 0.05, (B, Hkv)).astype(np.float32) if descale == "array" else 0.03)
                   for _ in range(3))
     arr = lambda d: np.broadcast_to(np.float32(d), (B, Hkv)).astype(np.float32)  # noqa: E731
