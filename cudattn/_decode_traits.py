@@ -44,13 +44,23 @@ _CANDIDATES = {
     128: (DecodeTiles(4, 16, 3, 2), DecodeTiles(4, 16, 2, 2)),
     256: (DecodeTiles(4, 16, 2, 1), DecodeTiles(2, 16, 2, 1)),
 }
-# FP8 caches: a stage holds half the bytes, so 4 stages keep as many in flight as 2-3 of a 16-bit
-# cache, still two blocks an SM (H200: 4 stages 2-5 % over 3, 6 stages 20-35 % under: one block).
+# FP8 caches: a stage holds half the bytes (the products convert them in registers), so 4 stages
+# keep about as many bytes in flight as 2-3 of a 16-bit cache.
 _KV8_CANDIDATES = {
     32: (DecodeTiles(4, 64, 4, 2), DecodeTiles(4, 64, 2, 2)),
     64: (DecodeTiles(4, 32, 4, 2), DecodeTiles(4, 32, 2, 2)),
     128: (DecodeTiles(4, 16, 4, 2), DecodeTiles(4, 16, 2, 2)),
     256: _CANDIDATES[256],
+}
+# FP8 caches, one row fragment: 8 warps of 16 (D 128) or 32 (D 64) keys and 3 stages, two blocks
+# an SM, beat 4 warps and 4 stages (three blocks) by 3-15 % (H200, 32/8 heads, one token,
+# fp16/bf16 q); two-fragment builds and those with modifiers keep 4 warps (registers: 128 a
+# thread at 8 warps and two blocks).
+_KV8_ONE_FRAG = {
+    32: _KV8_CANDIDATES[32],
+    64: (DecodeTiles(8, 32, 3, 1),) + _KV8_CANDIDATES[64],
+    128: (DecodeTiles(8, 16, 3, 1),) + _KV8_CANDIDATES[128],
+    256: _KV8_CANDIDATES[256],
 }
 _MODS_32 = {32: (DecodeTiles(4, 16, 3, 2), DecodeTiles(4, 16, 2, 2))}
 
@@ -72,9 +82,11 @@ class DecodeVariant:
 
     @property
     def smem_bytes(self) -> int:
-        t = self.tiles  # Q, the ring (cache bytes) and KV8's converted stage (fwd_decode.cuh, SMEM_BYTES)
-        kb = 1 if self.kv_fp8 else 2
-        return (t.block_m * 2 + 2 * t.stages * t.block_n * kb + (4 * t.block_n if self.kv_fp8 else 0)) * self.tile_dim
+        t = self.tiles  # fwd_decode.cuh's SMEM_BYTES: Q (KV8: and its fragment-ordered copy) and the
+        kb = 1 if self.kv_fp8 else 2  # ring in cache bytes, or the warps' merge buffer where larger
+        main = ((2 if self.kv_fp8 else 1) * t.block_m * 2 + 2 * t.stages * t.block_n * kb) * self.tile_dim
+        merge = (2 * t.warps * t.block_m + t.warps * t.block_m * (self.tile_dim + 4)) * 4
+        return max(main, merge)
 
     def defines(self) -> dict[str, int]:
         t = self.tiles
@@ -129,10 +141,10 @@ def select_decode(dtype, head_dim: int, smem_limit: int, mods: bool = False, kv_
     kv head), group * seqlen_q (None: more than ONE_FRAG_ROWS)."""
     name = dtype if isinstance(dtype, str) else DTYPE_NAMES[dtype]
     d = tile_dim_for(head_dim, DECODE_TILE_DIMS)
-    table = _KV8_CANDIDATES if kv_fp8 else _CANDIDATES
+    one_frag = rows is not None and rows <= ONE_FRAG_ROWS
+    table = (_KV8_ONE_FRAG if one_frag and not mods else _KV8_CANDIDATES) if kv_fp8 else _CANDIDATES
     if mods and d == 32:
         table = _MODS_32  # 64 keys a warp hold too many scores beside the window's bounds (spills on sm_80)
-    one_frag = rows is not None and rows <= ONE_FRAG_ROWS
     for tiles in table[d]:
         v = DecodeVariant(name, d, replace(tiles, row_frags=1) if one_frag else tiles, mods=mods, kv_fp8=kv_fp8)
         if v.smem_bytes <= smem_limit:

@@ -276,6 +276,39 @@ def test_fp8_q_with_fp8_cache(case, descale):
     np.testing.assert_array_equal(oh.view(np.uint16), o.view(np.uint16))
 
 
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["fp16", "bf16"])
+def test_fp8_cache_decode_reads_every_code_exactly(D, dtype):
+    """Every non-NaN e4m3 code (subnormals and both zeros included) reaches the products exactly:
+    with one key, the output is V's row and the LSE is the score, and a one-hot q picks one key
+    element per (sequence, head). 16 sequences x 16 heads probe the 256 codes through K."""
+    rng = np.random.default_rng(next(_seed))
+    B, Hq, cap = 16, 16, 16
+    codes = np.arange(256, dtype=np.uint8)
+    codes[[0x7F, 0xFF]] = 0x00  # the two NaN codes
+    kc = rng.choice(codes, (B, cap, 1, D)).astype(np.uint8)
+    vc = rng.choice(codes, (B, cap, 1, D)).astype(np.uint8)
+    q = np.zeros((B, 1, Hq, D), dtype)
+    for b in range(B):
+        vc[b, 0, 0] = codes[(b * D + np.arange(D)) % 256]
+        for h in range(Hq):
+            j = h * (D // 16) + b % (D // 16)
+            kc[b, 0, 0, j] = codes[16 * b + h]
+            q[b, 0, h, j] = 1
+    kc, vc = kc.view(F8), vc.view(F8)
+    o = np.full((B, 1, Hq, D), np.nan, dtype)
+    od = cudattn.to_device(o)
+    _, lse = cudattn.attention_with_kvcache(
+        cudattn.to_device(q), cudattn.to_device(kc), cudattn.to_device(vc), cache_seqlens=np.ones(B, np.int32),
+        scale=1.0, return_lse=True, out=od, k_descale=1.0, v_descale=1.0)
+    o, lse = cudattn.to_host(od), cudattn.to_host(lse)
+    want_o = np.broadcast_to(vc[:, :1].astype(np.float32), o.shape)  # e4m3's -0 comes out +0 (0 + -0)
+    np.testing.assert_array_equal(o.astype(np.float32), want_o)
+    want_lse = np.array([[kc[b, 0, 0, h * (D // 16) + b % (D // 16)].astype(np.float32) for h in range(Hq)]
+                         for b in range(B)])
+    np.testing.assert_allclose(lse.reshape(B, Hq), want_lse, rtol=1e-6, atol=1e-30)
+
+
 @pytest.mark.parametrize("Sq", [2, 40], ids=["decode", "chunked"])
 def test_fp8_cache_numpy_path_matches_device(Sq):
     rng = np.random.default_rng(next(_seed))

@@ -10,12 +10,14 @@
 // block of rows count their arrivals; the last to arrive merges the partials (cudattn/combine.cuh),
 // so decode is one launch.
 //
-// KV8: an FP8 (e4m3) cache, half the bytes. The ring holds the raw e4m3 rows; before its
-// products each warp converts its own slice of the stage to T in a one-stage buffer (exact: every
-// e4m3 value is a float16 normal), so the products are the 16-bit kernel's. The k descale scales
-// the scores and the v descale the output, as in the FP8 prefill kernels.
+// KV8: an FP8 (e4m3) cache, half the bytes. The ring holds the raw e4m3 rows, and the products
+// convert them in registers straight into 16-bit operand fragments (exact: every e4m3 value is a
+// float16 normal; cudattn/e4m3_operands.cuh), so a stage costs shared memory for its e4m3 bytes
+// only and more stages or blocks fit an SM. The k descale scales the scores and the v descale
+// the output, as in the FP8 prefill kernels.
 #pragma once
 #include "cudattn/combine.cuh"
+#include "cudattn/e4m3_operands.cuh"
 #include "cudattn/fp8.cuh"
 #include "cudattn/kv_cache.cuh"
 #include "cudattn/tile_products.cuh"
@@ -43,21 +45,20 @@ struct FwdDecode {
     static_assert(WN % 16 == 0 && D % 16 == 0 && STAGES >= 2, "tile sizes");
     static_assert(NT % CK == 0 && BN % ROW_STEP == 0, "K/V copies must cover whole rows");
     static_assert(16 % ROW_STEP == 0 || ROW_STEP % 16 == 0, "a thread's rows must split evenly into 16-key groups");
-    static_assert(!KV8 || (WN * CK) % 32 == 0, "KV8: a warp's slice converts in whole lanes");
-    // Q, the K/V ring (cache bytes), and KV8's one-stage buffer of converted K and V.
+    // Q, the K/V ring (cache bytes), and KV8's fragment-ordered copy of Q. The warp merge reuses
+    // all of shared memory once the main loop is done with it (and sizes it, where it is larger:
+    // small FP8 rings). _decode_traits.DecodeVariant.smem_bytes computes the same.
     static constexpr int RING_BYTES = 2 * STAGES * BN * D * KB;
-    static constexpr int SMEM_BYTES = BM * D * (int)sizeof(T) + RING_BYTES + (KV8 ? 2 * BN * D * (int)sizeof(T) : 0);
-    // The warp merge reuses all of shared memory once the main loop is done with it.
+    static constexpr int MAIN_BYTES = (KV8 ? 2 : 1) * BM * D * (int)sizeof(T) + RING_BYTES;
     static constexpr int RED_BYTES = (2 * NW * BM + NW * BM * RED_STRIDE) * 4;
-    static_assert(RED_BYTES <= SMEM_BYTES, "the warp-merge buffer must fit in the block's shared memory");
+    static constexpr int SMEM_BYTES = MAIN_BYTES > RED_BYTES ? MAIN_BYTES : RED_BYTES;
 
     static __device__ __forceinline__ void run(const DecodeParams& p) {
         extern __shared__ __align__(128) unsigned char smem_raw[];
         T* sQ = reinterpret_cast<T*>(smem_raw);
         unsigned char* rK = smem_raw + BM * D * sizeof(T);  // the ring, in cache bytes
         unsigned char* rV = rK + STAGES * BN * D * KB;
-        T* cK = reinterpret_cast<T*>(rV + STAGES * BN * D * KB);  // KV8: the converted stage
-        T* cV = cK + BN * D;
+        uint4* sQf = reinterpret_cast<uint4*>(rV + STAGES * BN * D * KB);  // KV8: Q's fragments
 
         const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
         const int split = blockIdx.x % p.num_splits;
@@ -133,8 +134,8 @@ struct FwdDecode {
                     ks += (k_group + in_group * p.k_stride_s) * KB + chunk * 16;
                     vs += (v_group + in_group * p.v_stride_s) * KB + chunk * 16;
                 }
-                // 16-bit: the products' swizzled tile; KV8: plain rows of D bytes (converted later)
-                const int off = slot * BN * D * KB + (KV8 ? r * D + chunk * 16 : (int)sizeof(T) * tile_offset<D>(r, chunk));
+                // 16-bit: the products' swizzled tile; KV8: the raw tile's rows of D bytes
+                const int off = slot * BN * D * KB + (KV8 ? raw_offset<D>(r, chunk * 16) : (int)sizeof(T) * tile_offset<D>(r, chunk));
                 cp_async_16(smem_addr(rK + off), ks, ok);
                 cp_async_16(smem_addr(rV + off), vs, ok);
             }
@@ -144,6 +145,12 @@ struct FwdDecode {
         for (int s = 0; s < STAGES - 1; ++s) {
             if (s < n_tiles) load_kv(t_begin + s, s);
             cp_async_commit();
+        }
+
+        if constexpr (KV8) {  // Q has landed (its group precedes the ring's): gather its fragments
+            cp_async_wait<STAGES - 1>();
+            __syncthreads();
+            build_q_frags<T, MF, D, NT>(sQ, sQf, tid);  // read after the main loop's first barrier
         }
 
         // KV8: the k descale scales the scores (with a softcap, inside the tanh), the v descale O.
@@ -194,10 +201,7 @@ struct FwdDecode {
         const LaneTile<D> k_lane(((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1);
         const LaneTile<D> v_lane((((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4);
         const u32 sQ_addr = smem_addr(sQ);
-        const u32 warp_off = warp * WN * D * (int)sizeof(T);  // this warp's slice of each tile
-        // The products read the ring (16-bit) or the converted stage (KV8), this warp's slice.
-        const u32 sK_addr = smem_addr(KV8 ? (void*)cK : (void*)rK) + warp_off;
-        const u32 sV_addr = smem_addr(KV8 ? (void*)cV : (void*)rV) + warp_off;
+        const int warp_off = warp * WN * D * KB;  // this warp's slice of each tile, in bytes
 
         for (int it = 0; it < n_tiles; ++it) {
             cp_async_wait<STAGES - 2>();
@@ -205,24 +209,12 @@ struct FwdDecode {
             if (it + STAGES - 1 < n_tiles) load_kv(t_begin + it + STAGES - 1, (it + STAGES - 1) % STAGES);
             cp_async_commit();
 
-            const int slot = it % STAGES;
-            const u32 k_base = sK_addr + (KV8 ? 0 : slot * BN * D * (int)sizeof(T));
-            const u32 v_base = sV_addr + (KV8 ? 0 : slot * BN * D * (int)sizeof(T));
-            // KV8: V's conversion after QK^T's products are issued, so that it runs under their
-            // latency and the softmax's (+8-11 %); where the registers allow it (one fragment, head
-            // dim <= 128: the others spilled), else before them.
-            constexpr bool V_LATE = KV8 && MF == 1 && D <= 128;
-            if constexpr (KV8) {
-                convert_slice(rK + slot * BN * D, cK, warp, lane);
-                if constexpr (!V_LATE) convert_slice(rV + slot * BN * D, cV, warp, lane);
-                __syncwarp();
-            }
-
+            const int slot_off = (it % STAGES) * BN * D * KB + warp_off;
             float s[MF][NF][4];
-            qk_product<T, MF, NF, D / 16>(s, sQ_addr, q_lane, k_base, k_lane);
-            if constexpr (V_LATE) {
-                convert_slice(rV + slot * BN * D, cV, warp, lane);
-                __syncwarp();
+            if constexpr (KV8) {
+                qk_product_e4m3<T, MF, NF, D>(s, sQf, rK + slot_off, lane);
+            } else {
+                qk_product<T, MF, NF, D / 16>(s, sQ_addr, q_lane, smem_addr(rK + slot_off), k_lane);
             }
 
             const int col0 = (t_begin + it) * BN + warp * WN;
@@ -255,26 +247,17 @@ struct FwdDecode {
             }
 
             softmax.rescale_and_exponentiate(s, o, scale_log2, neg);
-            pv_product_16bit<T, MF, WN / 16>(o, s, v_base, v_lane);
+            if constexpr (KV8) {
+                pv_product_e4m3<T, MF, WN / 16, D>(o, s, smem_addr(rV + slot_off), lane);
+            } else {
+                pv_product_16bit<T, MF, WN / 16>(o, s, smem_addr(rV + slot_off), v_lane);
+            }
         }
         cp_async_wait<0>();
         __syncthreads();  // every warp is done with the ring and Q: shared memory becomes the merge buffer
 
         merge_warps_and_store(p, softmax, o, b, hkv, m_start, rows_valid, split, warp, lane, out_scale);
         combine_if_last(p, b, hkv, m_block, m_start, rows_valid);
-    }
-
-    // KV8: this warp's WN rows of a raw stage (rows of D e4m3 bytes) into the T buffer (the
-    // products' swizzled tile). Each lane converts 16 bytes at a time into two 16-byte chunks.
-    static __device__ __forceinline__ void convert_slice(const unsigned char* raw, T* dst, int warp, int lane) {
-        constexpr int PER_ROW = D / 16;  // raw chunks of a row
-#pragma unroll
-        for (int i = lane; i < WN * PER_ROW; i += 32) {
-            const int r = warp * WN + i / PER_ROW, c = i % PER_ROW;
-            const uint4 v = *reinterpret_cast<const uint4*>(raw + r * D + c * 16);
-            *reinterpret_cast<uint4*>(dst + tile_offset<D>(r, 2 * c)) = e4m3x8_to<T>(make_uint2(v.x, v.y));
-            *reinterpret_cast<uint4*>(dst + tile_offset<D>(r, 2 * c + 1)) = e4m3x8_to<T>(make_uint2(v.z, v.w));
-        }
     }
 
     // With splits: count this block's arrival at its block of rows; the last of the num_splits
@@ -373,10 +356,19 @@ struct FwdDecode {
                 }
                 const float mine = sm.m_log2[mf][h];
                 const float f = (mine == -CUDATTN_INF || total == 0.f) ? 0.f : exp2_approx(mine - M) / total * out_scale;
-                float* dst = red_o + (warp * BM + r) * RED_STRIDE + 2 * tq;
+                float* dst = red_o + (warp * BM + r) * RED_STRIDE;
+                if constexpr (KV8) {  // even/odd fragments of each 16-column chunk (e4m3_operands.cuh)
 #pragma unroll
-                for (int df = 0; df < DF; ++df)
-                    *reinterpret_cast<float2*>(dst + df * 8) = make_float2(o[mf][df][2 * h] * f, o[mf][df][2 * h + 1] * f);
+                    for (int c = 0; c < DF / 2; ++c)
+                        *reinterpret_cast<float4*>(dst + 16 * c + 4 * tq) =
+                            make_float4(o[mf][2 * c][2 * h] * f, o[mf][2 * c + 1][2 * h] * f,
+                                        o[mf][2 * c][2 * h + 1] * f, o[mf][2 * c + 1][2 * h + 1] * f);
+                } else {
+#pragma unroll
+                    for (int df = 0; df < DF; ++df)
+                        *reinterpret_cast<float2*>(dst + df * 8 + 2 * tq) =
+                            make_float2(o[mf][df][2 * h] * f, o[mf][df][2 * h + 1] * f);
+                }
                 if (warp == 0 && tq == 0 && r < rows_valid) {
                     const float lse = (total != 0.f) ? (M + log2f(total)) * 0.6931471805599453f : -CUDATTN_INF;
                     if (float* dl = lse_out(p, b, hkv, m_start + r, split)) *dl = lse;

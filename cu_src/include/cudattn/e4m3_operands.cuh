@@ -1,0 +1,153 @@
+// 16-bit tensor-core products over e4m3 K/V tiles, converted in registers straight into the
+// mma.m16n8k16 operand fragments (the split-KV decode kernel's FP8 caches). No converted copy
+// is written back to shared memory, so a ring stage costs its e4m3 bytes only.
+//
+// Raw tiles: rows of D e4m3 bytes, 16-byte chunks XOR-swizzled by row (raw_offset), so that the
+// 8 rows an ldmatrix or a warp's loads touch fall in distinct bank groups.
+//
+// K (B operand of S = Q K^T, k = head dim): the fragment wants, per 16-wide k-step, key row g's
+// elements 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1), t = lane % 4. The head dim is permuted, the same
+// way for Q and K (a dot product does not care): k-step kk's logical elements 2t+j and 2t+8+j
+// are taken from physical element t * D/4 + 4 kk + j and + 2 + j. A lane's four bytes of a
+// k-step are then one 32-bit word, and its words of all k-steps one contiguous run of D/4 bytes
+// of the key row: 16-byte loads. Q's fragments are gathered once, in the same permutation, into
+// a fragment-ordered copy (build_q_frags), one 16-byte load per k-step.
+//
+// V (B operand of O += P V, k = keys): the fragment wants two keys' values at one head-dim
+// column. ldmatrix.trans on the raw tile read as 16-bit pairs gives a lane, of an 8 x 16-byte
+// block, keys 2t and 2t+1 at columns 2g and 2g+1 (one word: [k0 c0, k0 c1, k1 c0, k1 c1]); bytes
+// 0 and 2 make the operand of column 2g, bytes 1 and 3 that of column 2g+1. So each 16-column
+// chunk c of O is computed as two 8-wide fragments, even (columns 16c + 2n) and odd
+// (16c + 2n + 1): o[2c + parity], and a lane's accumulators 0, 1 (rows g; 2, 3: rows g + 8) of
+// the pair hold columns 16c + 4t + (0, 2) (even) and 16c + 4t + (1, 3) (odd).
+#pragma once
+#include "cudattn/fp8.cuh"
+#include "cudattn/ptx.cuh"
+#include "cudattn/smem_tile.cuh"
+
+namespace cudattn {
+
+// Byte offset of (row, byte) in a raw tile of D-byte rows: 16-byte chunks swizzled by row so
+// that 8 consecutive rows at one chunk hit 8 distinct 16-byte bank groups.
+template <int D>
+__device__ __forceinline__ int raw_offset(int row, int byte) {
+    constexpr int CB = D / 16;  // chunks per row
+    static_assert(CB == 2 || CB == 4 || CB % 8 == 0, "raw rows of 32, 64 or a multiple of 128 bytes");
+    const int x = CB >= 8 ? (row & 7) : CB == 4 ? ((row >> 1) & 3) : ((row >> 2) & 1);
+    return row * D + ((((byte >> 4) ^ x)) << 4) + (byte & 15);
+}
+
+// The four e4m3 bytes of w as two pairs of T, exactly (every e4m3 value is a normal float16, and
+// a bfloat16, reached through float): lo from bytes 0, 1 and hi from 2, 3, or with INTERLEAVED
+// lo from bytes 0, 2 and hi from 1, 3 (the first byte of a pair into the low half).
+template <typename T, bool INTERLEAVED>
+__device__ __forceinline__ void e4m3_word_to(u32 w, u32& lo, u32& hi) {
+    if constexpr (INTERLEAVED) w = __byte_perm(w, 0u, 0x3120);
+    lo = f16x2_as(e4m3x2_to_f16x2((unsigned short)(w & 0xffffu)), T());
+    hi = f16x2_as(e4m3x2_to_f16x2((unsigned short)(w >> 16)), T());
+}
+
+// The fragment-ordered copy of Q: entry (mf, kk, lane) holds the lane's A fragment of row
+// fragment mf at k-step kk, in the permuted head dim. sq: Q as a swizzled 16-bit tile
+// (tile_offset<D>); qf: MF * D/16 * 32 entries of 16 bytes. Every thread of the block helps.
+template <typename T, int MF, int D, int NT>
+__device__ __forceinline__ void build_q_frags(const T* sq, uint4* qf, int tid) {
+    constexpr int KS = D / 16;
+    for (int id = tid; id < MF * KS * 32; id += NT) {
+        const int lane = id % 32, kk = (id / 32) % KS, mf = id / (32 * KS);
+        const int r = mf * 16 + (lane >> 2), e = (lane & 3) * (D / 4) + 4 * kk;
+        auto word = [&](int row, int el) {  // elements el, el + 1 of a row (el even)
+            return *reinterpret_cast<const u32*>(sq + tile_offset<D>(row, el >> 3) + (el & 7));
+        };
+        qf[id] = make_uint4(word(r, e), word(r + 8, e), word(r, e + 2), word(r + 8, e + 2));
+    }
+}
+
+// S = Q K^T for MF row fragments and NF 8-key fragments: qf the fragment-ordered Q, k_tile the
+// warp's first key row in a raw tile.
+template <typename T, int MF, int NF, int D>
+__device__ __forceinline__ void qk_product_e4m3(float (&s)[MF][NF][4], const uint4* qf, const unsigned char* k_tile,
+                                                int lane) {
+    constexpr int LANE_BYTES = D / 4;  // one word per k-step
+    constexpr int PIECE = LANE_BYTES < 16 ? LANE_BYTES : 16;  // bytes per load (D 32: 8)
+    constexpr int WORDS = PIECE / 4;
+    const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf)
+#pragma unroll
+        for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mf][nf][e] = 0.f;
+#pragma unroll
+    for (int h = 0; h < LANE_BYTES / PIECE; ++h) {
+        u32 kw[NF][WORDS];
+#pragma unroll
+        for (int nf = 0; nf < NF; ++nf) {
+            const unsigned char* src = k_tile + raw_offset<D>(nf * 8 + g, tq * LANE_BYTES + h * PIECE);
+            if constexpr (WORDS == 4) {
+                const uint4 v = *reinterpret_cast<const uint4*>(src);
+                kw[nf][0] = v.x, kw[nf][1] = v.y, kw[nf][2] = v.z, kw[nf][3] = v.w;
+            } else {
+                const uint2 v = *reinterpret_cast<const uint2*>(src);
+                kw[nf][0] = v.x, kw[nf][1] = v.y;
+            }
+        }
+#pragma unroll
+        for (int w = 0; w < WORDS; ++w) {
+            const int kk = h * WORDS + w;
+            u32 a[MF][4];
+#pragma unroll
+            for (int mf = 0; mf < MF; ++mf) {
+                const uint4 v = qf[(mf * (D / 16) + kk) * 32 + lane];
+                a[mf][0] = v.x, a[mf][1] = v.y, a[mf][2] = v.z, a[mf][3] = v.w;
+            }
+#pragma unroll
+            for (int nf = 0; nf < NF; ++nf) {
+                u32 b0, b1;
+                e4m3_word_to<T, false>(kw[nf][w], b0, b1);
+#pragma unroll
+                for (int mf = 0; mf < MF; ++mf) Mma<T>::run(s[mf][nf], a[mf], b0, b1);
+            }
+        }
+    }
+}
+
+// O += P V for one tile of keys (KSTEPS steps of 16), V a raw tile (v_base: the warp's first key
+// row). O's fragments are in the even/odd column order above.
+template <typename T, int MF, int KSTEPS, int D>
+__device__ __forceinline__ void pv_product_e4m3(float (&o)[MF][D / 8][4], const float (&s)[MF][2 * KSTEPS][4],
+                                                u32 v_base, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+        u32 pa[MF][4];
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf) {
+            pa[mf][0] = Mma<T>::pack(s[mf][2 * kk][0], s[mf][2 * kk][1]);
+            pa[mf][1] = Mma<T>::pack(s[mf][2 * kk][2], s[mf][2 * kk][3]);
+            pa[mf][2] = Mma<T>::pack(s[mf][2 * kk + 1][0], s[mf][2 * kk + 1][1]);
+            pa[mf][3] = Mma<T>::pack(s[mf][2 * kk + 1][2], s[mf][2 * kk + 1][3]);
+        }
+        // Lane l addresses row (l / 8 % 2) * 8 + l % 8 of the 16 keys, chunk 2 dp + l / 16:
+        // registers 0/1 are keys 0-7/8-15 of chunk 2 dp, 2/3 those of chunk 2 dp + 1.
+        const int row = kk * 16 + (((lane >> 3) & 1) << 3) + (lane & 7);
+#pragma unroll
+        for (int dp = 0; dp < D / 32; ++dp) {
+            u32 r[4];
+            ldmatrix_x4_trans(r, v_base + raw_offset<D>(row, (2 * dp + (lane >> 4)) * 16));
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int f = 2 * (2 * dp + c);  // the chunk's even fragment; f + 1 the odd one
+                u32 b0e, b0o, b1e, b1o;  // keys 0-7 and 8-15, even and odd columns
+                e4m3_word_to<T, true>(r[2 * c], b0e, b0o);
+                e4m3_word_to<T, true>(r[2 * c + 1], b1e, b1o);
+#pragma unroll
+                for (int mf = 0; mf < MF; ++mf) {
+                    Mma<T>::run(o[mf][f], pa[mf], b0e, b1e);
+                    Mma<T>::run(o[mf][f + 1], pa[mf], b0o, b1o);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace cudattn
