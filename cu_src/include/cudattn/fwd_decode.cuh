@@ -44,7 +44,8 @@ struct FwdDecode {
     static constexpr int RED_STRIDE = D + 4;  // padded fp32 rows of the warp-merge buffer (no bank conflicts)
     static_assert(WN % 16 == 0 && D % 16 == 0 && STAGES >= 2, "tile sizes");
     static_assert(NT % CK == 0 && BN % ROW_STEP == 0, "K/V copies must cover whole rows");
-    static_assert(16 % ROW_STEP == 0 || ROW_STEP % 16 == 0, "a thread's rows must split evenly into 16-key groups");
+    static constexpr int STEP = 16 / KV_PER_THREAD;  // key distance of a thread's rows (load_kv)
+    static_assert(16 % KV_PER_THREAD == 0 && ROW_STEP % STEP == 0, "a thread's rows must fill 16-key groups");
     // Q, the K/V ring (cache bytes), and KV8's fragment-ordered copy of Q. The warp merge reuses
     // all of shared memory once the main loop is done with it (and sizes it, where it is larger:
     // small FP8 rings). _decode_traits.DecodeVariant.smem_bytes computes the same.
@@ -105,39 +106,34 @@ struct FwdDecode {
         const unsigned char* v_head = static_cast<const unsigned char*>(p.v) + hkv * p.v_stride_h * KB;
         const int row0 = tid / CK, chunk = tid % CK;
         const bool chunk_ok = chunk * 16 < p.head_dim * KB;
-        // Tile `tile` of the sequence into ring slot `slot`; keys past n_end are zero-filled. Pages
-        // hold whole 16-key groups (page_size % 16 == 0, tiles start at multiples of 16), so each
-        // group's page is looked up once, for K and V together, and its rows are reached by
-        // stride: a thread's rows row0 + i * ROW_STEP (row0 < ROW_STEP) share a group for
-        // consecutive i when ROW_STEP < 16, and the group changes at compile-time-known i.
+        // Tile `tile` of the sequence into ring slot `slot`; keys past n_end are zero-filled. A
+        // thread's KV_PER_THREAD rows are one 16-key group's, STEP apart (row0 picks the group and
+        // the first row), and pages hold whole groups (page_size % 16 == 0, tiles start at
+        // multiples of 16): one page lookup a thread and tile, and one pointer add a row.
+        const int r_first = (row0 / STEP) * 16 + row0 % STEP;
         auto load_kv = [&](int tile, int slot) {
             const int n0 = tile * BN;
-            long long k_group = 0, v_group = 0;
+            long long k_off = 0, v_off = 0;  // elements from the head's start to the first row
+            if (p.kv.block_table == nullptr) {
+                k_off = (long long)b * p.k_stride_page + (long long)(n0 + r_first) * p.k_stride_s;
+                v_off = (long long)b * p.v_stride_page + (long long)(n0 + r_first) * p.v_stride_s;
+            } else if (n0 + (r_first & ~15) < n_end) {
+                const int2 loc = kv_locate(p.kv, b, n0 + (r_first & ~15));
+                k_off = kv_offset(loc, p.k_stride_page, p.k_stride_s) + (r_first & 15) * p.k_stride_s;
+                v_off = kv_offset(loc, p.v_stride_page, p.v_stride_s) + (r_first & 15) * p.v_stride_s;
+            }
+            const unsigned char* ks = k_head + k_off * KB + chunk * 16;
+            const unsigned char* vs = v_head + v_off * KB + chunk * 16;
 #pragma unroll
             for (int i = 0; i < KV_PER_THREAD; ++i) {
-                const int r = row0 + i * ROW_STEP;
-                const int j = n0 + r;
-                const bool ok = chunk_ok && j < n_end;
-                constexpr int G = 16;
-                if ((i * ROW_STEP) % G == 0 || ROW_STEP > G) {
-                    const int jg = n0 + (r & ~(G - 1));  // first key of this row's 16-key group
-                    if (jg < n_end) {
-                        const int2 loc = kv_locate(p.kv, b, jg);
-                        k_group = kv_offset(loc, p.k_stride_page, p.k_stride_s);
-                        v_group = kv_offset(loc, p.v_stride_page, p.v_stride_s);
-                    }
-                }
-                const int in_group = r & (G - 1);
-                const unsigned char* ks = k_head;
-                const unsigned char* vs = v_head;
-                if (ok) {
-                    ks += (k_group + in_group * p.k_stride_s) * KB + chunk * 16;
-                    vs += (v_group + in_group * p.v_stride_s) * KB + chunk * 16;
-                }
+                const int r = r_first + i * STEP;
+                const bool ok = chunk_ok && n0 + r < n_end;
                 // 16-bit: the products' swizzled tile; KV8: the raw tile's rows of D bytes
                 const int off = slot * BN * D * KB + (KV8 ? raw_offset<D>(r, chunk * 16) : (int)sizeof(T) * tile_offset<D>(r, chunk));
-                cp_async_16(smem_addr(rK + off), ks, ok);
-                cp_async_16(smem_addr(rV + off), vs, ok);
+                cp_async_16(smem_addr(rK + off), ok ? ks : k_head, ok);
+                cp_async_16(smem_addr(rV + off), ok ? vs : v_head, ok);
+                ks += (long long)STEP * p.k_stride_s * KB;
+                vs += (long long)STEP * p.v_stride_s * KB;
             }
         };
 
@@ -154,11 +150,10 @@ struct FwdDecode {
         }
 
         // KV8: the k descale scales the scores (with a softcap, inside the tanh), the v descale O.
-        float scale_log2 = p.scale_log2, softcap_pre = p.softcap_pre, kd = 1.f, out_scale = 1.f;
+        float scale_log2 = p.scale_log2, softcap_pre = p.softcap_pre, kd = 1.f;
         if constexpr (KV8) {
             const int i = b * p.heads_kv + hkv;
             kd = p.k_scale * (p.k_descale != nullptr ? p.k_descale[i] : 1.f) * (p.q_descale != nullptr ? p.q_descale[i] : 1.f);
-            out_scale = p.v_scale * (p.v_descale != nullptr ? p.v_descale[i] : 1.f);
             softcap_pre *= kd;
             if (softcap_pre == 0.f) scale_log2 *= kd;  // without a softcap the score scale takes it
             if (scale_log2 == 0.f) scale_log2 = 1e-30f;  // masked scores are +-inf * scale: 0 makes NaN
@@ -256,6 +251,9 @@ struct FwdDecode {
         cp_async_wait<0>();
         __syncthreads();  // every warp is done with the ring and Q: shared memory becomes the merge buffer
 
+        // KV8: the v descale, read here rather than held through the loop (a register at 8 warps)
+        const float out_scale =
+            KV8 ? p.v_scale * (p.v_descale != nullptr ? p.v_descale[b * p.heads_kv + hkv] : 1.f) : 1.f;
         merge_warps_and_store(p, softmax, o, b, hkv, m_start, rows_valid, split, warp, lane, out_scale);
         combine_if_last(p, b, hkv, m_block, m_start, rows_valid);
     }

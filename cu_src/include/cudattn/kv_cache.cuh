@@ -15,9 +15,18 @@ __device__ __forceinline__ int kv_seqlen(const KvCacheGeom& kv, int b) {
 // sequence. Page ids read from the table are clamped into the cache, for the same reason.
 __device__ __forceinline__ int2 kv_locate(const KvCacheGeom& kv, int b, int j) {
     if (kv.block_table == nullptr) return make_int2(b, j);
-    int page = kv.block_table[(long long)b * kv.max_pages + j / kv.page_size];
+    const int ps = kv.page_size;
+    int index, row;
+    if ((ps & (ps - 1)) == 0) {  // a power of two (the usual page sizes): a shift, not a division
+        index = j >> (__ffs(ps) - 1);
+        row = j & (ps - 1);
+    } else {
+        index = j / ps;
+        row = j % ps;
+    }
+    int page = kv.block_table[(long long)b * kv.max_pages + index];
     page = min(max(page, 0), kv.num_pages - 1);
-    return make_int2(page, j % kv.page_size);
+    return make_int2(page, row);
 }
 
 __device__ __forceinline__ long long kv_offset(int2 loc, long long stride_page, long long stride_s) {
