@@ -52,12 +52,11 @@ _KV8_CANDIDATES = {
     128: (DecodeTiles(4, 16, 4, 2), DecodeTiles(4, 16, 2, 2)),
     256: _CANDIDATES[256],
 }
-# FP8 caches, one row fragment, float16 q: 8 warps of 16 (D 128) or 32 (D 64) keys and 3 stages,
-# two blocks an SM, beat 4 warps and 4 stages (three blocks) by up to 25 % (H200, 32/8 heads, one
-# token: D 128, 1 x 131072 keys 2.96 -> 3.22 TB/s, 64 x 2048 2.84 -> 3.60; 8 x 8192 even). With
-# bfloat16 q they tie and the 8-warp build spills (its conversion needs more registers than the
-# 128 a thread that 8 warps and two blocks leave); two-fragment builds and modifiers keep 4 warps.
-_KV8_ONE_FRAG_F16 = {
+# FP8 caches, one row fragment: 8 warps of 16 (D 128) or 32 (D 64) keys and 3 stages, two blocks
+# an SM, beat 4 warps and 4 stages (three blocks) by up to 25 % (H200, 32/8 heads, one token, fp16
+# q: D 128, 1 x 131072 keys 2.96 -> 3.22 TB/s, 64 x 2048 2.84 -> 3.60; 8 x 8192 even). Builds with
+# two fragments or modifiers keep 4 warps (8 warps and two blocks leave 128 registers a thread).
+_KV8_ONE_FRAG = {
     32: _KV8_CANDIDATES[32],
     64: (DecodeTiles(8, 32, 3, 1),) + _KV8_CANDIDATES[64],
     128: (DecodeTiles(8, 16, 3, 1),) + _KV8_CANDIDATES[128],
@@ -145,7 +144,7 @@ def select_decode(dtype, head_dim: int, smem_limit: int, mods: bool = False, kv_
     one_frag = rows is not None and rows <= ONE_FRAG_ROWS
     table = _CANDIDATES
     if kv_fp8:
-        table = _KV8_ONE_FRAG_F16 if one_frag and not mods and name == "float16" else _KV8_CANDIDATES
+        table = _KV8_ONE_FRAG if one_frag and not mods else _KV8_CANDIDATES
     if mods and d == 32:
         table = _MODS_32  # 64 keys a warp hold too many scores beside the window's bounds (spills on sm_80)
     for tiles in table[d]:

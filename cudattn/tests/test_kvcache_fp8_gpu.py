@@ -140,6 +140,34 @@ def test_fp8_cache_head_dims_and_modifiers(D):
     np.testing.assert_allclose(lse, ref_lse, rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.parametrize("magnitude", [3e5, 1e-6, 0.0], ids=["above-fp16", "tiny", "mixed"])
+def test_fp8_cache_bfloat16_q_outside_float16_range(magnitude):
+    """A bfloat16 q meets an FP8 cache in float16 products, scaled by a power of two per block:
+    values far above float16's range or far below its normal range, and rows of very different
+    magnitudes in one block (mixed), stay exact up to the 16-bit rule."""
+    rng = np.random.default_rng(next(_seed))
+    B, Sq, Hq, Hkv, D, cap = 2, 1, 8, 2, 128, 300
+    kc = np.clip(rng.standard_normal((B, cap, Hkv, D)) * 30, -448, 448).astype(F8)
+    vc = np.clip(rng.standard_normal((B, cap, Hkv, D)) * 30, -448, 448).astype(F8)
+    qf = rng.standard_normal((B, Sq, Hq, D))
+    if magnitude:
+        q, scale = (qf * magnitude).astype(BF16), 0.15 / magnitude
+    else:  # heads 1e4 apart in magnitude within each kv head's block
+        q, scale = (qf * np.where(np.arange(Hq) % 2, 1e2, 1e-2)[None, None, :, None]).astype(BF16), 0.15
+    lens = np.array([300, 177], np.int32)
+    o, lse = cudattn.attention_with_kvcache(
+        cudattn.to_device(q), cudattn.to_device(kc), cudattn.to_device(vc), cache_seqlens=cudattn.to_device(lens),
+        return_lse=True, k_descale=0.04, v_descale=0.03, scale=scale)
+    o, lse = cudattn.to_host(o), cudattn.to_host(lse)
+    kf, vf = kc.astype(np.float32) * np.float32(0.04), vc.astype(np.float32) * np.float32(0.03)
+    ref, ref_lse = reference.attention_with_kvcache(q, kf, vf, cache_seqlens=lens, return_lse=True, scale=scale)
+    naive = reference.attention_with_kvcache_naive(q, kf.astype(BF16), vf.astype(BF16), cache_seqlens=lens,
+                                                   scale=scale)
+    ok, err, bound = reference.check_close(o, ref, naive)
+    assert ok, (err, bound)
+    np.testing.assert_allclose(lse, ref_lse, rtol=2e-3, atol=2e-3)
+
+
 @pytest.mark.parametrize("page", [None, 16, 256], ids=["contiguous", "page16", "page256"])
 @pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
 def test_fp8_cache_chunked_prefill(page, packed):

@@ -20,6 +20,13 @@
 // chunk c of O is computed as two 8-wide fragments, even (columns 16c + 2n) and odd
 // (16c + 2n + 1): o[2c + parity], and a lane's accumulators 0, 1 (rows g; 2, 3: rows g + 8) of
 // the pair hold columns 16c + 4t + (0, 2) (even) and 16c + 4t + (1, 3) (odd).
+//
+// Product type M: float16, for a bfloat16 q too. Every e4m3 value is a float16, so K and V reach
+// the products exactly either way, and the e4m3 -> float16 conversion is one instruction where
+// bfloat16 takes three more (measured: bfloat16 products 7-15 % slower). A bfloat16 q is scaled
+// by 2^-e into float16 (q_exponent: its largest magnitude into [2^14, 2^15)), exact for every
+// element above 2^-39 of that largest one (the smaller ones round as float16 subnormals, far
+// below the products' float32 rounding), and the scores are scaled back by 2^e with the scale.
 #pragma once
 #include "cudattn/fp8.cuh"
 #include "cudattn/ptx.cuh"
@@ -47,19 +54,60 @@ __device__ __forceinline__ void e4m3_word_to(u32 w, u32& lo, u32& hi) {
     hi = f16x2_as(e4m3x2_to_f16x2((unsigned short)(w >> 16)), T());
 }
 
+template <typename T>
+struct E4m3Products {
+    typedef __half type;
+    static constexpr bool SCALED = true;  // bfloat16 q, float16 products
+};
+template <>
+struct E4m3Products<__half> {
+    typedef __half type;
+    static constexpr bool SCALED = false;
+};
+
+// The exponent e that brings the largest magnitude of Q (a ROWS x D tile of T) into [2^14, 2^15);
+// 0 where no scaling is needed (float16 q) or possible (all zero, or not finite). Every warp
+// computes it over the whole tile, so that no barrier is needed.
+template <typename T, int ROWS, int D>
+__device__ __forceinline__ int q_exponent(const T* sq, int lane) {
+    if constexpr (!E4m3Products<T>::SCALED) {
+        return 0;
+    } else {
+        const uint4* v = reinterpret_cast<const uint4*>(sq);
+        unsigned m = 0;  // bfloat16 magnitudes order as their 15-bit patterns
+        for (int i = lane; i < ROWS * D / 8; i += 32) {
+            const uint4 x = v[i];
+            m = __vmaxu2(m, __vmaxu2(__vmaxu2(x.x & 0x7fff7fffu, x.y & 0x7fff7fffu),
+                                     __vmaxu2(x.z & 0x7fff7fffu, x.w & 0x7fff7fffu)));
+        }
+        m = __reduce_max_sync(0xffffffffu, max(m & 0xffffu, m >> 16));
+        const int biased = (int)(m >> 7);  // the largest's exponent field
+        if (m == 0 || biased == 0xff) return 0;
+        return min(max(max(biased, 1) - 127 - 14, -110), 110);
+    }
+}
+
 // The fragment-ordered copy of Q: entry (mf, kk, lane) holds the lane's A fragment of row
-// fragment mf at k-step kk, in the permuted head dim. sq: Q as a swizzled 16-bit tile
-// (tile_offset<D>); qf: MF * D/16 * 32 entries of 16 bytes. Every thread of the block helps.
+// fragment mf at k-step kk, in the permuted head dim, in the product type (scaled by 2^-e, e
+// from q_exponent). sq: Q as a swizzled 16-bit tile (tile_offset<D>); qf: MF * D/16 * 32
+// entries of 16 bytes. Every thread of the block helps.
 template <typename T, int MF, int D, int NT>
-__device__ __forceinline__ void build_q_frags(const T* sq, uint4* qf, int tid) {
+__device__ __forceinline__ void build_q_frags(const T* sq, uint4* qf, int tid, int e) {
     constexpr int KS = D / 16;
+    const float down = __int_as_float((127 - e) << 23);  // 2^-e
     for (int id = tid; id < MF * KS * 32; id += NT) {
         const int lane = id % 32, kk = (id / 32) % KS, mf = id / (32 * KS);
-        const int r = mf * 16 + (lane >> 2), e = (lane & 3) * (D / 4) + 4 * kk;
-        auto word = [&](int row, int el) {  // elements el, el + 1 of a row (el even)
-            return *reinterpret_cast<const u32*>(sq + tile_offset<D>(row, el >> 3) + (el & 7));
+        const int r = mf * 16 + (lane >> 2), el = (lane & 3) * (D / 4) + 4 * kk;
+        auto word = [&](int row, int c) {  // elements c, c + 1 of a row (c even), as products' type
+            const u32 w = *reinterpret_cast<const u32*>(sq + tile_offset<D>(row, c >> 3) + (c & 7));
+            if constexpr (!E4m3Products<T>::SCALED) {
+                return w;
+            } else {
+                const __half2 h = __floats2half2_rn(__uint_as_float(w << 16) * down, __uint_as_float(w & 0xffff0000u) * down);
+                return *reinterpret_cast<const u32*>(&h);
+            }
         };
-        qf[id] = make_uint4(word(r, e), word(r + 8, e), word(r, e + 2), word(r + 8, e + 2));
+        qf[id] = make_uint4(word(r, el), word(r + 8, el), word(r, el + 2), word(r + 8, el + 2));
     }
 }
 

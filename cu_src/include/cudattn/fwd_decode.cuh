@@ -31,6 +31,7 @@ namespace cudattn {
 // KV8: the cache holds e4m3 (see above).
 template <typename T, int D, int NW, int WN, int STAGES, int MF, bool MODS = false, bool KV8 = false>
 struct FwdDecode {
+    typedef typename E4m3Products<T>::type PT;  // KV8: the products' type (e4m3_operands.cuh)
     static constexpr int NT = NW * 32;
     static constexpr int BM = 16 * MF;  // packed query rows per block
     static constexpr int BN = NW * WN;  // keys per ring stage
@@ -143,17 +144,20 @@ struct FwdDecode {
             cp_async_commit();
         }
 
+        int q_exp = 0;  // KV8: Q entered the products as Q * 2^-q_exp (e4m3_operands.cuh)
         if constexpr (KV8) {  // Q has landed (its group precedes the ring's): gather its fragments
             cp_async_wait<STAGES - 1>();
             __syncthreads();
-            build_q_frags<T, MF, D, NT>(sQ, sQf, tid);  // read after the main loop's first barrier
+            q_exp = q_exponent<T, BM, D>(sQ, lane);
+            build_q_frags<T, MF, D, NT>(sQ, sQf, tid, q_exp);  // read after the main loop's first barrier
         }
 
         // KV8: the k descale scales the scores (with a softcap, inside the tanh), the v descale O.
         float scale_log2 = p.scale_log2, softcap_pre = p.softcap_pre, kd = 1.f;
         if constexpr (KV8) {
             const int i = b * p.heads_kv + hkv;
-            kd = p.k_scale * (p.k_descale != nullptr ? p.k_descale[i] : 1.f) * (p.q_descale != nullptr ? p.q_descale[i] : 1.f);
+            kd = p.k_scale * (p.k_descale != nullptr ? p.k_descale[i] : 1.f) * (p.q_descale != nullptr ? p.q_descale[i] : 1.f) *
+                 __int_as_float((127 + q_exp) << 23);
             softcap_pre *= kd;
             if (softcap_pre == 0.f) scale_log2 *= kd;  // without a softcap the score scale takes it
             if (scale_log2 == 0.f) scale_log2 = 1e-30f;  // masked scores are +-inf * scale: 0 makes NaN
@@ -207,7 +211,7 @@ struct FwdDecode {
             const int slot_off = (it % STAGES) * BN * D * KB + warp_off;
             float s[MF][NF][4];
             if constexpr (KV8) {
-                qk_product_e4m3<T, MF, NF, D>(s, sQf, rK + slot_off, lane);
+                qk_product_e4m3<PT, MF, NF, D>(s, sQf, rK + slot_off, lane);
             } else {
                 qk_product<T, MF, NF, D / 16>(s, sQ_addr, q_lane, smem_addr(rK + slot_off), k_lane);
             }
@@ -243,7 +247,7 @@ struct FwdDecode {
 
             softmax.rescale_and_exponentiate(s, o, scale_log2, neg);
             if constexpr (KV8) {
-                pv_product_e4m3<T, MF, WN / 16, D>(o, s, smem_addr(rV + slot_off), lane);
+                pv_product_e4m3<PT, MF, WN / 16, D>(o, s, smem_addr(rV + slot_off), lane);
             } else {
                 pv_product_16bit<T, MF, WN / 16>(o, s, smem_addr(rV + slot_off), v_lane);
             }
