@@ -135,17 +135,25 @@ def copy_tbps() -> float:
     return 2 * x.numel() * 2 / ms / 1e9
 
 
-def fp8_cache_row(B, L, Hq, Hkv, D, copy):
-    """Decode (one token) against a 16-bit and an FP8 cache of the same keys: tokens/s and TB/s."""
+def fp8_cache_row(B, L, Hq, Hkv, D, copy, page=None):
+    """Decode (one token) against a 16-bit and an FP8 cache of the same keys: tokens/s and TB/s.
+    ``page``: a paged cache of that page size, its pages in a random order."""
     q = torch.randn(B, 1, Hq, D, device=DEV, dtype=torch.bfloat16)
     k, v = (torch.randn(B, L, Hkv, D, device=DEV, dtype=torch.bfloat16) for _ in range(2))
     k8, v8 = (x.float().div(0.05).clamp(-448, 448).to(torch.float8_e4m3fn) for x in (k, v))
     lens = torch.full((B,), L, dtype=torch.int32, device=DEV)
-    fns = {"bf16_cache": lambda: cudattn.attention_with_kvcache(q, k, v, cache_seqlens=lens),
+    kw = {}
+    if page:  # logical page i of the flattened sequences lives at physical page perm[i]
+        n = B * L // page
+        perm = torch.randperm(n, device=DEV)
+        kw["block_table"] = perm.to(torch.int32).reshape(B, L // page)
+        k, v, k8, v8 = (torch.empty_like(x.reshape(n, page, Hkv, D)).index_copy_(0, perm, x.reshape(n, page, Hkv, D))
+                        for x in (k, v, k8, v8))
+    fns = {"bf16_cache": lambda: cudattn.attention_with_kvcache(q, k, v, cache_seqlens=lens, **kw),
            "fp8_cache": lambda: cudattn.attention_with_kvcache(q, k8, v8, cache_seqlens=lens, k_descale=0.05,
-                                                               v_descale=0.05)}
+                                                               v_descale=0.05, **kw)}
     row = rows_of(fns, "bf16_cache", 0.0, {"kind": "fp8_cache", "B": B, "L": L, "Hq": Hq, "Hkv": Hkv, "D": D,
-                                           "copy_tbps": copy})
+                                           "page": page, "copy_tbps": copy})
     for c, eb in (("bf16_cache", 2), ("fp8_cache", 1)):
         row.pop(f"{c}_tflops")
         row[f"{c}_tbps"] = 2 * B * L * Hkv * D * eb / row[f"{c}_gpu_ms"] / 1e9
@@ -185,6 +193,9 @@ def _decode_rows(rows: list) -> None:
     copy = copy_tbps()
     for shape in ((8, 8192, 32, 8, 128), (1, 131072, 32, 8, 128), (64, 2048, 32, 8, 128), (16, 16384, 64, 8, 64)):
         rows.append(fp8_cache_row(*shape, copy))
+        print(json.dumps(rows[-1]), flush=True)
+    for page in (16, 256):
+        rows.append(fp8_cache_row(8, 8192, 32, 8, 128, copy, page))
         print(json.dumps(rows[-1]), flush=True)
 
 
