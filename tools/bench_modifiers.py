@@ -147,8 +147,8 @@ def fp8_cache_row(B, L, Hq, Hkv, D, copy, page=None):
         n = B * L // page
         perm = torch.randperm(n, device=DEV)
         kw["block_table"] = perm.to(torch.int32).reshape(B, L // page)
-        k, v, k8, v8 = (torch.empty_like(x.reshape(n, page, Hkv, D)).index_copy_(0, perm, x.reshape(n, page, Hkv, D))
-                        for x in (k, v, k8, v8))
+        inv = torch.argsort(perm)  # physical page j holds logical page inv[j]
+        k, v, k8, v8 = (x.reshape(n, page, Hkv, D)[inv].contiguous() for x in (k, v, k8, v8))
     fns = {"bf16_cache": lambda: cudattn.attention_with_kvcache(q, k, v, cache_seqlens=lens, **kw),
            "fp8_cache": lambda: cudattn.attention_with_kvcache(q, k8, v8, cache_seqlens=lens, k_descale=0.05,
                                                                v_descale=0.05, **kw)}
