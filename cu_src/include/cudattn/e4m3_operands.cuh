@@ -25,8 +25,9 @@
 // the products exactly either way, and the e4m3 -> float16 conversion is one instruction where
 // bfloat16 takes three more (measured: bfloat16 products 7-15 % slower). A bfloat16 q is scaled
 // by 2^-e into float16 (q_exponent: its largest magnitude into [2^14, 2^15)), exact for every
-// element above 2^-39 of that largest one (the smaller ones round as float16 subnormals, far
-// below the products' float32 rounding), and the scores are scaled back by 2^e with the scale.
+// element down to 2^-28 of that largest one (smaller ones round as float16 subnormals, off by
+// less than 2^-39 of it: far below the products' float32 rounding), and the scores are scaled
+// back by 2^e with the scale.
 #pragma once
 #include "cudattn/fp8.cuh"
 #include "cudattn/ptx.cuh"
