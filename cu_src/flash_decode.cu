@@ -14,9 +14,13 @@ typedef __half cudattn_elem_t;
 #ifndef CUDATTN_KV_FP8
 #define CUDATTN_KV_FP8 0
 #endif
+#ifndef CUDATTN_KEYS_AS_M
+#define CUDATTN_KEYS_AS_M 0
+#endif
 
 typedef cudattn::FwdDecode<cudattn_elem_t, CUDATTN_HEAD_DIM, CUDATTN_WARPS, CUDATTN_WARP_KEYS, CUDATTN_STAGES,
-                           CUDATTN_ROW_FRAGS, (CUDATTN_DECODE_MODS != 0), (CUDATTN_KV_FP8 != 0)>
+                           CUDATTN_ROW_FRAGS, (CUDATTN_DECODE_MODS != 0), (CUDATTN_KV_FP8 != 0),
+                           (CUDATTN_KEYS_AS_M != 0)>
     cudattn_decode_variant;
 
 // At least two blocks an SM (what the split heuristic aims for): without a minimum, ptxas held some

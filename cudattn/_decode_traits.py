@@ -24,6 +24,7 @@ class DecodeTiles:
     warp_keys: int  # keys per warp per ring stage (BLOCK_N = warps * warp_keys)
     stages: int
     row_frags: int  # 16-row fragments of packed query rows per block (BLOCK_M = 16 * row_frags)
+    keys_as_m: bool = False  # 8 packed rows on the MMAs' 8-wide dimension, keys on the 16-wide one
 
     @property
     def block_n(self) -> int:
@@ -31,7 +32,7 @@ class DecodeTiles:
 
     @property
     def block_m(self) -> int:
-        return 16 * self.row_frags
+        return KEYS_AS_M_ROWS if self.keys_as_m else 16 * self.row_frags
 
 
 # Per head-dim tile, fastest first; the first that fits the device's shared memory is used. A
@@ -97,6 +98,8 @@ class DecodeVariant:
             d["CUDATTN_DECODE_MODS"] = 1
         if self.kv_fp8:
             d["CUDATTN_KV_FP8"] = 1
+        if t.keys_as_m:
+            d["CUDATTN_KEYS_AS_M"] = 1
         return d
 
     def describe(self) -> str:
@@ -132,6 +135,9 @@ _ELEM_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
 # is done sooner (H200, 32/8 heads, D 128, one token: 2.47 -> 3.77 TB/s at 8 x 8192 keys and
 # 2.58 -> 3.91 at 1 x 131072, with the splits filling two blocks an SM; 3.84 -> 4.18 at 64 x 2048).
 ONE_FRAG_ROWS = 16
+# Up to 8 packed rows with an FP8 cache and no modifiers: keys-as-M products (fwd_decode.cuh),
+# half the MMAs and softmax work a key of one 16-row fragment.
+KEYS_AS_M_ROWS = 8
 
 
 def select_decode(dtype, head_dim: int, smem_limit: int, mods: bool = False, kv_fp8: bool = False,
@@ -147,8 +153,11 @@ def select_decode(dtype, head_dim: int, smem_limit: int, mods: bool = False, kv_
         table = _KV8_ONE_FRAG if one_frag and not mods else _KV8_CANDIDATES
     if mods and d == 32:
         table = _MODS_32  # 64 keys a warp hold too many scores beside the window's bounds (spills on sm_80)
+    keys_as_m = kv_fp8 and not mods and rows is not None and rows <= KEYS_AS_M_ROWS
     for tiles in table[d]:
-        v = DecodeVariant(name, d, replace(tiles, row_frags=1) if one_frag else tiles, mods=mods, kv_fp8=kv_fp8)
+        if one_frag:
+            tiles = replace(tiles, row_frags=1, keys_as_m=keys_as_m)
+        v = DecodeVariant(name, d, tiles, mods=mods, kv_fp8=kv_fp8)
         if v.smem_bytes <= smem_limit:
             return v
     raise ValueError(f"no decode tiles for head_dim {head_dim} fit in {smem_limit} bytes of shared memory")
@@ -194,4 +203,4 @@ def all_decode_kernels(arch: str) -> list:
     return list(dict.fromkeys(out))  # head dim 256 has one fragment either way
 
 
-_ROW_CLASSES = (ONE_FRAG_ROWS, None)  # the two row counts select_decode tells apart
+_ROW_CLASSES = (KEYS_AS_M_ROWS, ONE_FRAG_ROWS, None)  # the row counts select_decode tells apart

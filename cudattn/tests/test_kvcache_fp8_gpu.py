@@ -68,8 +68,21 @@ def _descales(rng, kind, B, Hkv):
 @pytest.mark.parametrize("descale", ["scalar", "array"])
 @pytest.mark.parametrize("splits", [None, 1, 5])
 def test_fp8_cache_decode(page, dtype, descale, splits):
+    _check_fp8_decode(page, dtype, descale, splits, Sq=3, Hq=8)  # 12 packed rows: one 16-row fragment
+
+
+@pytest.mark.parametrize("page", [None, 16, 256], ids=["contiguous", "page16", "page256"])
+@pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("splits", [None, 5])
+@pytest.mark.parametrize("Sq, Hq", [(1, 8), (2, 8), (1, 16)], ids=["4rows", "8rows-2tokens", "8rows"])
+def test_fp8_cache_decode_keys_as_m(page, dtype, splits, Sq, Hq):
+    """Up to 8 packed rows: the keys-as-M products (S^T = K Q^T), causal with two tokens too."""
+    _check_fp8_decode(page, dtype, "array", splits, Sq=Sq, Hq=Hq)
+
+
+def _check_fp8_decode(page, dtype, descale, splits, Sq, Hq):
     rng = np.random.default_rng(next(_seed))
-    B, Sq, Hq, Hkv, D, cap, s_new = 4, 3, 8, 2, 128, 1024, 2
+    B, Hkv, D, cap, s_new = 4, 2, 128, 1024, 2
     lens = np.array([0, 9, 517, cap - s_new], np.int32)
     dk, dv, dk_arr, dv_arr = _descales(rng, descale, B, Hkv)
     if page is None:

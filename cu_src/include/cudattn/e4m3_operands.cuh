@@ -199,4 +199,102 @@ __device__ __forceinline__ void pv_product_e4m3(float (&o)[MF][D / 8][4], const 
     }
 }
 
+
+// Keys-as-M products (the split-KV decode kernel with at most 8 packed rows): S^T = K Q^T with K
+// as the A operand (16 keys x 16 head-dim units) and Q^T as B (8 rows), O^T += V^T P^T with V^T as
+// A (16 head-dim columns x 16 keys) and P^T as B: half the MMAs of 16-row fragments, whose rows
+// past 8 are padding there. K's A fragment takes the same words as its B fragment above (rows g
+// and g+8 of each 16-key fragment, the permuted head dim); V^T's rows g and g+8 are a 16-column
+// chunk's even and odd columns (16c + 2g, 16c + 2g + 1), so O^T's accumulators 0, 1 (2, 3) hold
+// column 16c + 2g (+1) of rows 2t, 2t+1. P^T's B fragment is P's accumulators packed and moved
+// across the quad's lanes by movmatrix (an 8 x 8 transpose).
+
+// Q's B fragments: entry (kk, lane) holds row g's elements of k-step kk (b0, b1), in the permuted
+// head dim and the product type. sq: 8 rows of Q as a swizzled tile; every thread helps.
+template <typename T, int D, int NT>
+__device__ __forceinline__ void build_q_frags_keys_m(const T* sq, uint2* qf, int tid, int e) {
+    const float down = __int_as_float((127 - e) << 23);  // 2^-e
+    for (int id = tid; id < D / 16 * 32; id += NT) {
+        const int lane = id % 32, kk = id / 32;
+        const int r = lane >> 2, el = (lane & 3) * (D / 4) + 4 * kk;
+        auto word = [&](int c) {
+            const u32 w = *reinterpret_cast<const u32*>(sq + tile_offset<D>(r, c >> 3) + (c & 7));
+            if constexpr (!E4m3Products<T>::SCALED) {
+                return w;
+            } else {
+                const __half2 h = __floats2half2_rn(__uint_as_float(w << 16) * down, __uint_as_float(w & 0xffff0000u) * down);
+                return *reinterpret_cast<const u32*>(&h);
+            }
+        };
+        qf[id] = make_uint2(word(el), word(el + 2));
+    }
+}
+
+// S^T for KF 16-key fragments: s[kf] holds keys 16 kf + g (accumulators 0, 1) and + 8 (2, 3) of
+// rows 2t, 2t + 1. k_tile: the warp's first key row in a raw tile.
+template <typename T, int KF, int D>
+__device__ __forceinline__ void qk_product_e4m3_keys_m(float (&s)[KF][4], const uint2* qf,
+                                                       const unsigned char* k_tile, int lane) {
+    constexpr int LANE_BYTES = D / 4;
+    constexpr int PIECE = LANE_BYTES < 16 ? LANE_BYTES : 16;
+    constexpr int WORDS = PIECE / 4;
+    const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int kf = 0; kf < KF; ++kf)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[kf][e] = 0.f;
+#pragma unroll
+    for (int h = 0; h < LANE_BYTES / PIECE; ++h) {
+        u32 kw[2 * KF][WORDS];  // rows 16 kf + g and 16 kf + 8 + g
+#pragma unroll
+        for (int f = 0; f < 2 * KF; ++f) {
+            const unsigned char* src = k_tile + raw_offset<D>(f * 8 + g, tq * LANE_BYTES + h * PIECE);
+            if constexpr (WORDS == 4) {
+                const uint4 v = *reinterpret_cast<const uint4*>(src);
+                kw[f][0] = v.x, kw[f][1] = v.y, kw[f][2] = v.z, kw[f][3] = v.w;
+            } else {
+                const uint2 v = *reinterpret_cast<const uint2*>(src);
+                kw[f][0] = v.x, kw[f][1] = v.y;
+            }
+        }
+#pragma unroll
+        for (int w = 0; w < WORDS; ++w) {
+            const uint2 b = qf[(h * WORDS + w) * 32 + lane];
+#pragma unroll
+            for (int kf = 0; kf < KF; ++kf) {
+                u32 a[4];
+                e4m3_word_to<T, false>(kw[2 * kf][w], a[0], a[2]);
+                e4m3_word_to<T, false>(kw[2 * kf + 1][w], a[1], a[3]);
+                Mma<T>::run(s[kf], a, b.x, b.y);
+            }
+        }
+    }
+}
+
+// O^T += V^T P^T for one tile of KF 16-key fragments (P in s, exponentiated): o[c] is 16-column
+// chunk c. v_base: the warp's first key row in a raw tile.
+template <typename T, int KF, int D>
+__device__ __forceinline__ void pv_product_e4m3_keys_m(float (&o)[D / 16][4], const float (&s)[KF][4], u32 v_base,
+                                                       int lane) {
+#pragma unroll
+    for (int kf = 0; kf < KF; ++kf) {
+        u32 b0, b1;  // P^T's B fragment: keys 2t, 2t+1 (+8) of row g, from P's rows 2t, 2t+1 at key g (+8)
+        asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(b0) : "r"(Mma<T>::pack(s[kf][0], s[kf][1])));
+        asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(b1) : "r"(Mma<T>::pack(s[kf][2], s[kf][3])));
+        const int row = kf * 16 + (((lane >> 3) & 1) << 3) + (lane & 7);
+#pragma unroll
+        for (int dp = 0; dp < D / 32; ++dp) {
+            u32 r[4];  // keys 0-7 / 8-15 of chunk 2 dp (0, 1), of chunk 2 dp + 1 (2, 3)
+            ldmatrix_x4_trans(r, v_base + raw_offset<D>(row, (2 * dp + (lane >> 4)) * 16));
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                u32 a[4];  // rows: even columns (a0 keys 0-7, a2 keys 8-15), odd columns (a1, a3)
+                e4m3_word_to<T, true>(r[2 * c], a[0], a[1]);
+                e4m3_word_to<T, true>(r[2 * c + 1], a[2], a[3]);
+                Mma<T>::run(o[2 * dp + c], a, b0, b1);
+            }
+        }
+    }
+}
+
 }  // namespace cudattn

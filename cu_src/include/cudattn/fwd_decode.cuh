@@ -28,12 +28,17 @@
 namespace cudattn {
 
 // MODS: windows, softcap and ALiBi compiled in (their per-row state costs plain calls ~1 %).
-// KV8: the cache holds e4m3 (see above).
-template <typename T, int D, int NW, int WN, int STAGES, int MF, bool MODS = false, bool KV8 = false>
+// KV8: the cache holds e4m3 (see above). KEYS_M (KV8, no modifiers, at most 8 packed rows): the
+// products take the keys as the MMA's 16-wide dimension and the 8 rows as its 8-wide one (S^T =
+// K Q^T, O^T += V^T P^T; e4m3_operands.cuh, TransposedSoftmax), half the MMAs and softmax work a
+// key of 16-row fragments that would be half padding or more.
+template <typename T, int D, int NW, int WN, int STAGES, int MF, bool MODS = false, bool KV8 = false,
+          bool KEYS_M = false>
 struct FwdDecode {
     typedef typename E4m3Products<T>::type PT;  // KV8: the products' type (e4m3_operands.cuh)
     static constexpr int NT = NW * 32;
-    static constexpr int BM = 16 * MF;  // packed query rows per block
+    static constexpr int BM = KEYS_M ? 8 : 16 * MF;  // packed query rows per block
+    static_assert(!KEYS_M || (KV8 && !MODS && MF == 1), "keys-as-M builds: FP8 caches without modifiers");
     static constexpr int BN = NW * WN;  // keys per ring stage
     static constexpr int NF = WN / 8;
     static constexpr int DF = D / 8;
@@ -61,6 +66,7 @@ struct FwdDecode {
         unsigned char* rK = smem_raw + BM * D * sizeof(T);  // the ring, in cache bytes
         unsigned char* rV = rK + STAGES * BN * D * KB;
         uint4* sQf = reinterpret_cast<uint4*>(rV + STAGES * BN * D * KB);  // KV8: Q's fragments
+        uint2* sQf2 = reinterpret_cast<uint2*>(sQf);                       // KEYS_M: Q^T's (B operand)
 
         const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
         const int split = blockIdx.x % p.num_splits;
@@ -149,7 +155,10 @@ struct FwdDecode {
             cp_async_wait<STAGES - 1>();
             __syncthreads();
             q_exp = q_exponent<T, BM, D>(sQ, lane);
-            build_q_frags<T, MF, D, NT>(sQ, sQf, tid, q_exp);  // read after the main loop's first barrier
+            if constexpr (KEYS_M)  // read after the main loop's first barrier
+                build_q_frags_keys_m<T, D, NT>(sQ, sQf2, tid, q_exp);
+            else
+                build_q_frags<T, MF, D, NT>(sQ, sQf, tid, q_exp);
         }
 
         // KV8: the k descale scales the scores (with a softcap, inside the tanh), the v descale O.
@@ -184,6 +193,17 @@ struct FwdDecode {
                                   : 0.f;
             }
         const int min_limit = right >= 0 ? min(L, t_first + cdiff + right + 1) : L;
+        int limit_t[2];  // KEYS_M: rows 2t and 2t + 1 (no window: only the causal edge and L)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+            limit_t[j] = right >= 0 ? min(L, (m_start + 2 * tq + j) / p.group + cdiff + right + 1) : L;
+        TransposedSoftmax tsm;
+        tsm.init();
+        float ot[KEYS_M ? D / 16 : 1][4];
+#pragma unroll
+        for (int c = 0; c < (KEYS_M ? D / 16 : 1); ++c)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) ot[c][e] = 0.f;
         const int max_lo = left >= 0 ? t_last + cdiff - left : 0;
 
         OnlineSoftmax<MF> softmax;
@@ -209,6 +229,21 @@ struct FwdDecode {
             cp_async_commit();
 
             const int slot_off = (it % STAGES) * BN * D * KB + warp_off;
+            if constexpr (KEYS_M) {
+                float st[WN / 16][4];
+                qk_product_e4m3_keys_m<PT, WN / 16, D>(st, sQf2, rK + slot_off, lane);
+                const int col0 = (t_begin + it) * BN + warp * WN;
+                if (col0 + WN > min_limit) {
+#pragma unroll
+                    for (int kf = 0; kf < WN / 16; ++kf)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            if (col0 + kf * 16 + g + 8 * (e >> 1) >= limit_t[e & 1]) st[kf][e] = masked;
+                }
+                tsm.rescale_and_exponentiate(st, ot, scale_log2, neg);
+                pv_product_e4m3_keys_m<PT, WN / 16, D>(ot, st, smem_addr(rV + slot_off), lane);
+                continue;
+            }
             float s[MF][NF][4];
             if constexpr (KV8) {
                 qk_product_e4m3<PT, MF, NF, D>(s, sQf, rK + slot_off, lane);
@@ -258,7 +293,10 @@ struct FwdDecode {
         // KV8: the v descale, read here rather than held through the loop (a register at 8 warps)
         const float out_scale =
             KV8 ? p.v_scale * (p.v_descale != nullptr ? p.v_descale[b * p.heads_kv + hkv] : 1.f) : 1.f;
-        merge_warps_and_store(p, softmax, o, b, hkv, m_start, rows_valid, split, warp, lane, out_scale);
+        if constexpr (KEYS_M)
+            merge_warps_and_store_keys_m(p, tsm, ot, b, hkv, m_start, rows_valid, split, warp, lane, out_scale);
+        else
+            merge_warps_and_store(p, softmax, o, b, hkv, m_start, rows_valid, split, warp, lane, out_scale);
         combine_if_last(p, b, hkv, m_block, m_start, rows_valid);
     }
 
@@ -309,12 +347,8 @@ struct FwdDecode {
                                                                  int m_start, int rows_valid, int split, int warp,
                                                                  int lane, float out_scale = 1.f) {
         extern __shared__ __align__(128) unsigned char smem_raw[];
-        float* red_m = reinterpret_cast<float*>(smem_raw);  // [NW][BM] row maxima (log2 domain)
-        float* red_l = red_m + NW * BM;                       // [NW][BM] row sums
-        float* red_o = red_l + NW * BM;                       // [NW][BM][RED_STRIDE] scaled outputs
+        float* red_o = reinterpret_cast<float*>(smem_raw) + 2 * NW * BM;  // [NW][BM][RED_STRIDE] scaled outputs
         const int g = lane >> 2, tq = lane & 3;
-
-        float l[MF][2];
 #pragma unroll
         for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
@@ -322,12 +356,7 @@ struct FwdDecode {
                 float x = sm.sum[mf][h];
                 x += __shfl_xor_sync(0xffffffffu, x, 1);
                 x += __shfl_xor_sync(0xffffffffu, x, 2);
-                l[mf][h] = x;
-                if (tq == 0) {
-                    const int r = mf * 16 + g + 8 * h;
-                    red_m[warp * BM + r] = sm.m_log2[mf][h];
-                    red_l[warp * BM + r] = x;
-                }
+                if (tq == 0) publish_row(mf * 16 + g + 8 * h, warp, sm.m_log2[mf][h], x);
             }
         __syncthreads();
 
@@ -336,28 +365,8 @@ struct FwdDecode {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int r = mf * 16 + g + 8 * h;
-                float M = -CUDATTN_INF;
-#pragma unroll
-                for (int w = 0; w < NW; ++w) M = fmaxf(M, red_m[w * BM + r]);
-                // A warp whose keys were all masked has max -inf and sum 0 (weight 0); one whose
-                // scores were all NaN has max -inf too (fmaxf skips NaN) but a NaN sum, which the
-                // 0 weight keeps NaN. The row is empty iff the total is exactly 0.
-                float total = 0.f;
-#pragma unroll
-                for (int w = 0; w < NW; ++w) {
-                    const float mw = red_m[w * BM + r];
-                    total += red_l[w * BM + r] * (mw == -CUDATTN_INF ? 0.f : exp2_approx(mw - M));
-                }
-                // One split: a sink joins the denominator here (with splits, in the combine), as
-                // one more warp of max sink_log2 and sum 1.
-                const float sink_log2 = p.num_splits == 1 ? sink_log2_of_row(p, hkv, m_start + r) : -CUDATTN_INF;
-                if (sink_log2 != -CUDATTN_INF) {
-                    const float M2 = fmaxf(M, sink_log2);
-                    total = fmaf(total, M == -CUDATTN_INF ? 0.f : exp2_approx(M - M2), exp2_approx(sink_log2 - M2));
-                    M = M2;
-                }
-                const float mine = sm.m_log2[mf][h];
-                const float f = (mine == -CUDATTN_INF || total == 0.f) ? 0.f : exp2_approx(mine - M) / total * out_scale;
+                const float f = row_factor(p, b, hkv, m_start, r, sm.m_log2[mf][h], split,
+                                           warp == 0 && tq == 0 && r < rows_valid, out_scale);
                 float* dst = red_o + (warp * BM + r) * RED_STRIDE;
                 if constexpr (KV8) {  // even/odd fragments of each 16-column chunk (e4m3_operands.cuh)
 #pragma unroll
@@ -371,13 +380,88 @@ struct FwdDecode {
                         *reinterpret_cast<float2*>(dst + df * 8 + 2 * tq) =
                             make_float2(o[mf][df][2 * h] * f, o[mf][df][2 * h + 1] * f);
                 }
-                if (warp == 0 && tq == 0 && r < rows_valid) {
-                    const float lse = (total != 0.f) ? (M + log2f(total)) * 0.6931471805599453f : -CUDATTN_INF;
-                    if (float* dl = lse_out(p, b, hkv, m_start + r, split)) *dl = lse;
-                }
             }
         __syncthreads();
+        sum_warps_and_store(p, b, hkv, m_start, rows_valid, split);
+    }
 
+    // The same for keys-as-M builds (TransposedSoftmax; O^T's chunks: column 16c + 2g, + 1).
+    static __device__ __forceinline__ void merge_warps_and_store_keys_m(const DecodeParams& p, TransposedSoftmax& sm,
+                                                                        const float (&o)[D / 16][4], int b, int hkv,
+                                                                        int m_start, int rows_valid, int split,
+                                                                        int warp, int lane, float out_scale) {
+        extern __shared__ __align__(128) unsigned char smem_raw[];
+        float* red_o = reinterpret_cast<float*>(smem_raw) + 2 * NW * BM;
+        const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            float x = sm.sum[j];
+#pragma unroll
+            for (int lanes = 4; lanes < 32; lanes *= 2) x += __shfl_xor_sync(0xffffffffu, x, lanes);
+            if (g == 0) publish_row(2 * tq + j, warp, sm.m_log2[j], x);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int r = 2 * tq + j;
+            const float f = row_factor(p, b, hkv, m_start, r, sm.m_log2[j], split,
+                                       warp == 0 && g == 0 && r < rows_valid, out_scale);
+            float* dst = red_o + (warp * BM + r) * RED_STRIDE + 2 * g;
+#pragma unroll
+            for (int c = 0; c < D / 16; ++c)
+                *reinterpret_cast<float2*>(dst + 16 * c) = make_float2(o[c][j] * f, o[c][2 + j] * f);
+        }
+        __syncthreads();
+        sum_warps_and_store(p, b, hkv, m_start, rows_valid, split);
+    }
+
+    // This warp's row max (log2 domain) and row sum of row r, for the other warps to read.
+    static __device__ __forceinline__ void publish_row(int r, int warp, float m_log2, float sum) {
+        extern __shared__ __align__(128) unsigned char smem_raw[];
+        float* red_m = reinterpret_cast<float*>(smem_raw);  // [NW][BM] row maxima (log2 domain)
+        red_m[warp * BM + r] = m_log2;
+        red_m[NW * BM + warp * BM + r] = sum;  // [NW][BM] row sums
+    }
+
+    // The factor this warp's unnormalised O of row r takes, from every warp's (max, sum) and the
+    // row's sink; the row's LSE (or partial LSE) is written where write_lse.
+    static __device__ __forceinline__ float row_factor(const DecodeParams& p, int b, int hkv, int m_start, int r,
+                                                       float mine, int split, bool write_lse, float out_scale) {
+        extern __shared__ __align__(128) unsigned char smem_raw[];
+        const float* red_m = reinterpret_cast<const float*>(smem_raw);
+        const float* red_l = red_m + NW * BM;
+        float M = -CUDATTN_INF;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) M = fmaxf(M, red_m[w * BM + r]);
+        // A warp whose keys were all masked has max -inf and sum 0 (weight 0); one whose scores
+        // were all NaN has max -inf too (fmaxf skips NaN) but a NaN sum, which the 0 weight keeps
+        // NaN. The row is empty iff the total is exactly 0.
+        float total = 0.f;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+            const float mw = red_m[w * BM + r];
+            total += red_l[w * BM + r] * (mw == -CUDATTN_INF ? 0.f : exp2_approx(mw - M));
+        }
+        // One split: a sink joins the denominator here (with splits, in the combine), as one more
+        // warp of max sink_log2 and sum 1.
+        const float sink_log2 = p.num_splits == 1 ? sink_log2_of_row(p, hkv, m_start + r) : -CUDATTN_INF;
+        if (sink_log2 != -CUDATTN_INF) {
+            const float M2 = fmaxf(M, sink_log2);
+            total = fmaf(total, M == -CUDATTN_INF ? 0.f : exp2_approx(M - M2), exp2_approx(sink_log2 - M2));
+            M = M2;
+        }
+        if (write_lse) {
+            const float lse = (total != 0.f) ? (M + log2f(total)) * 0.6931471805599453f : -CUDATTN_INF;
+            if (float* dl = lse_out(p, b, hkv, m_start + r, split)) *dl = lse;
+        }
+        return (mine == -CUDATTN_INF || total == 0.f) ? 0.f : exp2_approx(mine - M) / total * out_scale;
+    }
+
+    // The warps' scaled outputs summed in warp order and stored (final O or the split's partial).
+    static __device__ __forceinline__ void sum_warps_and_store(const DecodeParams& p, int b, int hkv, int m_start,
+                                                               int rows_valid, int split) {
+        extern __shared__ __align__(128) unsigned char smem_raw[];
+        const float* red_o = reinterpret_cast<const float*>(smem_raw) + 2 * NW * BM;
         const int cols4 = p.head_dim / 4;
         for (int id = threadIdx.x; id < rows_valid * cols4; id += NT) {
             const int r = id / cols4, c = (id % cols4) * 4;

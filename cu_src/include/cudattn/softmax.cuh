@@ -161,4 +161,59 @@ struct OnlineSoftmax {
     }
 };
 
+
+// The online softmax of a transposed S tile (S^T = K Q^T: keys on the MMA's 16-wide dimension,
+// 8 packed rows on its 8-wide one; the split-KV decode kernel's keys-as-M builds). A lane holds
+// rows 2t and 2t+1 (t = lane % 4) at keys g and g+8 of each 16-key fragment (g = lane / 4), in
+// accumulators (0, 1) and (2, 3): a row's keys are spread over the 8 lanes of equal t, so its
+// reductions are three xor-shuffles (4, 8, 16). Same conventions as OnlineSoftmax.
+struct TransposedSoftmax {
+    float m_log2[2], sum[2];
+
+    __device__ __forceinline__ void init() {
+        m_log2[0] = m_log2[1] = -CUDATTN_INF;
+        sum[0] = sum[1] = 0.f;
+    }
+
+    // s: KF fragments of S^T, turned into P in place; o: the DC chunks of O^T (accumulators 0, 2
+    // row 2t, 1, 3 row 2t+1), rescaled.
+    template <int KF, int DC>
+    __device__ __forceinline__ void rescale_and_exponentiate(float (&s)[KF][4], float (&o)[DC][4], float scale_log2,
+                                                             bool neg) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            float v[2 * KF];
+#pragma unroll
+            for (int kf = 0; kf < KF; ++kf) {
+                v[2 * kf] = s[kf][j];
+                v[2 * kf + 1] = s[kf][2 + j];
+            }
+            float x = neg ? tree_reduce(v, [](float a, float b) { return fminf(a, b); })
+                          : tree_reduce(v, [](float a, float b) { return fmaxf(a, b); });
+#pragma unroll
+            for (int lanes = 4; lanes < 32; lanes *= 2) {
+                const float y = __shfl_xor_sync(0xffffffffu, x, lanes);
+                x = neg ? fminf(x, y) : fmaxf(x, y);
+            }
+            const float m_new = fmaxf(m_log2[j], x * scale_log2);  // masked: +-inf * scale = -inf
+            const float m_use = m_new == -CUDATTN_INF ? 0.f : m_new;
+            const float alpha = exp2_approx(m_log2[j] - m_use);
+            m_log2[j] = m_new;
+#pragma unroll
+            for (int kf = 0; kf < KF; ++kf) {
+                s[kf][j] = exp2_approx(fmaf(s[kf][j], scale_log2, -m_use));
+                s[kf][2 + j] = exp2_approx(fmaf(s[kf][2 + j], scale_log2, -m_use));
+                v[2 * kf] = s[kf][j];
+                v[2 * kf + 1] = s[kf][2 + j];
+            }
+            sum[j] = fmaf(sum[j], alpha, tree_reduce(v, [](float a, float b) { return a + b; }));
+#pragma unroll
+            for (int dc = 0; dc < DC; ++dc) {
+                o[dc][j] *= alpha;
+                o[dc][2 + j] *= alpha;
+            }
+        }
+    }
+};
+
 }  // namespace cudattn
