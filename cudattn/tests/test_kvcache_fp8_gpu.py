@@ -80,9 +80,18 @@ def test_fp8_cache_decode_keys_as_m(page, dtype, splits, Sq, Hq):
     _check_fp8_decode(page, dtype, "array", splits, Sq=Sq, Hq=Hq)
 
 
-def _check_fp8_decode(page, dtype, descale, splits, Sq, Hq):
+@pytest.mark.parametrize("page", [None, 16], ids=["contiguous", "page16"])
+@pytest.mark.parametrize("D", [48, 80, 208])
+def test_fp8_cache_decode_head_dims_below_the_tile(page, D):
+    """Head dims that fill part of the head-dim tile (64, 128, 256): the raw rows' chunks past the
+    head dim are zero-filled, so the permuted products and the even/odd output columns hold."""
+    _check_fp8_decode(page, BF16, "array", None, Sq=1, Hq=8, D=D)
+    _check_fp8_decode(page, np.float16, "scalar", 3, Sq=4, Hq=8, D=D)  # 16 rows: one 16-row fragment
+
+
+def _check_fp8_decode(page, dtype, descale, splits, Sq, Hq, D=128):
     rng = np.random.default_rng(next(_seed))
-    B, Hkv, D, cap, s_new = 4, 2, 128, 1024, 2
+    B, Hkv, cap, s_new = 4, 2, 1024, 2
     lens = np.array([0, 9, 517, cap - s_new], np.int32)
     dk, dv, dk_arr, dv_arr = _descales(rng, descale, B, Hkv)
     if page is None:
