@@ -6,7 +6,14 @@ of 5 batches; then a cProfile of the FP8 call.
     PYTHONPATH=. python tools/host_kvcache_extras.py      (needs torch with CUDA)
 """
 
-import time, cProfile, pstats, torch, cudattn
+import cProfile
+import pstats
+import time
+
+import torch
+
+import cudattn
+
 dev = "cuda"
 B, L, Hq, Hkv, D = 2, 256, 8, 2, 128
 q = torch.randn(B, 1, Hq, D, device=dev, dtype=torch.bfloat16)
