@@ -32,6 +32,7 @@
 #include "cudattn/fp8.cuh"
 #include "cudattn/ptx.cuh"
 #include "cudattn/smem_tile.cuh"
+#include "cudattn/tile_products.cuh"
 
 namespace cudattn {
 
@@ -88,6 +89,37 @@ __device__ __forceinline__ int q_exponent(const T* sq, int lane) {
     }
 }
 
+// Elements c, c + 1 (c even) of row r of Q (a swizzled 16-bit tile) as one word of the products'
+// type: as they are, or a bfloat16 pair times 2^-e (down) as float16.
+template <typename T, int D>
+__device__ __forceinline__ u32 q_word(const T* sq, int r, int c, float down) {
+    const u32 w = *reinterpret_cast<const u32*>(sq + tile_offset<D>(r, c >> 3) + (c & 7));
+    if constexpr (!E4m3Products<T>::SCALED) {
+        return w;
+    } else {
+        const __half2 h = __floats2half2_rn(__uint_as_float(w << 16) * down, __uint_as_float(w & 0xffff0000u) * down);
+        return *reinterpret_cast<const u32*>(&h);
+    }
+}
+
+// This lane's bytes h * PIECE .. of its run of D/4 in key rows f * 8 + g (f < F) of a raw tile, as
+// words (one a k-step): K's operand words for qk_product_e4m3 and qk_product_e4m3_keys_m.
+template <int D, int F, int PIECE>
+__device__ __forceinline__ void load_k_words(u32 (&kw)[F][PIECE / 4], const unsigned char* k_tile, int h, int lane) {
+    const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int f = 0; f < F; ++f) {
+        const unsigned char* src = k_tile + raw_offset<D>(f * 8 + g, tq * (D / 4) + h * PIECE);
+        if constexpr (PIECE == 16) {
+            const uint4 v = *reinterpret_cast<const uint4*>(src);
+            kw[f][0] = v.x, kw[f][1] = v.y, kw[f][2] = v.z, kw[f][3] = v.w;
+        } else {
+            const uint2 v = *reinterpret_cast<const uint2*>(src);
+            kw[f][0] = v.x, kw[f][1] = v.y;
+        }
+    }
+}
+
 // The fragment-ordered copy of Q: entry (mf, kk, lane) holds the lane's A fragment of row
 // fragment mf at k-step kk, in the permuted head dim, in the product type (scaled by 2^-e, e
 // from q_exponent). sq: Q as a swizzled 16-bit tile (tile_offset<D>); qf: MF * D/16 * 32
@@ -99,16 +131,8 @@ __device__ __forceinline__ void build_q_frags(const T* sq, uint4* qf, int tid, i
     for (int id = tid; id < MF * KS * 32; id += NT) {
         const int lane = id % 32, kk = (id / 32) % KS, mf = id / (32 * KS);
         const int r = mf * 16 + (lane >> 2), el = (lane & 3) * (D / 4) + 4 * kk;
-        auto word = [&](int row, int c) {  // elements c, c + 1 of a row (c even), as products' type
-            const u32 w = *reinterpret_cast<const u32*>(sq + tile_offset<D>(row, c >> 3) + (c & 7));
-            if constexpr (!E4m3Products<T>::SCALED) {
-                return w;
-            } else {
-                const __half2 h = __floats2half2_rn(__uint_as_float(w << 16) * down, __uint_as_float(w & 0xffff0000u) * down);
-                return *reinterpret_cast<const u32*>(&h);
-            }
-        };
-        qf[id] = make_uint4(word(r, el), word(r + 8, el), word(r, el + 2), word(r + 8, el + 2));
+        qf[id] = make_uint4(q_word<T, D>(sq, r, el, down), q_word<T, D>(sq, r + 8, el, down),
+                            q_word<T, D>(sq, r, el + 2, down), q_word<T, D>(sq, r + 8, el + 2, down));
     }
 }
 
@@ -117,10 +141,8 @@ __device__ __forceinline__ void build_q_frags(const T* sq, uint4* qf, int tid, i
 template <typename T, int MF, int NF, int D>
 __device__ __forceinline__ void qk_product_e4m3(float (&s)[MF][NF][4], const uint4* qf, const unsigned char* k_tile,
                                                 int lane) {
-    constexpr int LANE_BYTES = D / 4;  // one word per k-step
-    constexpr int PIECE = LANE_BYTES < 16 ? LANE_BYTES : 16;  // bytes per load (D 32: 8)
+    constexpr int PIECE = D / 4 < 16 ? D / 4 : 16;  // bytes per load of the lane's D/4 (D 32: 8)
     constexpr int WORDS = PIECE / 4;
-    const int g = lane >> 2, tq = lane & 3;
 #pragma unroll
     for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
@@ -128,19 +150,9 @@ __device__ __forceinline__ void qk_product_e4m3(float (&s)[MF][NF][4], const uin
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[mf][nf][e] = 0.f;
 #pragma unroll
-    for (int h = 0; h < LANE_BYTES / PIECE; ++h) {
+    for (int h = 0; h < D / 4 / PIECE; ++h) {
         u32 kw[NF][WORDS];
-#pragma unroll
-        for (int nf = 0; nf < NF; ++nf) {
-            const unsigned char* src = k_tile + raw_offset<D>(nf * 8 + g, tq * LANE_BYTES + h * PIECE);
-            if constexpr (WORDS == 4) {
-                const uint4 v = *reinterpret_cast<const uint4*>(src);
-                kw[nf][0] = v.x, kw[nf][1] = v.y, kw[nf][2] = v.z, kw[nf][3] = v.w;
-            } else {
-                const uint2 v = *reinterpret_cast<const uint2*>(src);
-                kw[nf][0] = v.x, kw[nf][1] = v.y;
-            }
-        }
+        load_k_words<D, NF, PIECE>(kw, k_tile, h, lane);
 #pragma unroll
         for (int w = 0; w < WORDS; ++w) {
             const int kk = h * WORDS + w;
@@ -169,13 +181,7 @@ __device__ __forceinline__ void pv_product_e4m3(float (&o)[MF][D / 8][4], const 
 #pragma unroll
     for (int kk = 0; kk < KSTEPS; ++kk) {
         u32 pa[MF][4];
-#pragma unroll
-        for (int mf = 0; mf < MF; ++mf) {
-            pa[mf][0] = Mma<T>::pack(s[mf][2 * kk][0], s[mf][2 * kk][1]);
-            pa[mf][1] = Mma<T>::pack(s[mf][2 * kk][2], s[mf][2 * kk][3]);
-            pa[mf][2] = Mma<T>::pack(s[mf][2 * kk + 1][0], s[mf][2 * kk + 1][1]);
-            pa[mf][3] = Mma<T>::pack(s[mf][2 * kk + 1][2], s[mf][2 * kk + 1][3]);
-        }
+        pack_p_step<T>(pa, s, kk);
         // Lane l addresses row (l / 8 % 2) * 8 + l % 8 of the 16 keys, chunk 2 dp + l / 16:
         // registers 0/1 are keys 0-7/8-15 of chunk 2 dp, 2/3 those of chunk 2 dp + 1.
         const int row = kk * 16 + (((lane >> 3) & 1) << 3) + (lane & 7);
@@ -217,16 +223,7 @@ __device__ __forceinline__ void build_q_frags_keys_m(const T* sq, uint2* qf, int
     for (int id = tid; id < D / 16 * 32; id += NT) {
         const int lane = id % 32, kk = id / 32;
         const int r = lane >> 2, el = (lane & 3) * (D / 4) + 4 * kk;
-        auto word = [&](int c) {
-            const u32 w = *reinterpret_cast<const u32*>(sq + tile_offset<D>(r, c >> 3) + (c & 7));
-            if constexpr (!E4m3Products<T>::SCALED) {
-                return w;
-            } else {
-                const __half2 h = __floats2half2_rn(__uint_as_float(w << 16) * down, __uint_as_float(w & 0xffff0000u) * down);
-                return *reinterpret_cast<const u32*>(&h);
-            }
-        };
-        qf[id] = make_uint2(word(el), word(el + 2));
+        qf[id] = make_uint2(q_word<T, D>(sq, r, el, down), q_word<T, D>(sq, r, el + 2, down));
     }
 }
 
@@ -235,28 +232,16 @@ __device__ __forceinline__ void build_q_frags_keys_m(const T* sq, uint2* qf, int
 template <typename T, int KF, int D>
 __device__ __forceinline__ void qk_product_e4m3_keys_m(float (&s)[KF][4], const uint2* qf,
                                                        const unsigned char* k_tile, int lane) {
-    constexpr int LANE_BYTES = D / 4;
-    constexpr int PIECE = LANE_BYTES < 16 ? LANE_BYTES : 16;
+    constexpr int PIECE = D / 4 < 16 ? D / 4 : 16;
     constexpr int WORDS = PIECE / 4;
-    const int g = lane >> 2, tq = lane & 3;
 #pragma unroll
     for (int kf = 0; kf < KF; ++kf)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[kf][e] = 0.f;
 #pragma unroll
-    for (int h = 0; h < LANE_BYTES / PIECE; ++h) {
+    for (int h = 0; h < D / 4 / PIECE; ++h) {
         u32 kw[2 * KF][WORDS];  // rows 16 kf + g and 16 kf + 8 + g
-#pragma unroll
-        for (int f = 0; f < 2 * KF; ++f) {
-            const unsigned char* src = k_tile + raw_offset<D>(f * 8 + g, tq * LANE_BYTES + h * PIECE);
-            if constexpr (WORDS == 4) {
-                const uint4 v = *reinterpret_cast<const uint4*>(src);
-                kw[f][0] = v.x, kw[f][1] = v.y, kw[f][2] = v.z, kw[f][3] = v.w;
-            } else {
-                const uint2 v = *reinterpret_cast<const uint2*>(src);
-                kw[f][0] = v.x, kw[f][1] = v.y;
-            }
-        }
+        load_k_words<D, 2 * KF, PIECE>(kw, k_tile, h, lane);
 #pragma unroll
         for (int w = 0; w < WORDS; ++w) {
             const uint2 b = qf[(h * WORDS + w) * 32 + lane];

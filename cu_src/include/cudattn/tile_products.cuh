@@ -36,6 +36,18 @@ __device__ __forceinline__ void qk_product(float (&s)[MF][NF][4], u32 q_base, co
     }
 }
 
+// P's A fragments of 16-key step kk, packed to T from the S accumulators (exponentiated).
+template <typename T, int MF, int NF>
+__device__ __forceinline__ void pack_p_step(u32 (&pa)[MF][4], const float (&s)[MF][NF][4], int kk) {
+#pragma unroll
+    for (int mf = 0; mf < MF; ++mf) {
+        pa[mf][0] = Mma<T>::pack(s[mf][2 * kk][0], s[mf][2 * kk][1]);
+        pa[mf][1] = Mma<T>::pack(s[mf][2 * kk][2], s[mf][2 * kk][3]);
+        pa[mf][2] = Mma<T>::pack(s[mf][2 * kk + 1][0], s[mf][2 * kk + 1][1]);
+        pa[mf][3] = Mma<T>::pack(s[mf][2 * kk + 1][2], s[mf][2 * kk + 1][3]);
+    }
+}
+
 // O += P·V for one tile of keys with 16-bit operands: P is packed to T, one 16-key step at a time,
 // from the S accumulators (already exponentiated), and V's tile is read transposed by ldmatrix.trans.
 // MF 16-row fragments, KSTEPS 16-key steps (S holds 2 * KSTEPS 8-key fragments per row fragment),
@@ -46,13 +58,7 @@ __device__ __forceinline__ void pv_product_16bit(float (&o)[MF][DF][4], const fl
 #pragma unroll
     for (int kk = 0; kk < KSTEPS; ++kk) {
         u32 pa[MF][4];
-#pragma unroll
-        for (int mf = 0; mf < MF; ++mf) {
-            pa[mf][0] = Mma<T>::pack(s[mf][2 * kk][0], s[mf][2 * kk][1]);
-            pa[mf][1] = Mma<T>::pack(s[mf][2 * kk][2], s[mf][2 * kk][3]);
-            pa[mf][2] = Mma<T>::pack(s[mf][2 * kk + 1][0], s[mf][2 * kk + 1][1]);
-            pa[mf][3] = Mma<T>::pack(s[mf][2 * kk + 1][2], s[mf][2 * kk + 1][3]);
-        }
+        pack_p_step<T>(pa, s, kk);
 #pragma unroll
         for (int dp = 0; dp < DF / 2; ++dp) {
             u32 bv[4];
