@@ -63,6 +63,16 @@ _KV8_ONE_FRAG = {
     128: (DecodeTiles(8, 16, 3, 1),) + _KV8_CANDIDATES[128],
     256: _KV8_CANDIDATES[256],
 }
+# Keys-as-M builds (FP8 caches, up to 8 packed rows): one block an SM of 8 warps and 4 stages of
+# 32 KiB at D 128 (the split count halves) over two of 3 stages: H100, 32/8 heads, one token,
+# 1 x 131072 keys 2.37 -> 2.56-2.62 TB/s, 8 x 8192 2.27 -> 2.36, 64 x 2048 2.69 -> 2.65; at D 64,
+# 4 warps of 32 keys and 5 stages over 8 and 3: 1.65/1.70/2.12 -> 1.72/1.79/2.16.
+_KV8_KEYS_M = {
+    32: _KV8_CANDIDATES[32],
+    64: (DecodeTiles(4, 32, 5, 1),) + _KV8_ONE_FRAG[64],
+    128: (DecodeTiles(8, 16, 4, 1),) + _KV8_ONE_FRAG[128],
+    256: _KV8_CANDIDATES[256],
+}
 _MODS_32 = {32: (DecodeTiles(4, 16, 3, 2), DecodeTiles(4, 16, 2, 2))}
 
 
@@ -154,6 +164,8 @@ def select_decode(dtype, head_dim: int, smem_limit: int, mods: bool = False, kv_
     if mods and d == 32:
         table = _MODS_32  # 64 keys a warp hold too many scores beside the window's bounds (spills on sm_80)
     keys_as_m = kv_fp8 and not mods and rows is not None and rows <= KEYS_AS_M_ROWS
+    if keys_as_m:
+        table = _KV8_KEYS_M
     for tiles in table[d]:
         if one_frag:
             tiles = replace(tiles, row_frags=1, keys_as_m=keys_as_m)
