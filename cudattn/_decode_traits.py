@@ -63,14 +63,14 @@ _KV8_ONE_FRAG = {
     128: (DecodeTiles(8, 16, 3, 1),) + _KV8_CANDIDATES[128],
     256: _KV8_CANDIDATES[256],
 }
-# Keys-as-M builds (FP8 caches, up to 8 packed rows): one block an SM of 8 warps and 4 stages of
-# 32 KiB at D 128 (the split count halves) over two of 3 stages: H100, 32/8 heads, one token,
-# 1 x 131072 keys 2.37 -> 2.56-2.62 TB/s, 8 x 8192 2.27 -> 2.36, 64 x 2048 2.69 -> 2.65; at D 64,
-# 4 warps of 32 keys and 5 stages over 8 and 3: 1.65/1.70/2.12 -> 1.72/1.79/2.16.
+# Keys-as-M builds (FP8 caches, up to 8 packed rows): at D 64, 4 warps of 32 keys and 5 stages
+# over 8 warps and 3 (H100, 32/8 heads, one token: 1.65/1.70/2.12 -> 1.72/1.79/2.16 TB/s); at D 128
+# the one-fragment tiles (one block an SM with 4 stages of 32 KiB gained 4-10 % on contiguous
+# caches but lost 3-10 % on paged ones, whose page lookups want two blocks to hide them).
 _KV8_KEYS_M = {
     32: _KV8_CANDIDATES[32],
     64: (DecodeTiles(4, 32, 5, 1),) + _KV8_ONE_FRAG[64],
-    128: (DecodeTiles(8, 16, 4, 1),) + _KV8_ONE_FRAG[128],
+    128: _KV8_ONE_FRAG[128],
     256: _KV8_CANDIDATES[256],
 }
 _MODS_32 = {32: (DecodeTiles(4, 16, 3, 2), DecodeTiles(4, 16, 2, 2))}
