@@ -162,6 +162,33 @@ def test_fp8_cache_head_dims_and_modifiers(D):
     np.testing.assert_allclose(lse, ref_lse, rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.parametrize("splits", [None, 1, 3])
+def test_fp8_cache_keys_as_m_with_sinks(splits):
+    """Sinks alone need no modifier build, so up to 8 packed rows take the keys-as-M products with
+    them: the sink joins each row's denominator once (one split: the warp merge; more: the combine),
+    rows that see no key (length 0) give output 0 and LSE equal to their sink."""
+    rng = np.random.default_rng(next(_seed))
+    B, Sq, Hq, Hkv, D, cap = 3, 2, 8, 2, 128, 640
+    kc = np.clip(rng.standard_normal((B, cap, Hkv, D)) * 30, -448, 448).astype(F8)
+    vc = np.clip(rng.standard_normal((B, cap, Hkv, D)) * 30, -448, 448).astype(F8)
+    q = rng.standard_normal((B, Sq, Hq, D)).astype(BF16)
+    lens = np.array([640, 0, 301], np.int32)
+    sinks = (rng.standard_normal(Hq) * 2).astype(np.float32)
+    o, lse = cudattn.attention_with_kvcache(
+        cudattn.to_device(q), cudattn.to_device(kc), cudattn.to_device(vc), cache_seqlens=cudattn.to_device(lens),
+        return_lse=True, k_descale=0.04, v_descale=0.03, sinks=cudattn.to_device(sinks), num_splits=splits)
+    o, lse = cudattn.to_host(o), cudattn.to_host(lse)
+    kf, vf = kc.astype(np.float32) * np.float32(0.04), vc.astype(np.float32) * np.float32(0.03)
+    ref, ref_lse = reference.attention_with_kvcache(q, kf, vf, cache_seqlens=lens, return_lse=True, sinks=sinks)
+    naive = reference.attention_with_kvcache_naive(q, kf.astype(BF16), vf.astype(BF16), cache_seqlens=lens,
+                                                   sinks=sinks)
+    ok, err, bound = reference.check_close(o, ref, naive)
+    assert ok, (err, bound)
+    np.testing.assert_allclose(lse, ref_lse, rtol=2e-3, atol=2e-3)
+    np.testing.assert_array_equal(o[1].astype(np.float32), 0.0)  # the empty sequence
+    np.testing.assert_allclose(lse[1], np.broadcast_to(sinks[:, None], (Hq, Sq)), rtol=1e-6)
+
+
 @pytest.mark.parametrize("magnitude", [3e5, 1e-6, 0.0], ids=["above-fp16", "tiny", "mixed"])
 def test_fp8_cache_bfloat16_q_outside_float16_range(magnitude):
     """A bfloat16 q meets an FP8 cache in float16 products, scaled by a power of two per block:
