@@ -162,6 +162,27 @@ def test_fp8_cache_head_dims_and_modifiers(D):
     np.testing.assert_allclose(lse, ref_lse, rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf], ids=["nan", "inf"])
+def test_fp8_cache_bfloat16_q_scaling_ignores_a_bad_head(bad):
+    """A NaN or inf in one query head does not change how the block's other heads enter the
+    float16 products: beside values above float16's range, their outputs equal those of the call
+    without it, bit for bit (the power-of-two scaling is exact either way)."""
+    rng = np.random.default_rng(next(_seed))
+    B, Sq, Hq, Hkv, D, cap = 2, 1, 8, 2, 128, 200
+    kc = np.clip(rng.standard_normal((B, cap, Hkv, D)) * 30, -448, 448).astype(F8)
+    vc = np.clip(rng.standard_normal((B, cap, Hkv, D)) * 30, -448, 448).astype(F8)
+    q = (rng.standard_normal((B, Sq, Hq, D)) * 3e5).astype(BF16)
+    q_bad = q.copy()
+    q_bad[:, :, 0, 5] = bad
+    kcd, vcd, lens = cudattn.to_device(kc), cudattn.to_device(vc), cudattn.to_device(np.array([200, 77], np.int32))
+    o, o_bad = (cudattn.to_host(cudattn.attention_with_kvcache(cudattn.to_device(x), kcd, vcd, cache_seqlens=lens,
+                                                               k_descale=0.04, v_descale=0.03, scale=0.15 / 3e5))
+                for x in (q, q_bad))
+    others = list(range(1, Hq))  # heads 1-3 share head 0's block of packed rows
+    assert np.isfinite(o[:, :, others].astype(np.float32)).all()
+    np.testing.assert_array_equal(o_bad[:, :, others].view(np.uint16), o[:, :, others].view(np.uint16))
+
+
 @pytest.mark.parametrize("splits", [None, 1, 3])
 def test_fp8_cache_keys_as_m_with_sinks(splits):
     """Sinks alone need no modifier build, so up to 8 packed rows take the keys-as-M products with

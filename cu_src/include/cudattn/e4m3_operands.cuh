@@ -67,25 +67,30 @@ struct E4m3Products<__half> {
     static constexpr bool SCALED = false;
 };
 
-// The exponent e that brings the largest magnitude of Q (a ROWS x D tile of T) into [2^14, 2^15);
-// 0 where no scaling is needed (float16 q) or possible (all zero, or not finite). Every warp
-// computes it over the whole tile, so that no barrier is needed.
+// The exponent e that brings the largest finite magnitude of Q (a ROWS x D tile of T) into
+// [2^14, 2^15); 0 where no scaling is needed (float16 q) or possible (no finite nonzero element).
+// Infinities and NaNs are left out of the maximum (they pass the scaling unchanged), so one bad
+// head cannot push its block's other rows out of float16's range. Every warp computes it over the
+// whole tile, so that no barrier is needed.
 template <typename T, int ROWS, int D>
 __device__ __forceinline__ int q_exponent(const T* sq, int lane) {
     if constexpr (!E4m3Products<T>::SCALED) {
         return 0;
     } else {
         const uint4* v = reinterpret_cast<const uint4*>(sq);
-        unsigned m = 0;  // bfloat16 magnitudes order as their 15-bit patterns
+        auto finite = [](u32 w) {  // bfloat16 magnitudes order as their 15-bit patterns; >= 0x7f80: inf, NaN
+            const u32 m = w & 0x7fff7fffu;
+            return m & __vcmpltu2(m, 0x7f807f80u);
+        };
+        unsigned m = 0;
         for (int i = lane; i < ROWS * D / 8; i += 32) {
             const uint4 x = v[i];
-            m = __vmaxu2(m, __vmaxu2(__vmaxu2(x.x & 0x7fff7fffu, x.y & 0x7fff7fffu),
-                                     __vmaxu2(x.z & 0x7fff7fffu, x.w & 0x7fff7fffu)));
+            m = __vmaxu2(m, __vmaxu2(__vmaxu2(finite(x.x), finite(x.y)), __vmaxu2(finite(x.z), finite(x.w))));
         }
         m = __reduce_max_sync(0xffffffffu, max(m & 0xffffu, m >> 16));
-        const int biased = (int)(m >> 7);  // the largest's exponent field
-        if (m == 0 || biased == 0xff) return 0;
-        return min(max(max(biased, 1) - 127 - 14, -110), 110);
+        if (m == 0) return 0;
+        // 2^-e and 2^e must both be normal floats: e in [-126, 126]
+        return min(max(max((int)(m >> 7), 1) - 127 - 14, -126), 126);
     }
 }
 
