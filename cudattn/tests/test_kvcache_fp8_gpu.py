@@ -63,6 +63,30 @@ def _descales(rng, kind, B, Hkv):
     return dk, dv, dk, dv
 
 
+def _fp8_pair(rng, shape):
+    """Two e4m3 caches (k, v) of clipped normal values (spread 30), drawn k first."""
+    return tuple(np.clip(rng.standard_normal(shape) * 30, -448, 448).astype(F8) for _ in range(2))
+
+
+def _decode_checked(q, kc, vc, lens, common=None, device_only=None, ref_only=None):
+    """One device call with k/v descales 0.04/0.03 against the float64 reference on the dequantized
+    cache (16-bit rule, LSE within 2e-3); ``common`` goes to both, the others to one side each.
+    Returns the device's output and LSE on the host."""
+    common = common or {}
+    o, lse = cudattn.attention_with_kvcache(
+        cudattn.to_device(q), cudattn.to_device(kc), cudattn.to_device(vc), cache_seqlens=cudattn.to_device(lens),
+        return_lse=True, k_descale=0.04, v_descale=0.03, **common, **(device_only or {}))
+    o, lse = cudattn.to_host(o), cudattn.to_host(lse)
+    kf, vf = kc.astype(np.float32) * np.float32(0.04), vc.astype(np.float32) * np.float32(0.03)
+    kw = dict(common, **(ref_only or {}))
+    ref, ref_lse = reference.attention_with_kvcache(q, kf, vf, cache_seqlens=lens, return_lse=True, **kw)
+    naive = reference.attention_with_kvcache_naive(q, kf.astype(BF16), vf.astype(BF16), cache_seqlens=lens, **kw)
+    ok, err, bound = reference.check_close(o, ref, naive)
+    assert ok, (err, bound)
+    np.testing.assert_allclose(lse, ref_lse, rtol=2e-3, atol=2e-3)
+    return o, lse
+
+
 @pytest.mark.parametrize("page", [None, 16, 256], ids=["contiguous", "page16", "page256"])
 @pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("descale", ["scalar", "array"])
@@ -142,24 +166,12 @@ def _check_fp8_decode(page, dtype, descale, splits, Sq, Hq, D=128):
 def test_fp8_cache_head_dims_and_modifiers(D):
     rng = np.random.default_rng(next(_seed))
     B, Sq, Hq, Hkv, cap = 2, 1, 4, 4, 700
-    kc = np.clip(rng.standard_normal((B, cap, Hkv, D)) * 30, -448, 448).astype(F8)
-    vc = np.clip(rng.standard_normal((B, cap, Hkv, D)) * 30, -448, 448).astype(F8)
+    kc, vc = _fp8_pair(rng, (B, cap, Hkv, D))
     q = rng.standard_normal((B, Sq, Hq, D)).astype(BF16)
     lens = np.array([700, 333], np.int32)
     sinks = rng.standard_normal(Hq).astype(np.float32)
-    kw = dict(window_size=(200, 0), softcap=20.0, sinks=sinks)
-    o, lse = cudattn.attention_with_kvcache(
-        cudattn.to_device(q), cudattn.to_device(kc), cudattn.to_device(vc), cache_seqlens=cudattn.to_device(lens),
-        causal=True, return_lse=True, k_descale=0.04, v_descale=0.03, num_splits=3,
-        window_size=(200, 0), softcap=20.0, sinks=cudattn.to_device(sinks))
-    o, lse = cudattn.to_host(o), cudattn.to_host(lse)
-    kf, vf = kc.astype(np.float32) * np.float32(0.04), vc.astype(np.float32) * np.float32(0.03)
-    ref, ref_lse = reference.attention_with_kvcache(q, kf, vf, cache_seqlens=lens, causal=True, return_lse=True, **kw)
-    naive = reference.attention_with_kvcache_naive(q, kf.astype(BF16), vf.astype(BF16), cache_seqlens=lens,
-                                                   causal=True, **kw)
-    ok, err, bound = reference.check_close(o, ref, naive)
-    assert ok, (err, bound)
-    np.testing.assert_allclose(lse, ref_lse, rtol=2e-3, atol=2e-3)
+    _decode_checked(q, kc, vc, lens, dict(causal=True, window_size=(200, 0), softcap=20.0),
+                    dict(num_splits=3, sinks=cudattn.to_device(sinks)), dict(sinks=sinks))
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf], ids=["nan", "inf"])
@@ -169,8 +181,7 @@ def test_fp8_cache_bfloat16_q_scaling_ignores_a_bad_head(bad):
     without it, bit for bit (the power-of-two scaling is exact either way)."""
     rng = np.random.default_rng(next(_seed))
     B, Sq, Hq, Hkv, D, cap = 2, 1, 8, 2, 128, 200
-    kc = np.clip(rng.standard_normal((B, cap, Hkv, D)) * 30, -448, 448).astype(F8)
-    vc = np.clip(rng.standard_normal((B, cap, Hkv, D)) * 30, -448, 448).astype(F8)
+    kc, vc = _fp8_pair(rng, (B, cap, Hkv, D))
     q = (rng.standard_normal((B, Sq, Hq, D)) * 3e5).astype(BF16)
     q_bad = q.copy()
     q_bad[:, :, 0, 5] = bad
@@ -190,22 +201,12 @@ def test_fp8_cache_keys_as_m_with_sinks(splits):
     rows that see no key (length 0) give output 0 and LSE equal to their sink."""
     rng = np.random.default_rng(next(_seed))
     B, Sq, Hq, Hkv, D, cap = 3, 2, 8, 2, 128, 640
-    kc = np.clip(rng.standard_normal((B, cap, Hkv, D)) * 30, -448, 448).astype(F8)
-    vc = np.clip(rng.standard_normal((B, cap, Hkv, D)) * 30, -448, 448).astype(F8)
+    kc, vc = _fp8_pair(rng, (B, cap, Hkv, D))
     q = rng.standard_normal((B, Sq, Hq, D)).astype(BF16)
     lens = np.array([640, 0, 301], np.int32)
     sinks = (rng.standard_normal(Hq) * 2).astype(np.float32)
-    o, lse = cudattn.attention_with_kvcache(
-        cudattn.to_device(q), cudattn.to_device(kc), cudattn.to_device(vc), cache_seqlens=cudattn.to_device(lens),
-        return_lse=True, k_descale=0.04, v_descale=0.03, sinks=cudattn.to_device(sinks), num_splits=splits)
-    o, lse = cudattn.to_host(o), cudattn.to_host(lse)
-    kf, vf = kc.astype(np.float32) * np.float32(0.04), vc.astype(np.float32) * np.float32(0.03)
-    ref, ref_lse = reference.attention_with_kvcache(q, kf, vf, cache_seqlens=lens, return_lse=True, sinks=sinks)
-    naive = reference.attention_with_kvcache_naive(q, kf.astype(BF16), vf.astype(BF16), cache_seqlens=lens,
-                                                   sinks=sinks)
-    ok, err, bound = reference.check_close(o, ref, naive)
-    assert ok, (err, bound)
-    np.testing.assert_allclose(lse, ref_lse, rtol=2e-3, atol=2e-3)
+    o, lse = _decode_checked(q, kc, vc, lens, None, dict(sinks=cudattn.to_device(sinks), num_splits=splits),
+                             dict(sinks=sinks))
     np.testing.assert_array_equal(o[1].astype(np.float32), 0.0)  # the empty sequence
     np.testing.assert_allclose(lse[1], np.broadcast_to(sinks[:, None], (Hq, Sq)), rtol=1e-6)
 
@@ -217,25 +218,13 @@ def test_fp8_cache_bfloat16_q_outside_float16_range(magnitude):
     magnitudes in one block (mixed), stay exact up to the 16-bit rule."""
     rng = np.random.default_rng(next(_seed))
     B, Sq, Hq, Hkv, D, cap = 2, 1, 8, 2, 128, 300
-    kc = np.clip(rng.standard_normal((B, cap, Hkv, D)) * 30, -448, 448).astype(F8)
-    vc = np.clip(rng.standard_normal((B, cap, Hkv, D)) * 30, -448, 448).astype(F8)
+    kc, vc = _fp8_pair(rng, (B, cap, Hkv, D))
     qf = rng.standard_normal((B, Sq, Hq, D))
     if magnitude:
         q, scale = (qf * magnitude).astype(BF16), 0.15 / magnitude
     else:  # heads 1e4 apart in magnitude within each kv head's block
         q, scale = (qf * np.where(np.arange(Hq) % 2, 1e2, 1e-2)[None, None, :, None]).astype(BF16), 0.15
-    lens = np.array([300, 177], np.int32)
-    o, lse = cudattn.attention_with_kvcache(
-        cudattn.to_device(q), cudattn.to_device(kc), cudattn.to_device(vc), cache_seqlens=cudattn.to_device(lens),
-        return_lse=True, k_descale=0.04, v_descale=0.03, scale=scale)
-    o, lse = cudattn.to_host(o), cudattn.to_host(lse)
-    kf, vf = kc.astype(np.float32) * np.float32(0.04), vc.astype(np.float32) * np.float32(0.03)
-    ref, ref_lse = reference.attention_with_kvcache(q, kf, vf, cache_seqlens=lens, return_lse=True, scale=scale)
-    naive = reference.attention_with_kvcache_naive(q, kf.astype(BF16), vf.astype(BF16), cache_seqlens=lens,
-                                                   scale=scale)
-    ok, err, bound = reference.check_close(o, ref, naive)
-    assert ok, (err, bound)
-    np.testing.assert_allclose(lse, ref_lse, rtol=2e-3, atol=2e-3)
+    _decode_checked(q, kc, vc, np.array([300, 177], np.int32), dict(scale=scale))
 
 
 @pytest.mark.parametrize("page", [None, 16, 256], ids=["contiguous", "page16", "page256"])
