@@ -31,6 +31,17 @@ _MIN_L2_BYTES = 50 * 2**20
 DEFAULT_ARCH = "sm_90a"
 
 
+class GpuTrack:
+    """asv's timing attributes of the GPU track benchmarks, which time themselves (CUDA events,
+    medians inside the track): one call a sample, a short warm-up."""
+
+    rounds = 1  # asv's default (2) runs every parameter set in two processes: twice the set-up time
+    repeat = (3, 10, 2.0)
+    number = 1
+    warmup_time = 0.1
+    timeout = 180
+
+
 def has_gpu() -> bool:
     try:
         from cuda.bindings import driver

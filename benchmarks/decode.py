@@ -9,16 +9,11 @@ from . import _common
 _D = 128
 
 
-class Decode:
+class Decode(_common.GpuTrack):
     version = "1"  # what it measures (see _common): bump only when that changes
     # (batch, query heads, KV heads, KV length): GQA at two batch sizes, and one long context.
     params = ([(32, 32, 8, 4096), (8, 32, 8, 32768), (1, 32, 8, 131072)],)
     param_names = ["B_Hq_Hkv_Skv"]
-    rounds = 1
-    repeat = (3, 10, 2.0)
-    number = 1
-    warmup_time = 0.1
-    timeout = 180
 
     def setup(self, shape):
         _common.require_gpu()

@@ -28,15 +28,10 @@ def _causal_pairs(s: int) -> int:
     return s * (s + 1) // 2
 
 
-class Modifiers:
+class Modifiers(_common.GpuTrack):
     version = "1"  # what it measures (see _common): bump only when that changes
     params = (["plain", "softcap", "sinks", "alibi", "window512"], [False, True])
     param_names = ["modifier", "causal"]
-    rounds = 1
-    repeat = (3, 10, 2.0)
-    number = 1
-    warmup_time = 0.1
-    timeout = 180
 
     def setup(self, modifier, causal):
         _common.require_gpu()
@@ -94,16 +89,11 @@ class Modifiers:
     track_tflops_as_called.unit = "TFLOP/s"
 
 
-class Fp8Cache:
+class Fp8Cache(_common.GpuTrack):
     version = "1"
     # (batch, cache length): one long context, a mid batch, many short sequences.
     params = (["float8_e4m3fn", "bfloat16"], [(1, 131072), (8, 8192), (64, 2048)])
     param_names = ["cache_dtype", "B_L"]
-    rounds = 1
-    repeat = (3, 10, 2.0)
-    number = 1
-    warmup_time = 0.1
-    timeout = 180
 
     def setup(self, cache_dtype, shape):
         _common.require_gpu()

@@ -3,16 +3,11 @@
 from . import _common
 
 
-class PrefillCase:
+class PrefillCase(_common.GpuTrack):
     """What the prefill benchmarks share (no benchmarks of its own): one shape of 16 Ki tokens per
     call (heads halved at D=256, so every shape fills the GPU), its device input sets rotated past
     the L2 cache, the call and its TFLOP/s."""
 
-    rounds = 1  # asv's default (2) runs every parameter set in two processes: twice the set-up time
-    repeat = (3, 10, 2.0)
-    number = 1
-    warmup_time = 0.1
-    timeout = 180
 
     def prepare(self, dtype: str, head_dim: int, seqlen: int, causal: bool, out_bytes: int) -> None:
         """``out_bytes``: the output's bytes per element (the inputs' size is the dtype's)."""

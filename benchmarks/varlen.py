@@ -27,17 +27,12 @@ def _causal_pairs(sq: int, sk: int) -> int:
     return sk * (sk + 1) // 2  # the first sq - sk rows see nothing
 
 
-class Varlen:
+class Varlen(_common.GpuTrack):
     version = "1"  # what it measures (see _common): bump only when that changes
     # (lengths, causal): 16 heads, head dim 128, bfloat16.
     params = ([("equal_8x2048", False), ("equal_8x2048", True), ("mixed_128_to_8192", False),
                ("mixed_128_to_8192", True)],)
     param_names = ["lengths_causal"]
-    rounds = 1
-    repeat = (3, 10, 2.0)
-    number = 1
-    warmup_time = 0.1
-    timeout = 180
 
     def setup(self, case):
         _common.require_gpu()
@@ -84,17 +79,12 @@ class Varlen:
     track_useful_tflops_as_called.unit = "TFLOP/s"
 
 
-class ChunkedPrefill:
+class ChunkedPrefill(_common.GpuTrack):
     version = "1"
     # page size (0: a contiguous cache); 2048 new tokens a sequence against 16 Ki cached keys,
     # one sequence, 32 query and 8 KV heads, head dim 128, bfloat16, causal.
     params = ([0, 16, 256],)
     param_names = ["page_size"]
-    rounds = 1
-    repeat = (3, 10, 2.0)
-    number = 1
-    warmup_time = 0.1
-    timeout = 180
     _SQ, _L, _HQ, _HKV, _D = 2048, 16384, 32, 8, 128
 
     def setup(self, page_size):

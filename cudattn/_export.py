@@ -212,8 +212,8 @@ def kernel_table_header(manifest: dict) -> str:
             k = by_file[r["file"]]
             tiles = dict(k["select"].get("tiles", {}))
             if "row_frags" in tiles:  # decode tiles: rows and keys a block, as DecodeTiles computes them
-                tiles = {"block_m": 8 if tiles.get("keys_as_m") else 16 * tiles["row_frags"],
-                         "block_n": tiles["warps"] * tiles["warp_keys"]}
+                t = _decode_traits.DecodeTiles(**tiles)
+                tiles = {"block_m": t.block_m, "block_n": t.block_n}
             rows.append("    {" + ", ".join([
                 f'"{arch}"', str(_KIND_CODES[r["kind"]]), str(_FAMILY_CODES.get(r.get("family"), 0)),
                 str(_DTYPE_CODES.get(r.get("dtype", r.get("in_dtype")), -1)), str(_DTYPE_CODES.get(r.get("out_dtype") or "", -1)),
