@@ -286,6 +286,28 @@ def test_modifier_errors_on_device():
         cudattn.attention(f8, f8, f8, softcap=30.0)
 
 
+@pytest.mark.parametrize("softcap", [30.0, 34.6, 34.7], ids=["cap30", "cap34.6", "cap34.7"])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("sinks", [False, True], ids=["plain", "sinks"])
+def test_softcap_saturated_rows(softcap, D, sinks):
+    """bfloat16 softcaps up to ~34.6 take the cap as every row's max (no running max): rows whose
+    every score sits at -softcap (P ~ 2^-2c of the cap, still exact relative to the row), at
+    +softcap, and ordinary rows, causal and not; 34.7 is past that bound (the running max)."""
+    rng = np.random.default_rng(next(_seed))
+    Sq, Sk, H = 150, 233, 2
+    u = rng.standard_normal(D)
+    u /= np.linalg.norm(u)
+    k = (u * 4.0 + rng.standard_normal((1, Sk, H, D)) * 0.05).astype(BF16)
+    q = _rand(rng, (1, Sq, H, D), np.float64)
+    sign = rng.choice([-1.0, 1.0, 0.0], (1, Sq, H, 1))  # saturated low, high, or ordinary
+    q = np.where(sign == 0, q, sign * 400.0 * u).astype(BF16)
+    v = _rand(rng, (1, Sk, H, D), BF16)
+    kw = _mods(rng, H, softcap=softcap, sinks=sinks)
+    for causal in (False, True):
+        o, lse = _run(q, k, v, kw, causal=causal)
+        _check(o, lse, reference.attention, reference.attention_naive, (q, k, v), dict(kw, causal=causal))
+
+
 @pytest.mark.parametrize("D", [64, 128])
 def test_softcap_nan_rows_stay_nan(D):
     """A NaN in one query row makes that row NaN (tanh and the FMA-pipe exp2 keep NaN); the other

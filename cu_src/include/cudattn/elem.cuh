@@ -60,4 +60,7 @@ template <> struct ElemOf<float> { typedef Elem<0> type; };
 template <> struct ElemOf<__half> { typedef Elem<1> type; };
 template <> struct ElemOf<__nv_bfloat16> { typedef Elem<2> type; };
 
+template <typename T> struct IsBf16 { static constexpr bool value = false; };
+template <> struct IsBf16<__nv_bfloat16> { static constexpr bool value = true; };
+
 }  // namespace cudattn

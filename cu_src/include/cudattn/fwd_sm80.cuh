@@ -209,6 +209,7 @@ struct FwdSm80 {
                                         : LaneTile<VW>((((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4);
         const u32 sQ_addr = smem_addr(sQ), sK_addr = smem_addr(sK), sV_addr = smem_addr(sV);
 
+        const bool bounded = bounded_scores<T, MODS>(scale_log2);  // softcapped bf16 (softmax.cuh)
         for (int it = 0; it < n_tiles; ++it) {
             cp_async_wait<STAGES - 2>();
             __syncthreads();  // tile `it` is in; every warp is done with the slot we refill next
@@ -229,7 +230,7 @@ struct FwdSm80 {
                 apply_mask<MF, NF, CAUSAL>(s, m_start + warp_row0, n_start, sq.seqlen_k, sq.causal_offset, lane, masked,
                                            p);
 
-            softmax.template rescale_and_exponentiate<NF, DF, FP8>(s, o, scale_log2, neg);
+            softmax.template rescale_and_exponentiate<NF, DF, FP8>(s, o, scale_log2, neg, bounded);
             if constexpr (FP8) {
                 pv_product_e4m3(o, s, v_base, v_lane);
             } else {  // P packed per k16 step; V read transposed

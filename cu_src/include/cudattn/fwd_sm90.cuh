@@ -477,7 +477,8 @@ struct FwdSm90 {
             release(&bars.k_empty[stage(it)], lane);
             if (cur.n_tiles == 1) release(&bars.q_empty[n % Q_STAGES], lane);
             mask_tile(p, s, cur, 0, cw, warp, lane);
-            softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha);
+            const bool bounded = bounded_scores<T, MODS>(cur.scale_log2);  // softcapped bf16 (softmax.cuh)
+            softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha, bounded);
             to_operand(pk, s);
             if (zero_tail) {  // the first key tile is the sequence's last
                 mbar_wait(&bars.v_full[stage(it)], phase(it));
@@ -497,11 +498,11 @@ struct FwdSm90 {
                 release(&bars.k_empty[stage(ik)], lane);
                 if (j == cur.n_tiles - 1) release(&bars.q_empty[n % Q_STAGES], lane);
                 mask_tile(p, s, cur, j, cw, warp, lane);
-                softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha);
+                softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha, bounded);
                 wgmma_wait<0>();
                 fence_operands(flat<D>(o));
                 release(&bars.v_empty[stage(iv)], lane);
-                rescale_if_needed(o, alpha);
+                if (!bounded) rescale_if_needed(o, alpha);  // bounded: alpha is 1
                 to_operand(pk, s);
             }
 

@@ -4,6 +4,7 @@
 // keep the softmax's view of s as "raw score times scale_log2", so the online softmax, the masks
 // and the LSE are unchanged. Attention sinks only touch the final normalisation (sink_finish).
 #pragma once
+#include "cudattn/elem.cuh"
 #include "cudattn/params.cuh"
 #include "cudattn/ptx.cuh"
 
@@ -31,6 +32,14 @@ __device__ __forceinline__ void softcap_tile(float (&s)[MF][NF][4], float softca
         for (int nf = 0; nf < NF; ++nf)
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[mf][nf][e] = tanh_approx(s[mf][nf][e] * softcap_pre);
+}
+
+// Whether a build's softmax takes the bound of softcapped scores as every row's max
+// (OnlineSoftmax::exponentiate_bounded): softcap without ALiBi (whose bias is unbounded), P in
+// bfloat16, and 2^-2c inside float32's normal range by a wide margin (c = softcap * log2 e).
+template <typename T, int MODS>
+__device__ __forceinline__ bool bounded_scores(float scale_log2) {
+    return MODS == MOD_SOFTCAP && IsBf16<T>::value && scale_log2 > 0.f && scale_log2 <= 50.f;
 }
 
 // warp_diag: the diagonal key (row + causal_offset) of the warp's first row; this thread's rows

@@ -67,10 +67,17 @@ struct OnlineSoftmax {
     // max key's P is 2^(+-ulp(m)/2), not 1: at most 2^8 (inside e4m3's 448) while |m| < 2^27.
     // A warp with a larger |m| (scores beyond 2^27 from large descales) caps the exponents at 0,
     // so P stays in [0, 1]; the cap is one more instruction an element, so only such a warp pays it.
+    // BOUNDED (bounded_scores(), mods.cuh): softcapped scores never exceed c = scale_log2, so c
+    // stands in for every row's max: no reduction, and no exponent waits on the rest of its row.
+    // P = exp2(s c - c) is the same P relative to the row's true max, in [2^-2c, 1]: inside
+    // bfloat16's (float32's) normal range for c <= 50. alpha is 0 on a row's first tile, then 1.
     template <int NF, bool CLAMP = false>
     __device__ __forceinline__ void exponentiate(float (&s)[MF][NF][4], float scale_log2, bool neg,
-                                                 float (&alpha)[MF][2]) {
-        if (neg)
+                                                 float (&alpha)[MF][2], bool bounded = false) {
+        if (bounded) {
+#pragma unroll
+            for (int mf = 0; mf < MF; ++mf) m_new[mf][0] = m_new[mf][1] = scale_log2;
+        } else if (neg)
             update_max<true>(s, scale_log2);
         else
             update_max<false>(s, scale_log2);
@@ -130,10 +137,10 @@ struct OnlineSoftmax {
 
     template <int NF, int DF, bool CLAMP = false>
     __device__ __forceinline__ void rescale_and_exponentiate(float (&s)[MF][NF][4], float (&o)[MF][DF][4],
-                                                             float scale_log2, bool neg) {
+                                                             float scale_log2, bool neg, bool bounded = false) {
         float alpha[MF][2];
-        exponentiate<NF, CLAMP>(s, scale_log2, neg, alpha);
-        rescale(o, alpha);
+        exponentiate<NF, CLAMP>(s, scale_log2, neg, alpha, bounded);
+        if (!bounded) rescale(o, alpha);  // bounded: alpha is 1, or 0 while O is still 0
     }
 
     // Completes the row sums across the quad; returns 1/sum (0 for an empty row) in inv and the
