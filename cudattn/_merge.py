@@ -74,6 +74,12 @@ def _merge_device(outs_d, lses_d, layout: str, sref):
     device = _device.get_device(device_id)
     parts_o, parts_l, B, Sq, H, D, dtype = parse_merge_inputs(outs_d, lses_d, layout)
     n = len(parts_o)
+    if D % 4 or D > 256:  # the kernel moves 4 elements a lane, 2 chunks of 128 at most
+        raise ValueError(f"merge_attention_states on device takes a head_dim that is a multiple of 4 up to 256 "
+                         f"(attention's outputs are); got {D}")
+    if B * H * Sq >= 1 << 31:  # the kernel counts rows in 32 bits
+        raise ValueError(f"merge_attention_states on device takes fewer than 2**31 rows (batch x heads x "
+                         f"seqlen_q); got {B * H * Sq}: merge in pieces")
     for name, group in (("outs", parts_o), ("lses", parts_l)):
         for i, a in enumerate(group):
             if a.device_id != device_id:

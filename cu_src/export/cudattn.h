@@ -865,6 +865,9 @@ static inline cudattn_status cudattn_merge(cudattn_handle* h, const cudattn_merg
     if (row < 0) return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "no merge kernel for dtype %d", a->dtype);
     rows = (long long)a->batch * a->heads * a->seqlen_q;
     if (rows == 0) return CUDATTN_OK;
+    if (rows >= (1LL << 31)) /* the kernel counts rows in 32 bits */
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "merge takes fewer than 2^31 rows (batch x heads x "
+                             "seqlen_q); merge in pieces");
     CUDATTN__TRY(cudattn__function(h, row, &fn));
     memset(&p, 0, sizeof p);
     p.o_parts = a->o_parts; p.lse_parts = a->lse_parts; p.o = a->o.ptr; p.lse = a->lse;

@@ -333,14 +333,17 @@ def test_kvcache_long_paged():
 # ---------------------------------------------------------------------- merge on device
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 20])
+@pytest.mark.parametrize("n,D", [(1, 64), (2, 64), (3, 64), (20, 64), (45, 200), (70, 96)])
 @pytest.mark.parametrize("stacked", [False, True])
-def test_merge_on_device_matches_host(n, stacked):
+def test_merge_on_device_matches_host(n, D, stacked):
+    """Parts in chunks of 32 (45, 70), head dims over two column chunks (200); empty parts with NaN
+    outputs in the first and a later chunk."""
     rng = np.random.default_rng(n)
-    outs = _rand(rng, (n, 2, 3, 4, 64), np.float32)
+    outs = _rand(rng, (n, 2, 3, 4, D), np.float32)
     lses = rng.standard_normal((n, 2, 4, 3)).astype(np.float32)
-    lses[0, 0, 0, 0] = -np.inf
-    outs[0, 0, 0, 0] = np.nan  # a part that saw no key: its output must not matter
+    for i in {0, n - 1, 40} & set(range(n)):
+        lses[i, 0, 0, 0] = -np.inf
+        outs[i, 0, 0, 0] = np.nan  # a part that saw no key: its output must not matter
     if n > 1:
         lses[:, 1, 1, 1] = -np.inf  # a row no part saw
     want_o, want_l = reference.merge_attention_states(list(outs), list(lses))
@@ -357,6 +360,14 @@ def test_merge_on_device_matches_host(n, stacked):
     assert np.array_equal(np.isneginf(l), np.isneginf(want_l))
     fin = np.isfinite(want_l)
     np.testing.assert_allclose(l[fin], want_l[fin], rtol=1e-5, atol=1e-5)
+
+
+def test_merge_on_device_refuses_head_dims_it_cannot_move():
+    for D in (6, 264):
+        outs = cudattn.to_device(np.ones((2, 1, 1, 2, D), np.float32))
+        lses = cudattn.to_device(np.zeros((2, 1, 2, 1), np.float32))
+        with pytest.raises(ValueError, match="multiple of 4 up to 256"):
+            cudattn.merge_attention_states(outs, lses)
 
 
 def test_merge_of_split_attention_equals_whole():

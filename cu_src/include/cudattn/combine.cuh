@@ -19,14 +19,17 @@ namespace cudattn {
 // part s's elements c..c+3 as float4; dst: the row's output (head_dim elements). Returns the merged
 // LSE (every lane), for the caller to store where it wants. Out: an Elem (elem.cuh). sink: an
 // attention sink's logit (a part of LSE `sink` and O = 0, counted once here, never in the parts),
-// or -inf for none.
-template <class Out, class LseOf, class Load4>
+// or -inf for none. w_buf: 32 floats of shared memory for this warp alone. IN_FLIGHT: the O loads
+// a lane keeps in flight (registers: the merge kernel's 4, the decode kernel's tail 8).
+template <class Out, int IN_FLIGHT = 4, class LseOf, class Load4>
 __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int lane, LseOf lse_of, Load4 load4,
-                                             typename Out::type* dst, float sink = -CUDATTN_INF) {
+                                             typename Out::type* dst, float* w_buf, float sink = -CUDATTN_INF) {
+    // This lane's parts are lane, lane + 32, ...: the first one's LSE is read once, for all passes.
+    const float x0 = lane < num_parts ? lse_of(lane) : -CUDATTN_INF;
     float m = lane == 0 ? sink : -CUDATTN_INF;
     bool nan = false;  // a NaN LSE makes the row NaN rather than being dropped by fmaxf
     for (int s = lane; s < num_parts; s += 32) {
-        const float x = lse_of(s);
+        const float x = s < 32 ? x0 : lse_of(s);  // s = lane + 32 k
         m = fmaxf(m, x);
         nan |= x != x;
     }
@@ -36,7 +39,7 @@ __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int la
     float wsum = 0.f;
     if (m != -CUDATTN_INF)  // NaN m: expf gives NaN, and so does the row
         for (int s = lane; s < num_parts; s += 32) {
-            const float x = lse_of(s);
+            const float x = s < 32 ? x0 : lse_of(s);  // s = lane + 32 k
             if (x != -CUDATTN_INF) wsum += expf(x - m);
         }
     if (lane == 0 && sink != -CUDATTN_INF && m != -CUDATTN_INF) wsum += expf(sink - m);
@@ -45,20 +48,41 @@ __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int la
 
     const bool empty = m == -CUDATTN_INF;  // every part saw no key (and no sink): O = 0, LSE = -inf
     const float inv = empty ? 0.f : 1.f / wsum;
-    for (int c = lane * 4; c < head_dim; c += 128) {
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (!empty)
-            for (int s = 0; s < num_parts; ++s) {
-                const float x = lse_of(s);
-                if (x == -CUDATTN_INF) continue;
-                const float w = expf(x - m);
-                const float4 v = load4(s, c);
-                acc.x = fmaf(w, v.x, acc.x);
-                acc.y = fmaf(w, v.y, acc.y);
-                acc.z = fmaf(w, v.z, acc.z);
-                acc.w = fmaf(w, v.w, acc.w);
+    // O: the weights of 32 parts at a time are computed a lane a part and handed over through
+    // w_buf (this warp's 32 floats of shared memory), so that the loads of successive parts do not
+    // wait on each other (a part's LSE, then its O, one after the other: two L2 round trips a
+    // part, microseconds at the end of every split decode call). An empty part (LSE -inf: its O may
+    // hold anything) is loaded too, then dropped by its weight's mark -1; every other part counts,
+    // so a NaN or inf in its O or weight reaches the row.
+    float4 acc[2];  // columns lane * 4 + 128 k, k < 2: head dims up to 256
+#pragma unroll
+    for (int k = 0; k < 2; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s0 = 0; s0 < num_parts; s0 += 32) {
+        const float x = s0 == 0 ? x0 : s0 + lane < num_parts ? lse_of(s0 + lane) : -CUDATTN_INF;
+        __syncwarp();  // the previous chunk's reads are done
+        w_buf[lane] = (empty || x == -CUDATTN_INF) ? -1.f : expf(x - m);
+        __syncwarp();
+        const int n = min(32, num_parts - s0);
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            const int c = lane * 4 + 128 * k;
+            if (c >= head_dim) break;
+#pragma unroll IN_FLIGHT
+            for (int i = 0; i < n; ++i) {
+                const float w = w_buf[i];
+                const float4 v = load4(s0 + i, c);
+                const bool use = !(w < 0.f);  // NaN too
+                acc[k].x = use ? fmaf(w, v.x, acc[k].x) : acc[k].x;
+                acc[k].y = use ? fmaf(w, v.y, acc[k].y) : acc[k].y;
+                acc[k].z = use ? fmaf(w, v.z, acc[k].z) : acc[k].z;
+                acc[k].w = use ? fmaf(w, v.w, acc[k].w) : acc[k].w;
             }
-        Out::store4(dst + c, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        const int c = lane * 4 + 128 * k;
+        if (c < head_dim) Out::store4(dst + c, make_float4(acc[k].x * inv, acc[k].y * inv, acc[k].z * inv, acc[k].w * inv));
     }
     return empty ? -CUDATTN_INF : m + logf(wsum);
 }

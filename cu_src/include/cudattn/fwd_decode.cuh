@@ -321,6 +321,8 @@ struct FwdDecode {
         __syncthreads();
         if (!*last) return;
         __threadfence();
+        static_assert(SMEM_BYTES >= 128 + NW * 32 * 4, "the merge's weight buffers fit in shared memory");
+        float* w_buf = reinterpret_cast<float*>(smem_raw + 128);  // 32 part weights a warp (combine_row)
         typedef typename ElemOf<T>::type Out;
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
         const long long part_rows = (long long)p.batch * p.heads_q * p.seqlen_q;
@@ -331,10 +333,10 @@ struct FwdDecode {
             const float* lse_row = p.lse_part + row;
             const float* o_row = p.o_part + row * p.head_dim;
             const long long o_part_stride = part_rows * p.head_dim;
-            const float lse = combine_row<Out>(  // the partials exclude the sink: it joins here, once
+            const float lse = combine_row<Out, 8>(  // the partials exclude the sink: it joins here, once
                 p.num_splits, p.head_dim, lane, [lse_row, part_rows](int s) { return __ldcg(lse_row + s * part_rows); },
                 [o_row, o_part_stride](int s, int c) { return Elem<0>::load4_l2(o_row + s * o_part_stride + c); },
-                static_cast<T*>(p.o) + b * p.o_stride_b + t * p.o_stride_s + hq * p.o_stride_h,
+                static_cast<T*>(p.o) + b * p.o_stride_b + t * p.o_stride_s + hq * p.o_stride_h, w_buf + 32 * warp,
                 p.sinks != nullptr ? p.sinks[hq] : -CUDATTN_INF);
             if (p.write_lse && lane == 0) p.lse[row] = lse;
         }
