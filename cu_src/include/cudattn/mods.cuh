@@ -35,7 +35,7 @@ __device__ __forceinline__ void softcap_tile(float (&s)[MF][NF][4], float softca
 }
 
 // Whether a build's softmax takes the bound of softcapped scores as every row's max
-// (OnlineSoftmax::exponentiate_bounded): softcap without ALiBi (whose bias is unbounded), P in
+// (OnlineSoftmax::exponentiate, bounded): softcap without ALiBi (whose bias is unbounded), P in
 // bfloat16, and 2^-2c inside float32's normal range by a wide margin (c = softcap * log2 e).
 template <typename T, int MODS>
 __device__ __forceinline__ bool bounded_scores(float scale_log2) {
