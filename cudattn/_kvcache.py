@@ -116,7 +116,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
       ``(B, Hkv)`` arrays, as `cudattn.attention`'s): the cache holds ``x / descale``. q, and
       ``k_new``/``v_new``, stay in float16 or bfloat16; the new rows are quantized on append
       (divided by their descale, rounded to nearest even, saturated at ±448). The split-KV
-      kernel converts each key tile to q's dtype in shared memory (exactly) and scales the scores
+      kernel converts each key tile to float16 in registers (exactly) and scales the scores
       and the output by the descales. More query tokens (chunked prefill, a packed q) first
       dequantize the used rows into a 16-bit copy for the prefill kernels. sm_89 and newer.
     - An FP8 ``q`` (``float8_e4m3fn``, with an FP8 cache only), with ``q_descale`` (as the

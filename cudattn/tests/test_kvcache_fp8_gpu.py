@@ -1,6 +1,6 @@
 """GPU: FP8 (e4m3) KV caches in `attention_with_kvcache` (split-KV decode).
 
-The kernel converts each key tile to q's dtype exactly and scales scores and output by the
+The kernel converts each key tile exactly (into float16 products) and scales scores and output by the
 descales, so it is held to the 16-bit rule (DESIGN §6) against the float64 reference on the
 dequantized cache (``cache * descale``), with `attention_naive` in q's dtype as the yardstick:
 a stricter rule than FP8 inputs' (whose P is rounded to e4m3). The cache is read back after each
