@@ -149,12 +149,7 @@ __device__ __forceinline__ void qk_product_e4m3(float (&s)[MF][NF][4], const uin
                                                 int lane) {
     constexpr int PIECE = D / 4 < 16 ? D / 4 : 16;  // bytes per load of the lane's D/4 (D 32: 8)
     constexpr int WORDS = PIECE / 4;
-#pragma unroll
-    for (int mf = 0; mf < MF; ++mf)
-#pragma unroll
-        for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[mf][nf][e] = 0.f;
+    zero_fragments(s);
 #pragma unroll
     for (int h = 0; h < D / 4 / PIECE; ++h) {
         u32 kw[NF][WORDS];

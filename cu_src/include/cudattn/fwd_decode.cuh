@@ -209,12 +209,7 @@ struct FwdDecode {
         OnlineSoftmax<MF> softmax;
         softmax.init();
         float o[MF][DF][4];
-#pragma unroll
-        for (int mf = 0; mf < MF; ++mf)
-#pragma unroll
-            for (int df = 0; df < DF; ++df)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) o[mf][df][e] = 0.f;
+        zero_fragments(o);
 
         const LaneTile<D> q_lane(lane & 15, lane >> 4);
         const LaneTile<D> k_lane(((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1);

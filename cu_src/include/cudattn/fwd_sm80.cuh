@@ -193,12 +193,7 @@ struct FwdSm80 {
         OnlineSoftmax<MF> softmax;
         softmax.init();
         float o[MF][DF][4];
-#pragma unroll
-        for (int mf = 0; mf < MF; ++mf)
-#pragma unroll
-            for (int df = 0; df < DF; ++df)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) o[mf][df][e] = 0.f;
+        zero_fragments(o);
 
         const int warp_row0 = warp * MF * 16;
         // ldmatrix row addresses: Q (A operand) rows by lane%16, chunk +lane/16; K (B operand, not

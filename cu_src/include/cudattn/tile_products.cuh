@@ -7,17 +7,23 @@
 
 namespace cudattn {
 
+// Every accumulator of M x N mma fragments set to 0.
+template <int M, int N>
+__device__ __forceinline__ void zero_fragments(float (&a)[M][N][4]) {
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int n = 0; n < N; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) a[m][n][e] = 0.f;
+}
+
 // S = Q·Kᵀ for MF 16-row fragments of Q and NF 8-key fragments of K, over KSTEPS steps of 16
 // units of the head dim (16-bit types: k16 steps; e4m3: k32 steps, 32 bytes of Q and K rows either way).
 template <typename T, int MF, int NF, int KSTEPS, int WQ, int WK>
 __device__ __forceinline__ void qk_product(float (&s)[MF][NF][4], u32 q_base, const LaneTile<WQ>& q_lane, u32 k_base,
                                            const LaneTile<WK>& k_lane) {
-#pragma unroll
-    for (int mf = 0; mf < MF; ++mf)
-#pragma unroll
-        for (int nf = 0; nf < NF; ++nf)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[mf][nf][e] = 0.f;
+    zero_fragments(s);
 #pragma unroll
     for (int kk = 0; kk < KSTEPS; ++kk) {
         u32 a[MF][4];
