@@ -109,7 +109,7 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
     ``window_size=(left, right)``: a sliding window, FlashAttention's convention: query ``i`` sees
     key ``j`` iff ``i + Sk - Sq - left <= j <= i + Sk - Sq + right`` (-1: that side open;
     ``causal=True`` sets ``right = 0``). Key tiles outside every row's window are skipped, so the
-    time follows the window. Not yet for FP8 inputs.
+    time follows the window.
 
     Score modifiers (FlashAttention's conventions; each in the float64 reference too), applied in
     this order: ``softcap`` (a float, 0 or None: off): scores ``s = scale · q·kᵀ`` become
@@ -121,7 +121,8 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
     and the LSE includes the sink, so `merge_attention_states` of a sinked result with results
     over other keys (without sinks) stays exact; a row that sees no key gets output 0 and LSE
     ``sink``. Arrays follow the descales' rule: NumPy for NumPy calls, device arrays otherwise.
-    FP8 inputs take sinks but not yet softcap or ALiBi.
+    FP8 inputs take them all, on the dequantised scores (``s = scale · q_descale · k_descale ·
+    q·kᵀ``).
 
     Packed variable-length batches (FlashAttention's ``flash_attn_varlen_func`` convention): pass
     ``cu_seqlens_q``, ``cu_seqlens_k`` (int32 ``(B + 1,)`` offsets: start at 0, never decrease, end

@@ -26,10 +26,11 @@ import numpy as np
 from ._params import LOG2E, scale_log2
 
 __all__ = ["ScoreMods", "KernelMods", "parse_modifiers", "kernel_mods", "window_of", "NONE", "MOD_SOFTCAP",
-           "MOD_ALIBI", "fill_params"]
+           "MOD_ALIBI", "MOD_WINDOW", "fill_params"]
 
 #: Bits of a kernel build's score modifiers (CUDATTN_MODS, cu_src/include/cudattn/mods.cuh).
-MOD_SOFTCAP, MOD_ALIBI = 1, 2
+#: MOD_WINDOW: a sliding window compiled into an FP8 Hopper build (the other builds always take one).
+MOD_SOFTCAP, MOD_ALIBI, MOD_WINDOW = 1, 2, 4
 
 _F32 = np.dtype(np.float32)
 

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 from . import _decode, _fp8, _geometry, _tma, _traits
-from ._modifiers import fill_params
+from ._modifiers import MOD_WINDOW, fill_params
 from ._params import FwdParams, FwdSm90Params, scale_log2
 from ._problem import Problem, TensorGeom
 from ._traits import Variant
@@ -96,8 +96,9 @@ def paged_box_rows(problem: Problem, block_n: int) -> int:
 def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, family: str) -> Plan:
     windowed = problem.window is not None
     # Windows: Hopper builds of two consumer warpgroups only (fwd_sm90.cuh, WINDOW): the tiles the
-    # short-causal rule picks (seqlen_q 1), else the portable kernel.
-    mods = problem.mods.bits if problem.mods is not None else 0
+    # short-causal rule picks (seqlen_q 1), else the portable kernel; FP8 Hopper builds compile
+    # the window in only when asked (MOD_WINDOW, with narrower key tiles: _traits).
+    mods = (problem.mods.bits if problem.mods is not None else 0) | (MOD_WINDOW if windowed else 0)
     variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family, problem.out_dtype,
                              1 if windowed and family == "sm90" else problem.seqlen_q, mods)
     if windowed and family == "sm90" and variant.tiles.block_m > 128:
@@ -159,8 +160,9 @@ def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, ls
     if problem.window is not None:
         params.has_window = 1
         params.window_left, params.window_right = problem.window
-    if problem.mods is not None:
-        fill_params(params, problem.mods, problem.scale)
+    if problem.mods is not None:  # FP8: the scalar descales scale the scores (the arrays: fp8.cuh)
+        d = problem.descales
+        fill_params(params, problem.mods, problem.scale if d is None else problem.scale * d.q * d.k)
     if plan.variant.family != "sm90":
         return params
     P = FwdSm90Params()

@@ -12,12 +12,13 @@ an sm_90 device run the portable kernel, to compare the two.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 
 import ml_dtypes
 import numpy as np
 
-import os
+from ._modifiers import MOD_ALIBI, MOD_SOFTCAP, MOD_WINDOW
 
 FAMILIES = ("sm80", "sm90")
 KERNEL_SOURCE = {"sm80": "flash_fwd_sm80.cu", "sm90": "flash_fwd_sm90.cu"}
@@ -121,6 +122,11 @@ _FP8_SM90_TILES = {
     (256, False): Tiles(128, 128, 12, 2, 1, True, 1),
     (256, True): Tiles(128, 128, 12, 2, 1, True, 1),
 }
+# FP8 Hopper builds with a window or ALiBi: their per-row bounds or diagonals beside the scores
+# of 192 or 256 keys (or O of 256 columns) spill, so the key tile narrows: 128 keys (64 at head
+# dim 256 would load Vt boxes of 128 keys half unused; 96 uses three quarters of them). A softcap
+# alone keeps the plain tiles.
+_FP8_SM90_NARROW_KEYS = {64: 128, 128: 128, 256: 96}
 _FP8_CANDIDATES = {  # the portable kernel (sm_89, or any family forced to sm80)
     # One 16-row fragment per warp: two (128 x 64 x 4 warps) hold S and O of 128 columns in 255
     # registers and spill. Not yet tuned on a GPU. sm_89 registers: d64 112, d128 165, d256 233.
@@ -141,7 +147,7 @@ class Variant:
     tiles: Tiles
     family: str = "sm80"
     out_dtype: str = ""  # FP8: "bfloat16" | "float16" | "float32"; 16-bit: "" (the input dtype)
-    mods: int = 0  # score modifiers compiled in: _modifiers.MOD_SOFTCAP | MOD_ALIBI (16-bit only)
+    mods: int = 0  # score modifiers compiled in: _modifiers.MOD_SOFTCAP | MOD_ALIBI | MOD_WINDOW
 
     @property
     def elem_bytes(self) -> int:
@@ -193,7 +199,7 @@ class Variant:
         t = self.tiles
         extra = (f" q{t.q_stages}" if self.family == "sm90" else "") + (" pingpong" if t.pingpong else "")
         out = f"->{self.out_dtype}" if self.out_dtype else ""
-        mods = "".join(n for bit, n in ((1, " softcap"), (2, " alibi")) if self.mods & bit)
+        mods = "".join(n for bit, n in ((1, " softcap"), (2, " alibi"), (4, " window")) if self.mods & bit)
         return (f"{self.family} {self.dtype}{out} d{self.tile_dim} {'causal' if self.causal else 'full'} "
                 f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages}{extra}{mods}")
 
@@ -212,12 +218,13 @@ def family_for(arch: str) -> str:
     return "sm90"
 
 
-def key_tile(dtype, head_dim: int, causal: bool, props, out_dtype=None) -> int:
-    """Keys per tile of the variant that serves such a call on a device with properties ``props``.
-    The FP8 emulation (reference.attention_fp8_emulated) rounds P against the running max of the
-    same tiles, so the tests pass it this."""
+def key_tile(dtype, head_dim: int, causal: bool, props, out_dtype=None, mods: int = 0) -> int:
+    """Keys per tile of the variant that serves such a call (``mods``: the modifiers it has,
+    _modifiers.MOD_*) on a device with properties ``props``. The FP8 emulation
+    (reference.attention_fp8_emulated) rounds P against the running max of the same tiles, so the
+    tests pass it this."""
     return select(dtype, head_dim, causal, props.max_shared_memory_per_block_optin, family_for(props.arch),
-                  out_dtype).tiles.block_n
+                  out_dtype, mods=mods).tiles.block_n
 
 
 def _dtype_name(dtype) -> str:
@@ -231,10 +238,17 @@ def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, 
            out_dtype: np.dtype | str | None = None, seqlen_q: int | None = None, mods: int = 0) -> Variant:
     """The variant for a problem; ``out_dtype`` matters only for FP8 (default bfloat16), ``seqlen_q``
     (query rows a sequence; None: long) only for the Hopper family's short causal tiles; ``mods``:
-    the score modifiers compiled in (16-bit only)."""
+    the score modifiers the call needs (_modifiers.MOD_*), of which the build keeps those it
+    compiles in: MOD_WINDOW only for the FP8 Hopper family (every other build takes a window)."""
     name = _dtype_name(dtype)
     if name == FP8:
-        return _select_fp8(head_dim, causal, smem_limit, family, out_dtype)
+        v = _select_fp8(head_dim, causal, smem_limit, family, out_dtype)
+        if family != "sm90":
+            return replace(v, mods=mods & ~MOD_WINDOW)
+        if mods & (MOD_WINDOW | MOD_ALIBI):
+            v = replace(v, tiles=replace(v.tiles, block_n=_FP8_SM90_NARROW_KEYS[v.tile_dim]))
+        return replace(v, mods=mods)
+    mods &= ~MOD_WINDOW
     if mods:
         v = select(dtype, head_dim, causal, smem_limit, family, out_dtype, seqlen_q)
         t = _MODS_CANDIDATES.get(v.tile_dim) if family != "sm90" else None
@@ -305,8 +319,18 @@ def all_variants(arch: str) -> list[Variant]:
 
 def mods_variants(arch: str) -> list[Variant]:
     """Builds with softcap and ALiBi (both: the most registers) of each family and tile width, for
-    the compile checks: float16 (bfloat16 differs only in its conversions), causal and not."""
+    the compile checks: float16 (bfloat16 differs only in its conversions), causal and not; and
+    on FP8 targets the FP8 builds with a softcap (the plain key tiles) and with all three (a window
+    too: narrower key tiles), of the family such a device runs (the portable FP8 family on Hopper,
+    where mma.sync e4m3 becomes conversions and 16-bit MMAs, runs only when forced, in tests: at
+    head dim 256 with modifiers it spills there)."""
     limit = ARCH_SMEM_LIMIT[arch]
     fams = ("sm80", "sm90") if arch in HOPPER_ARCHS else ("sm80",)
     dims = {"sm80": TILE_DIMS, "sm90": SM90_TILE_DIMS}
-    return [select("float16", d, c, limit, fam, mods=3) for fam in fams for d in dims[fam] for c in (False, True)]
+    out = [select("float16", d, c, limit, fam, mods=MOD_SOFTCAP | MOD_ALIBI)
+           for fam in fams for d in dims[fam] for c in (False, True)]
+    if arch in FP8_ARCHS:  # FP8 with every modifier (the window: Hopper's); one output dtype (the same code)
+        fam, fp8_dims = ("sm90", FP8_SM90_TILE_DIMS) if arch in HOPPER_ARCHS else ("sm80", FP8_TILE_DIMS)
+        out += [select(FP8, d, c, limit, fam, "bfloat16", mods=m)
+                for m in (MOD_SOFTCAP, MOD_SOFTCAP | MOD_ALIBI | MOD_WINDOW) for d in fp8_dims for c in (False, True)]
+    return out

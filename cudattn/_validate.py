@@ -378,12 +378,9 @@ def validate(
     # 7. flags and scale
     causal = _check_bool("causal", causal)
     window = None if window_size is None else window_of(window_size, causal)
-    if window is not None and qdt == FLOAT8_E4M3:
-        raise NotImplementedError("sliding windows (window_size) are not supported for FP8 inputs yet")
     return_lse = _check_bool("return_lse", return_lse)
     scale = _check_scale(scale, D)
     mods = kernel_mods(softcap, sinks, alibi_slopes, batch=B, heads_q=Hq, host=host)
-    check_fp8_mods(mods, qdt == FLOAT8_E4M3)
 
     # 8. FP8 descales, split-KV
     descales = None
@@ -425,10 +422,3 @@ def validate(
         window=window,
         mods=mods,
     )
-
-
-def check_fp8_mods(mods, fp8: bool) -> None:
-    """FP8 kernels take sinks but not yet softcap or ALiBi (their score scale is per batch and head)."""
-    if fp8 and mods is not None and (mods.softcap or mods.alibi):
-        name = "softcap" if mods.softcap else "alibi_slopes"
-        raise NotImplementedError(f"{name} is not supported for FP8 inputs yet (16-bit inputs take it; FP8 takes sinks)")

@@ -20,7 +20,7 @@ from ._dtypes import FLOAT8_E4M3
 from ._operands import OTHER, kind_of
 from ._problem import TensorGeom, Varlen
 from ._modifiers import kernel_mods
-from ._validate import _describe, check_fp8_mods, fp8_descales, validate
+from ._validate import _describe, fp8_descales, validate
 from ._varlen import check_cu_seqlens, check_device_offsets, check_max_seqlen
 
 __all__ = ["attention_varlen"]
@@ -166,7 +166,6 @@ def validate_varlen(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags: dict, ou
         raise ValueError(f"FP8 packed batches take at most {_MAX_GRID_YZ} sequences a call; got {batch}: split the "
                          f"call")
     km = kernel_mods(*mods, batch=batch, heads_q=problem.heads_q, host=host)
-    check_fp8_mods(km, fp8)
     zero = lambda g: TensorGeom(0, g.seq, g.head)  # noqa: E731 (packed: no batch axis)
     return replace(problem, mods=km, batch=batch, seqlen_q=min(max_q, total_q), seqlen_k=min(max_k, total_k),
                    q_strides=zero(problem.q_strides), k_strides=zero(problem.k_strides),

@@ -643,6 +643,8 @@ def attention_fp8_emulated(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike,
                            scale: float | None = None, layout: Layout = "bshd", q_descale: HostArrayLike | None = None,
                            k_descale: HostArrayLike | None = None, v_descale: HostArrayLike | None = None,
                            out_dtype: DTypeLike | None = None, return_lse: bool = False, block_n: int = 128,
+                           window_size: tuple[int, int] | None = None, softcap: float | None = None,
+                           sinks: HostArrayLike | None = None, alibi_slopes: HostArrayLike | None = None,
                            ) -> NDArray[Any] | tuple[NDArray[Any], NDArray[np.float32]]:
     """The FP8 kernels' arithmetic in NumPy (cu_src/include/cudattn/fp8.cuh, softmax.cuh).
 
@@ -660,7 +662,17 @@ def attention_fp8_emulated(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike,
 
     then ``out = O · (1/l) · v_descale`` rounded to ``out_dtype`` (default bfloat16; float16,
     bfloat16 or float32) and ``lse = (m + log2 l)·ln 2`` (float32). Rows that see no key give 0
-    and ``-inf``. Differences left from the kernels: float32 summation order (NumPy's matmul and
+    and ``-inf``.
+
+    Score modifiers as in `attention`, where the kernels apply them: a softcap takes the raw
+    scores through ``tanh(S · p)`` with ``p = scale·q_descale·k_descale / softcap`` (float32), and
+    the exp2 domain is ``x = tanh(...) · softcap·log2(e)``; ALiBi adds ``-slope·|i + Sk - Sq - j|·
+    log2(e)`` to ``x``; the window and causal masks make ``x = -inf``; a sink joins at the end,
+    ``M = max(m, sink·log2 e)``, ``l' = l·2^(m−M) + 2^(sink·log2 e − M)``, ``out = O·2^(m−M)/l'``,
+    ``lse = (M + log2 l')·ln 2`` (a row that sees no key: 0 and the sink). The kernels' tanh is
+    ``tanh.approx`` (relative error about 2^-11), not NumPy's.
+
+    Differences left from the kernels: float32 summation order (NumPy's matmul and
     pairwise sums vs the tensor cores' and the quads'), the descales folded into the score scale
     in float64 then rounded once, and exact ``exp2`` instead of ``ex2.approx``: an e4m3 rounding
     of P that lands on a tie can go the other way, nothing more. ``block_n`` is the kernel's key
@@ -703,10 +715,18 @@ def attention_fp8_emulated(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike,
     dq = _descale(q_descale, "q_descale", B, Hkv)
     dk = _descale(k_descale, "k_descale", B, Hkv)
     dv = _descale(v_descale, "v_descale", B, Hkv)
-    sl2 = (scale * _LOG2E * (ones if dq is None else dq) * (ones if dk is None else dk)).astype(np.float32)
-    sl2[sl2 == 0] = np.float32(1e-30)  # as the kernels: a zero scale would make NaN of masked scores
+    mods = _parse_mods(window_size, softcap, sinks, alibi_slopes, causal, B, Hq)
+    folded = scale * (ones if dq is None else dq) * (ones if dk is None else dk)
+    cap = mods.softcap
+    if cap:  # the scores' scale goes inside the tanh; the softmax takes the cap's
+        pre = (folded / cap).astype(np.float32).astype(np.float64)[:, :, None, None, None]
+        sl2 = np.full((B, Hkv), np.float32(cap * _LOG2E), np.float32)
+    else:
+        sl2 = (folded * _LOG2E).astype(np.float32)
+        sl2[sl2 == 0] = np.float32(1e-30)  # as the kernels: a zero scale would make NaN of masked scores
     sl2 = sl2.astype(np.float64)[:, :, None, None, None]  # float32 values; float64 for exact products
     out_scale = (ones if dv is None else dv).astype(np.float32)[:, :, None, None]
+    slopes = None if mods.alibi is None else (mods.alibi.reshape(B, Hkv, G)[:, :, :, None, None] * _LOG2E)
 
     m = np.full((B, Hkv, G, Sq), -np.inf, dtype=np.float32)
     l = np.zeros((B, Hkv, G, Sq), dtype=np.float32)
@@ -721,10 +741,15 @@ def attention_fp8_emulated(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike,
             if i0 >= Sq:
                 continue
             s = np.matmul(qb[:, :, :, i0:], kb[:, :, :, j0:j1].swapaxes(-1, -2))  # float32
-            x = s.astype(np.float64) * sl2  # exact: a product of two float32
-            if causal:
-                visible = np.arange(j0, j1)[None, :] <= np.arange(i0, Sq)[:, None] + off
-                x = np.where(visible, x, -np.inf)
+            if cap:
+                x = np.tanh(s.astype(np.float64) * pre) * sl2
+            else:
+                x = s.astype(np.float64) * sl2  # exact: a product of two float32
+            rows_i, cols = np.arange(i0, Sq), np.arange(j0, j1)
+            if slopes is not None:
+                x = x - slopes * np.abs(rows_i[:, None] + off - cols[None, :])
+            if causal or mods.window != (-1, -1):
+                x = np.where(mods.visible(rows_i, cols, Sq, Sk, causal), x, -np.inf)
             m_old = m[..., i0:]
             m_new = np.maximum(m_old, x.max(axis=-1).astype(np.float32))  # rounding is monotonic
             m_use = np.where(m_new == -np.inf, np.float32(0), m_new)  # no key yet: exp2(-inf - 0) = 0
@@ -734,8 +759,17 @@ def attention_fp8_emulated(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike,
             o[..., i0:, :] = o[..., i0:, :] * alpha[..., None] + np.matmul(_round_e4m3(p), vb[:, :, :, j0:j1])
             m[..., i0:] = m_new
 
-        nonempty = l != 0  # as the kernels: a row is empty iff its sum is exactly 0 (NaN stays NaN)
-        inv = np.where(nonempty, np.float32(1) / np.where(nonempty, l, np.float32(1)), np.float32(0))
+        if mods.sinks is not None:  # one more term of the denominator, carrying no value
+            sink = (mods.sinks.reshape(Hkv, G) * _LOG2E).astype(np.float32)[None, :, :, None]
+            M = np.maximum(m, sink)
+            a = np.where(m == -np.inf, np.float32(0), np.exp2(m - M))
+            l = l * a + np.exp2(sink - M)
+            inv = a / l
+            m = M
+            nonempty = np.ones(l.shape, bool)
+        else:
+            nonempty = l != 0  # as the kernels: a row is empty iff its sum is exactly 0 (NaN stays NaN)
+            inv = np.where(nonempty, np.float32(1) / np.where(nonempty, l, np.float32(1)), np.float32(0))
         out = o * (inv * out_scale)[..., None]
         out = _from_bhsd(out.reshape(B, Hq, Sq, D), layout).astype(out_dt)
         log_l = np.log2(np.where(nonempty, l, np.float32(1)))

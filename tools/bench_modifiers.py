@@ -106,6 +106,41 @@ def window_row(B, S, H, D, W):
     return row
 
 
+def _fp8(*shape):
+    return (torch.randn(*shape, device=DEV) * 8).to(torch.float8_e4m3fn)
+
+
+def fp8_modifier_row(B, S, H, D, causal):
+    """FP8 inputs (scalar descales): each modifier's cost over the plain FP8 call."""
+    q, k, v = (_fp8(B, S, H, D) for _ in range(3))
+    ds = dict(q_descale=0.125, k_descale=0.125, v_descale=0.125)
+    sinks = torch.randn(H, device=DEV, dtype=torch.float32)
+    slopes = 2.0 ** -torch.linspace(1, 8, H, device=DEV, dtype=torch.float32)
+    fns = {"plain": lambda: cudattn.attention(q, k, v, causal=causal, **ds),
+           "softcap": lambda: cudattn.attention(q, k, v, causal=causal, softcap=30.0, **ds),
+           "sinks": lambda: cudattn.attention(q, k, v, causal=causal, sinks=sinks, **ds),
+           "alibi": lambda: cudattn.attention(q, k, v, causal=causal, alibi_slopes=slopes, **ds)}
+    flops = 4.0 * B * H * D * (causal_pairs(S, S) if causal else S * S)
+    return rows_of(fns, "plain", flops, {"kind": "fp8_modifiers", "B": B, "S": S, "H": H, "D": D, "causal": causal})
+
+
+def fp8_window_row(B, S, H, D, W):
+    """FP8 inputs: a causal window of W keys against a dense call over W + 1 keys (the same work)."""
+    q, k, v = (_fp8(B, S, H, D) for _ in range(3))
+    kd, vd = k[:, :W + 1].contiguous(), v[:, :W + 1].contiguous()
+    ds = dict(q_descale=0.125, k_descale=0.125, v_descale=0.125)
+    fns = {"window": lambda: cudattn.attention(q, k, v, causal=True, window_size=(W, 0), **ds),
+           "dense": lambda: cudattn.attention(q, kd, vd, **ds)}
+    g, ab = gpu_ms(fns), interleaved(fns)
+    row = {"kind": "fp8_window", "B": B, "S": S, "H": H, "D": D, "W": W}
+    for c in fns:
+        work = 4.0 * B * H * D * (S * (W + 1) if c == "dense" else sum(min(i + 1, W + 1) for i in range(S)))
+        row[f"{c}_gpu_ms"], row[f"{c}_b2b_ms"], row[f"{c}_called_ms"] = g[c], ab[c][0], ab[c][1]
+        row[f"{c}_tflops"] = work / g[c] / 1e9
+    row["window_vs_dense_tflops"] = row["window_tflops"] / row["dense_tflops"]
+    return row
+
+
 def decode_row(B, L, Hq, Hkv, D):
     q = torch.randn(B, 1, Hq, D, device=DEV, dtype=torch.bfloat16)
     k, v = (torch.randn(B, L, Hkv, D, device=DEV, dtype=torch.bfloat16) for _ in range(2))
@@ -167,11 +202,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=["decode"], help="only the decode rows (modifiers and FP8 caches)")
+    ap.add_argument("--only", choices=["decode", "fp8"],
+                    help="only the decode rows (modifiers and FP8 caches), or only the FP8-input rows")
     a = ap.parse_args()
     rows = []
     if a.only:
-        _decode_rows(rows)
+        (_decode_rows if a.only == "decode" else _fp8_rows)(rows)
         _write(a.json, rows)
         return
     for causal in (False, True):
@@ -183,8 +219,17 @@ def main():
     for shape in ((4, 4096, 16, 128, 512), (2, 8192, 16, 128, 512)):
         rows.append(window_row(*shape))
         print(json.dumps(rows[-1]), flush=True)
+    _fp8_rows(rows)
     _decode_rows(rows)
     _write(a.json, rows)
+
+
+def _fp8_rows(rows: list) -> None:
+    for causal in (False, True):
+        rows.append(fp8_modifier_row(4, 4096, 16, 128, causal))
+        print(json.dumps(rows[-1]), flush=True)
+    rows.append(fp8_window_row(4, 4096, 16, 128, 512))
+    print(json.dumps(rows[-1]), flush=True)
 
 
 def _decode_rows(rows: list) -> None:

@@ -58,12 +58,16 @@ def kernel_family(request, monkeypatch):
     return request.param
 
 
-def _block_n(D, causal, out_dtype) -> int:
-    """The key tile of the FP8 kernel that serves this call: the emulation rounds P against the
-    same running max then."""
-    from cudattn import _device, _traits
+def _block_n(D, causal, out_dtype, mods=None) -> int:
+    """The key tile of the FP8 kernel that serves this call (``mods``: its modifier keywords): the
+    emulation rounds P against the same running max then."""
+    from cudattn import _device, _modifiers, _traits
 
-    return _traits.key_tile(_traits.FP8, D, causal, _device.device_properties(0), out_dtype)
+    mods = mods or {}
+    bits = ((_modifiers.MOD_WINDOW if mods.get("window_size") is not None else 0)
+            | (_modifiers.MOD_ALIBI if mods.get("alibi_slopes") is not None else 0)
+            | (_modifiers.MOD_SOFTCAP if mods.get("softcap") else 0))
+    return _traits.key_tile(_traits.FP8, D, causal, _device.device_properties(0), out_dtype, bits)
 
 
 def _shapes(B, Sq, Sk, Hq, Hkv, D, layout):
@@ -110,11 +114,12 @@ def _poisoned_out(shape, dtype, host):
     return out
 
 
-def run(q, k, v, kw, *, causal=False, layout="bshd", scale=None, out_dtype=None, host=False, lse=True):
-    """cudattn.attention on these inputs (NumPy, or copied to the device with device descales),
-    into a NaN-poisoned `out`; returns (out, lse) as NumPy arrays."""
+def run(q, k, v, kw, *, causal=False, layout="bshd", scale=None, out_dtype=None, host=False, lse=True, mods=None):
+    """cudattn.attention on these inputs (NumPy, or copied to the device with device descales and
+    modifier arrays), into a NaN-poisoned `out`; returns (out, lse) as NumPy arrays."""
     odt = BF16 if out_dtype is None else np.dtype(out_dtype)
     out = _poisoned_out(q.shape, odt, host)
+    kw = {**kw, **(mods or {})}
     if host:
         args, dkw = (q, k, v), kw
     else:
@@ -137,25 +142,38 @@ LSE_REL = 2.0 ** -8
 
 
 def check(B, Sq, Sk, Hq, Hkv, D, *, causal=False, layout="bshd", descales="array", dist="normal", out_dtype=None,
-          host=False, scale=None, lse=True, max_factor=None):
+          host=False, scale=None, lse=True, max_factor=None, mods=None, inputs=None):
+    """One call against the float64 reference and the emulation. ``mods``: score modifiers (window_size,
+    softcap, sinks, alibi_slopes; NumPy arrays); ``inputs``: (q, k, v, descale keywords) to use."""
     rng = np.random.default_rng(next(_seed))
-    q, k, v, kw = make_inputs(rng, B, Sq, Sk, Hq, Hkv, D, layout=layout, descales=descales, dist=dist)
-    o, l = run(q, k, v, kw, causal=causal, layout=layout, scale=scale, out_dtype=out_dtype, host=host, lse=lse)
-    ref, ref_lse = reference.attention(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=True, **kw)
+    q, k, v, kw = inputs or make_inputs(rng, B, Sq, Sk, Hq, Hkv, D, layout=layout, descales=descales, dist=dist)
+    mods = mods or {}
+    o, l = run(q, k, v, kw, causal=causal, layout=layout, scale=scale, out_dtype=out_dtype, host=host, lse=lse,
+               mods=mods)
+    ref, ref_lse = reference.attention(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=True, **kw,
+                                       **mods)
     emul = reference.attention_fp8_emulated(q, k, v, causal=causal, scale=scale, layout=layout, out_dtype=out_dtype,
-                                            block_n=_block_n(D, causal, out_dtype), **kw)
+                                            block_n=_block_n(D, causal, out_dtype, mods), **kw, **mods)
     n_bad = int(np.count_nonzero(~np.isfinite(o.astype(np.float32))))
     assert n_bad == 0, f"{n_bad} outputs unwritten, NaN or infinite"
     ok, stats = reference.check_close_fp8(o, ref, emul, max_factor=max_factor)
     assert ok, stats
-    empty = np.isneginf(ref_lse)  # rows that see no key (causal, Sq > Sk): exactly 0
+    sinks = mods.get("sinks")
+    # rows that see no key (causal with Sq > Sk, a window): exactly 0, LSE -inf or their sink
+    empty = np.isneginf(ref_lse) if sinks is None else np.isneginf(reference.attention(
+        q, k, v, causal=causal, scale=scale, layout=layout, return_lse=True, **kw,
+        **{n: x for n, x in mods.items() if n != "sinks"})[1])
     if empty.any():
         rows = empty.transpose(0, 2, 1) if layout == "bshd" else empty  # (B, Sq, Hq) / (B, Hq, Sq)
         assert np.all(o.astype(np.float32)[rows] == 0)
     if lse:
         assert l.dtype == np.float32 and l.shape == (B, Hq, Sq)
-        assert np.array_equal(np.isneginf(l), empty), "LSE must be -inf exactly on rows that see no key"
         assert not np.isnan(l).any()
+        if sinks is None:
+            assert np.array_equal(np.isneginf(l), empty), "LSE must be -inf exactly on rows that see no key"
+        else:
+            assert np.isfinite(l).all(), "with sinks every row's LSE is finite"
+            np.testing.assert_allclose(l[empty], np.broadcast_to(sinks[None, :, None], l.shape)[empty], rtol=1e-6)
         # Score errors scale with sum |q_i k_i| (the tensor cores' FP8 accumulation), not |q . k|:
         # bound them by the LSE of |scale| |q| |k|^T, which is at least the largest such sum per row.
         _, abs_lse = reference.attention(np.abs(q), np.abs(k), v, causal=causal, layout=layout, return_lse=True,
@@ -257,6 +275,53 @@ def test_causal_more_queries_than_keys_gives_zero_rows():
     """Sq > Sk with bottom-right causal: the first Sq − Sk rows see nothing → 0 and LSE −inf."""
     check(1, 300, 100, 2, 2, 64, causal=True)
     check(1, 300, 100, 2, 2, 64, causal=True, host=True)
+
+
+WINDOWS = [  # (window, causal, Sq, Sk, D)
+    ((0, 0), False, 200, 333, 128),  # each row its diagonal key only
+    ((1, 1), False, 257, 190, 64),  # Sq > Sk: the first rows' windows hold no key
+    ((37, -1), True, 500, 700, 128),
+    ((-1, 45), False, 300, 301, 128),
+    ((130, 20), False, 1000, 1000, 256),
+    ((191, 0), True, 1024, 2048, 64),  # edges on and off the key tiles
+    ((300, 5), False, 77, 1500, 128),  # tiles skipped on both sides
+]
+
+
+@pytest.mark.parametrize("window,causal,sq,sk,d", WINDOWS)
+def test_window(window, causal, sq, sk, d):
+    """Sliding windows on FP8 inputs: only the tiles some row's window reaches are visited (the
+    emulation visits them all, which masked tiles leave unchanged), rows outside every key 0."""
+    check(2, sq, sk, 4, 2, d, causal=causal, mods=dict(window_size=window))
+
+
+@pytest.mark.parametrize("softcap", [2.0, 30.0, 50.0])
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_softcap(softcap, d):
+    """The q and k descales (per (batch, kv head) arrays here) scale the scores inside the tanh;
+    softcap 2 bends most of them, 30 and 50 the outliers."""
+    check(2, 333, 517, 8, 2, d, causal=True, dist="outliers", max_factor=6.0, mods=dict(softcap=softcap))
+
+
+@pytest.mark.parametrize("per_batch", [False, True], ids=["heads", "batch-heads"])
+@pytest.mark.parametrize("descales", ["float", "array"])
+def test_alibi(per_batch, descales):
+    """ALiBi with GQA (8 query heads on 2): the slope's bias is in the dequantised scores' units,
+    whatever the descales."""
+    rng = np.random.default_rng(next(_seed))
+    slopes = (rng.random((2, 8) if per_batch else 8) * 0.5).astype(np.float32)
+    check(2, 300, 450, 8, 2, 128, causal=False, descales=descales, mods=dict(alibi_slopes=slopes))
+
+
+@pytest.mark.parametrize("host", [False, True], ids=["device", "numpy"])
+@pytest.mark.parametrize("descales", ["float", "array"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_all_modifiers(causal, descales, host):
+    """Window, softcap, ALiBi and sinks in one call (rows that see no key: 0 and their sink)."""
+    rng = np.random.default_rng(next(_seed))
+    mods = dict(window_size=(90, 3), softcap=5.0, alibi_slopes=(rng.random(4) * 0.2).astype(np.float32),
+                sinks=(rng.standard_normal(4) * 2).astype(np.float32))
+    check(2, 400, 300, 4, 2, 128, causal=causal, descales=descales, host=host, mods=mods)
 
 
 def test_deterministic():

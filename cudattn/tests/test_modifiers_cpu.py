@@ -206,9 +206,11 @@ def test_attention_checks_the_window_before_gpu_work():
         cudattn.attention(q, q, q, window_size=(1,))
     with pytest.raises(ValueError, match=">= -1"):
         cudattn.attention(q, q, q, window_size=(0, -3))
-    q8 = np.zeros((1, 8, 2, 64), ml_dtypes.float8_e4m3fn)
-    with pytest.raises(NotImplementedError, match="FP8"):
-        cudattn.attention(q8, q8, q8, window_size=(4, 0))
+    q8 = np.zeros((1, 8, 2, 64), ml_dtypes.float8_e4m3fn)  # FP8 takes windows, checked alike
+    with pytest.raises(ValueError, match=">= -1"):
+        cudattn.attention(q8, q8, q8, window_size=(4, -2))
+    with pytest.raises(ValueError, match="softcap"):
+        cudattn.attention(q8, q8, q8, softcap=-1.0)
 
 
 def test_plain_windows_are_no_window():
@@ -235,3 +237,25 @@ def test_kernel_params_of_a_softcap():
     fill_params(q, KernelMods(softcap=30.0, alibi=True, alibi_per_batch=True), 0.0)
     assert q.softcap_pre == 0 and q.scale_log2 == pytest.approx(1e-30)
     assert q.alibi_mul == pytest.approx(-LOG2E / 1e-30) and q.alibi_stride_b == 4
+
+
+def test_fp8_window_builds():
+    """A windowed FP8 call on Hopper takes a build with the window compiled in (MOD_WINDOW) and a
+    key tile narrow enough that the window's bounds do not spill (ALiBi too); plain FP8 calls and
+    softcap ones keep their tiles; the portable family and 16-bit builds take windows without the
+    bit."""
+    from cudattn import _traits
+    from cudattn._modifiers import MOD_ALIBI, MOD_SOFTCAP, MOD_WINDOW
+
+    limit = _traits.ARCH_SMEM_LIMIT["sm_90a"]
+    for d, keys in ((64, 128), (128, 128), (256, 96)):
+        plain = _traits.select(_traits.FP8, d, True, limit, "sm90")
+        win = _traits.select(_traits.FP8, d, True, limit, "sm90", mods=MOD_WINDOW | MOD_SOFTCAP)
+        assert plain.mods == 0 and "CUDATTN_MODS" not in plain.defines()
+        assert win.mods == MOD_WINDOW | MOD_SOFTCAP and win.tiles.block_n == keys
+        assert win.defines()["CUDATTN_MODS"] == MOD_WINDOW | MOD_SOFTCAP and win.smem_bytes <= limit
+        assert _traits.select(_traits.FP8, d, True, limit, "sm90", mods=MOD_ALIBI).tiles.block_n == keys
+        assert _traits.select(_traits.FP8, d, True, limit, "sm90", mods=MOD_SOFTCAP).tiles == plain.tiles
+    assert _traits.select(_traits.FP8, 128, False, limit, "sm80", mods=MOD_WINDOW | MOD_ALIBI).mods == MOD_ALIBI
+    assert _traits.select("bfloat16", 128, False, limit, "sm90", mods=MOD_WINDOW) == \
+        _traits.select("bfloat16", 128, False, limit, "sm90")

@@ -288,6 +288,58 @@ def test_emulation_against_reference(shape, causal, layout, per):
     np.testing.assert_allclose(lse[~empty], ref_lse[~empty], rtol=1e-5, atol=1e-5)
 
 
+MODS = {
+    "window": dict(window_size=(17, 5)),
+    "window-left": dict(window_size=(40, -1)),
+    "softcap": dict(softcap=3.0),
+    "alibi": dict(alibi_slopes=np.array([0.3, 0.1, 0.05, 0.2], np.float32)),
+    "alibi-batch": dict(alibi_slopes=np.array([[0.3, 0.1, 0.05, 0.2], [0.0, 0.4, 0.1, 0.02]], np.float32)),
+    "sinks": dict(sinks=np.array([0.5, -1.0, 3.0, 0.0], np.float32)),
+    "all": dict(window_size=(30, 2), softcap=2.0, alibi_slopes=np.array([0.3, 0.1, 0.05, 0.2], np.float32),
+                sinks=np.array([0.5, -1.0, 3.0, 0.0], np.float32)),
+}
+
+
+@pytest.mark.parametrize("per", ["tensor", "head"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", MODS)
+def test_emulation_modifiers_against_reference(name, causal, per):
+    """The emulation's window, softcap, ALiBi and sinks are the reference's semantics: the LSE
+    (which P's e4m3 rounding never touches) agrees to float32 accuracy, the output to FP8's, rows
+    that see no key (Sq > Sk: the first rows' windows) give 0 and -inf or their sink."""
+    rng = np.random.default_rng(abs(hash((name, causal, per))) % 2**32)
+    B, Sq, Sk, Hq, Hkv, D = 2, 90, 70, 4, 2, 64
+    q, k, v, kw = make_fp8(rng, B, Sq, Sk, Hq, Hkv, D, per=per)
+    mods = MODS[name]
+    ref, ref_lse = attention(q, k, v, causal=causal, return_lse=True, **kw, **mods)
+    out, lse = attention_fp8_emulated(q, k, v, causal=causal, return_lse=True, block_n=32, **kw, **mods)
+    st = error_stats(out, ref)
+    assert st["nonfinite"] == 0 and st["rel_rmse"] < 5e-2, st
+    finite = np.isfinite(ref_lse)
+    np.testing.assert_array_equal(np.isfinite(lse), finite)
+    np.testing.assert_allclose(lse[finite], ref_lse[finite], rtol=1e-5, atol=1e-5)
+    bare = attention(q, k, v, causal=causal, return_lse=True, **kw,
+                     **{n: x for n, x in mods.items() if n != "sinks"})[1]
+    empty = np.isneginf(bare)  # (B, Hq, Sq)
+    assert empty.any() == (causal or name in ("window", "all"))
+    assert np.all(out.astype(np.float32)[empty.transpose(0, 2, 1)] == 0)
+
+
+def test_emulation_softcap_bends_the_scores():
+    """A softcap changes the emulated output (it is applied, not ignored) as it changes the
+    reference's, and a cap far above every score changes neither beyond FP8 noise."""
+    rng = np.random.default_rng(12)
+    q, k, v, kw = make_fp8(rng, 1, 64, 200, 2, 2, 64, per="tensor")
+    kw["q_descale"] = kw["q_descale"] * 8  # scores of tens: a cap of 2 bends them all
+    plain = attention_fp8_emulated(q, k, v, **kw).astype(np.float32)
+    capped = attention_fp8_emulated(q, k, v, softcap=2.0, **kw).astype(np.float32)
+    loose = attention_fp8_emulated(q, k, v, softcap=1e6, **kw).astype(np.float32)
+    ref = attention(q, k, v, softcap=2.0, **kw)
+    assert error_stats(capped, ref)["rel_rmse"] < 5e-2
+    assert error_stats(plain, ref)["rel_rmse"] > 0.2
+    assert error_stats(loose, plain)["rel_rmse"] < 1e-2
+
+
 @pytest.mark.parametrize("dist", ["normal", "outliers"])
 def test_emulation_error_magnitudes(dist):
     """The numbers docs quote (docs report the GPU run): at 1k keys, N(0,1) gives about 2e-2

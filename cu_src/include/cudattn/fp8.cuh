@@ -34,18 +34,24 @@ __device__ __forceinline__ unsigned pack_e4m3x4(float a, float b, float c, float
 
 // The scales of one (batch, kv head): q and k descales folded into the softmax scale, the v
 // descale into the output's normalisation. Scalars were folded on the host (p.scale_log2,
-// p.out_scale); (batch, heads_kv) arrays are read here.
+// p.out_scale, p.softcap_pre); (batch, heads_kv) arrays are read here. SOFTCAP builds with a
+// softcap (p.softcap_pre != 0) scale the raw scores inside the tanh instead (softcap_pre), the
+// softmax keeping the cap's scale (mods.cuh). alibi_factor turns an ALiBi coefficient made for
+// p.scale_log2 (alibi_coef) into one for this head's score scale: 1 without descale arrays.
 struct Fp8Scales {
-    float scale_log2, out_scale;
+    float scale_log2, out_scale, softcap_pre, alibi_factor;
 };
+template <bool SOFTCAP = false>
 __device__ __forceinline__ Fp8Scales fp8_scales(const FwdParams& p, int b, int hkv) {
     const int i = b * p.heads_kv + hkv;
-    float s = p.scale_log2, o = p.out_scale;
+    const bool capped = SOFTCAP && p.softcap_pre != 0.f;
+    float s = capped ? p.softcap_pre : p.scale_log2, o = p.out_scale;
     if (p.q_descale != nullptr) s *= p.q_descale[i];
     if (p.k_descale != nullptr) s *= p.k_descale[i];
     if (p.v_descale != nullptr) o *= p.v_descale[i];
+    if (capped) return {p.scale_log2, o, s, 1.f};
     if (s == 0.f) s = 1e-30f;  // masked scores are +-inf * scale: 0 would make NaN (see _plan._scale_log2)
-    return {s, o};
+    return {s, o, 0.f, p.scale_log2 / s};
 }
 
 }  // namespace cudattn

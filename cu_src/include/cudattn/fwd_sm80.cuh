@@ -49,7 +49,6 @@ struct FwdSm80 {
     // read past it; and a Vt row of BN bytes must be 64 B or a multiple of 128 B for the swizzle.
     static_assert(!FP8 || BN == 64 || BN == 128, "FP8 key tiles are 64 or 128 keys");
     static_assert(FP8 == (sizeof(T) == 1), "1-byte elements are e4m3");
-    static_assert(!FP8 || MODS == 0, "FP8 builds take no softcap or ALiBi (their scale is per batch and head)");
     static constexpr int SMEM_BYTES = (BM + 2 * STAGES * BN) * D * (int)sizeof(T);
 
     // A tensor's elements, and a pointer to them as 16-bit units (FP8 tiles start on 16-byte
@@ -181,14 +180,17 @@ struct FwdSm80 {
         }
 
         // FP8: the q and k descales fold into the softmax scale, the v descale into the output.
-        float scale_log2 = p.scale_log2, out_scale = 1.f;
+        // With a softcap they scale the raw scores inside the tanh (fp8_scales).
+        float scale_log2 = p.scale_log2, out_scale = 1.f, softcap_pre = p.softcap_pre;
+        float alibi = (MODS & MOD_ALIBI) ? alibi_coef(p, b, hq) : 0.f;
         if constexpr (FP8) {
-            const Fp8Scales sc = fp8_scales(p, b, hkv);
+            const Fp8Scales sc = fp8_scales<(MODS & MOD_SOFTCAP) != 0>(p, b, hkv);
             scale_log2 = sc.scale_log2;
             out_scale = sc.out_scale;
+            softcap_pre = sc.softcap_pre;
+            alibi *= sc.alibi_factor;
         }
         const bool neg = scale_log2 < 0.f;
-        const float alibi = (MODS & MOD_ALIBI) ? alibi_coef(p, b, hq) : 0.f;
         const float masked = neg ? CUDATTN_INF : -CUDATTN_INF;  // scaled by scale_log2, both become -inf
         OnlineSoftmax<MF> softmax;
         softmax.init();
@@ -220,7 +222,7 @@ struct FwdSm80 {
 
             const int n_start = tiles.start(it) * BN;
             if constexpr (MODS != 0)
-                apply_mods<MODS, MF, NF>(s, p.softcap_pre, alibi, m_start + warp_row0 + sq.causal_offset, n_start, lane);
+                apply_mods<MODS, MF, NF>(s, softcap_pre, alibi, m_start + warp_row0 + sq.causal_offset, n_start, lane);
             if (tile_needs_mask<BN, CAUSAL>(p, sq, n_start, m_start + warp_row0, MF * 16))
                 apply_mask<MF, NF, CAUSAL>(s, m_start + warp_row0, n_start, sq.seqlen_k, sq.causal_offset, lane, masked,
                                            p);

@@ -107,12 +107,10 @@ struct FwdSm90 {
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
     static constexpr int BAR_TURN = 1;  // named barriers 1..CONSUMERS: the ping-pong turns of each consumer
     static constexpr int BAR_ZERO = 8;  // named barriers 8..: one consumer warpgroup (zero_v_tail)
-    // Sliding windows: 16-bit builds with two consumers only; with three consumers (160
-    // registers) or FP8's wide key tiles the window's masks spill, so the host sends windowed
-    // calls to a two-consumer build (_plan) and refuses FP8 ones.
-    static constexpr bool WINDOW = CONSUMERS == 2 && !FP8;
-    // Softcap and ALiBi (mods.cuh): 16-bit builds (FP8 scales its scores per (batch, head)).
-    static_assert(!FP8 || MODS == 0, "FP8 builds take no score modifiers");
+    // Sliding windows: builds with two consumers only (with three, 160 registers, the window's
+    // masks spill: the host sends windowed calls to a two-consumer build, _plan); FP8 builds
+    // only where MODS has MOD_WINDOW, so that plain FP8 calls keep their leaner code.
+    static constexpr bool WINDOW = CONSUMERS == 2 && (!FP8 || (MODS & MOD_WINDOW) != 0);
     static_assert(D * EB % SW == 0 && D <= 256, "head-dim tile: whole swizzle rows, at most 256");
     static_assert(BN % 16 == 0 && BN <= 256, "key tile: a multiple of 16 up to 256");
     static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
@@ -354,6 +352,7 @@ struct FwdSm90 {
         int first_tile;  // the lowest key tile visited (a window's left edge), n_tiles of them
         bool skip;
         float scale_log2, out_scale;
+        float softcap_pre;  // softcap builds: the raw scores' scale inside the tanh (mods.cuh)
         float alibi;  // ALiBi builds: this head's coefficient (mods.cuh)
         __device__ __forceinline__ int m_start() const { return c.m_block * BM; }
         __device__ __forceinline__ bool neg() const { return scale_log2 < 0.f; }
@@ -374,12 +373,15 @@ struct FwdSm90 {
         x.first_tile = tiles.first;
         x.scale_log2 = p.scale_log2;
         x.out_scale = 1.f;
+        x.softcap_pre = p.softcap_pre;
         x.alibi = (MODS & MOD_ALIBI) ? alibi_coef(p, x.c.b, x.c.h) : 0.f;
         if constexpr (FP8) {
             if (valid && !x.skip) {
-                const Fp8Scales sc = fp8_scales(p, x.c.b, x.c.h / p.group);
+                const Fp8Scales sc = fp8_scales<(MODS & MOD_SOFTCAP) != 0>(p, x.c.b, x.c.h / p.group);
                 x.scale_log2 = sc.scale_log2;
                 x.out_scale = sc.out_scale;
+                x.softcap_pre = sc.softcap_pre;
+                x.alibi *= sc.alibi_factor;
             }
         }
         return x;
@@ -394,7 +396,7 @@ struct FwdSm90 {
         const float masked = x.neg() ? CUDATTN_INF : -CUDATTN_INF;  // times scale_log2: -inf either way
         const SeqSpan& sq = x.sq;
         if constexpr (MODS != 0)
-            apply_mods<MODS, 1, BN / 8>(s, p.softcap_pre, x.alibi, row0 + sq.causal_offset, n_start, lane);
+            apply_mods<MODS, 1, BN / 8>(s, x.softcap_pre, x.alibi, row0 + sq.causal_offset, n_start, lane);
         if (tile_needs_mask<BN, CAUSAL, WINDOW>(p, sq, n_start, row0, 16))
             apply_mask<1, BN / 8, CAUSAL, WINDOW>(s, row0, n_start, sq.seqlen_k, sq.causal_offset, lane, masked, p);
     }

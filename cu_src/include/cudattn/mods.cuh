@@ -10,7 +10,9 @@
 
 namespace cudattn {
 
-constexpr int MOD_SOFTCAP = 1, MOD_ALIBI = 2;  // bits of a build's MODS (CUDATTN_MODS)
+// Bits of a build's MODS (CUDATTN_MODS). MOD_WINDOW: FP8 Hopper builds that take a sliding
+// window (the other builds honour p.has_window without it; fwd_sm90.cuh, WINDOW).
+constexpr int MOD_SOFTCAP = 1, MOD_ALIBI = 2, MOD_WINDOW = 4;
 
 // The ALiBi coefficient of query head h of sequence b, in raw-score units (0 without slopes).
 __device__ __forceinline__ float alibi_coef(const FwdParams& p, int b, int h) {
