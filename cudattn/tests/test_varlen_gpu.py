@@ -153,11 +153,13 @@ def test_neighbours_nan_does_not_leak(kernel_family):
     assert np.isnan(o[70:]).all()
 
 
+@pytest.mark.parametrize("mods", [False, True], ids=["plain", "modifiers"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("D", [64, 128, 256])
-def test_varlen_fp8(kernel_family, causal, D):
+def test_varlen_fp8(kernel_family, causal, D, mods):
     """FP8 with (B, Hkv) descale arrays: packed Vt segments (zeros between sequences) and the
-    per-sequence descales, against the emulation of the kernels' FP8 arithmetic per sequence."""
+    per-sequence descales, against the emulation of the kernels' FP8 arithmetic per sequence;
+    with ``mods``, a window, a softcap, (B, Hq) ALiBi slopes and sinks too."""
     if _device.device_properties(0).arch not in _traits.FP8_ARCHS:
         pytest.skip("FP8 needs sm_89+")
     rng = np.random.default_rng(next(_seed))
@@ -176,10 +178,17 @@ def test_varlen_fp8(kernel_family, causal, D):
             k8[ks, h] = np.clip(y[ks, h] / descs[1][b, h], -448, 448).astype(FP8)
             v8[ks, h] = np.clip(z[ks, h] / descs[2][b, h], -448, 448).astype(FP8)
     kw = dict(q_descale=descs[0], k_descale=descs[1], v_descale=descs[2])
-    o, lse = _run(q8, k8, v8, cq, ck, causal=causal, **kw)
+    mkw, bits = {}, 0
+    if mods:
+        from cudattn import _modifiers
+
+        mkw = dict(window_size=(60, 7), softcap=4.0, alibi_slopes=(rng.random((B, Hq)) * 0.2).astype(np.float32),
+                   sinks=rng.standard_normal(Hq).astype(np.float32))
+        bits = _modifiers.MOD_WINDOW | _modifiers.MOD_SOFTCAP | _modifiers.MOD_ALIBI
+    o, lse = _run(q8, k8, v8, cq, ck, causal=causal, **kw, **mkw)
     assert np.isfinite(o).all()
-    ref, ref_lse = reference.attention_varlen(q8, k8, v8, cq, ck, causal=causal, return_lse=True, **kw)
-    bn = _traits.key_tile(_traits.FP8, D, causal, _device.device_properties(0), None)
+    ref, ref_lse = reference.attention_varlen(q8, k8, v8, cq, ck, causal=causal, return_lse=True, **kw, **mkw)
+    bn = _traits.key_tile(_traits.FP8, D, causal, _device.device_properties(0), None, bits)
     for b in range(B):
         qs, ks = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
         if lens_q[b] == 0:
@@ -188,6 +197,8 @@ def test_varlen_fp8(kernel_family, causal, D):
             assert np.all(o[qs] == 0)
             continue
         sub = {n: d[b:b + 1] for n, d in kw.items()}
+        if mods:
+            sub.update(mkw, alibi_slopes=mkw["alibi_slopes"][b:b + 1])
         emul = reference.attention_fp8_emulated(q8[None, qs], k8[None, ks], v8[None, ks], causal=causal,
                                                 block_n=bn, **sub)[0]
         ok, stats = reference.check_close_fp8(o[qs], ref[qs], emul)
