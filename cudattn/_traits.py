@@ -199,7 +199,8 @@ class Variant:
         t = self.tiles
         extra = (f" q{t.q_stages}" if self.family == "sm90" else "") + (" pingpong" if t.pingpong else "")
         out = f"->{self.out_dtype}" if self.out_dtype else ""
-        mods = "".join(n for bit, n in ((1, " softcap"), (2, " alibi"), (4, " window")) if self.mods & bit)
+        mods = "".join(n for bit, n in ((MOD_SOFTCAP, " softcap"), (MOD_ALIBI, " alibi"), (MOD_WINDOW, " window"))
+                       if self.mods & bit)
         return (f"{self.family} {self.dtype}{out} d{self.tile_dim} {'causal' if self.causal else 'full'} "
                 f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages}{extra}{mods}")
 
