@@ -156,16 +156,20 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     if isinstance(cache_seqlens, np.ndarray) or isinstance(block_table, np.ndarray) or \
             isinstance(cu_seqlens_q, np.ndarray):
         dev_objs = tuple(None if isinstance(x, np.ndarray) else x for x in objs)
-    # Five more operands when any is given: sinks, slopes, q, k and v descales (a NumPy array or a
-    # scalar stays out of the operands: the key holds it, and the full path refuses or reads it).
+    # Five more operands when any is a device array: sinks, slopes, q, k and v descales (a NumPy
+    # array or a scalar stays out of the operands: the key holds it, and the full path refuses or
+    # reads it; scalars alone add no operand slots, which a warm call would carry for nothing).
     extra = (sinks, alibi_slopes, q_descale, k_descale, v_descale)
-    has_x = any(x is not None for x in extra)
+    given_x = sinks is not None or alibi_slopes is not None or q_descale is not None or k_descale is not None or \
+        v_descale is not None
+    arrays = tuple(_args.array_or_none(x) for x in extra) if given_x else None
+    has_x = given_x and arrays != (None, None, None, None, None)  # scalars alone add no operand
     if has_x:
-        dev_objs = (*dev_objs, *(_args.array_or_none(x) for x in extra))
+        dev_objs = (*dev_objs, *arrays)
     consumer, keep, ops, sig, unordered = _callpath.operands(dev_objs, _NAMES, stream)
     qa, ka, va, kn, vn, oa, sl, bt, cq = ops[:9]
     mkey = None
-    if has_x or softcap is not None or window_size is not None:
+    if given_x or softcap is not None or window_size is not None:
         mkey = (_callpath.tag(window_size), _callpath.tag(softcap),
                 *(_args.descale_key(g, a) for g, a in zip(extra, ops[9:] if has_x else (None,) * len(extra))))
     key = ("kvcache", sig, (causal, scale, return_lse, num_splits, max_seqlen_q),
@@ -202,7 +206,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
         return _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa, cq, rows)
 
     if has_x:  # the caller's arrays beside their adapted operands: ordered after and held like the rest
-        objs = (*objs, *(_args.array_or_none(x) for x in extra))
+        objs = (*objs, *arrays)
     return _callpath.run(key, objs, ops, _NAMES, consumer, keep, full, tensors=6, out_index=5,
                          allocates=out is None or return_lse is True, unordered=unordered, force_full=suspect)
 

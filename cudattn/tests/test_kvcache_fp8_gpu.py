@@ -426,3 +426,31 @@ def test_fp8_cache_errors():
         cudattn.attention_with_kvcache(q, c16, c16, k_descale=0.5)
     with pytest.raises(TypeError, match="k_cache and v_cache must have q's dtype"):
         cudattn.attention_with_kvcache(q, c8, c16)
+
+
+def test_warm_calls_take_new_scalar_descales():
+    """Scalar descales are no operands of a warm call but part of its signature: a warm call with
+    other scalars replays that signature's own plan (its result equals a cold call's bit for bit),
+    and scalars beside a device-array descale keep their value too."""
+    from cudattn import _callpath
+
+    rng = np.random.default_rng(next(_seed))
+    B, Hq, Hkv, D, cap = 2, 8, 2, 128, 300
+    kc, vc = (cudattn.to_device(x) for x in _fp8_pair(rng, (B, cap, Hkv, D)))
+    q = cudattn.to_device(rng.standard_normal((B, 1, Hq, D)).astype(BF16))
+    lens = cudattn.to_device(np.array([300, 123], np.int32))
+    dk_arr = cudattn.to_device(np.full((B, Hkv), 0.04, np.float32))
+
+    def call(**kw):
+        return cudattn.to_host(cudattn.attention_with_kvcache(q, kc, vc, cache_seqlens=lens, **kw)).view(np.uint16)
+
+    cases = [dict(k_descale=0.04, v_descale=0.03), dict(k_descale=0.05, v_descale=0.03),
+             dict(k_descale=0.04, v_descale=0.07), dict(k_descale=dk_arr, v_descale=0.03),
+             dict(k_descale=dk_arr, v_descale=0.07)]
+    _callpath._plans.clear()
+    cold = [call(**kw) for kw in cases]  # each signature's first call: the full path
+    assert not np.array_equal(cold[0], cold[1]) and not np.array_equal(cold[0], cold[2])
+    np.testing.assert_array_equal(cold[3], cold[0])  # an array of 0.04 is the scalar 0.04
+    for _ in range(2):  # warm, interleaved
+        for kw, want in zip(cases, cold):
+            np.testing.assert_array_equal(call(**kw), want)
