@@ -106,7 +106,7 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
         raise TypeError(f"{name} is a negated torch view (torch._neg_view): its memory holds the negated "
                         f"values; pass {name}.resolve_neg()")
     if kind == TORCH and (_torch_dtypes is not None or _torch_dtype_table()) and obj.dtype is _torch_fp8:
-        a = _from_torch(obj)  # FP8 crosses DLPack as uint8: straight to the accessors (no failed export)
+        a = _from_torch(obj, current)  # FP8 crosses DLPack as uint8: straight to the accessors (no failed export)
         if a is not None:
             return a
     try:  # torch / CuPy: ordered after their current stream by the caller, as their users expect
@@ -117,7 +117,7 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
             raise TypeError
     except Exception:
         if kind == TORCH:
-            a = _from_torch(obj)  # FP8 keeps its dtype
+            a = _from_torch(obj, current)  # FP8 keeps its dtype
             if a is not None:
                 return a
         a = as_device_array(obj, name=name, stream_handle=None)  # no ordering: the caller orders the call
@@ -171,10 +171,11 @@ def _torch_dtype_table() -> dict:
     return table
 
 
-def _from_torch(t) -> DeviceArray | None:
+def _from_torch(t, current: tuple | None = None) -> DeviceArray | None:
     """A CUDA torch tensor the view could not take as it is (FP8, which crosses DLPack as uint8),
     strided, of a dtype in the table, read through its accessors; None for anything else (CPU,
-    sparse, subclasses, other dtypes): `_foreign`'s importer then takes it or names the problem."""
+    sparse, subclasses, other dtypes): `_foreign`'s importer then takes it or names the problem.
+    ``current``: as in `adapt` (torch's current stream, asked once a call)."""
     table = _torch_dtypes or _torch_dtype_table()
     if type(t) not in _torch_plain:  # subclasses (DTensor, fake tensors) may not own what data_ptr says
         return None
@@ -189,5 +190,5 @@ def _from_torch(t) -> DeviceArray | None:
     a = object.__new__(DeviceArray)
     a.ptr, a.shape, a.dtype, a.device_id, a.owner, a.readonly = t.data_ptr(), tuple(t.shape), dtype, dev, t, False
     a.strides = _byte_strides(strides, dtype.itemsize)
-    a.stream_handle = (_torch_stream or _torch_stream_getter())(dev)
+    a.stream_handle = _current(TORCH, t, dev, current)
     return a
