@@ -125,7 +125,8 @@ def fp8_modifier_row(B, S, H, D, causal):
 
 
 def fp8_window_row(B, S, H, D, W):
-    """FP8 inputs: a causal window of W keys against a dense call over W + 1 keys (the same work)."""
+    """FP8 inputs: a causal window of W keys against a dense call over W + 1 keys (TFLOP/s of the
+    pairs each one computes)."""
     q, k, v = (_fp8(B, S, H, D) for _ in range(3))
     kd, vd = k[:, :W + 1].contiguous(), v[:, :W + 1].contiguous()
     ds = dict(q_descale=0.125, k_descale=0.125, v_descale=0.125)
