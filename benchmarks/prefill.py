@@ -8,7 +8,6 @@ class PrefillCase(_common.GpuTrack):
     call (heads halved at D=256, so every shape fills the GPU), its device input sets rotated past
     the L2 cache, the call and its TFLOP/s."""
 
-
     def prepare(self, dtype: str, head_dim: int, seqlen: int, causal: bool, out_bytes: int) -> None:
         """``out_bytes``: the output's bytes per element (the inputs' size is the dtype's)."""
         self.shape = (16384 // seqlen, seqlen, 16 if head_dim <= 128 else 8, head_dim)

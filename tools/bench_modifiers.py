@@ -77,7 +77,6 @@ def modifier_row(B, S, H, D, causal):
 def window_row(B, S, H, D, W):
     q, k, v = (torch.randn(B, S, H, D, device=DEV, dtype=torch.bfloat16) for _ in range(3))
     kd, vd = k[:, :W + 1].contiguous(), v[:, :W + 1].contiguous()
-    pairs = sum(min(i + 1, W + 1) for i in range(S))
     fns = {"window": lambda: cudattn.attention(q, k, v, causal=True, window_size=(W, 0)),
            "dense": lambda: cudattn.attention(q, kd, vd)}
     note = ""
@@ -92,14 +91,8 @@ def window_row(B, S, H, D, W):
         note = f"flex max |diff| {(ref - torch.as_tensor(fns['window']()).float()).abs().max().item():.2g}"
     except Exception as e:  # noqa: BLE001 (any failure: the row says so)
         note = f"flex_attention unavailable: {type(e).__name__}: {str(e)[:80]}"
-    flops = 4.0 * B * H * D * pairs
-    g, ab = gpu_ms(fns), interleaved(fns)
     row = {"kind": "window", "B": B, "S": S, "H": H, "D": D, "W": W, "note": note}
-    for c in fns:
-        work = 4.0 * B * H * D * S * (W + 1) if c == "dense" else flops
-        row[f"{c}_gpu_ms"], row[f"{c}_b2b_ms"], row[f"{c}_called_ms"] = g[c], ab[c][0], ab[c][1]
-        row[f"{c}_tflops"] = work / g[c] / 1e9
-    row["window_vs_dense_tflops"] = row["window_tflops"] / row["dense_tflops"]
+    g, ab = _time_window(fns, row, B, S, H, D, W)
     if "flex" in fns:
         row["window_over_flex_gpu"] = g["flex"] / g["window"]
         row["window_over_flex_called"] = ab["flex"][1] / ab["window"][1]
@@ -132,14 +125,23 @@ def fp8_window_row(B, S, H, D, W):
     ds = dict(q_descale=0.125, k_descale=0.125, v_descale=0.125)
     fns = {"window": lambda: cudattn.attention(q, k, v, causal=True, window_size=(W, 0), **ds),
            "dense": lambda: cudattn.attention(q, kd, vd, **ds)}
-    g, ab = gpu_ms(fns), interleaved(fns)
     row = {"kind": "fp8_window", "B": B, "S": S, "H": H, "D": D, "W": W}
+    _time_window(fns, row, B, S, H, D, W)
+    return row
+
+
+def _time_window(fns, row, B, S, H, D, W):
+    """Times a window row's candidates into ``row`` (GPU, back to back, as called), TFLOP/s of the
+    pairs each computes: the dense call's S x (W + 1), the others' the causal window's. Returns
+    (GPU ms, (back to back, as called) ms) by candidate."""
+    g, ab = gpu_ms(fns), interleaved(fns)
+    kept = 4.0 * B * H * D * sum(min(i + 1, W + 1) for i in range(S))
     for c in fns:
-        work = 4.0 * B * H * D * (S * (W + 1) if c == "dense" else sum(min(i + 1, W + 1) for i in range(S)))
+        work = 4.0 * B * H * D * S * (W + 1) if c == "dense" else kept
         row[f"{c}_gpu_ms"], row[f"{c}_b2b_ms"], row[f"{c}_called_ms"] = g[c], ab[c][0], ab[c][1]
         row[f"{c}_tflops"] = work / g[c] / 1e9
     row["window_vs_dense_tflops"] = row["window_tflops"] / row["dense_tflops"]
-    return row
+    return g, ab
 
 
 def decode_row(B, L, Hq, Hkv, D):
