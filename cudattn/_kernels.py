@@ -24,13 +24,18 @@ def sources(source_name: str = _traits.KERNEL_SOURCE["sm80"]) -> tuple[str, dict
     """A kernel source and the headers, read from the installed `cu_src` package."""
     root = importlib.resources.files("cu_src")
     source = root.joinpath(source_name).read_text(encoding="utf-8")
-    inc = root.joinpath("include", "cudattn")
-    headers = {
-        f"cudattn/{entry.name}": entry.read_text(encoding="utf-8")
-        for entry in sorted(inc.iterdir(), key=lambda e: e.name)
-        if entry.name.endswith(".cuh")
-    }
-    return source, headers
+    return source, _headers(root.joinpath("include", "cudattn"), "cudattn")
+
+
+def _headers(folder, prefix: str) -> dict[str, str]:
+    """Every ``.cuh`` under ``folder``, subfolders included, by its include path (``cudattn/sm90/x.cuh``)."""
+    headers = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.is_dir():
+            headers.update(_headers(entry, f"{prefix}/{entry.name}"))
+        elif entry.name.endswith(".cuh"):
+            headers[f"{prefix}/{entry.name}"] = entry.read_text(encoding="utf-8")
+    return headers
 
 
 def options_for(variant: Variant) -> list[str]:
