@@ -78,7 +78,7 @@ def compile_arch() -> str:
     An arch cudattn has no tiles for (e.g. a newer GPU at an older commit) also falls back, so the
     benchmark measures the same work on every machine that can run it.
     """
-    from cudattn import _traits
+    from cudattn._kernels import traits as _traits
 
     if has_gpu():
         major = device_attribute("COMPUTE_CAPABILITY_MAJOR", 0)
@@ -95,7 +95,7 @@ def compile_arch() -> str:
 def compile_variant_for(arch: str, dtype="bfloat16", tile_dim=128, causal=False):
     """The variant cudattn launches for this (dtype, head dim, causal) on `arch`: the Hopper family's
     where the commit has one for the arch (what a Hopper user compiles), else the portable one."""
-    from cudattn import _traits
+    from cudattn._kernels import traits as _traits
 
     found = [v for v in _traits.all_variants(arch)
              if v.dtype == dtype and v.tile_dim == tile_dim and v.causal == causal]
@@ -134,7 +134,7 @@ def rotation_count(bytes_per_set: int) -> int:
 def device_sets(host_arrays, copies: int):
     """`copies` device copies of the tuple `host_arrays`, uploaded and waited for."""
     import cudattn
-    from cudattn import _launch
+    from cudattn._runtime import launch as _launch
 
     sets = [tuple(cudattn.to_device(a) for a in host_arrays) for _ in range(copies)]
     _launch.synchronize()
@@ -147,7 +147,7 @@ def gpu_ms_per_call(call, sets, *, samples=10, calls_per_sample=10) -> float:
     Each sample queues several calls cycling through `sets`, so only the first launch's host
     overhead lands in the events' window; the GPU stays busy for the others.
     """
-    from cudattn import _launch
+    from cudattn._runtime import launch as _launch
 
     def batch():
         for i in range(calls_per_sample):
@@ -160,7 +160,7 @@ def gpu_ms_per_call(call, sets, *, samples=10, calls_per_sample=10) -> float:
 def as_called_ms(call, sets, *, samples=15) -> float:
     """Median over `samples` of one call as its caller sees it: CUDA events recorded on cudattn's
     stream around the call, the stream idle before it (the host's time of the call included)."""
-    from cudattn import _launch
+    from cudattn._runtime import launch as _launch
 
     call(*sets[0])
     _launch.synchronize()

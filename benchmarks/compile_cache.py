@@ -83,7 +83,7 @@ class CacheHit:
     def setup_cache(self):
         """One compile into a directory that outlives this process (asv's cwd for the benchmarks)."""
         import nvrtc_cache
-        from cudattn import _kernels
+        from cudattn._kernels import registry as _kernels
 
         arch, variant = _target()
         directory = os.path.abspath("nvrtc-cache")
@@ -92,7 +92,7 @@ class CacheHit:
 
     def setup(self, directory):
         import nvrtc_cache
-        from cudattn import _kernels
+        from cudattn._kernels import registry as _kernels
 
         self.arch, self.variant = _target()
         self.cache = nvrtc_cache.Cache(directory)
@@ -103,13 +103,13 @@ class CacheHit:
     def time_cache_hit_load(self, directory):
         """A fresh Cache over a warm directory: key, then read and verify the entry from disk."""
         import nvrtc_cache
-        from cudattn import _kernels
+        from cudattn._kernels import registry as _kernels
 
         _kernels.compile_variant(self.variant, self.arch, cache=nvrtc_cache.Cache(directory))
 
     def time_cache_key(self, directory):
         """A Cache that already holds the entry in memory: essentially the key's sha256 over
         options, NVRTC version, source and headers, paid on each variant's first use per process."""
-        from cudattn import _kernels
+        from cudattn._kernels import registry as _kernels
 
         _kernels.compile_variant(self.variant, self.arch, cache=self.cache)

@@ -21,7 +21,7 @@ class Decode(_common.GpuTrack):
 
     @staticmethod
     def _make_sets(shape):
-        from cudattn import _launch
+        from cudattn._runtime import launch as _launch
 
         B, Hq, Hkv, S = shape
         host = [_common.randn((B, 1, Hq, _D), "float16", 0),

@@ -44,7 +44,7 @@ def _package(name):
 def _importer(operands):
     """(host array -> device array of that kind, sync of every stream the calls may use)."""
     import cudattn
-    from cudattn import _launch
+    from cudattn._runtime import launch as _launch
 
     if operands == "DeviceArray":
         return cudattn.to_device, _launch.synchronize

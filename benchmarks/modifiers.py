@@ -27,7 +27,7 @@ def _require_keywords(fn_name: str, *names: str) -> None:
 
 def _upload(host: list):
     """Device copies of q, k, v enough to exceed L2 (`_common.rotation_count`), uploaded."""
-    from cudattn import _launch
+    from cudattn._runtime import launch as _launch
 
     sets = _common.device_sets(host, _common.rotation_count(3 * host[0].nbytes))
     _launch.synchronize()
@@ -137,7 +137,7 @@ class Fp8Cache(_common.GpuTrack):
     def _make_sets(self, shape):
         import numpy as np
 
-        from cudattn import _launch
+        from cudattn._runtime import launch as _launch
 
         B, L = shape
         q = _common.randn((B, 1, 32, 128), "bfloat16", 0)

@@ -16,7 +16,7 @@ class PrefillCase(_common.GpuTrack):
                                  lambda: self._make_sets(dtype, out_bytes))
 
     def _make_sets(self, dtype: str, out_bytes: int):
-        from cudattn import _launch
+        from cudattn._runtime import launch as _launch
 
         host = [_common.randn(self.shape, dtype, seed) for seed in range(3)]
         per_set = 3 * host[0].nbytes + out_bytes * host[0].size  # q, k, v and the output

@@ -45,7 +45,7 @@ class Varlen(_common.GpuTrack):
     def _make_sets(self):
         import numpy as np
 
-        from cudattn import _launch
+        from cudattn._runtime import launch as _launch
 
         total, H, D = sum(self.lens), 16, 128
         cu = np.concatenate([[0], np.cumsum(self.lens)]).astype(np.int32)
@@ -96,7 +96,7 @@ class ChunkedPrefill(_common.GpuTrack):
     def _make_sets(self):
         import numpy as np
 
-        from cudattn import _launch
+        from cudattn._runtime import launch as _launch
 
         q = _common.randn((1, self._SQ, self._HQ, self._D), "bfloat16", 0)
         k = _common.randn((1, self._L, self._HKV, self._D), "bfloat16", 1)

@@ -14,13 +14,13 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
     __version__ = "0+unknown"
 
 from . import reference
-from ._api import attention
-from ._array import DeviceArray, empty_cache
-from ._transfer import to_device, to_host
-from ._errors import CudaError, NoDeviceError, OutOfMemoryError
-from ._kvcache import attention_with_kvcache
-from ._merge import merge_attention_states
-from ._pinned import empty_pinned
-from ._quantize import dequantize, quantize_fp8
+from ._ops.attention import attention
+from ._arrays.array import DeviceArray, empty_cache
+from ._arrays.transfer import to_device, to_host
+from ._runtime.errors import CudaError, NoDeviceError, OutOfMemoryError
+from ._ops.kvcache import attention_with_kvcache
+from ._ops.merge import merge_attention_states
+from ._arrays.pinned import empty_pinned
+from ._ops.quantize import dequantize, quantize_fp8
 
 __all__ = ["attention", "attention_with_kvcache", "merge_attention_states", "quantize_fp8", "dequantize", "reference", "DeviceArray", "empty_cache", "to_device", "to_host", "empty_pinned", "CudaError", "NoDeviceError", "OutOfMemoryError", "__version__"]

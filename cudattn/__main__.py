@@ -1,4 +1,4 @@
-from cudattn._cli import main
+from cudattn._tools.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

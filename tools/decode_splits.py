@@ -12,7 +12,10 @@ import statistics
 import numpy as np
 
 import cudattn
-from cudattn import _decode, _device, _launch, _validate
+from cudattn._kernels import decode as _decode
+from cudattn._runtime import device as _device
+from cudattn._runtime import launch as _launch
+from cudattn._spec import validate as _validate
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Where a NumPy-path call spends its calling thread's time (GPU machine).
 
-Wraps the stages of `cudattn._host` (device allocation, staged uploads and downloads, waits on
+Wraps the stages of `cudattn._numpy.attention` (device allocation, staged uploads and downloads, waits on
 staging chunks, kernel launches, validation, result allocation and prefault), runs a warm call a
 few times and prints, for the median call, each stage's count and total milliseconds on the
 calling thread, then the timeline of the stages that took at least 0.2 ms. The staged host copies
@@ -20,7 +20,11 @@ import ml_dtypes
 import numpy as np
 
 import cudattn
-from cudattn import _api, _array, _host, _staging, _transfer
+from cudattn._ops import attention as _api
+from cudattn._arrays import array as _array
+from cudattn._numpy import attention as _host
+from cudattn._arrays import staging as _staging
+from cudattn._arrays import transfer as _transfer
 
 _events: list[tuple[str, float, float]] = []  # (stage, start, seconds) on the calling thread
 _t0 = [0.0]

@@ -20,7 +20,10 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import cudattn
-from cudattn import _callpath, _kernels, _plan, _traits
+from cudattn._calls import call as _callpath
+from cudattn._kernels import registry as _kernels
+from cudattn._kernels import plan as _plan
+from cudattn._kernels import traits as _traits
 
 
 def _sets(B, H, S, D, dtype, l2_bytes):

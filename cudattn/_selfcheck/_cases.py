@@ -19,7 +19,7 @@ import numpy as np
 OPS = ("attention", "kvcache", "merge", "quantize")
 FAMILIES = ("any", "portable", "hopper")
 FP8 = "float8_e4m3fn"
-DECODE_MAX_SQ = 16  # cudattn._decode.DECODE_MAX_SQ: 16-bit calls up to this many queries take split-KV
+DECODE_MAX_SQ = 16  # cudattn._kernels.decode.DECODE_MAX_SQ: 16-bit calls up to this many queries take split-KV
 _SHORT = {"float16": "fp16", "bfloat16": "bf16", FP8: "fp8", "float32": "fp32"}
 
 

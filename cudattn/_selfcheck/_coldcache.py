@@ -14,7 +14,10 @@ import os
 
 import nvrtc_cache
 
-from cudattn import _callpath, _decode, _kernels, _launch
+from cudattn._calls import call as _callpath
+from cudattn._kernels import decode as _decode
+from cudattn._kernels import registry as _kernels
+from cudattn._runtime import launch as _launch
 
 ENV_VAR = "CUDATTN_CACHE_DIR"
 

@@ -33,7 +33,7 @@ def _child(index: int, cache_dir: str, barrier, results) -> None:
     try:
         import nvrtc_cache
 
-        from cudattn import _device
+        from cudattn._runtime import device as _device
 
         from . import _check, _coldcache, _exec
         from ._inputs import make_inputs

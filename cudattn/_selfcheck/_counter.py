@@ -1,6 +1,6 @@
 """Kernel launches per kernel name, counted while a selfcheck run is in progress.
 
-Every cudattn kernel goes through ``cudattn._launch.launch``, which its callers look up on the
+Every cudattn kernel goes through ``cudattn._runtime.launch.launch``, which its callers look up on the
 module at each call (``_launch.launch(...)``); swapping that attribute for a counting wrapper
 while the run lasts costs the ordinary hot path nothing. A case that counts no launch is
 reported as a failure: either it ran no kernel, or a caller bound ``launch`` at import and
@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from cudattn import _launch
+from cudattn._runtime import launch as _launch
 
 
 class LaunchCounter:

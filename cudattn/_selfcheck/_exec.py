@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import cudattn
-from cudattn import _array, _device, _traits, _transfer
+from cudattn._arrays import array as _array
+from cudattn._runtime import device as _device
+from cudattn._kernels import traits as _traits
+from cudattn._arrays import transfer as _transfer
 
 from ._cases import Case
 from ._inputs import DTYPES, make_inputs

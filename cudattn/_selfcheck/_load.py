@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cudattn import _device
+from cudattn._runtime import device as _device
 
 from . import _coldcache, _exec, _pool
 from ._cases import load_cases

@@ -78,7 +78,7 @@ def run(args) -> int:
         except SanitizerNotFound as e:
             print(f"selfcheck --sanitize: {e}", file=sys.stderr)
             return EXIT_CANNOT_RUN
-    from cudattn._cli import _gpu_count
+    from cudattn._tools.cli import _gpu_count
 
     if _gpu_count() == 0:
         print("selfcheck: no CUDA GPU found; nothing ran (every check runs kernels)", file=sys.stderr)

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 from cuda.bindings import driver
 
 import cudattn
-from cudattn import _device
-from cudattn._errors import check
+from cudattn._runtime import device as _device
+from cudattn._runtime.errors import check
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from cudattn import _traits
+from cudattn._kernels import traits as _traits
 
 from . import _check, _exec
 from ._cases import Case

@@ -48,7 +48,7 @@ def environment() -> dict:
         import nvrtc_cache
 
         env["nvrtc"] = ".".join(map(str, nvrtc_cache.nvrtc_version()))
-        from cudattn import _device
+        from cudattn._runtime import device as _device
 
         p = _device.device_properties(0)
         env["gpu"] = {"name": p.name, "arch": p.arch, "sm_count": p.sm_count}

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cudattn import _device
+from cudattn._runtime import device as _device
 
 from . import _exec, _memory, _pool
 from ._cases import load_cases

@@ -8,7 +8,8 @@ import traceback
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-from cudattn import _device, _traits
+from cudattn._runtime import device as _device
+from cudattn._kernels import traits as _traits
 
 from . import _check, _exec, _memory
 from ._cases import Case

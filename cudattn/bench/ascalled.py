@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 
-from .. import _launch
+from .._runtime import launch as _launch
 from .timing import Timing, percentile
 
 BATCH = 10  # calls per back-to-back sample: few enough never to fill the launch queue

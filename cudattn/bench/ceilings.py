@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from cuda.bindings import driver
 
-from .. import _array, _launch
-from .._errors import check
+from .._arrays import array as _array
+from .._runtime import launch as _launch
+from .._runtime.errors import check
 from .timing import gpu_time
 
 

@@ -78,7 +78,7 @@ def _progress(i: int, n: int, label: str) -> None:
 
 
 def run(args, argv) -> int:
-    from .._cli import _gpu_count
+    from .._tools.cli import _gpu_count
 
     if args.shape and args.grid:
         print("python -m cudattn bench: error: give either --grid or --shape, not both", file=sys.stderr)

@@ -83,7 +83,7 @@ def measure(cfg, shape, rng, gpu: bool, portable_too: bool = False):
     if gpu:
         import cudattn
 
-        from cudattn import _traits
+        from cudattn._kernels import traits as _traits
 
         families = [("", None)] + ([(" [sm80]", "sm80")] if portable_too else [])
         forced = _traits.FORCED_FAMILY
@@ -157,7 +157,7 @@ def main(argv=None) -> int:
     D_list = [int(d) for d in args.head_dims.split(",")]
     gpu = not args.cpu_only
     if gpu:
-        from cudattn import _device
+        from cudattn._runtime import device as _device
 
         props = _device.device_properties(0)
         device = f"{props.name} ({props.arch})"

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _array, attention_with_kvcache, _launch, _transfer
+from .. import attention_with_kvcache
+from .._arrays import array as _array
+from .._runtime import launch as _launch
+from .._arrays import transfer as _transfer
 from . import ascalled, timing
 
 LAYERS = 32

@@ -8,8 +8,10 @@ import math
 import numpy as np
 from cuda.bindings import driver
 
-from .. import _array, _dtypes, _transfer
-from .._errors import check
+from .._arrays import array as _array
+from .._spec import dtypes as _dtypes
+from .._arrays import transfer as _transfer
+from .._runtime.errors import check
 from .grids import Case
 
 MAX_SETS = 8

@@ -11,7 +11,8 @@ import subprocess
 
 from cuda.bindings import driver
 
-from .. import __version__, _device
+from .. import __version__
+from .._runtime import device as _device
 
 
 def _dist_version(name: str) -> str | None:

@@ -22,8 +22,12 @@ import time
 import numpy as np
 from cuda.bindings import driver
 
-from .. import attention, attention_with_kvcache, _device, _foreign, _launch, _transfer
-from .._errors import check
+from .. import attention, attention_with_kvcache
+from .._runtime import device as _device
+from .._arrays import foreign as _foreign
+from .._runtime import launch as _launch
+from .._arrays import transfer as _transfer
+from .._runtime.errors import check
 from . import ascalled, grids, timing
 
 CALLS = 200

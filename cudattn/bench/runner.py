@@ -6,7 +6,10 @@ import gc
 
 import numpy as np
 
-from .. import _array, _device, _dtypes, attention, attention_with_kvcache, to_host
+from .. import attention, attention_with_kvcache, to_host
+from .._arrays import array as _array
+from .._runtime import device as _device
+from .._spec import dtypes as _dtypes
 from . import ascalled, check, inputs, timing
 from .grids import FP8, Case
 from .peers import BACKENDS

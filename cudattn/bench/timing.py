@@ -12,7 +12,8 @@ import functools
 import statistics
 from dataclasses import dataclass
 
-from .. import _device, _launch
+from .._runtime import device as _device
+from .._runtime import launch as _launch
 
 _SPIN_SOURCE = r"""
 extern "C" __global__ void cudattn_bench_spin(unsigned long long ns) {

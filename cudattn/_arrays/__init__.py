@@ -1,0 +1,1 @@
+"""Device arrays and memory: DeviceArray, the importer of foreign arrays, pools, transfers, staging, pinned buffers."""

@@ -1,0 +1,75 @@
+"""Ordering a call after its operands' producers, and keeping their memory alive until it is done.
+
+A call runs on one stream (the consumer). An operand produced on another stream is read only after
+that stream's queued work (`_stream.stream_wait`: an event, no host blocking). Its memory belongs to an allocator that frees it stream-ordered on the producer's
+stream (PyTorch's and CuPy's caching allocators, cudattn's pool), which does not know the consumer:
+dropped right after the call, it could be handed to new work while the kernel still reads it. So
+such operands are held (:func:`hold`) until an event recorded on the consumer after the call's
+work has completed; :func:`release_done` lets them go, from the next call on.
+
+While a stream captures a CUDA graph nothing is held (the graph's lifetime is its owner's duty),
+and event queries run with the thread's capture mode relaxed, so that they never invalidate a
+capture in progress on another stream.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+from cuda.bindings import driver
+
+from .._runtime.errors import check
+
+__all__ = ["hold", "release_done"]
+
+_DISABLE_TIMING = driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
+_NOT_READY = driver.CUresult.CUDA_ERROR_NOT_READY
+_RELAXED = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+_record = driver.cuEventRecord
+
+_lock = threading.Lock()
+_free_events: list = []  # events of released holds, reused
+_held: collections.deque = collections.deque()  # (event, refs), oldest first
+pending = _held  # truthy while something is held (the call path tests it before `release_done`)
+
+
+def _event():
+    try:
+        return _free_events.pop()
+    except IndexError:
+        return check(driver.cuEventCreate(_DISABLE_TIMING), "cuEventCreate")
+
+
+def hold(consumer: int, refs: tuple) -> None:
+    """Keep ``refs`` alive until the work queued so far on ``consumer`` is done."""
+    from .alloc import is_capturing
+
+    if is_capturing(consumer):
+        return
+    ev = _event()
+    check(_record(ev, consumer), "cuEventRecord(keep operands alive)")
+    with _lock:
+        _held.append((ev, refs))
+
+
+def release_done() -> None:
+    """Drop the references whose work has completed (cheap when nothing is held)."""
+    if not _held:
+        return
+    done = []
+    prev = check(driver.cuThreadExchangeStreamCaptureMode(_RELAXED), "cuThreadExchangeStreamCaptureMode")
+    try:
+        with _lock:
+            while _held:
+                ev, refs = _held[0]
+                err = driver.cuEventQuery(ev)[0]
+                if err == _NOT_READY:
+                    break
+                check(err, "cuEventQuery(keep operands alive)")
+                _held.popleft()
+                _free_events.append(ev)
+                done.append(refs)
+    finally:
+        check(driver.cuThreadExchangeStreamCaptureMode(prev), "cuThreadExchangeStreamCaptureMode")
+    del done  # dropped outside the lock: a freed cudattn array queues its free here

@@ -1,0 +1,196 @@
+"""Device memory a stream keeps between calls: zeroed arrival counters and a workspace.
+
+Kernels whose last block finishes the work (the split-KV decode merge) need int32 counters that
+are zero at their launch, and leave them at zero; split-KV calls also need a workspace for their
+partial results, overwritten by each call. Both serve one kernel: it writes and reads them, and
+kernels on one stream run one after another on the GPU, so each (device, stream) keeps one block
+of each kind from the device's pool, taken on that stream when first needed (counters zeroed
+then, once), and reused by every later call on the stream with no allocation, free or memset.
+(A workspace that one kernel of a call writes and a later kernel reads is the call's own: another
+thread's call on the same stream could run between them; `_replay` asks for a kept workspace only
+for single-launch calls.) Streams never share a block (calls on different streams may run at
+once); the per-thread default stream (handle 2, a different stream in each thread) keeps none.
+Workspaces are kept only while they are small: one of more than `WORKSPACE_KEPT_MAX` bytes, or
+one that would take the device's kept workspaces (retired ones included) past
+`WORKSPACE_BUDGET`, is the call's own (allocated and freed stream-ordered, as other arrays), so
+the memory that no array shows stays bounded.
+
+A block is never freed on its stream: a stream named by a bare handle may be destroyed by its
+owner at any time (a free queued on it afterwards crashed the process), and another thread may
+have read the block for a launch it has not queued yet. Outgrown blocks, and those dropped when
+the table is full, are retired; `empty_cache` frees them all after synchronising the device, on
+cudattn's own stream (:func:`release`); at exit they are left to the driver. A stream with an
+owner object (a cuda.core or CuPy stream) keeps its owner alive while its blocks are in the
+table, so its handle cannot pass to another stream meanwhile (a retired block lets it go).
+
+While a stream captures a CUDA graph (asked of the driver at each call), both are the graph's
+own: graph memory nodes (the counters zeroed by a memset node), so that replays of the graph
+share nothing with eager calls.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+
+from cuda.bindings import driver
+
+from . import alloc as _alloc
+from .._runtime import recording as _recording
+from .._runtime.errors import check
+
+__all__ = ["counters", "workspace", "release", "WORKSPACE_KEPT_MAX", "WORKSPACE_BUDGET"]
+
+_MIN_COUNTERS = 1024  # 4 KiB: a block of rows per (batch, kv head) for most decode grids
+_MIN_WORKSPACE = 256 << 10
+WORKSPACE_KEPT_MAX = 8 << 20  # larger workspaces are allocated per call
+WORKSPACE_BUDGET = 64 << 20  # per device: kept and retired workspaces together
+_MAX_BLOCKS = 128  # blocks in the table; past it the table starts over (the old blocks are retired)
+_COUNTERS, _WORKSPACE = 0, 1  # the kinds of block, in the table's keys
+_PER_THREAD = 2  # CU_STREAM_PER_THREAD: one handle, a different stream in each thread
+
+
+class _Kept:
+    """``nbytes`` of pool memory of ``device_id`` at ``ptr``, kept for one stream (``keep``: its
+    owner, or None). ``count``: the int32 counters it holds (counter blocks)."""
+
+    __slots__ = ("ptr", "nbytes", "device_id", "keep")
+
+    def __init__(self, ptr: int, nbytes: int, device_id: int, keep: object):
+        self.ptr, self.nbytes, self.device_id, self.keep = ptr, nbytes, device_id, keep
+
+    @property
+    def count(self) -> int:
+        return self.nbytes // 4
+
+
+class _Placeholder:
+    """What a recorded call gets: the placeholder address of a counters slot (`_recording`)."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+
+_blocks: dict[tuple[int, int, int], _Kept] = {}
+_retired: list[_Kept] = []
+_workspace_bytes: dict[int, int] = {}  # device id -> bytes of its workspaces, kept or retired
+_grow_lock = threading.Lock()  # the table's changes and the budget's count (not the lookups)
+
+
+def counters(device_id: int, stream: int, count: int, keep: object = None, capturing: bool | None = None):
+    """An object whose ``ptr`` addresses ``count`` zeroed int32 counters for a kernel on ``stream``;
+    hold it until the launch is queued. ``capturing``: whether ``stream`` captures a graph, where the
+    caller asked already (None: asked here)."""
+    rec = _recording.current() if _recording.active else None
+    if rec is not None:
+        return _Placeholder(rec.counters(count))
+    if capturing is None:
+        capturing = _alloc.is_capturing(stream)
+    if stream == _PER_THREAD or capturing:  # the call's own (in a graph: a memory
+        block = _alloc.allocate(device_id, 4 * count, stream, keep)  # node, zeroed by a memset node)
+        _zero(block.ptr, count, stream)
+        return block
+    entry = _blocks.get((device_id, stream, _COUNTERS))
+    if entry is None or entry.nbytes < 4 * count:
+        n = max(count, _MIN_COUNTERS, 0 if entry is None else 2 * entry.count)
+        entry = _grow(device_id, stream, _COUNTERS, 4 * n, keep)
+    return entry
+
+
+def workspace(device_id: int, stream: int, nbytes: int, keep: object = None, capturing: bool | None = None):
+    """An object whose ``ptr`` addresses ``nbytes`` (> 0) of device memory that the kernels queued
+    next on ``stream`` may overwrite; hold it until they are queued. ``capturing``: as for
+    `counters`."""
+    if capturing is None:
+        capturing = _alloc.is_capturing(stream)
+    if nbytes > WORKSPACE_KEPT_MAX or stream == _PER_THREAD or capturing:
+        return _alloc.allocate(device_id, nbytes, stream, keep)  # the call's own (in a graph: a node)
+    entry = _blocks.get((device_id, stream, _WORKSPACE))
+    if entry is None or entry.nbytes < nbytes:
+        n = max(-(-nbytes // _MIN_WORKSPACE) * _MIN_WORKSPACE, 0 if entry is None else 2 * entry.nbytes)
+        n = min(n, WORKSPACE_KEPT_MAX)  # whole units of the least size (the cap is one too)
+        with _grow_lock:
+            if _workspace_bytes.get(device_id, 0) + n > WORKSPACE_BUDGET:  # spent: the call's own
+                return _alloc.allocate(device_id, nbytes, stream, keep)
+            _workspace_bytes[device_id] = _workspace_bytes.get(device_id, 0) + n
+        try:
+            entry = _grow(device_id, stream, _WORKSPACE, n, keep)
+        except BaseException:  # nothing was kept (out of memory): nothing counts
+            with _grow_lock:
+                _workspace_bytes[device_id] -= n
+            raise
+    return entry
+
+
+def _grow(device_id: int, stream: int, kind: int, n: int, keep) -> _Kept:
+    """A new block of ``n`` bytes for ``stream``, in the table in place of the one it outgrows."""
+    fresh = _Kept(_raw_alloc(device_id, n, stream), n, device_id, keep)
+    if kind == _COUNTERS:
+        try:
+            _zero(fresh.ptr, n // 4, stream)
+        except BaseException:
+            _retire(fresh)
+            raise
+    key = (device_id, stream, kind)
+    with _grow_lock:
+        # Whatever holds the key now is retired: the entry outgrown, or one another thread made
+        # meanwhile. An entry no longer there was retired by whoever took it out (never twice).
+        old = _blocks.pop(key, None)
+        if old is not None:
+            _retire(old)
+        if len(_blocks) >= _MAX_BLOCKS:
+            for b in _blocks.values():
+                _retire(b)
+            _blocks.clear()
+        _blocks[key] = fresh
+    return fresh
+
+
+def _retire(block: _Kept) -> None:
+    """Out of the table, freed by `release`; its stream's owner is no longer held (a kernel queued
+    on that stream still runs if the owner destroys it: the driver frees the stream after its work)."""
+    block.keep = None
+    _retired.append(block)
+
+
+def _raw_alloc(device_id: int, nbytes: int, stream: int) -> int:
+    """Pool memory that no `_alloc.Block` owns (so nothing frees it on ``stream``)."""
+    block = _alloc.allocate(device_id, nbytes, stream)
+    ptr, block.ptr = block.ptr, 0  # the block's destructor frees nothing now: `release` will
+    return ptr
+
+
+def _zero(ptr: int, count: int, stream: int) -> None:
+    check(driver.cuMemsetD32Async(ptr, 0, count, stream), "cuMemsetD32Async(arrival counters)")
+
+
+def release(device_id: int) -> None:
+    """Free the blocks of ``device_id``, retired ones included, on cudattn's stream, and wait for
+    the frees. Their kernels must be done: the caller synchronises the device first, with the
+    device's context current."""
+    from .._runtime.device import _default_stream_ref
+
+    done = [c for c in _retired if c.device_id == device_id]
+    _retired[:] = [c for c in _retired if c.device_id != device_id]
+    _workspace_bytes.pop(device_id, None)
+    for key in [k for k in _blocks if k[0] == device_id]:
+        done.append(_blocks.pop(key))
+    if not done:
+        return
+    h = _default_stream_ref(device_id).handle
+    for c in done:
+        check(driver.cuMemFreeAsync(c.ptr, h), "cuMemFreeAsync(a stream's kept memory)")
+    check(driver.cuStreamSynchronize(h), "cuStreamSynchronize")
+
+
+def _abandon() -> None:
+    """At exit: nothing is freed (the driver takes the memory back with the process); another
+    library's exit handler may have torn down a context already."""
+    _blocks.clear()
+    _retired.clear()
+    _workspace_bytes.clear()
+
+
+atexit.register(_abandon)

@@ -1,0 +1,1 @@
+"""Kernel variants, the registry that compiles and loads them, and the plans and parameter blocks they launch with."""

@@ -1,0 +1,203 @@
+"""The split-KV (flash-decoding) path: plan, split heuristic, and the launches.
+
+Few query tokens against a long KV sequence: the work is reading K and V once, so the grid must
+fill the GPU even when batch x kv heads is small. Each kv head's query heads are packed into one
+block's rows (GQA packing: every K/V byte is read once per kv head), the keys are cut into
+``num_splits`` ranges of whole tiles, one block per (packed row block, split, kv head, batch),
+and with more than one split the last block of each packed row block to finish merges the
+normalised partial outputs by their LSEs (arrival counters, `_stream_memory`): one launch. Data flow:
+plan (variant, splits, grid) -> flash_decode. `cudattn.merge_attention_states` (`_merge`) merges
+parts given by the caller with the same math.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from .._arrays import array as _array
+from . import decode_traits as _decode_traits
+from . import registry as _kernels
+from .._runtime import launch as _launch
+from .._arrays import stream_memory as _stream_memory
+from .._spec.modifiers import fill_params
+from .decode_traits import MAX_SPLITS, DecodeVariant
+from .params import DecodeParams, KvCacheGeom, scale_log2
+from .._spec.problem import Problem, TensorGeom
+
+_F32 = np.dtype(np.float32)
+
+#: Up to this many query tokens a call is decode and takes the split-KV kernel.
+DECODE_MAX_SQ = 16
+
+
+def takes_split_kv(problem: Problem) -> bool:
+    if problem.descales is not None:  # FP8: the prefill kernels serve every shape (no FP8 decode kernel yet)
+        return False
+    # Longer queries against a KV cache (chunked prefill) take the prefill kernels, which read the
+    # cache in place (seqlen.cuh) and fill the GPU with query tiles.
+    return problem.num_splits is not None or problem.seqlen_q <= DECODE_MAX_SQ
+
+
+#: A grid with at least this many blocks per SM gets no split.
+FULL_GRID_FRACTION = 0.8
+#: Among split counts, take the smallest whose wave efficiency is within this of the best.
+EFFICIENCY_TOLERANCE = 0.95
+#: A split gets at least this many key tiles (shorter ones cost more in set-up and merge than they save).
+MIN_TILES_PER_SPLIT = 4
+
+
+def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm: int = 1) -> int:
+    """The heuristic behind ``num_splits=None`` (FlashAttention's wave model).
+
+    ``blocks``: blocks without splitting (row blocks x kv heads x batch); ``key_tiles``: key tiles
+    of the longest sequence. One split when the grid already gives most SMs a block
+    (``blocks >= FULL_GRID_FRACTION * sm_count``) or there are under 2 * MIN_TILES_PER_SPLIT
+    tiles to cut. Otherwise, for each s up to min(MAX_SPLITS, key_tiles / MIN_TILES_PER_SPLIT),
+    the wave efficiency ``waves / ceil(waves)`` with ``waves = blocks * s / (sm_count *
+    blocks_per_sm)``; the smallest s within EFFICIENCY_TOLERANCE of the best wins.
+
+    ``blocks_per_sm`` comes from `_blocks_per_sm` (the build and the cache: one or two blocks, up
+    to four for FP8 caches).
+    """
+    if blocks >= FULL_GRID_FRACTION * sm_count or key_tiles < 2 * MIN_TILES_PER_SPLIT:
+        return 1
+    top = min(MAX_SPLITS, key_tiles // MIN_TILES_PER_SPLIT)
+    eff = {}
+    for s in range(1, top + 1):
+        waves = blocks * s / (sm_count * blocks_per_sm)
+        eff[s] = waves / math.ceil(waves)
+    best = max(eff.values())
+    return min(s for s, e in eff.items() if e >= EFFICIENCY_TOLERANCE * best)
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    variant: DecodeVariant
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+    rows: int  # packed query rows per (batch, kv head): group * seqlen_q
+    num_m_blocks: int
+    num_splits: int
+    tiles_per_split: int
+
+
+_plans: dict = {}
+
+
+def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
+    """(plan, loaded kernel) for this problem (memoised per shape)."""
+    kv = problem.kv_cache
+    capacity = problem.seqlen_k
+    key = (problem.dtype, problem.head_dim, problem.seqlen_q, problem.heads_q, problem.heads_kv, problem.batch,
+           capacity, problem.num_splits, kv is not None and kv.paged, props.device_id, props.max_shared_memory_per_block_optin,
+           problem.window, problem.mods.bits if problem.mods is not None else 0, kv is not None and kv.fp8)
+    hit = _plans.get(key)
+    if hit is not None:
+        return hit
+    mods = problem.window is not None or problem.mods is not None and problem.mods.bits != 0
+    fp8 = kv is not None and kv.fp8  # (sm_89+: checked by _kvcache before any append)
+    rows = problem.group_size * problem.seqlen_q
+    variant = _decode_traits.select_decode(problem.dtype, problem.head_dim, props.max_shared_memory_per_block_optin,
+                                           mods, fp8, rows)
+    kernel = _kernels.get_kernel(variant, device, props.device_id, props.arch)
+    t = variant.tiles
+    num_m = -(-rows // t.block_m)
+    key_tiles = max(1, _tiles_seen(problem, capacity, t.block_m, t.block_n))
+    blocks = num_m * problem.heads_kv * problem.batch
+    if problem.num_splits is None:
+        splits = choose_num_splits(blocks, key_tiles, props.sm_count, _blocks_per_sm(variant, kv, props))
+    else:
+        splits = problem.num_splits
+    tiles_per_split = -(-key_tiles // splits)
+    grid = (num_m * splits, problem.heads_kv, problem.batch)
+    if grid[0] > _launch.MAX_GRID_X or grid[1] > _launch.MAX_GRID_YZ or grid[2] > _launch.MAX_GRID_YZ:
+        raise ValueError(f"the decode grid {grid} (row blocks x splits, kv heads, batch) exceeds the CUDA grid "
+                         f"limits (x < 2**31, y and z <= 65535); split the call")
+    plan = DecodePlan(variant, grid, (variant.threads, 1, 1), variant.smem_bytes, rows, num_m, splits, tiles_per_split)
+    if len(_plans) > 4096:
+        _plans.clear()
+    _plans[key] = (plan, kernel)
+    return plan, kernel
+
+
+def _blocks_per_sm(variant: DecodeVariant, kv, props) -> int:
+    """How many blocks an SM the split count aims for (choose_num_splits): more than one where one
+    block's warps cannot keep enough loads in flight alone. Paged FP8 caches: as many as fit, up to
+    four (each tile's table reads and conversions are long); contiguous FP8 caches: one (longer
+    blocks pay their start and merge fewer times; H200, 32/8 heads, D 128, one token: 8 x 8192
+    keys 2 splits 40.6 us, 4 splits 42.2; 1 x 131072 16 splits 70.0, 32 splits 74.6; while pages
+    of 16 lose 17 % with half the splits); paged 16-bit caches: two (table reads before the
+    copies); one-fragment builds: two where two fit (little work a tile). Measured, H200, 32/8
+    heads, D 128, one token, one fragment: 8 x 8192 keys, 2 splits (one block an SM) 2.66 TB/s, 4
+    splits (two) 3.77; 1 x 131072, 16 splits 2.83, 32 splits 3.91. Two-fragment 16-bit builds on
+    contiguous caches keep one (H100: 16 splits 2.77 TB/s, 33 splits 2.62)."""
+    fit = props.max_shared_memory_per_multiprocessor // (variant.smem_bytes + _SMEM_RESERVED_PER_BLOCK)
+    if kv is not None and kv.fp8:
+        return max(1, min(4, fit)) if kv.paged else 1
+    if kv is not None and kv.paged:
+        return 2
+    return 2 if variant.tiles.row_frags == 1 and fit >= 2 else 1
+
+
+_SMEM_RESERVED_PER_BLOCK = 1024  # shared memory the driver keeps per block (sm_80+)
+
+
+def _tiles_seen(problem: Problem, capacity: int, block_m: int, block_n: int) -> int:
+    """The most key tiles one block of packed rows visits: the capacity's, or with a window's left
+    edge, the tiles its reach over the block's tokens can touch (the splits cut only that range,
+    fwd_decode.cuh)."""
+    whole = -(-capacity // block_n)
+    if problem.window is None or problem.window[0] < 0 or problem.window[1] < 0:
+        return whole
+    left, right = problem.window
+    tokens = min(problem.seqlen_q, -(-block_m // problem.group_size) + 1)
+    return min(whole, -(-(left + tokens + right) // block_n) + 1)  # + 1: the range need not start on a tile
+
+
+def kv_geom(problem: Problem) -> KvCacheGeom:
+    kv = problem.kv_cache
+    if kv is None:  # plain k/v: one "page" per sequence, every sequence full
+        return KvCacheGeom(0, 0, problem.seqlen_k, 1, problem.batch, problem.seqlen_k, 0, 0)
+    return KvCacheGeom(kv.block_table_ptr, kv.seqlens_ptr, kv.page_size, kv.max_pages, kv.num_pages, kv.capacity,
+                       kv.seqlen_add, 0)
+
+
+def run(problem: Problem, q: int, k: int, v: int, o: int, lse: int, o_geom: TensorGeom, props, device, sref):
+    """Queue the decode kernel (and the combine) for one validated problem on stream `sref`."""
+    plan, kernel = make_plan(problem, props, device)
+    B, Sq, Hq, D = problem.batch, problem.seqlen_q, problem.heads_q, problem.head_dim
+    splits = plan.num_splits
+    o_part = lse_part = counters = None
+    if splits > 1:
+        o_part = _array.empty_on((splits, B, Hq, Sq, D), _F32, device, sref)
+        lse_part = _array.empty_on((splits, B, Hq, Sq), _F32, device, sref)
+        counters = _stream_memory.counters(props.device_id, sref.handle, plan.num_m_blocks * problem.heads_kv * B, sref.obj)
+    qs, ks, vs = problem.q_strides, problem.k_strides, problem.v_strides
+    scale = problem.scale
+    params = DecodeParams(
+        q, k, v, o, lse,
+        0 if o_part is None else o_part.ptr, 0 if lse_part is None else lse_part.ptr,
+        0 if counters is None else counters.ptr,
+        qs.batch, qs.seq, qs.head,
+        ks.batch, ks.seq, ks.head,
+        vs.batch, vs.seq, vs.head,
+        o_geom.batch, o_geom.seq, o_geom.head,
+        kv_geom(problem),
+        B, Sq, Hq, problem.heads_kv, problem.group_size, D, plan.rows, plan.num_m_blocks,
+        splits, plan.tiles_per_split, int(problem.causal),
+        scale_log2(scale),
+        int(lse != 0), 0,
+    )
+    params.window_left, params.window_right = problem.window or (-1, -1)
+    kv = problem.kv_cache
+    if kv is not None and kv.fp8:
+        params.k_scale, params.v_scale = kv.k_scale * kv.q_scale, kv.v_scale  # q's scales the scores with k's
+        params.k_descale, params.v_descale, params.q_descale = kv.k_descale_ptr, kv.v_descale_ptr, kv.q_descale_ptr
+    params.has_window = int(problem.window is not None)
+    if problem.mods is not None:
+        fill_params(params, problem.mods, scale)
+    _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
+    del counters  # held until the launch is queued (`_stream_memory`)

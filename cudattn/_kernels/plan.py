@@ -1,0 +1,257 @@
+"""Plan one call: which kernel variant, which grid, and the parameter block it is launched with."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+from dataclasses import dataclass
+
+from . import decode as _decode
+from . import fp8 as _fp8
+from .._spec import geometry as _geometry
+from . import tma as _tma
+from . import traits as _traits
+from .._spec.modifiers import MOD_WINDOW, fill_params
+from .params import FwdParams, FwdSm90Params, scale_log2
+from .._spec.problem import Problem, TensorGeom
+from .traits import Variant
+
+_MAX_GRID_YZ = 65535
+
+
+@dataclass(frozen=True)
+class Plan:
+    variant: Variant
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+    num_m_blocks: int
+    l2_section: int = 0  # sm90 causal: (batch, head) pairs per L2-sized section of the tile order
+
+
+_plans: dict = {}
+
+
+def make_plan(problem: Problem, props) -> Plan:
+    """The plan for this problem's shape on a device with properties ``props`` (memoised: on the
+    hot path a repeated shape is one lookup)."""
+    family = _traits.family_for(props.arch)
+    if family == "sm90" and (problem.seqlen_k == 0 or not _tma_can_map(problem)):
+        # The portable kernel reads any valid strides; and no keys (a call with sinks: LSE = sink)
+        # has no TMA map to describe.
+        family = "sm80"
+    key = (problem.dtype, problem.out_dtype, problem.head_dim, problem.causal, problem.seqlen_q, problem.seqlen_k, problem.heads_q,
+           problem.heads_kv, problem.batch, props.max_shared_memory_per_block_optin, props.sm_count,
+           props.l2_cache_size, family, problem.varlen is not None,
+           problem.kv_cache is not None and problem.kv_cache.paged, problem.window is not None,
+           problem.mods.bits if problem.mods is not None else 0)
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) > 4096:  # many distinct shapes (variable lengths): keep the table bounded
+            _plans.clear()
+        plan = _plans[key] = _make_plan(problem, props.max_shared_memory_per_block_optin, props.sm_count,
+                                        props.l2_cache_size, family)
+    return plan
+
+
+# A TMA map takes strides in (0, 2**40) bytes; a size-1 axis may carry any (_tma gives it a dense one).
+_TMA_MAX_STRIDE = 1 << 40
+
+
+def _tma_can_map(problem: Problem) -> bool:
+    """Whether the Hopper kernel's TMA maps can describe q, k and v: not when an axis of more than
+    one element has stride 0 (a broadcast view, e.g. kv heads expanded from one) or a huge stride."""
+    q, k, v = problem.q_strides, problem.k_strides, problem.v_strides
+    strides = (q.batch, q.seq, q.head, k.batch, k.seq, k.head, v.batch, v.seq, v.head)
+    item = problem.dtype.itemsize
+    if min(strides) > 0 and max(strides) * item < _TMA_MAX_STRIDE:  # every call but odd views: one test
+        return True
+    (sq, bq), (sk, bk) = map_extents(problem)
+    for geom, seqlen, heads, batch in ((problem.q_strides, sq, problem.heads_q, bq),
+                                       (problem.k_strides, sk, problem.heads_kv, bk),
+                                       (problem.v_strides, sk, problem.heads_kv, bk)):
+        for st, n in ((geom.batch, batch), (geom.seq, seqlen), (geom.head, heads)):
+            if n > 1 and not 0 < st * item < _TMA_MAX_STRIDE:
+                return False
+    return True
+
+
+def map_extents(problem: Problem) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(rows, batch) of the q and of the k/v tensors as the kernels index them: a packed
+    variable-length operand is one batch entry of ``total`` rows (its sequences found through
+    cu_seqlens), a padded one ``batch`` entries of ``seqlen`` rows."""
+    vl, kv = problem.varlen, problem.kv_cache
+    q = (problem.seqlen_q, problem.batch) if vl is None else (vl.total_q, 1)
+    if kv is not None and kv.paged:
+        k = (kv.page_size, kv.num_pages)  # a page is a map's batch entry
+    else:
+        k = (vl.total_k, 1) if vl is not None and vl.total_k is not None else (problem.seqlen_k, problem.batch)
+    return q, k
+
+
+def paged_box_rows(problem: Problem, block_n: int) -> int:
+    """Rows of a K/V map's box: the key tile, or for a paged cache the largest run of keys whole in
+    one page that divides the tile (fwd_sm90.cuh, paged_box_rows: the same rule)."""
+    kv = problem.kv_cache
+    return math.gcd(kv.page_size, block_n) if kv is not None and kv.paged else block_n
+
+
+def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, family: str) -> Plan:
+    windowed = problem.window is not None
+    # Windows: Hopper builds of two consumer warpgroups only (fwd_sm90.cuh, WINDOW): the tiles the
+    # short-causal rule picks (seqlen_q 1), else the portable kernel; FP8 Hopper builds compile
+    # the window in only when asked (MOD_WINDOW, with narrower key tiles: _traits).
+    mods = (problem.mods.bits if problem.mods is not None else 0) | (MOD_WINDOW if windowed else 0)
+    variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family, problem.out_dtype,
+                             1 if windowed and family == "sm90" else problem.seqlen_q, mods)
+    if windowed and family == "sm90" and variant.tiles.block_m > 128:
+        family = "sm80"
+        variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family,
+                                 problem.out_dtype, problem.seqlen_q, mods)
+    bm = variant.tiles.block_m
+    num_m = -(-problem.seqlen_q // bm)
+    if family == "sm90":
+        # Persistent: one CTA per SM (its shared memory allows no second), each walking the tiles
+        # t = blockIdx.x, blockIdx.x + gridDim.x, ... in the kernel's order (fwd_sm90.cuh).
+        tiles = num_m * problem.heads_q * problem.batch
+        if tiles >= 2**31:
+            raise ValueError(f"{tiles} tiles of {bm} query rows exceed the kernel's 32-bit tile index; split the call")
+        section = _l2_section(problem, l2_bytes, min(tiles, sm_count))
+        return Plan(variant, (min(tiles, sm_count), 1, 1), (variant.threads, 1, 1), variant.smem_bytes, num_m,
+                    section)
+    # Must match the kernel's reading of blockIdx (fwd_sm80.cuh): causal puts m last (longest first).
+    grid = (problem.heads_q, problem.batch, num_m) if problem.causal else (num_m, problem.heads_q, problem.batch)
+    if grid[1] > _MAX_GRID_YZ or grid[2] > _MAX_GRID_YZ:
+        raise ValueError(
+            f"batch ({problem.batch}), heads_q ({problem.heads_q}) and, for causal, the {num_m} blocks of "
+            f"{bm} query rows must each be at most {_MAX_GRID_YZ} (CUDA grid limit); split the call"
+        )
+    return Plan(variant, grid, (variant.threads, 1, 1), variant.smem_bytes, num_m)
+
+
+def _l2_section(problem: Problem, l2_bytes: int, ctas: int) -> int:
+    """(batch, head) pairs per section of the causal tile order (fwd_sm90.cuh, tile_at).
+
+    Longest-first over all pairs is best while the CTAs of a round share heads: CTAs on one head
+    read its K/V a few tiles apart, so L2 serves all but the first. Once there are more pairs
+    than a quarter of the CTAs and their K/V do not fit in half of L2, each CTA streams its own
+    head from HBM (seen: 0.55-0.67x cuDNN at B*H >= 128, S <= 2048), so the order is cut into
+    sections of pairs whose K/V fit, but never so few that under 4 CTAs share a head.
+    Measured: sections of 1-16 pairs at S >= 8192 cost 7-35 % against one section."""
+    pairs = problem.batch * problem.heads_q
+    kv_per_pair = 2 * problem.seqlen_k * problem.head_dim * problem.dtype.itemsize / problem.group_size
+    budget = l2_bytes // 2
+    if pairs * kv_per_pair <= budget:
+        return pairs
+    return max(1, min(pairs, max(int(budget // kv_per_pair), ctas // 4)))
+
+
+def contiguous_geom(problem: Problem) -> TensorGeom:
+    """Element strides of a freshly allocated C-contiguous output in the problem's layout."""
+    return _geometry.contiguous_geom(problem.seqlen_q, problem.heads_q, problem.head_dim, problem.layout)
+
+
+def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, lse: int, o_geom: TensorGeom):
+    """The kernel's by-value argument: FwdParams, or for the Hopper family FwdSm90Params, which
+    adds the TMA maps of q, k and v (encoded per call: they hold the addresses). FP8: ``v`` is Vt
+    (`_fp8.transpose_v`)."""
+    params = _fwd_params(problem, plan, q, k, v, o, lse, o_geom)
+    if problem.descales is not None:
+        _set_fp8(params, problem)
+    if problem.kv_cache is not None:
+        params.kv = _decode.kv_geom(problem)
+    if problem.window is not None:
+        params.has_window = 1
+        params.window_left, params.window_right = problem.window
+    if problem.mods is not None:  # FP8: the scalar descales scale the scores (the arrays: fp8.cuh)
+        d = problem.descales
+        fill_params(params, problem.mods, problem.scale if d is None else problem.scale * d.q * d.k)
+    if plan.variant.family != "sm90":
+        return params
+    P = FwdSm90Params()
+    P.p = params
+    P.l2_section = plan.l2_section
+    dt, D = problem.dtype, problem.head_dim
+    Hq, Hkv = problem.heads_q, problem.heads_kv
+    (Sq, Bq), (Sk, Bk) = map_extents(problem)
+    t = plan.variant.tiles
+    kv_rows = paged_box_rows(problem, t.block_n)
+    maps = [("tma_q", (q, Sq, Hq, Bq, problem.q_strides, t.block_m)),
+            ("tma_k", (k, Sk, Hkv, Bk, problem.k_strides, kv_rows))]
+    if problem.descales is None:
+        maps.append(("tma_v", (v, Sk, Hkv, Bk, problem.v_strides, kv_rows)))
+    else:
+        raw = _tma.encode_vt(v, dt, D, _fp8.vt_keys(problem), Hkv, Bk, plan.variant.tile_dim)
+        ctypes.memmove(ctypes.addressof(P.tma_v), raw, len(raw))
+    row_bytes = min(128, plan.variant.tile_dim * plan.variant.elem_bytes)  # the kernel's swizzle row (fwd_sm90.cuh)
+    for field, (ptr, seqlen, heads, batch, geom, rows) in maps:
+        raw = _tma.encode_attention_operand(ptr, dt, D, seqlen, heads, batch, geom, rows, row_bytes)
+        ctypes.memmove(ctypes.addressof(getattr(P, field)), raw, len(raw))
+    return P
+
+
+def _set_fp8(params: FwdParams, problem: Problem) -> None:
+    """Vt's strides in place of V's, and the descales: scalars folded into the softmax scale and the
+    output scale, arrays passed by address (the kernel multiplies them in per (batch, kv head))."""
+    d = problem.descales
+    pad = _fp8.vt_keys(problem)
+    params.v_stride_s = pad  # between Vt's head-dim rows
+    params.v_stride_h = problem.head_dim * pad
+    params.v_stride_b = 0 if _fp8.packed_vt(problem) else problem.heads_kv * problem.head_dim * pad
+    params.scale_log2 = scale_log2(problem.scale * d.q * d.k)
+    params.out_scale = d.v
+    params.q_descale, params.k_descale, params.v_descale = d.q_ptr, d.k_ptr, d.v_ptr
+
+
+def _fwd_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, lse: int, o_geom: TensorGeom) -> FwdParams:
+    if problem.varlen is not None:
+        return _varlen_params(problem, plan, q, k, v, o, lse, o_geom)
+    qs, ks, vs = problem.q_strides, problem.k_strides, problem.v_strides
+    return FwdParams(
+        q, k, v, o, lse,
+        qs.batch, qs.seq, qs.head,
+        ks.batch, ks.seq, ks.head,
+        vs.batch, vs.seq, vs.head,
+        o_geom.batch, o_geom.seq, o_geom.head,
+        problem.batch, problem.seqlen_q, problem.seqlen_k, problem.heads_q, problem.heads_kv,
+        problem.group_size,
+        problem.head_dim,
+        problem.seqlen_k - problem.seqlen_q,
+        scale_log2(problem.scale),
+        plan.num_m_blocks,
+        int(lse != 0),
+        0,
+        0, 0, 0,
+        1.0,
+    )
+
+
+def _varlen_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, lse: int,
+                   o_geom: TensorGeom) -> FwdParams:
+    """FwdParams of a packed batch (seqlen.cuh): seqlen_q/seqlen_k are the packed extents the
+    kernels clamp offsets into, the packed operands' batch strides are 0, and each sequence's
+    rows and lengths come from the offsets."""
+    vl = problem.varlen
+    qs, ks, vs = problem.q_strides, problem.k_strides, problem.v_strides
+    packed_k = vl.total_k is not None
+    Sq, Sk = vl.total_q, vl.total_k if packed_k else problem.seqlen_k  # a KV cache: its capacity
+    p = FwdParams(
+        q, k, v, o, lse,
+        0, qs.seq, qs.head,
+        0 if packed_k else ks.batch, ks.seq, ks.head,
+        0 if packed_k else vs.batch, vs.seq, vs.head,
+        0, o_geom.seq, o_geom.head,
+        problem.batch, Sq, Sk, problem.heads_q, problem.heads_kv,
+        problem.group_size,
+        problem.head_dim,
+        0,  # per sequence (seqlen.cuh)
+        scale_log2(problem.scale),
+        plan.num_m_blocks,
+        int(lse != 0),
+        0,
+        0, 0, 0,
+        1.0,
+    )
+    p.cu_seqlens_q, p.cu_seqlens_k = vl.cu_q_ptr, vl.cu_k_ptr
+    return p

@@ -1,0 +1,337 @@
+"""Compile-time variants of the forward kernels, and which one serves a problem.
+
+Two families: "sm80", the portable kernel (cu_src/flash_fwd_sm80.cu: mma.sync, cp.async), and
+"sm90", the Hopper kernel (cu_src/flash_fwd_sm90.cu: TMA, wgmma, warp specialization), which
+serves every problem on an sm_90 device. One place lists every compile-time parameter (the
+CUDATTN_* macros). Head dims are served by a few padded tile widths (as FlashAttention rounds
+up): the kernels zero-fill the columns past the real head dim and never store them.
+
+``CUDATTN_KERNEL_FAMILY=sm80`` (read at import; tests and the bench set ``FORCED_FAMILY``) makes
+an sm_90 device run the portable kernel, to compare the two.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+import ml_dtypes
+import numpy as np
+
+from .._spec.modifiers import MOD_ALIBI, MOD_SOFTCAP, MOD_WINDOW
+
+FAMILIES = ("sm80", "sm90")
+KERNEL_SOURCE = {"sm80": "flash_fwd_sm80.cu", "sm90": "flash_fwd_sm90.cu"}
+KERNEL_NAME = {"sm80": "flash_fwd_sm80", "sm90": "flash_fwd_sm90"}
+HOPPER_ARCHS = ("sm_90a",)
+
+#: None: the fastest family the device has; "sm80": the portable kernel everywhere.
+FORCED_FAMILY: str | None = os.environ.get("CUDATTN_KERNEL_FAMILY") or None
+if FORCED_FAMILY not in (None, *FAMILIES):
+    raise ImportError(f"CUDATTN_KERNEL_FAMILY must be one of {FAMILIES}; got {FORCED_FAMILY!r}")
+
+# Tile widths compiled; a head dim D uses the smallest width >= D.
+TILE_DIMS = (32, 64, 128, 192, 256)
+SUPPORTED_HEAD_DIMS = tuple(range(8, 257, 8))
+
+DTYPE_NAMES = {np.dtype(np.float16): "float16", np.dtype(ml_dtypes.bfloat16): "bfloat16"}
+FP8 = "float8_e4m3fn"
+#: FP8 output dtypes and their CUDATTN_OUT codes (fp8.cuh).
+FP8_OUT_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
+
+# Largest dynamic shared memory a block may opt into, per compile target (bytes). Used to choose
+# tiles when compiling ahead of time for an arch with no device present.
+ARCH_SMEM_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_87": 166912, "sm_89": 101376, "sm_90a": 232448,
+                   "sm_90": 232448}
+
+
+@dataclass(frozen=True)
+class Tiles:
+    block_m: int
+    block_n: int
+    warps: int
+    stages: int
+    min_blocks: int  # __launch_bounds__ minimum blocks per SM (caps registers at 64K / (threads * min))
+    pingpong: bool = False  # sm90: the consumer warpgroups take turns issuing their products
+    q_stages: int = 1  # sm90: Q tiles in flight (2: the next tile's Q loads during this one)
+
+
+# Preferred tiles per (tile width, causal), fastest first; the first whose shared memory fits is
+# used. Every variant compiles without register spills (tests/test_kernels_compile.py); the
+# choices come from tools/tune_tiles.py on an H200 (see benchmarks/NOTES.md).
+_FALLBACK_256 = (Tiles(64, 64, 4, 2, 1), Tiles(64, 32, 4, 2, 1))
+_CANDIDATES = {
+    (32, False): (Tiles(128, 128, 4, 2, 2),),
+    (32, True): (Tiles(64, 64, 4, 2, 2),),
+    (64, False): (Tiles(128, 128, 4, 2, 2), Tiles(128, 64, 4, 2, 2)),
+    (64, True): (Tiles(64, 64, 4, 2, 2),),
+    (128, False): (Tiles(128, 48, 4, 2, 2),),
+    (128, True): (Tiles(128, 48, 4, 2, 2),),
+    (192, False): (Tiles(128, 64, 8, 2, 1),) + _FALLBACK_256,
+    (192, True): (Tiles(128, 64, 8, 2, 1),) + _FALLBACK_256,
+    (256, False): (Tiles(128, 64, 8, 2, 1),) + _FALLBACK_256,
+    (256, True): (Tiles(128, 64, 8, 2, 1),) + _FALLBACK_256,
+}
+
+
+# The portable kernel with softcap or ALiBi (mods.cuh): at these widths the tiles above hold two
+# 16-row fragments a warp in 255 registers and the modifiers' work spills them; one fragment a
+# warp does not (tests/test_kernels_compile.py compiles them).
+_MODS_CANDIDATES = {64: Tiles(64, 64, 4, 2, 2), 128: Tiles(64, 64, 4, 2, 2)}
+
+
+# Hopper: a producer warpgroup + two or three consumer warpgroups of 64 rows (BLOCK_M = 128 or
+# 192; warps = 4 a warpgroup); the key tile and ring depth per head-dim tile (tools/tune_tiles.py
+# --family sm90; benchmarks/NOTES.md).
+SM90_TILE_DIMS = (64, 128, 192, 256)
+_SM90_TILES = {
+    # Head dim 64: three consumer warpgroups (BM = 192, 16 warps); against two, +6-7 % non-causal and
+    # causal +13 % at S = 8192, but causal -3 % at 512 and -11 % at 1024: see _SM90_SHORT_CAUSAL
+    (64, False): Tiles(192, 128, 16, 2, 1, True, 2),
+    (64, True): Tiles(192, 128, 16, 2, 1, True, 2),
+    (128, False): Tiles(128, 128, 12, 2, 1, True, 2),
+    (128, True): Tiles(128, 128, 12, 2, 1, True, 2),
+    (192, False): Tiles(128, 64, 12, 2, 1, True, 2),
+    (192, True): Tiles(128, 64, 12, 2, 1, True, 2),
+    (256, False): Tiles(128, 80, 12, 2, 1, True, 1),  # two Q stages do not fit next to 2 x 2 K/V tiles
+    (256, True): Tiles(128, 80, 12, 2, 1, True, 1),
+}
+# Causal calls with at most this many query rows a sequence use these tiles instead: with short
+# rows, most query tiles are diagonal ones, and 192-row tiles mask more of their work than 128.
+_SM90_SHORT_CAUSAL = {64: (2048, Tiles(128, 128, 12, 3, 1, True, 2))}
+
+
+def short_causal_rows(tile_dim: int, family: str = "sm90") -> int | None:
+    """The most query rows a sequence for which a causal call at this tile width takes other tiles
+    (`select`'s ``seqlen_q`` rule), or None where the width has no such rule."""
+    short = _SM90_SHORT_CAUSAL.get(tile_dim) if family == "sm90" else None
+    return None if short is None else short[0]
+
+
+# FP8 (e4m3): head-dim tiles are 32-byte k-steps of whole swizzle rows (sm90: 128 bytes, or 64 at
+# head dim 64; sm80: 64); V is read transposed (Vt, keys contiguous), so the key tile is a multiple
+# of 64 (sm80) or 32 (sm90).
+FP8_SM90_TILE_DIMS = (64, 128, 256)
+FP8_TILE_DIMS = (64, 128, 256)
+_FP8_SM90_TILES = {
+    # 64-byte swizzle rows for Q and K; 256 keys: +6-9 % over 192 at S >= 2048 (NOTES.md)
+    (64, False): Tiles(128, 256, 12, 2, 1, True, 2),
+    (64, True): Tiles(128, 256, 12, 2, 1, True, 2),
+    (128, False): Tiles(128, 192, 12, 2, 1, True, 2),  # 128 keys: -4 % (NOTES.md)
+    (128, True): Tiles(128, 192, 12, 2, 1, True, 2),
+    (256, False): Tiles(128, 128, 12, 2, 1, True, 1),
+    (256, True): Tiles(128, 128, 12, 2, 1, True, 1),
+}
+# FP8 Hopper builds with a window or ALiBi: their per-row bounds or diagonals beside the scores
+# of 192 or 256 keys (or O of 256 columns) spill, so the key tile narrows: 128 keys (64 at head
+# dim 256 would load Vt boxes of 128 keys half unused; 96 uses three quarters of them). A softcap
+# alone keeps the plain tiles.
+_FP8_SM90_NARROW_KEYS = {64: 128, 128: 128, 256: 96}
+_FP8_CANDIDATES = {  # the portable kernel (sm_89, or any family forced to sm80)
+    # One 16-row fragment per warp: two (128 x 64 x 4 warps) hold S and O of 128 columns in 255
+    # registers and spill. Not yet tuned on a GPU. sm_89 registers: d64 112, d128 165, d256 233.
+    (64, False): (Tiles(128, 64, 8, 2, 1),),
+    (64, True): (Tiles(128, 64, 8, 2, 1),),
+    (128, False): (Tiles(128, 64, 8, 2, 1),),
+    (128, True): (Tiles(128, 64, 8, 2, 1),),
+    (256, False): (Tiles(128, 64, 8, 2, 1), Tiles(64, 64, 4, 2, 1)),
+    (256, True): (Tiles(128, 64, 8, 2, 1), Tiles(64, 64, 4, 2, 1)),
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    dtype: str  # "float16" | "bfloat16" | "float8_e4m3fn"
+    tile_dim: int
+    causal: bool
+    tiles: Tiles
+    family: str = "sm80"
+    out_dtype: str = ""  # FP8: "bfloat16" | "float16" | "float32"; 16-bit: "" (the input dtype)
+    mods: int = 0  # score modifiers compiled in: _modifiers.MOD_SOFTCAP | MOD_ALIBI | MOD_WINDOW
+
+    @property
+    def elem_bytes(self) -> int:
+        return 1 if self.dtype == FP8 else 2
+
+    @property
+    def source(self) -> str:
+        return KERNEL_SOURCE[self.family]
+
+    @property
+    def kernel_name(self) -> str:
+        return KERNEL_NAME[self.family]
+
+    @property
+    def threads(self) -> int:
+        return self.tiles.warps * 32
+
+    @property
+    def smem_bytes(self) -> int:
+        t = self.tiles
+        eb = self.elem_bytes
+        if self.family != "sm90":
+            return (t.block_m + 2 * t.stages * t.block_n) * self.tile_dim * eb
+        # The 128-byte swizzle wants 1 KiB-aligned tiles; the kernel aligns the base itself. FP8 V
+        # stages are whole boxes of 128 keys (fwd_sm90.cuh, V_BYTES).
+        v_keys = -(-t.block_n // 128) * 128 if eb == 1 else t.block_n
+        return (t.q_stages * t.block_m + t.stages * (t.block_n + v_keys)) * self.tile_dim * eb + 1024
+
+    def defines(self) -> dict[str, int]:
+        t = self.tiles
+        common = {
+            "CUDATTN_DTYPE_BF16": int(self.dtype == "bfloat16"),
+            "CUDATTN_HEAD_DIM": self.tile_dim,
+            "CUDATTN_BLOCK_N": t.block_n,
+            "CUDATTN_STAGES": t.stages,
+            "CUDATTN_CAUSAL": int(self.causal),
+        }
+        if self.dtype == FP8:
+            common.update(CUDATTN_DTYPE_FP8=1, CUDATTN_OUT=FP8_OUT_CODES[self.out_dtype])
+        if self.mods:  # absent when 0, so that plain builds keep their cache keys
+            common["CUDATTN_MODS"] = self.mods
+        if self.family == "sm90":  # the warps follow from BLOCK_M (the kernel's roles)
+            # BLOCK_M is 64 rows a consumer warpgroup
+            return {**common, "CUDATTN_PINGPONG": int(t.pingpong), "CUDATTN_Q_STAGES": t.q_stages,
+                    "CUDATTN_CONSUMERS": t.block_m // 64}
+        return {**common, "CUDATTN_BLOCK_M": t.block_m, "CUDATTN_WARPS": t.warps, "CUDATTN_MIN_BLOCKS": t.min_blocks}
+
+    def describe(self) -> str:
+        t = self.tiles
+        extra = (f" q{t.q_stages}" if self.family == "sm90" else "") + (" pingpong" if t.pingpong else "")
+        out = f"->{self.out_dtype}" if self.out_dtype else ""
+        mods = "".join(n for bit, n in ((MOD_SOFTCAP, " softcap"), (MOD_ALIBI, " alibi"), (MOD_WINDOW, " window"))
+                       if self.mods & bit)
+        return (f"{self.family} {self.dtype}{out} d{self.tile_dim} {'causal' if self.causal else 'full'} "
+                f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages}{extra}{mods}")
+
+
+def tile_dim_for(head_dim: int, dims=TILE_DIMS) -> int:
+    for d in dims:
+        if head_dim <= d:
+            return d
+    raise ValueError(f"head_dim {head_dim} exceeds the largest supported ({dims[-1]})")
+
+
+def family_for(arch: str) -> str:
+    """The kernel family a device of this compile target runs (FORCED_FAMILY may pick the portable one)."""
+    if FORCED_FAMILY == "sm80" or arch not in HOPPER_ARCHS:
+        return "sm80"
+    return "sm90"
+
+
+def key_tile(dtype, head_dim: int, causal: bool, props, out_dtype=None, mods: int = 0) -> int:
+    """Keys per tile of the variant that serves such a call (``mods``: the modifiers it has,
+    _modifiers.MOD_*) on a device with properties ``props``. The FP8 emulation
+    (reference.attention_fp8_emulated) rounds P against the running max of the same tiles, so the
+    tests pass it this."""
+    return select(dtype, head_dim, causal, props.max_shared_memory_per_block_optin, family_for(props.arch),
+                  out_dtype, mods=mods).tiles.block_n
+
+
+def _dtype_name(dtype) -> str:
+    if isinstance(dtype, str):
+        return dtype
+    dt = np.dtype(dtype)
+    return FP8 if dt == np.dtype(ml_dtypes.float8_e4m3fn) else DTYPE_NAMES[dt]
+
+
+def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, family: str = "sm80",
+           out_dtype: np.dtype | str | None = None, seqlen_q: int | None = None, mods: int = 0) -> Variant:
+    """The variant for a problem; ``out_dtype`` matters only for FP8 (default bfloat16), ``seqlen_q``
+    (query rows a sequence; None: long) only for the Hopper family's short causal tiles; ``mods``:
+    the score modifiers the call needs (_modifiers.MOD_*), of which the build keeps those it
+    compiles in: MOD_WINDOW only for the FP8 Hopper family (every other build takes a window)."""
+    name = _dtype_name(dtype)
+    if name == FP8:
+        v = _select_fp8(head_dim, causal, smem_limit, family, out_dtype)
+        if family != "sm90":
+            return replace(v, mods=mods & ~MOD_WINDOW)
+        if mods & (MOD_WINDOW | MOD_ALIBI):
+            v = replace(v, tiles=replace(v.tiles, block_n=_FP8_SM90_NARROW_KEYS[v.tile_dim]))
+        return replace(v, mods=mods)
+    mods &= ~MOD_WINDOW
+    if mods:
+        v = select(dtype, head_dim, causal, smem_limit, family, out_dtype, seqlen_q)
+        t = _MODS_CANDIDATES.get(v.tile_dim) if family != "sm90" else None
+        return replace(v, mods=mods, tiles=t if t is not None else v.tiles)
+    if family == "sm90":
+        d = tile_dim_for(head_dim, SM90_TILE_DIMS)
+        tiles = _SM90_TILES[(d, bool(causal))]
+        short = _SM90_SHORT_CAUSAL.get(d)
+        if causal and short is not None and seqlen_q is not None and seqlen_q <= short[0]:
+            tiles = short[1]
+        v = Variant(name, d, bool(causal), tiles, "sm90")
+        if v.smem_bytes > smem_limit:
+            raise ValueError(f"the Hopper kernel for head_dim {head_dim} needs {v.smem_bytes} bytes of shared "
+                             f"memory; the device allows {smem_limit}")
+        return v
+    d = tile_dim_for(head_dim)
+    for tiles in _CANDIDATES[(d, bool(causal))]:
+        v = Variant(name, d, bool(causal), tiles)
+        if v.smem_bytes <= smem_limit:
+            return v
+    raise ValueError(f"no tile configuration for head_dim {head_dim} fits in {smem_limit} bytes of shared memory")
+
+
+def _select_fp8(head_dim: int, causal: bool, smem_limit: int, family: str, out_dtype) -> Variant:
+    out = "bfloat16" if out_dtype is None else out_dtype if isinstance(out_dtype, str) else np.dtype(out_dtype).name
+    if out not in FP8_OUT_CODES:
+        raise ValueError(f"FP8 kernels write float32, float16 or bfloat16; got {out}")
+    if family == "sm90":
+        d = tile_dim_for(head_dim, FP8_SM90_TILE_DIMS)
+        v = Variant(FP8, d, bool(causal), _FP8_SM90_TILES[(d, bool(causal))], "sm90", out)
+        if v.smem_bytes > smem_limit:
+            raise ValueError(f"the Hopper FP8 kernel for head_dim {head_dim} needs {v.smem_bytes} bytes of shared "
+                             f"memory; the device allows {smem_limit}")
+        return v
+    d = tile_dim_for(head_dim, FP8_TILE_DIMS)
+    for tiles in _FP8_CANDIDATES[(d, bool(causal))]:
+        v = Variant(FP8, d, bool(causal), tiles, "sm80", out)
+        if v.smem_bytes <= smem_limit:
+            return v
+    raise ValueError(f"no FP8 tile configuration for head_dim {head_dim} fits in {smem_limit} bytes of shared memory")
+
+
+#: Compile targets with e4m3 tensor-core instructions (mma.sync m16n8k32 e4m3 from sm_89; wgmma on sm_90a).
+FP8_ARCHS = ("sm_89", "sm_90a", "sm_90")
+
+
+def all_fp8_variants(arch: str) -> list[Variant]:
+    """Every FP8 variant `select` can return on a device of this compile target (none before sm_89)."""
+    if arch not in FP8_ARCHS:
+        return []
+    limit = ARCH_SMEM_LIMIT[arch]
+    fams = ("sm80", "sm90") if arch in HOPPER_ARCHS else ("sm80",)
+    dims = {"sm80": FP8_TILE_DIMS, "sm90": FP8_SM90_TILE_DIMS}
+    return [select(FP8, d, causal, limit, fam, out) for fam in fams for d in dims[fam] for causal in (False, True)
+            for out in FP8_OUT_CODES]
+
+
+def all_variants(arch: str) -> list[Variant]:
+    """Every variant `select` can return on a device of this compile target (on Hopper, both families)."""
+    limit = ARCH_SMEM_LIMIT[arch]
+    out = [select(dt, d, causal, limit) for dt in DTYPE_NAMES.values() for d in TILE_DIMS for causal in (False, True)]
+    if arch in HOPPER_ARCHS:
+        out += [select(dt, d, causal, limit, "sm90") for dt in DTYPE_NAMES.values() for d in SM90_TILE_DIMS
+                for causal in (False, True)]
+        out += [select(dt, d, True, limit, "sm90", seqlen_q=1) for dt in DTYPE_NAMES.values() for d in _SM90_SHORT_CAUSAL]
+    return out
+
+
+def mods_variants(arch: str) -> list[Variant]:
+    """Builds with softcap and ALiBi (both: the most registers) of each family and tile width, for
+    the compile checks: float16 (bfloat16 differs only in its conversions), causal and not; and
+    on FP8 targets the FP8 builds with a softcap (the plain key tiles) and with all three (a window
+    too: narrower key tiles), of the family such a device runs (the portable FP8 family on Hopper,
+    where mma.sync e4m3 becomes conversions and 16-bit MMAs, runs only when forced, in tests: at
+    head dim 256 with modifiers it spills there)."""
+    limit = ARCH_SMEM_LIMIT[arch]
+    fams = ("sm80", "sm90") if arch in HOPPER_ARCHS else ("sm80",)
+    dims = {"sm80": TILE_DIMS, "sm90": SM90_TILE_DIMS}
+    out = [select("float16", d, c, limit, fam, mods=MOD_SOFTCAP | MOD_ALIBI)
+           for fam in fams for d in dims[fam] for c in (False, True)]
+    if arch in FP8_ARCHS:  # FP8 with every modifier (the window: Hopper's); one output dtype (the same code)
+        fam, fp8_dims = ("sm90", FP8_SM90_TILE_DIMS) if arch in HOPPER_ARCHS else ("sm80", FP8_TILE_DIMS)
+        out += [select(FP8, d, c, limit, fam, "bfloat16", mods=m)
+                for m in (MOD_SOFTCAP, MOD_SOFTCAP | MOD_ALIBI | MOD_WINDOW) for d in fp8_dims for c in (False, True)]
+    return out

@@ -1,0 +1,1 @@
+"""The CUDA runtime underneath: devices and primary contexts, streams, launches, recording, errors."""

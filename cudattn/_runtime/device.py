@@ -1,0 +1,230 @@
+"""Devices: the primary context made current, the library's default streams, cached properties.
+
+cudattn runs in each device's *primary* context, the one PyTorch, CuPy and JAX use,
+so pointers and streams pass between them and cudattn without translation.
+
+Nothing here touches CUDA at import time. The first :func:`get_device` call runs
+``cuInit``; after that a call costs one ``cuCtxGetCurrent`` and a dict lookup, which
+also notices when another library has made a different context current on this thread
+in the meantime (and then makes ours current again).
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+from dataclasses import dataclass
+
+from cuda.bindings import driver
+
+from .errors import NoDeviceError, check, no_device_error
+
+__all__ = [
+    "DeviceProperties",
+    "default_stream",
+    "device_count",
+    "device_properties",
+    "get_device",
+]
+
+_init_lock = threading.Lock()
+_initialized = False
+_device_count: int | None = None
+
+# cuda.core Device objects are thread-local singletons, and whether a context is
+# current is per thread too, so the "already current" cache is per thread.
+_tls = threading.local()
+
+# Library-owned streams and the property cache are per process.
+_streams_lock = threading.Lock()
+_default_streams: dict[int, object] = {}  # device id -> cuda.core Stream
+_default_stream_refs: dict[int, object] = {}  # device id -> _stream.StreamRef of that stream
+_props_lock = threading.Lock()
+_props: dict[int, "DeviceProperties"] = {}
+
+
+def _ensure_init() -> None:
+    global _initialized, _device_count
+    if _initialized:
+        return
+    with _init_lock:
+        if not _initialized:
+            try:
+                result = driver.cuInit(0)
+            except RuntimeError as exc:  # cuda.pathfinder's DynamicLibNotFoundError: no libcuda at all
+                raise no_device_error(exc) from None
+            if result[0] != driver.CUresult.CUDA_SUCCESS:
+                raise no_device_error(result=result[0])
+            _device_count = check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
+            _initialized = True
+
+
+def device_count() -> int:
+    """Number of CUDA devices visible to this process (runs ``cuInit`` on first use)."""
+    _ensure_init()
+    return _device_count  # type: ignore[return-value]
+
+
+def _thread_cache() -> tuple[dict, dict]:
+    try:
+        return _tls.by_id, _tls.by_ctx
+    except AttributeError:
+        _tls.by_id = {}  # device id -> (cuda.core Device, primary context handle as int)
+        _tls.by_ctx = {}  # primary context handle as int -> cuda.core Device
+        return _tls.by_id, _tls.by_ctx
+
+
+def get_device(device_id: int | None = None):
+    """Return the ``cuda.core.Device`` for ``device_id`` with its primary context current.
+
+    ``device_id=None`` means the device of the context current on this thread, or
+    device 0 when there is none (the CUDA runtime's rule). A current context that is
+    not a primary context (one the application created itself) is replaced by the
+    device's primary context: cudattn always works in primary contexts.
+    """
+    _ensure_init()
+    cur = int(check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent"))
+    by_id, by_ctx = _thread_cache()
+    if device_id is None:
+        dev = by_ctx.get(cur)
+        if dev is not None:
+            return dev
+        device_id = int(check(driver.cuCtxGetDevice(), "cuCtxGetDevice")) if cur else 0
+    else:
+        if type(device_id) is not int:
+            device_id = _as_ordinal(device_id)
+        entry = by_id.get(device_id)
+        if entry is not None and entry[1] == cur:
+            return entry[0]
+    return _activate(device_id, by_id, by_ctx)
+
+
+def _as_ordinal(device) -> int:
+    """An int ordinal from a cuda.core Device, an int-like (NumPy integer); TypeError otherwise."""
+    if isinstance(device, bool):
+        raise TypeError("device must be an int device ordinal or a cuda.core Device, not bool")
+    ordinal = getattr(device, "device_id", None)  # cuda.core Device
+    if isinstance(ordinal, int):
+        return ordinal
+    try:
+        return operator.index(device)
+    except TypeError:
+        raise TypeError(
+            f"device must be an int device ordinal or a cuda.core Device, not {type(device).__name__}"
+        ) from None
+
+
+def _activate(device_id: int, by_id: dict, by_ctx: dict):
+    """Make device ``device_id``'s primary context current on this thread (slow path)."""
+    from cuda.core import Device
+
+    n = _device_count
+    if n == 0:
+        raise NoDeviceError("CUDA_ERROR_NO_DEVICE", 100, "cuDeviceGetCount", "the CUDA driver sees no GPU")
+    if not 0 <= device_id < n:  # type: ignore[operator]
+        raise ValueError(f"device {device_id} does not exist: this process sees {n} CUDA device(s)")
+    dev = Device(device_id)
+    dev.set_current()  # retains the primary context and makes it current
+    ctx = int(check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent"))
+    old = by_id.get(device_id)
+    if old is not None:
+        by_ctx.pop(old[1], None)
+    by_id[device_id] = (dev, ctx)
+    by_ctx[ctx] = dev
+    return dev
+
+
+def _device_id(device) -> int:
+    """Ordinal of ``device`` (cuda.core Device or int); ``None`` -> :func:`get_device`'s choice."""
+    if type(device) is int:
+        return device
+    if device is None:
+        return get_device().device_id
+    return _as_ordinal(device)
+
+
+def default_stream(device=None):
+    """The library's own non-blocking ``cuda.core.Stream`` for ``device`` (created on first use).
+
+    Non-blocking, so it never serialises against the legacy default stream that
+    other code may be using. Kept for the life of the process.
+    """
+    dev_id = _device_id(device)
+    s = _default_streams.get(dev_id)
+    if s is None:
+        s = _create_default_stream(dev_id)
+    return s
+
+
+def _default_stream_ref(device_id: int):
+    """The :class:`~cudattn._runtime.stream.StreamRef` of the library stream (hot path: one dict lookup)."""
+    ref = _default_stream_refs.get(device_id)
+    if ref is None:
+        _create_default_stream(device_id)
+        ref = _default_stream_refs[device_id]
+    return ref
+
+
+def _create_default_stream(dev_id: int):
+    from cuda.core import StreamOptions
+
+    from .stream import StreamRef
+
+    with _streams_lock:
+        s = _default_streams.get(dev_id)
+        if s is None:
+            dev = get_device(dev_id)
+            s = dev.create_stream(options=StreamOptions(nonblocking=True))
+            _default_stream_refs[dev_id] = StreamRef(int(s.handle), s)
+            _default_streams[dev_id] = s
+    return s
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    """What planning and launching need to know about a device (queried once, cached)."""
+
+    device_id: int
+    name: str
+    compute_capability: tuple[int, int]
+    sm_count: int
+    max_shared_memory_per_block_optin: int  # bytes; the most dynamic + static smem a block may opt in to
+    max_shared_memory_per_block: int  # bytes without opting in (48 KiB)
+    max_shared_memory_per_multiprocessor: int
+    l2_cache_size: int  # bytes
+    max_threads_per_block: int
+    max_grid_dim: tuple[int, int, int]
+
+    @property
+    def arch(self) -> str:
+        """NVRTC target: ``"sm_90a"`` on compute capability 9.0 (Hopper's wgmma/TMA need the *a*), else ``"sm_XY"``."""
+        major, minor = self.compute_capability
+        return f"sm_{major}{minor}a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
+
+
+def device_properties(device=None) -> DeviceProperties:
+    """Cached :class:`DeviceProperties` of ``device`` (cuda.core Device, ordinal, or None)."""
+    dev_id = _device_id(device)
+    p = _props.get(dev_id)
+    if p is not None:
+        return p
+    with _props_lock:
+        p = _props.get(dev_id)
+        if p is None:
+            dev = get_device(dev_id)
+            q = dev.properties
+            cc = dev.compute_capability
+            p = DeviceProperties(
+                device_id=dev_id,
+                name=dev.name,
+                compute_capability=(int(cc[0]), int(cc[1])),
+                sm_count=int(q.multiprocessor_count),
+                max_shared_memory_per_block_optin=int(q.max_shared_memory_per_block_optin),
+                max_shared_memory_per_block=int(q.max_shared_memory_per_block),
+                max_shared_memory_per_multiprocessor=int(q.max_shared_memory_per_multiprocessor),
+                l2_cache_size=int(q.l2_cache_size),
+                max_threads_per_block=int(q.max_threads_per_block),
+                max_grid_dim=(int(q.max_grid_dim_x), int(q.max_grid_dim_y), int(q.max_grid_dim_z)),
+            )
+            _props[dev_id] = p
+    return p

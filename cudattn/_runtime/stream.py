@@ -1,0 +1,153 @@
+"""The ``stream=`` argument: adapt what callers pass to one ``CUstream`` handle.
+
+Accepted (checked in this order, cheapest first, since this runs on every call):
+
+- an ``int``: a raw ``CUstream`` handle. ``0`` is the legacy default stream; the
+  special handles ``1`` (``CU_STREAM_LEGACY``) and ``2`` (``CU_STREAM_PER_THREAD``)
+  are accepted as the driver accepts them;
+- ``None``: the library's own non-blocking stream for the device
+  (:func:`cudattn._runtime.device.default_stream`);
+- a :class:`StreamRef` (already adapted: passed through);
+- a ``cuda.core.Stream``;
+- any object with ``__cuda_stream__()`` returning ``(0, handle)`` (the protocol
+  cuda.core defines; CuPy, Numba and recent PyTorch streams implement it);
+- any object with an ``int`` attribute ``cuda_stream`` (``torch.cuda.Stream`` and
+  ``torch.cuda.ExternalStream``, whatever the PyTorch version).
+
+Anything else raises ``TypeError`` naming ``stream``. No CUDA call is made here
+except for ``None`` on first use (creating the library stream). The stream's
+device is not checked (that would cost a driver call per launch): passing a
+stream of another device than the arrays' is the caller's error, as in CUDA.
+
+Lifetime: the :class:`StreamRef` keeps the object it came from alive. Memory
+allocated on a stream is freed on that stream later (stream-ordered), so a raw
+``int`` handle must outlive the arrays allocated on it; for stream *objects*
+cudattn holds a reference so this is automatic.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+
+from cuda.bindings import driver
+
+from .device import _default_stream_ref, _device_id
+from . import recording as _recording
+from .errors import check
+
+__all__ = ["StreamRef", "as_stream", "stream_wait"]
+
+CU_STREAM_LEGACY = 1
+CU_STREAM_PER_THREAD = 2
+
+_CoreStream = None  # cuda.core.Stream, bound on first use so that importing stays light
+
+
+def _core_stream_type():
+    global _CoreStream
+    if _CoreStream is None:
+        from cuda.core import Stream
+
+        _CoreStream = Stream
+    return _CoreStream
+
+
+class StreamRef:
+    """A stream handle (``.handle``, an int ``CUstream``) and the object it came from (``.obj``)."""
+
+    __slots__ = ("handle", "obj")
+
+    def __init__(self, handle: int, obj: object = None):
+        self.handle = handle
+        self.obj = obj
+
+    def __repr__(self) -> str:
+        return f"StreamRef(handle={self.handle:#x}, obj={type(self.obj).__name__})"
+
+
+def _type_error(stream) -> TypeError:
+    return TypeError(
+        "stream must be None, an int CUstream handle, a cuda.core Stream, or an object with "
+        f"__cuda_stream__() or an int .cuda_stream attribute (a torch.cuda.Stream); got {type(stream).__name__}"
+    )
+
+
+def as_stream(stream, device) -> StreamRef:
+    """Adapt ``stream`` (see the module docstring) to a :class:`StreamRef`.
+
+    ``device`` (ordinal int or cuda.core Device) is only used for ``stream=None``.
+    """
+    t = type(stream)
+    if t is int:
+        if not 0 <= stream < 1 << 64:  # a CUstream is a 64-bit handle
+            raise ValueError(f"stream handle must be from 0 to 2**64 - 1, got {stream}")
+        return StreamRef(stream, None)
+    if stream is None:
+        return _default_stream_ref(device if type(device) is int else _device_id(device))
+    if t is StreamRef:
+        return stream
+    if t is bool:
+        raise _type_error(stream)
+    Stream = _CoreStream or _core_stream_type()
+    if isinstance(stream, Stream):
+        return StreamRef(int(stream.handle), stream)
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        info = proto() if callable(proto) else proto  # a few early adopters made it a property
+        try:
+            version, handle = info
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"stream: {type(stream).__name__}.__cuda_stream__() must return (version, handle), got {info!r}"
+            ) from None
+        if version != 0:
+            raise TypeError(f"stream: unsupported __cuda_stream__ protocol version {version!r} (expected 0)")
+        return StreamRef(_handle_int(handle, stream), stream)
+    handle = getattr(stream, "cuda_stream", None)
+    if handle is not None and not isinstance(handle, bool) and isinstance(handle, int):
+        return StreamRef(_handle_int(handle, stream), stream)
+    # NumPy integers and other int-likes, last so that the common cases stay fast.
+    if isinstance(stream, numbers.Integral):
+        return as_stream(operator.index(stream), device)
+    raise _type_error(stream)
+
+
+def _handle_int(handle, stream) -> int:
+    try:
+        h = operator.index(handle)
+    except TypeError:
+        raise TypeError(f"stream: {type(stream).__name__} gave a non-integer stream handle {handle!r}") from None
+    if not 0 <= h < 1 << 64:
+        raise ValueError(f"stream: {type(stream).__name__} gave the stream handle {h}, not a 64-bit handle")
+    return h
+
+
+_free_events: list = []  # reusable events: re-recording one is safe once its waits are queued
+
+
+def stream_wait(consumer: int, producer: int) -> None:
+    """Make stream ``consumer`` wait for the work queued so far on stream ``producer``.
+
+    An event recorded on ``producer`` and waited on by ``consumer``; nothing is
+    blocked on the host. A no-op when they are the same stream, and while ``consumer``
+    captures a CUDA graph that ``producer`` is not part of (a graph cannot depend on work
+    outside it: the driver would invalidate the capture; that work was queued before).
+    The producer's device must be current (see :func:`cudattn._runtime.device.get_device`).
+    """
+    if consumer == producer:
+        return
+    _recording.refuse("stream_wait")
+    from .._arrays.alloc import is_capturing
+
+    if is_capturing(consumer) and not is_capturing(producer):
+        return
+    try:
+        ev = _free_events.pop()
+    except IndexError:
+        ev = check(driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+    try:
+        check(driver.cuEventRecord(ev, producer), "cuEventRecord(producer stream)")
+        check(driver.cuStreamWaitEvent(consumer, ev, 0), "cuStreamWaitEvent(consumer stream)")
+    finally:
+        _free_events.append(ev)

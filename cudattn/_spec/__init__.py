@@ -1,0 +1,1 @@
+"""Argument rules: dtypes, shapes and strides, modifiers, descales, varlen offsets, and the validated Problem."""

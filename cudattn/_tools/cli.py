@@ -1,0 +1,265 @@
+"""`python -m cudattn`: info, demo, bench, selfcheck, and the kernel cache (info | clear | warm --arch ARCH).
+
+A misused command (an unknown option, a bad value) prints one line on stderr and exits with
+status 2, never a traceback; every option's help shows its default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+EXIT_USAGE = 2
+
+
+class _Defaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Help that shows each option's default, except where there is none to show (None, False)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _RawDescriptionDefaults(argparse.RawDescriptionHelpFormatter, _Defaults):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors as one line (``prog: error: ...``) and exit status 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Defaults)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _arch(text: str) -> str:
+    from cudattn._kernels.registry import ARCHS
+
+    if text not in ARCHS:
+        raise argparse.ArgumentTypeError(f"unknown compile target {text!r}; choose one of {', '.join(ARCHS)}")
+    return text
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer; got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer; got {n}")
+    return n
+
+
+def _gpu_count() -> int:
+    """Number of CUDA devices, 0 when there is no driver or no GPU (never raises)."""
+    try:
+        from cuda.bindings import driver
+
+        (err,) = driver.cuInit(0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return 0
+        err, n = driver.cuDeviceGetCount()
+        return int(n) if err == driver.CUresult.CUDA_SUCCESS else 0
+    except Exception:
+        return 0
+
+
+def _why_no_gpu() -> str:
+    """What the driver said when cudattn looked for a GPU (the NoDeviceError's reason)."""
+    from cudattn._runtime import device as _device
+    from cudattn._runtime.errors import CudaError
+
+    try:
+        n = _device.device_count()
+    except CudaError as e:
+        return e.description or str(e)
+    return "the CUDA driver sees no GPU" if n == 0 else f"{n} GPU(s) seen, but the driver did not answer"
+
+
+def cmd_info(args) -> int:
+    import nvrtc_cache
+
+    import cudattn
+
+    print(f"cudattn {cudattn.__version__}")
+    print(f"NVRTC {'.'.join(map(str, nvrtc_cache.nvrtc_version()))}")
+    cache = nvrtc_cache.default_cache()
+    info = cache.info()
+    print(f"cache: {info['directory']} ({info['entries']} entries, {info['total_bytes'] / 2**20:.1f} MiB)")
+    n = _gpu_count()
+    if n == 0:
+        print(f"GPU: none usable: {_why_no_gpu()}")
+        print("kernels can still be compiled for any GPU: python -m cudattn cache warm --arch sm_90a")
+        return 0
+    from cuda.bindings import driver
+
+    from cudattn._runtime import device as _device
+
+    err, ver = driver.cuDriverGetVersion()
+    print(f"driver: CUDA {ver // 1000}.{ver % 1000 // 10}")
+    for i in range(n):
+        p = _device.device_properties(i)
+        print(f"GPU {i}: {p.name}, compute capability {p.compute_capability[0]}.{p.compute_capability[1]} "
+              f"(target {p.arch}), {p.sm_count} SMs, L2 {p.l2_cache_size / 2**20:.0f} MiB, "
+              f"{p.max_shared_memory_per_block_optin // 1024} KiB shared memory per block")
+    return 0
+
+
+def cmd_cache(args) -> int:
+    import nvrtc_cache
+
+    cache = nvrtc_cache.default_cache()
+    if args.action == "info":
+        info = cache.info()
+        print(f"directory: {info['directory']}\nentries: {info['entries']}\nsize: {info['total_bytes'] / 2**20:.2f} MiB"
+              f"\nwritable: {info['writable']}")
+    elif args.action == "clear":
+        print(f"removed {cache.clear()} entries from {cache.directory}")
+    else:
+        return 0 if warm(args.arch, args.jobs, cache) else 1
+    return 0
+
+
+def cmd_export(args) -> int:
+    from cudattn._tools import export as _export
+
+    archs = args.arch or ["sm_90a"]
+    try:
+        manifest = _export.export(args.out, archs, jobs=args.jobs)
+    except (_export.ExportError, OSError) as e:
+        print(f"export failed: {e}", file=sys.stderr)
+        return 1
+    for arch, entry in manifest["archs"].items():
+        size = sum(os.path.getsize(os.path.join(args.out, arch, k["file"])) for k in entry["kernels"])
+        print(f"{arch}: {len(entry['kernels'])} cubins ({size / 2**20:.1f} MiB) in {os.path.join(args.out, arch)}")
+    print(f"manifest: {os.path.join(args.out, 'manifest.json')} (cudattn {manifest['cudattn']}, format "
+          f"{manifest['format']}); parameter structs: {os.path.join(args.out, 'include', 'cudattn_params.h')}")
+    return 0
+
+
+def warm(arch: str, jobs: int | None = None, cache=None) -> bool:
+    """Compile every kernel for ``arch`` into the cache in parallel, with progress; True if all built."""
+    from cudattn._tools import warm as _warm
+
+    jobs = jobs or _warm.default_jobs()
+    print(f"compiling every cudattn kernel for {arch} into the cache ({jobs} processes; "
+          f"later runs load them from disk)", flush=True)
+    report = _warm.warm(arch, jobs=jobs, cache=cache)
+    print(report.summary(), flush=True)
+    for name, error in report.failed:
+        print(f"failed: {name}: {error}", file=sys.stderr)
+    return not report.failed
+
+
+def cmd_demo(args) -> int:
+    import ml_dtypes
+
+    import cudattn
+    from cudattn import reference
+
+    B, H, S, D = args.batch, args.heads, args.seqlen, args.head_dim
+    if _gpu_count() == 0:
+        arch = args.arch or "sm_90a"
+        print(f"No CUDA GPU found: no attention ran. Compiling cudattn's kernels for {arch} instead, so that a "
+              f"later run on such a GPU starts warm (--arch picks another target).")
+        return 0 if warm(arch, args.jobs) else 1
+    from cudattn._runtime import device as _device
+
+    arch = _device.device_properties(0).arch
+    if args.arch and args.arch != arch:
+        print(f"note: --arch {args.arch} ignored; this GPU runs {arch} kernels", file=sys.stderr)
+    if not warm(arch, args.jobs):
+        return 1
+    dtype = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}[args.dtype]
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((B, S, H, D), dtype=np.float32).astype(dtype) for _ in range(3))
+    print(f"attention on the GPU: B={B} S={S} H={H} D={D} {args.dtype} causal={args.causal} (bshd)")
+    t0 = time.perf_counter()
+    out = cudattn.attention(q, k, v, causal=args.causal)
+    print(f"first call (compile or cache load, copies, kernel): {time.perf_counter() - t0:.2f} s")
+    # The kernel alone, on device arrays, timed with CUDA events.
+    from cudattn._runtime import launch as _launch
+
+    qd, kd, vd = (cudattn.to_device(x) for x in (q, k, v))
+    cudattn.attention(qd, kd, vd, causal=args.causal)
+    times = [_launch.time_ms(lambda: cudattn.attention(qd, kd, vd, causal=args.causal)) for _ in range(args.iters)]
+    ms = float(np.median(times))
+    flops = 4.0 * B * H * S * S * D / (2 if args.causal else 1)
+    print(f"kernel: {ms:.3f} ms median of {args.iters}, {flops / ms / 1e9:.1f} TFLOP/s")
+    sub = slice(0, min(B, 2))
+    ref = reference.attention(q[sub], k[sub], v[sub], causal=args.causal)
+    naive = reference.attention_naive(q[sub], k[sub], v[sub], causal=args.causal, dtype=dtype)
+    ok, err, bound = reference.check_close(out[sub].astype(np.float64), ref, naive)
+    print(f"max |out - ref| = {err:.3g} (bound {bound:.3g}, float64 reference on batch {sub.start}..{sub.stop - 1}): "
+          f"{'OK' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+def build_parser(argv=None) -> argparse.ArgumentParser:
+    import cudattn
+
+    prog = "cudattn" if os.path.basename(sys.argv[0]) == "cudattn" else "python -m cudattn"  # console script or -m
+    ap = _Parser(prog=prog, description="cudattn: fused scaled-dot-product attention on NVIDIA GPUs. "
+                 "Run the demo, time it against peers, check every kernel, manage the kernel cache, or export the "
+                 "kernels for programs without Python.")
+    ap.add_argument("--version", action="version", version=f"cudattn {cudattn.__version__}")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=_Parser)
+    sub.add_parser("info", help="GPU, arch, driver, NVRTC version, cache dir and size").set_defaults(fn=cmd_info)
+    d = sub.add_parser("demo", help="compile every kernel for this GPU (in parallel), run attention on random "
+                       "inputs, check it against the float64 reference, print TFLOP/s",
+                       description="With no GPU, compile every kernel for --arch instead.")
+    d.add_argument("--batch", type=_positive_int, default=4, help="batch size B")
+    d.add_argument("--heads", type=_positive_int, default=16, help="heads H (query and key/value)")
+    d.add_argument("--seqlen", type=_positive_int, default=4096, help="sequence length S (queries and keys)")
+    d.add_argument("--head-dim", type=_positive_int, default=128, help="head dim D (8 to 256, a multiple of 8)")
+    d.add_argument("--dtype", choices=("float16", "bfloat16"), default="bfloat16", help="input and output dtype")
+    d.add_argument("--causal", action="store_true", help="causal mask (bottom right)")
+    d.add_argument("--iters", type=_positive_int, default=20, help="timed calls (the median is printed)")
+    d.add_argument("--arch", type=_arch, default=None,
+                   help="compile target when there is no GPU (default sm_90a); with a GPU, the GPU's own")
+    d.add_argument("--jobs", type=_positive_int, default=None, help="compile processes (default: the CPU count)")
+    d.set_defaults(fn=cmd_demo)
+    b = sub.add_parser("bench", help="time cudattn against torch SDPA (cuDNN, flash) on a grid of shapes")
+    from cudattn.bench import cli as bench_cli
+
+    bench_cli.add_arguments(b)
+    b.set_defaults(fn=lambda a: bench_cli.run(a, argv if argv is not None else sys.argv[1:]))
+    from cudattn._selfcheck import _main as selfcheck_main
+
+    sc = sub.add_parser("selfcheck", help="every kernel family against the reference; --sanitize, --load, --soak, "
+                        "--cold-procs", description=selfcheck_main.DESCRIPTION,
+                        formatter_class=_RawDescriptionDefaults)
+    selfcheck_main.add_arguments(sc)
+    sc.set_defaults(fn=selfcheck_main.run)
+    e = sub.add_parser("export", help="write every kernel's cubin, a JSON manifest and the C header of the "
+                       "parameter structs, to launch the kernels from a program without Python",
+                       description="No GPU needed: the kernels are compiled (in parallel, through the cache) "
+                       "for each --arch.")
+    e.add_argument("--arch", type=_arch, action="append", default=None,
+                   help="compile target, repeatable (default: sm_90a)")
+    e.add_argument("--out", required=True, help="directory to write (created; files of the same names replaced)")
+    e.add_argument("--jobs", type=_positive_int, default=None, help="compile processes (default: the CPU count)")
+    e.set_defaults(fn=cmd_export)
+    c = sub.add_parser("cache", help="the on-disk kernel cache: info, clear, or warm (compile every kernel)")
+    c.add_argument("action", choices=("info", "clear", "warm"), help="what to do")
+    c.add_argument("--arch", type=_arch, default="sm_90a", help="compile target for warm")
+    c.add_argument("--jobs", type=_positive_int, default=None, help="compile processes for warm (default: the CPU count)")
+    c.set_defaults(fn=cmd_cache)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser(argv).parse_args(argv)
+    try:
+        return args.fn(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

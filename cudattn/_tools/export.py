@@ -1,0 +1,279 @@
+"""`cudattn export`: every kernel the API launches, as cubins a program without Python can load.
+
+For each compile target the export writes ``DIR/<arch>/<kernel>.cubin`` (every build
+`_kernels.all_kernels` lists: prefill of both families, FP8, decode, combine, append, quantize,
+V transpose), ``DIR/manifest.json`` (per cubin: entry points, compile options, ptxas resources,
+threads, dynamic shared memory, what it serves; a selection table that maps the inputs of
+`_traits.select` and `_decode_traits.select_decode` to a cubin, so a C launcher chooses exactly
+as the Python path does; the parameter structs' layouts; cudattn's version and commit),
+``DIR/include/cudattn_params.h`` (`_cabi`), ``DIR/include/cudattn_kernels.h`` (the selection table
+as a C array), ``DIR/include/cudattn.h`` (the header-only launcher) and
+``DIR/examples/attention.c`` (a C program that uses them). The kernels come from the disk cache, compiled in
+parallel first where missing (`_warm`).
+
+A manifest names its format and cudattn version; `read_manifest` refuses another of either,
+since a cubin and the parameter layout it reads change together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import nvrtc_cache
+
+from .. import __version__
+from . import cabi as _cabi
+from .._kernels import decode_traits as _decode_traits
+from .._kernels import registry as _kernels
+from .._kernels import traits as _traits
+
+__all__ = ["FORMAT", "ExportError", "export", "read_manifest"]
+
+#: Bumped whenever the manifest's schema or the meaning of a field changes.
+FORMAT = 1
+
+
+class ExportError(RuntimeError):
+    """A manifest this cudattn cannot use (another format or version), or an export that failed."""
+
+
+def _kind(spec) -> str:
+    if isinstance(spec, _traits.Variant):
+        return "prefill"
+    if isinstance(spec, _decode_traits.DecodeVariant):
+        return "decode"
+    return {"split_kv_combine": "combine", "kv_cache_append": "append", "kv_cache_gather": "gather", "fp8_transpose_v": "transpose",
+            "fp8_amax": "quantize", "fp8_quantize": "quantize", "fp8_dequantize": "dequantize"}[spec.kernel_name]
+
+
+def _file_name(spec, kind: str) -> str:
+    """A readable, unique file name: what `describe` says of a tiled kernel, else the kind and the
+    defines that make the build."""
+    if isinstance(spec, (_traits.Variant, _decode_traits.DecodeVariant)):
+        text = ("prefill " if kind == "prefill" else "") + spec.describe()
+    else:
+        text = " ".join([kind, *(f"{k.removeprefix('CUDATTN_').lower()}{v}" for k, v in sorted(spec.defines().items()))])
+    return re.sub(r"[^a-z0-9_.]", "", text.lower().replace("->", " to ").replace(" ", "_")) + ".cubin"
+
+
+def _selection_inputs(spec) -> dict:
+    if isinstance(spec, (_traits.Variant, _decode_traits.DecodeVariant)):
+        d = dataclasses.asdict(spec)
+        d.pop("source", None)
+        d.pop("kernel_name", None)
+        return d
+    return {"defines": spec.defines()}
+
+
+def _selection_table(arch: str, files: dict) -> list[dict]:
+    """Every input the Python selection distinguishes, with the cubin it picks (``files``: build key -> file)."""
+    limit = _traits.ARCH_SMEM_LIMIT[arch]
+    fams = ("sm80", "sm90") if arch in _traits.HOPPER_ARCHS else ("sm80",)
+    rows = []
+
+    def add(row, spec):
+        row["file"] = files[_build_key(spec)]
+        rows.append(row)
+
+    for fam in fams:
+        for dt in _traits.DTYPE_NAMES.values():
+            dims = _traits.SM90_TILE_DIMS if fam == "sm90" else _traits.TILE_DIMS
+            for d in dims:
+                for causal in (False, True):
+                    short = _traits.short_causal_rows(d, fam) if causal else None
+                    if short is not None:
+                        add({"kind": "prefill", "family": fam, "dtype": dt, "tile_dim": d, "causal": causal,
+                             "seqlen_q_max": short}, _traits.select(dt, d, causal, limit, fam, seqlen_q=short))
+                    add({"kind": "prefill", "family": fam, "dtype": dt, "tile_dim": d, "causal": causal,
+                         "seqlen_q_max": None}, _traits.select(dt, d, causal, limit, fam))
+        if arch in _traits.FP8_ARCHS:
+            fp8_dims = _traits.FP8_SM90_TILE_DIMS if fam == "sm90" else _traits.FP8_TILE_DIMS
+            for d in fp8_dims:
+                for causal in (False, True):
+                    for out in _traits.FP8_OUT_CODES:
+                        add({"kind": "prefill", "family": fam, "dtype": _traits.FP8, "out_dtype": out, "tile_dim": d,
+                             "causal": causal, "seqlen_q_max": None}, _traits.select(_traits.FP8, d, causal, limit, fam, out))
+    for dt in _traits.DTYPE_NAMES.values():
+        for d in _decode_traits.DECODE_TILE_DIMS:
+            one = _decode_traits.ONE_FRAG_ROWS
+            add({"kind": "decode", "dtype": dt, "tile_dim": d, "rows_max": one},
+                _decode_traits.select_decode(dt, d, limit, rows=one))
+            add({"kind": "decode", "dtype": dt, "tile_dim": d, "rows_max": None},
+                _decode_traits.select_decode(dt, d, limit))
+    for i, o in _decode_traits.COMBINE_PAIRS:
+        add({"kind": "combine", "in_dtype": i, "out_dtype": o}, _decode_traits.combine_kernel(i, o))
+    add({"kind": "append"}, _decode_traits.APPEND_KERNEL)
+    return rows
+
+
+def _build_key(spec) -> tuple:
+    return spec.source, tuple(sorted(spec.defines().items()))
+
+
+def _rules() -> dict:
+    """The parts of the selection that are rules rather than table rows."""
+    return {
+        "tile_dim": "the smallest tile width in the family's list that is >= head_dim",
+        "tile_dims": {"sm80": list(_traits.TILE_DIMS), "sm90": list(_traits.SM90_TILE_DIMS),
+                      "fp8_sm80": list(_traits.FP8_TILE_DIMS), "fp8_sm90": list(_traits.FP8_SM90_TILE_DIMS),
+                      "decode": list(_decode_traits.DECODE_TILE_DIMS)},
+        "family": f"sm90 on {list(_traits.HOPPER_ARCHS)} when every q/k/v stride fits a TMA map (positive, a "
+                  "multiple of 16 bytes, below 2**40 bytes), else sm80",
+        "seqlen_q_max": "a row with seqlen_q_max applies when seqlen_q <= it (causal only); otherwise the row "
+                        "with null",
+        "rows_max": "decode: a row with rows_max applies when (heads_q / heads_kv) * seqlen_q <= it; otherwise "
+                    "the row with null",
+        "decode_blocks_per_sm": "the split heuristic's blocks an SM: 2 for a paged cache; 2 for a row of "
+                                "block_m 16 when two of its blocks (dynamic smem + 1 KiB each) fit an SM's "
+                                "shared memory; else 1",
+        "head_dims": list(_traits.SUPPORTED_HEAD_DIMS),
+        "fp8_head_dims": "multiples of 16 up to 256",
+        "fp8_archs": list(_traits.FP8_ARCHS),
+    }
+
+
+def export(out_dir: str | os.PathLike, archs: Sequence[str] = ("sm_90a",), *, jobs: int | None = None,
+           cache=None, progress: bool = True) -> dict:
+    """Write the export for ``archs`` into ``out_dir`` (created; existing files of the same names are
+    replaced). Returns the manifest."""
+    from . import warm as _warm
+    from ..bench.manifest import git_commit
+
+    out = Path(out_dir)
+    archs = list(dict.fromkeys(archs))
+    for arch in archs:
+        if arch not in _traits.ARCH_SMEM_LIMIT:
+            raise ExportError(f"unknown compile target {arch!r}; cudattn builds for {', '.join(_kernels.ARCHS)}")
+    manifest: dict = {
+        "format": FORMAT, "cudattn": __version__, "id": None, "commit": git_commit(),
+        "nvrtc": ".".join(map(str, nvrtc_cache.nvrtc_version())),
+        "structs": {_cabi.c_name(name): {"kernel_name": name, **_cabi.layout(cls)} for cls, name in _cabi.STRUCTS},
+        "rules": _rules(), "archs": {},
+    }
+    report = _warm.warm(archs, jobs=jobs, cache=cache, progress=progress)  # one pool for every arch
+    if report.failed:
+        raise ExportError(f"{len(report.failed)} kernels failed to compile: {report.failed[0][0]}: "
+                          f"{report.failed[0][1]}")
+    for arch in archs:
+        (out / arch).mkdir(parents=True, exist_ok=True)
+        kernels: list[dict] = []
+        files: dict[tuple, str] = {}
+        for spec in _kernels.all_kernels(arch):
+            res = _kernels.compile_variant(spec, arch, cache=cache)
+            kind = _kind(spec)
+            name = _file_name(spec, kind)
+            if name in files.values():
+                raise ExportError(f"two builds would share {name}")
+            files[_build_key(spec)] = name
+            (out / arch / name).write_bytes(res.cubin)
+            # the entry from ptxas's report; the kernel's name when the stored report lists none
+            # (seen on the GPU machine for some decode builds read back from the cache)
+            entries = sorted(k for k, r in res.ptxas.items() if r.entry) or [spec.kernel_name]
+            kernels.append({
+                "file": name, "kind": kind, "family": spec.family, "source": spec.source, "entries": entries,
+                "options": _kernels.options_for(spec), "threads": spec.threads, "dynamic_smem": spec.smem_bytes,
+                "ptxas": {e: dataclasses.asdict(res.ptxas[e]) for e in entries if e in res.ptxas},
+                "select": _selection_inputs(spec), "sha256": hashlib.sha256(res.cubin).hexdigest(),
+            })
+        manifest["archs"][arch] = {"kernels": kernels, "selection": _selection_table(arch, files),
+                                   "smem_limit": _traits.ARCH_SMEM_LIMIT[arch]}
+    # One fingerprint of every cubin: the C launcher compiled against this export's tables refuses
+    # any other export, even one of the same cudattn version (re-tuned tiles change the table).
+    digest = hashlib.sha256()
+    for arch in archs:
+        for k in manifest["archs"][arch]["kernels"]:
+            digest.update(f"{arch}/{k['file']}:{k['sha256']}\n".encode())
+    manifest["id"] = digest.hexdigest()[:32]
+    inc = out / "include"
+    inc.mkdir(parents=True, exist_ok=True)
+    (inc / "cudattn_params.h").write_text(_cabi.header(__version__, FORMAT), encoding="utf-8")
+    (inc / "cudattn_kernels.h").write_text(kernel_table_header(manifest), encoding="utf-8")
+    (inc / "cudattn.h").write_text(_export_file("cudattn.h"), encoding="utf-8")
+    (out / "examples").mkdir(exist_ok=True)
+    (out / "examples" / "attention.c").write_text(_export_file("attention.c"), encoding="utf-8")
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    return manifest
+
+
+_DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2, _traits.FP8: 3}
+_KIND_CODES = {"prefill": 0, "decode": 1, "combine": 2, "append": 3, "transpose": 4}
+_FAMILY_CODES = {"sm80": 80, "sm90": 90}
+
+
+def kernel_table_header(manifest: dict) -> str:
+    """``cudattn_kernels.h``: the manifest's selection table as a C array, each row joined with its
+    cubin's launch facts, for `cudattn.h` (no JSON parser in C)."""
+    rows = []
+    for arch, entry in manifest["archs"].items():
+        by_file = {k["file"]: k for k in entry["kernels"]}
+        for r in entry["selection"]:
+            k = by_file[r["file"]]
+            tiles = dict(k["select"].get("tiles", {}))
+            if "row_frags" in tiles:  # decode tiles: rows and keys a block, as DecodeTiles computes them
+                t = _decode_traits.DecodeTiles(**tiles)
+                tiles = {"block_m": t.block_m, "block_n": t.block_n}
+            rows.append("    {" + ", ".join([
+                f'"{arch}"', str(_KIND_CODES[r["kind"]]), str(_FAMILY_CODES.get(r.get("family"), 0)),
+                str(_DTYPE_CODES.get(r.get("dtype", r.get("in_dtype")), -1)), str(_DTYPE_CODES.get(r.get("out_dtype") or "", -1)),
+                str(r.get("tile_dim", 0)), str(int(bool(r.get("causal")))),
+                str(-1 if r.get("seqlen_q_max", r.get("rows_max")) is None else r.get("seqlen_q_max", r.get("rows_max"))),
+                f'"{arch}/{r["file"]}"', f'"{k["entries"][0]}"', str(k["threads"]), str(k["dynamic_smem"]),
+                str(tiles.get("block_m", 0)), str(tiles.get("block_n", 0))]) + "},")
+    transpose = {arch: next((k for k in e["kernels"] if k["kind"] == "transpose"), None)
+                 for arch, e in manifest["archs"].items()}
+    for arch, k in transpose.items():
+        if k is not None:
+            rows.append(f'    {{"{arch}", 4, 0, 3, -1, 0, 0, -1, "{arch}/{k["file"]}", "{k["entries"][0]}", '
+                        f'{k["threads"]}, 0, 0, 0}},')
+    return "\n".join([
+        "/* The kernels of this export and the inputs that select each (the Python path's choice),",
+        " * generated by `cudattn export` from manifest.json; do not edit. Codes: kind 0 prefill,",
+        " * 1 decode, 2 combine, 3 append, 4 FP8 V transpose; family 80 portable, 90 Hopper; dtype",
+        " * 0 float32, 1 float16, 2 bfloat16, 3 e4m3, -1 none; seqlen_q_max (decode: the most packed",
+        " * query rows, group x seqlen_q) -1: any. */",
+        "#ifndef CUDATTN_KERNELS_H",
+        "#define CUDATTN_KERNELS_H",
+        f'#define CUDATTN_KERNELS_VERSION "{manifest["cudattn"]}"',
+        f"#define CUDATTN_KERNELS_FORMAT {manifest['format']}",
+        f'#define CUDATTN_EXPORT_ID "{manifest["id"]}"',
+        "typedef struct cudattn_kernel_row {",
+        "    const char* arch;",
+        "    int kind, family, dtype, out_dtype, tile_dim, causal, seqlen_q_max;",
+        "    const char* file;  /* relative to the export directory */",
+        "    const char* entry;",
+        "    int threads, dynamic_smem, block_m, block_n;",
+        "} cudattn_kernel_row;",
+        "static const cudattn_kernel_row cudattn_kernel_table[] = {",
+        *rows,
+        "};",
+        "#define CUDATTN_KERNEL_COUNT ((int)(sizeof(cudattn_kernel_table) / sizeof(cudattn_kernel_table[0])))",
+        "#endif /* CUDATTN_KERNELS_H */",
+        "",
+    ])
+
+
+def _export_file(name: str) -> str:
+    """A file the export copies as it is (package data in cu_src/export): the launcher, the example."""
+    import importlib.resources
+
+    return importlib.resources.files("cu_src").joinpath("export", name).read_text(encoding="utf-8")
+
+
+def read_manifest(out_dir: str | os.PathLike) -> dict:
+    """The manifest of an export, refused (ExportError) if another format or cudattn version wrote it."""
+    path = Path(out_dir) / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ExportError(f"{path} does not exist: run `python -m cudattn export --out {out_dir}` first") from None
+    fmt, ver = manifest.get("format"), manifest.get("cudattn")
+    if fmt != FORMAT or ver != __version__:
+        raise ExportError(f"{path} was written by cudattn {ver} (export format {fmt}); this is cudattn {__version__} "
+                          f"(format {FORMAT}): export again with this version")
+    return manifest

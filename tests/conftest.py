@@ -1,0 +1,127 @@
+"""Shared pytest setup.
+
+- Tests marked ``gpu`` are skipped (never faked) where no CUDA device is present.
+- Tests marked ``slow`` (long property-based runs) run by default; ``-m "not slow"`` leaves them out.
+- The markers are registered here, not in a configuration file, so the installed tests
+  (``python -m pytest --pyargs cudattn.tests``) need nothing from the checkout.
+- Host memory: the run's peak resident set size is printed at the end; with
+  ``CUDATTN_TEST_MAX_RSS_MIB`` set (CI sets it), a larger peak fails the run, so no test can
+  quietly build a multi-GiB host array.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import resource
+import sys
+
+import pytest
+
+
+#: The compile targets the CPU tests build every kernel for.
+COMPILE_ARCHS = ("sm_80", "sm_89", "sm_90a")
+
+
+@pytest.fixture(scope="session")
+def kernel_cache(tmp_path_factory):
+    """One kernel cache for the compile tests, filled first by the parallel warm-up for
+    COMPILE_ARCHS (what `python -m cudattn cache warm` runs), so that the builds use every CPU; the
+    tests then read each kernel's cubin, ptxas report and SASS from it. A kernel that failed to
+    build is not in it, and the test that asks for it compiles it again and reports the error."""
+    import nvrtc_cache
+    from cudattn._tools import warm as _warm
+
+    cache = nvrtc_cache.Cache(tmp_path_factory.mktemp("kernels"))
+    _warm.warm(COMPILE_ARCHS, cache=cache, progress=False)
+    return cache
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU (skipped, never faked, where none is present)")
+    config.addinivalue_line("markers", "slow: a long property-based run; deselect with -m 'not slow'")
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_available() -> bool:
+    """True when the CUDA driver initialises and sees at least one device (checked once)."""
+    try:
+        from cuda.bindings import driver
+
+        (err,) = driver.cuInit(0)
+        if err != 0:
+            return False
+        err, count = driver.cuDeviceGetCount()
+        return err == 0 and count > 0
+    except Exception:  # no driver library, no cuda-bindings, ...
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if gpu_items and not gpu_available():
+        skip = pytest.mark.skip(reason="no CUDA device available")
+        for item in gpu_items:
+            item.add_marker(skip)
+
+
+def _peak_rss_mib() -> float:
+    """Peak resident set size of this process and of its waited-for children, in MiB (Linux: KiB units)."""
+    scale = 1 / 2**20 if sys.platform == "darwin" else 1 / 1024
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, children) * scale
+
+
+_peak_seen = {"mib": 0.0, "test": "(collection)"}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Remember which test first pushed the peak to its final value (named in the summary)."""
+    yield
+    peak = _peak_rss_mib()
+    if peak > _peak_seen["mib"] + 1:
+        _peak_seen.update(mib=peak, test=item.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    peak = _peak_rss_mib()
+    limit = os.environ.get("CUDATTN_TEST_MAX_RSS_MIB")
+    line = f"peak host memory (RSS) of the test process or a child it waited for: {peak:.0f} MiB, " \
+           f"reached in {_peak_seen['test']}"
+    if limit:
+        line += f" (limit {float(limit):.0f} MiB)"
+    terminalreporter.write_line(line)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    limit = os.environ.get("CUDATTN_TEST_MAX_RSS_MIB")
+    if limit and _peak_rss_mib() > float(limit) and session.exitstatus == 0:
+        session.exitstatus = 1
+        sys.stderr.write(f"FAILED: peak host memory {_peak_rss_mib():.0f} MiB exceeds "
+                         f"CUDATTN_TEST_MAX_RSS_MIB={limit}\n")
+
+
+@pytest.fixture
+def torch():
+    """torch with CUDA, for tests that use it as a peer or a producer of operands (skipped without)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    return torch
+
+
+@pytest.fixture(params=["fastest", "portable"])
+def kernel_family(request, monkeypatch):
+    """Run on the kernel family the device would pick (Hopper: the sm90 one) and, on Hopper, once
+    more on the portable sm80 family, which sm_80/sm_89 devices run. A GPU module opts in for all
+    its tests with ``pytest.mark.usefixtures("kernel_family")``."""
+    from cudattn._runtime import device as _device
+    from cudattn._kernels import traits as _traits
+
+    if request.param == "portable":
+        if _device.device_properties(0).arch not in _traits.HOPPER_ARCHS:
+            pytest.skip("the portable family is the fastest one on this device: covered by 'fastest'")
+        monkeypatch.setattr(_traits, "FORCED_FAMILY", "sm80")
+    return request.param

@@ -1,0 +1,207 @@
+"""GPU: cudattn.attention against the float64 reference under DESIGN.md §6's rule:
+max|out - ref| <= 2 * max|naive - ref| + 1e-5, where naive is the same math in the input dtype.
+
+Fresh random inputs per case, outputs poisoned with NaN before each launch, odd sizes, every
+head-dim tile, causal and not, MHA/GQA/MQA, both dtypes and layouts, strided inputs, LSE.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import cudattn
+from cudattn import reference
+
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("kernel_family")]
+
+DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+
+
+SEQLENS = [(1, 1), (1, 147), (113, 203), (128, 217), (239, 1), (799, 3), (1023, 1024), (1024, 1023), (4096, 4096)]
+_seed = itertools.count(1000)
+
+
+def _rand(rng, shape, dtype):
+    return rng.standard_normal(shape, dtype=np.float32).astype(dtype)
+
+
+def _shapes(B, Sq, Sk, Hq, Hkv, D, layout):
+    if layout == "bshd":
+        return (B, Sq, Hq, D), (B, Sk, Hkv, D)
+    return (B, Hq, Sq, D), (B, Hkv, Sk, D)
+
+
+def _poisoned_out(shape, dtype):
+    out = cudattn._arrays.array.empty(shape, dtype, device=None, stream=None)
+    out.fill_nan()
+    return out
+
+
+def check(B, Sq, Sk, Hq, Hkv, D, dtype, causal, layout="bshd", scale=None, lse=True):
+    rng = np.random.default_rng(next(_seed))
+    qs, ks = _shapes(B, Sq, Sk, Hq, Hkv, D, layout)
+    q, k, v = _rand(rng, qs, dtype), _rand(rng, ks, dtype), _rand(rng, ks, dtype)
+    qd, kd, vd = (cudattn.to_device(x) for x in (q, k, v))
+    out = _poisoned_out(qs, dtype)
+    res = cudattn.attention(qd, kd, vd, causal=causal, scale=scale, layout=layout, return_lse=lse, out=out)
+    o_dev, l_dev = res if lse else (res, None)
+    assert o_dev.ptr == out.ptr, "attention must write into the given out"
+    o = cudattn.to_host(o_dev).astype(np.float64)
+    ref, ref_lse = reference.attention(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=True)
+    naive = reference.attention_naive(q, k, v, causal=causal, scale=scale, layout=layout, dtype=dtype)
+    assert not np.isnan(o).any(), f"{np.isnan(o).sum()} outputs unwritten or NaN"
+    ok, err, bound = reference.check_close(o, ref, naive)
+    assert ok, f"max|out-ref| = {err:.3g} > bound {bound:.3g}"
+    if lse:
+        l = cudattn.to_host(l_dev).astype(np.float64)
+        assert l.shape == (B, Hq, Sq)
+        empty = np.isneginf(ref_lse)
+        assert np.array_equal(np.isneginf(l), empty), "LSE must be -inf exactly on rows that see no key"
+        assert not np.isnan(l).any()
+        np.testing.assert_allclose(l[~empty], ref_lse[~empty], rtol=1e-4, atol=1e-4)
+    return err, bound
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sq,sk", SEQLENS)
+def test_seqlens(sq, sk, causal, dtype):
+    big = sq * sk >= 4096 * 4096
+    check(1 if big else 2, sq, sk, 2 if big else 3, 1 if big else 3, 128, DTYPES[dtype], causal)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [8, 16, 32, 40, 64, 72, 96, 128, 136, 160, 192, 200, 224, 256])
+def test_head_dims(d, causal, dtype):
+    check(2, 177, 301, 4, 2, d, DTYPES[dtype], causal)
+
+
+# (B, Sq, Sk, Hq, Hkv, D, causal) with more than twice as many query tiles as an H100 has SMs, so
+# the persistent grid hands each CTA several tiles in a row, of mixed lengths.
+MANY_TILES = [
+    (3, 1000, 130, 16, 4, 128, True),  # key tiles per query tile 0 (x6), 1, 2: into empty and one-tile tiles
+    (5, 700, 100, 13, 13, 64, False),  # one key tile each: every tile starts beside the previous one's end
+    (4, 513, 1100, 12, 3, 256, True),
+    (2, 777, 801, 12, 4, 192, True),
+    (2, 2100, 2150, 8, 8, 64, True),  # past the short-causal rows: three consumer warpgroups at D = 64
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B,Sq,Sk,Hq,Hkv,D,causal", MANY_TILES)
+def test_many_tiles_per_cta(B, Sq, Sk, Hq, Hkv, D, causal, dtype):
+    """Consecutive tiles of one CTA (the Hopper kernel's Q ring loads a tile's Q while the
+    consumers finish the one before): each must keep its own softmax state, output and LSE."""
+    check(B, Sq, Sk, Hq, Hkv, D, DTYPES[dtype], causal)
+
+
+@pytest.mark.parametrize("hq,hkv", [(8, 8), (8, 2), (8, 1), (6, 3)])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_heads_and_layouts(hq, hkv, layout, causal):
+    check(2, 257, 190, hq, hkv, 64, np.float16, causal, layout=layout)
+
+
+@pytest.mark.parametrize("scale", [0.05, 1.0, -0.3])
+def test_custom_scale(scale):
+    check(1, 200, 333, 2, 1, 64, ml_dtypes.bfloat16, True, scale=scale)
+
+
+def test_no_lse_requested():
+    check(1, 65, 192, 2, 2, 64, np.float16, False, lse=False)
+
+
+def test_causal_more_queries_than_keys_gives_zero_rows():
+    """Sq > Sk with bottom-right causal: the first Sq - Sk rows see nothing -> 0 and LSE -inf."""
+    err, _ = check(1, 300, 100, 2, 2, 64, np.float16, True)
+    assert math.isfinite(err)
+
+
+def test_error_does_not_move_between_runs():
+    """Same inputs, several launches: bit-identical results (a race would move them)."""
+    rng = np.random.default_rng(7)
+    q, k, v = (_rand(rng, (2, 1023, 4, 128), np.float16) for _ in range(3))
+    qd, kd, vd = (cudattn.to_device(x) for x in (q, k, v))
+    first = cudattn.to_host(cudattn.attention(qd, kd, vd, causal=True))
+    for _ in range(5):
+        out = _poisoned_out(q.shape, np.float16)
+        again = cudattn.to_host(cudattn.attention(qd, kd, vd, causal=True, out=out))
+        assert np.array_equal(first.view(np.uint16), again.view(np.uint16))
+
+
+def test_numpy_in_numpy_out():
+    rng = np.random.default_rng(3)
+    q, k, v = (_rand(rng, (2, 99, 4, 64), ml_dtypes.bfloat16) for _ in range(3))
+    out, lse = cudattn.attention(q, k, v, causal=True, return_lse=True)
+    assert type(out) is np.ndarray and out.dtype == q.dtype and out.shape == q.shape
+    assert type(lse) is np.ndarray and lse.dtype == np.float32 and lse.shape == (2, 4, 99)
+    ref = reference.attention(q, k, v, causal=True)
+    naive = reference.attention_naive(q, k, v, causal=True, dtype=ml_dtypes.bfloat16)
+    assert reference.check_close(out.astype(np.float64), ref, naive)[0]
+
+
+# --- PyTorch interop: strided views, zero-copy DLPack/CAI, a non-default stream --------------
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("tdtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_torch_strided_inputs_on_a_side_stream(tdtype, layout):
+    torch = _torch()
+    dt = getattr(torch, tdtype)
+    B, Sq, Sk, Hq, Hkv, D = 2, 203, 131, 4, 2, 64
+    qs, ks = _shapes(B, Sq, Sk, Hq, Hkv, D, layout)
+    g = torch.Generator(device="cuda").manual_seed(next(_seed))
+    # Strided views: q's rows padded (last axis contiguous), k/v heads taken every other one.
+    q = torch.randn(*qs[:-1], D + 24, device="cuda", dtype=dt, generator=g)[..., :D]
+    kbig = torch.randn(*(ks[:2] + (2 * ks[2],) + ks[3:]) if layout == "bshd" else
+                       (ks[0], 2 * ks[1]) + ks[2:], device="cuda", dtype=dt, generator=g)
+    vbig = torch.randn_like(kbig)
+    k = kbig[:, :, ::2] if layout == "bshd" else kbig[:, ::2]
+    v = vbig[:, :, ::2] if layout == "bshd" else vbig[:, ::2]
+    assert not q.is_contiguous() and not k.is_contiguous()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = torch.full(qs, float("nan"), device="cuda", dtype=dt)
+        res = cudattn.attention(q, k, v, causal=True, layout=layout, out=out, stream=side)
+        assert res.ptr == out.data_ptr()
+    side.synchronize()
+    to_np = lambda t: t.float().cpu().numpy().astype(DTYPES[tdtype])  # exact: values are already in dtype
+    qn, kn, vn = to_np(q), to_np(k), to_np(v)
+    ref = reference.attention(qn, kn, vn, causal=True, layout=layout)
+    naive = reference.attention_naive(qn, kn, vn, causal=True, layout=layout, dtype=DTYPES[tdtype])
+    ok, err, bound = reference.check_close(out.float().cpu().numpy().astype(np.float64), ref, naive)
+    assert ok, (err, bound)
+
+
+def test_torch_zero_copy_both_ways():
+    torch = _torch()
+    q = torch.randn(1, 64, 2, 64, device="cuda", dtype=torch.bfloat16)
+    res = cudattn.attention(q, q, q)
+    back = torch.from_dlpack(res)
+    assert back.data_ptr() == res.ptr and back.dtype == torch.bfloat16 and tuple(back.shape) == (1, 64, 2, 64)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), q.transpose(1, 2), q.transpose(1, 2))
+    torch.cuda.synchronize()
+    assert (back.float() - ref.transpose(1, 2).float()).abs().max().item() < 2e-2
+
+
+@pytest.mark.parametrize("section", [1, 3, 5])
+def test_causal_tile_order_in_sections(section, monkeypatch, kernel_family):
+    """The Hopper kernel's causal tile order cuts the (batch, head) pairs into L2-sized sections;
+    small shapes always fit in one, so force sections of 1, 3 and 5 of 14 pairs (an uneven last
+    one): every tile must still be computed exactly once (outputs are poisoned first)."""
+    from cudattn._kernels import plan as _plan
+
+    monkeypatch.setattr(_plan, "_plans", {})
+    monkeypatch.setattr(_plan, "_l2_section", lambda problem, l2_bytes, ctas: section)
+    check(2, 700, 650, 7, 7, 64, np.float16, causal=True)
+    check(2, 300, 300, 7, 7, 128, ml_dtypes.bfloat16, causal=True)

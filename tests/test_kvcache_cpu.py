@@ -1,0 +1,145 @@
+"""CPU: argument checks of attention_with_kvcache (before any GPU work) and the split heuristic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cudattn
+from cudattn._kernels import decode as _decode
+from cudattn._ops.kvcache import validate_kvcache
+
+F16 = np.float16
+
+
+def _args(B=2, Sq=1, Hq=4, Hkv=2, D=64, cap=64, paged=None, seqlens=(3, 64), s_new=0):
+    q = np.ones((B, Sq, Hq, D), F16)
+    if paged:
+        n_pages, ps, max_pages = paged
+        k = np.ones((n_pages, ps, Hkv, D), F16)
+        table = np.arange(B * max_pages, dtype=np.int32).reshape(B, max_pages) % n_pages
+    else:
+        k, table = np.ones((B, cap, Hkv, D), F16), None
+    sl = None if seqlens is None else np.asarray(seqlens, np.int32)
+    kn = vn = np.ones((B, s_new, Hkv, D), F16) if s_new else None
+    return dict(q=q, k_cache=k, v_cache=k.copy(), seqlens=sl, table=table, k_new=kn, v_new=vn, causal=False,
+                scale=None, return_lse=False, num_splits=None)
+
+
+def _validate(**kw):
+    a = _args(**{k: v for k, v in kw.items() if k in ("B", "Sq", "Hq", "Hkv", "D", "cap", "paged", "seqlens",
+                                                     "s_new")})
+    a.update({k: v for k, v in kw.items() if k in ("q", "k_cache", "v_cache", "table", "k_new", "v_new",
+                                                   "num_splits")})
+    return validate_kvcache(a["q"], a["k_cache"], a["v_cache"], a["seqlens"], a["table"], a["k_new"], a["v_new"],
+                            a["causal"], a["scale"], a["return_lse"], a["num_splits"], host=True)
+
+
+def test_valid_contiguous_and_paged():
+    p, _ = _validate()
+    assert p.seqlen_k == 64 and not p.kv_cache.paged and p.kv_cache.capacity == 64
+    p, g = _validate(paged=(8, 32, 3), seqlens=(0, 96), s_new=0)
+    assert p.kv_cache.paged and p.kv_cache.page_size == 32 and p.kv_cache.capacity == 96 and g is None
+    p, g = _validate(paged=(8, 32, 3), seqlens=(0, 90), s_new=4)
+    assert p.kv_cache.seqlen_add == 4 and g is not None
+
+
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(seqlens=(3, 65)), ValueError, r"cache_seqlens\[1\] = 65: each length must fit the cache's capacity of 64"),
+    (dict(seqlens=(-1, 3)), ValueError, r"cache_seqlens\[0\] = -1"),
+    (dict(seqlens=(3, 62), s_new=3), ValueError, r"cache_seqlens\[1\] = 62: each length \(and 3 appended keys\)"),
+    (dict(seqlens=None, s_new=2), ValueError, r"k_new/v_new need cache_seqlens"),
+    (dict(seqlens=(1, 2, 3)), ValueError, r"cache_seqlens must be int32 \(batch,\) = \(2,\)"),
+    (dict(paged=(8, 24, 3), seqlens=(1, 2)), ValueError, r"page size .* multiple of 16; got 24"),
+    (dict(paged=(2, 32, 3), seqlens=(40, 90), table=np.array([[0, 1, 0], [1, 2, 0]], np.int32)), ValueError,
+     r"block_table\[1, 1\] = 2 is not a page of the cache \(0 <= page < 2\); sequence 1 uses its first 3 pages"),
+    (dict(k_cache=np.ones((3, 64, 2, 64), F16), v_cache=np.ones((3, 64, 2, 64), F16)), ValueError, r"k_cache's batch \(3\) must equal q's \(2\)"),
+    (dict(Hq=3), ValueError, r"heads_q \(3\) must be a multiple"),
+    (dict(num_splits=0), ValueError, r"num_splits must be from 1 to 128"),
+    (dict(k_new=np.ones((2, 1, 2, 64), F16)), ValueError, r"k_new and v_new must be given together"),
+])
+def test_bad_arguments(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        _validate(**kw)
+
+
+def test_bad_table_dtype_and_shape():
+    a = _args(paged=(8, 32, 3), seqlens=(1, 2))
+    with pytest.raises(TypeError, match=r"block_table must be int32; got int64"):
+        _validate(paged=(8, 32, 3), seqlens=(1, 2), table=a["table"].astype(np.int64))
+    with pytest.raises(ValueError, match=r"block_table must be int32 \(batch, max_pages\)"):
+        _validate(paged=(8, 32, 3), seqlens=(1, 2), table=a["table"][:1])
+
+
+def test_unused_table_entries_are_not_checked():
+    """Only the pages a sequence uses must be valid (-1 padding past them is fine)."""
+    a = _args(paged=(8, 32, 3), seqlens=(10, 40))
+    t = a["table"].copy()
+    t[0, 1:] = -1  # sequence 0 uses one page
+    t[1, 2] = -1  # sequence 1 uses two
+    _validate(paged=(8, 32, 3), seqlens=(10, 40), table=t)
+
+
+def test_shared_append_slot_is_refused():
+    a = _args(paged=(8, 32, 2), seqlens=(5, 5), s_new=1)
+    t = np.array([[3, 4], [3, 5]], np.int32)  # both sequences append to row 5 of page 3
+    with pytest.raises(ValueError, match=r"two sequences append to the same cache slot \(page 3, row 5\)"):
+        _validate(paged=(8, 32, 2), seqlens=(5, 5), s_new=1, table=t)
+    del a
+
+
+def test_split_heuristic():
+    c = _decode.choose_num_splits
+    assert c(8, 2048, 132) == 16  # one long sequence, 8 kv heads: about one block per SM
+    assert c(64, 512, 132) == 2
+    assert c(256, 64, 132) == 1 and c(106, 64, 132) == 1  # the grid already fills the GPU
+    assert c(8, 7, 132) == 1  # too few tiles to cut
+    assert c(1, 40, 132) == 10  # at least MIN_TILES_PER_SPLIT tiles per split
+    for blocks in range(1, 200, 7):
+        for tiles in (1, 9, 100, 5000):
+            s = c(blocks, tiles, 132)
+            assert 1 <= s <= 128 and (s == 1 or s * _decode.MIN_TILES_PER_SPLIT <= tiles)
+
+
+def test_one_buffer_as_both_caches_is_refused_when_appending():
+    """Appending writes k_new and v_new into the caches in place: with k_cache and v_cache the same
+    memory, v_new would overwrite the keys (found by the issue-7 review)."""
+    c = np.ones((2, 64, 2, 64), F16)
+    with pytest.raises(ValueError, match="^k_cache and v_cache share memory"):
+        _validate(k_cache=c, v_cache=c, seqlens=(3, 5), s_new=1)
+    _validate(k_cache=c, v_cache=c, seqlens=(3, 5))  # nothing written: reading one buffer twice is fine
+
+
+def test_interleaved_k_and_v_views_of_one_buffer_may_append():
+    kv = np.ones((2, 64, 2, 2, 64), F16)  # (B, capacity, k|v, Hkv, D)
+    _validate(k_cache=kv[:, :, 0], v_cache=kv[:, :, 1], seqlens=(3, 5), s_new=1)
+
+
+# ---------------------------------------------------------------------- FP8 caches: checked before any GPU work
+
+
+def test_fp8_cache_rules():
+    import ml_dtypes
+
+    f8 = np.dtype(ml_dtypes.float8_e4m3fn)
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((1, 1, 4, 64)).astype(np.float16)
+    c16 = rng.standard_normal((1, 64, 4, 64)).astype(np.float16)
+    c8 = c16.astype(f8)
+    with pytest.raises(ValueError, match="k_descale applies to FP8"):
+        cudattn.attention_with_kvcache(q, c16, c16, k_descale=0.5)
+    with pytest.raises(TypeError, match="an FP8 q .* needs an FP8 cache"):
+        cudattn.attention_with_kvcache(q.astype(f8), c16, c16)
+    with pytest.raises(ValueError, match="q_descale applies to an FP8"):
+        cudattn.attention_with_kvcache(q, c8, c8, q_descale=0.5)
+    with pytest.raises(ValueError, match="q_descale must have shape"):
+        cudattn.attention_with_kvcache(q.astype(f8), c8, c8, q_descale=np.ones((2, 4), np.float32))
+    with pytest.raises(TypeError, match="with an FP8 q, k_new and v_new must both be float16 or both bfloat16"):
+        cudattn.attention_with_kvcache(q.astype(f8), c8, c8, cache_seqlens=np.zeros(1, np.int32),
+                                       k_new=c8[:, :1], v_new=c8[:, :1])
+    with pytest.raises(TypeError, match="must have q's dtype, or both be float8_e4m3fn"):
+        cudattn.attention_with_kvcache(q, c8, c16)
+    with pytest.raises(ValueError, match="k_descale must have shape"):
+        cudattn.attention_with_kvcache(q, c8, c8, k_descale=np.ones((2, 4), np.float32))
+    with pytest.raises(ValueError, match="multiple of 16"):
+        cudattn.attention_with_kvcache(q[..., :24], c8[..., :24], c8[..., :24])
