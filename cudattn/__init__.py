@@ -16,7 +16,7 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
 from . import reference
 from ._ops.attention import attention
 from ._arrays.array import DeviceArray, empty_cache
-from ._arrays.transfer import to_device, to_host
+from ._arrays.host_io import to_device, to_host
 from ._runtime.errors import CudaError, NoDeviceError, OutOfMemoryError
 from ._ops.kvcache import attention_with_kvcache
 from ._ops.merge import merge_attention_states

@@ -38,6 +38,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._arrays.types import DTypeLike, HostArrayLike, Layout, QuantizePer
+from ._spec.modifiers import NONE, parse_modifiers
+from ._spec.varlen import check_cu_seqlens, check_max_seqlen
 
 __all__ = [
     "attention",
@@ -287,14 +289,10 @@ def _weighted_values(p: np.ndarray, v: np.ndarray, idx: np.ndarray, Sq: int, Sk:
     """``p @ v`` over the keys each row sees. A NaN or inf in a V row reaches exactly the rows that
     see that key (``p * v`` by IEEE rules, so even a weight that underflowed to 0 gives NaN), never
     a row for which the key is masked: a plain ``p @ v`` would spread it through the masked zeros."""
-    from ._spec.modifiers import NONE
-
     return _weighted_visible(p, v, idx, 0, Sq, Sk, causal, NONE)
 
 
 def _parse_mods(window_size, softcap, sinks, alibi_slopes, causal, B, Hq):
-    from ._spec.modifiers import parse_modifiers
-
     as_arr = lambda x: None if x is None else np.asarray(x)  # noqa: E731 (lists welcome in the reference)
     return parse_modifiers(window_size, softcap, as_arr(sinks), as_arr(alibi_slopes), causal=bool(causal),
                            batch=B, heads_q=Hq)
@@ -394,8 +392,6 @@ def attention_varlen(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike, cu_se
         ``out`` (float64, ``(total_q, Hq, D)``), and with ``return_lse`` the natural-log LSE
         ``(Hq, total_q)`` (float64), as FlashAttention's varlen functions return it.
     """
-    from ._spec.varlen import check_cu_seqlens, check_max_seqlen
-
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
     if q.ndim != 3 or k.ndim != 3 or v.ndim != 3 or k.shape != v.shape or q.shape[2] != k.shape[2]:
         raise ValueError(f"varlen q, k, v must be (total_q, Hq, D), (total_k, Hkv, D) twice; got {q.shape}, "

@@ -14,6 +14,7 @@ import cudattn
 from cudattn._tools import cli as _cli
 from cudattn._runtime import device as _device
 from cudattn._kernels import registry as _kernels
+from cudattn._kernels import catalog as _catalog
 from cudattn._kernels import traits as _traits
 from cudattn._tools import warm as _warm
 
@@ -83,7 +84,7 @@ def test_every_option_has_help_that_shows_its_default():
 @pytest.mark.parametrize("arch", _kernels.ARCHS)
 def test_warm_covers_every_kernel_the_api_can_select(arch):
     """all_kernels (what warm and demo compile) holds every variant the selection can return."""
-    builds = {(s.source, tuple(sorted(s.defines().items()))) for s in _kernels.all_kernels(arch)}
+    builds = {(s.source, tuple(sorted(s.defines().items()))) for s in _catalog.all_kernels(arch)}
     limit = _traits.ARCH_SMEM_LIMIT[arch]
     families = ("sm80", "sm90") if arch in _traits.HOPPER_ARCHS else ("sm80",)
     dtypes = ["float16", "bfloat16"] + (["float8_e4m3fn"] if arch in _traits.FP8_ARCHS else [])
@@ -98,7 +99,7 @@ def test_warm_covers_every_kernel_the_api_can_select(arch):
                         for seqlen_q in (None, 1, 2048, 2049):
                             v = _traits.select(dt, d, causal, limit, fam, out, seqlen_q)
                             assert (v.source, tuple(sorted(v.defines().items()))) in builds, v.describe()
-    sources = {s.source for s in _kernels.all_kernels(arch)}
+    sources = {s.source for s in _catalog.all_kernels(arch)}
     assert {"flash_decode.cu", "split_kv_combine.cu", "kv_cache_append.cu", "fp8_quantize.cu"} <= sources
     assert ("fp8_transpose_v.cu" in sources) == (arch in _traits.FP8_ARCHS)
 
@@ -107,8 +108,8 @@ def test_warm_compiles_in_parallel_then_finds_everything_cached(tmp_path, monkey
     """A small warm-up through the real process pool: a cold cache compiles, a warm one compiles nothing."""
     import nvrtc_cache
 
-    few = [s for s in _kernels.all_kernels("sm_80") if s.family == "helper"][:3]
-    monkeypatch.setattr(_kernels, "all_kernels", lambda arch: few)
+    few = [s for s in _catalog.all_kernels("sm_80") if s.family == "helper"][:3]
+    monkeypatch.setattr(_catalog, "all_kernels", lambda arch: few)
     cache = nvrtc_cache.Cache(tmp_path / "cache")
     cold = _warm.warm("sm_80", jobs=2, cache=cache, progress=False)
     assert (cold.kernels, cold.compiled, cold.cached, cold.failed, cold.jobs) == (3, 3, 0, [], 2)

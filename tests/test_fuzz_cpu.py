@@ -28,10 +28,10 @@ No GPU here, so the module fixture `_no_gpu` replaces, for this module only:
   function's ordinal rules (only device 0 exists); ``_stream._default_stream_ref`` (the library
   stream, created on first use): handle 0x5EED; ``_foreign.stream_wait`` (an event): nothing;
   ``_callpath.is_capturing`` (a stream query): never capturing;
-- the first GPU work of each entry point raises `ReachedGPU`: ``_api.run_device`` (the device
+- the first GPU work of each entry point raises `ReachedGPU`: ``_kernels.attention.run_device`` (the device
   path of attention, after validate), ``_kvcache._run``, ``_device.device_properties`` (the NumPy
   paths, and quantize/dequantize on the device, ask for it right after their checks),
-  ``_array.empty_on`` / ``_transfer.to_device`` (allocations and uploads).
+  ``_array.empty_on`` / ``_host_io.to_device`` (allocations and uploads).
 
 Reproducible: ``derandomize=True`` and ``database=None``; the whole module runs in a few seconds.
 """
@@ -53,6 +53,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cudattn
+from cudattn._kernels import attention as _device_path
 from cudattn._ops import attention as _api
 from cudattn._arrays import array as _array
 from cudattn._calls import call as _callpath
@@ -62,6 +63,7 @@ from cudattn._arrays import foreign as _foreign
 from cudattn._ops import kvcache as _kvcache
 from cudattn._kernels import params as _params
 from cudattn._runtime import stream as _stream
+from cudattn._arrays import host_io as _host_io
 from cudattn._arrays import transfer as _transfer
 from cudattn._spec import validate as _validate
 from cudattn._arrays.array import DeviceArray
@@ -162,7 +164,7 @@ def _no_gpu():
         mp.setattr(_foreign, "stream_wait", lambda consumer, producer: None)
         mp.setattr(_callpath, "is_capturing", lambda stream: False)
         mp.setattr(_device, "device_properties", _reached("device_properties"))
-        mp.setattr(_api, "run_device", _reached_run_device)
+        mp.setattr(_device_path, "run_device", _reached_run_device)
         mp.setattr(_kvcache, "_run", _reached_kvcache_run)
         mp.setattr(_array, "empty_on", _reached("empty_on"))
         mp.setattr(_transfer, "to_device", _reached("to_device"))

@@ -224,7 +224,8 @@ def test_kernel_params_of_a_softcap():
     """fill_params: a softcap takes the score scale inside the tanh; a scale that makes scale /
     softcap 0 in float32 (scale 0) leaves the scores uncapped (softcap * tanh(x) = softcap * x
     there), so the decode kernel, which reads softcap_pre = 0 as no softcap, agrees with prefill."""
-    from cudattn._spec.modifiers import KernelMods, fill_params
+    from cudattn._kernels.params import fill_params
+    from cudattn._spec.modifiers import KernelMods
     from cudattn._kernels.params import LOG2E, DecodeParams, scale_log2
 
     p = DecodeParams(heads_q=4)

@@ -24,6 +24,7 @@ from cudattn._arrays import dlpack as _dlpack
 from cudattn._arrays import foreign as _foreign
 from cudattn._runtime import launch as _launch
 from cudattn._runtime import stream as _stream
+from cudattn._arrays import host_io as _host_io
 from cudattn._arrays import transfer as _transfer
 from cudattn._arrays.array import DeviceArray
 from cudattn._arrays.foreign import as_device_array, is_device_array_like
@@ -518,9 +519,9 @@ def test_to_device_to_host_round_trip_logic(host_driver, monkeypatch, staged):
     for dtype in (np.float16, BF16, FP8):
         for shape in [(1,), (113,), (3, 41, 5), (2, 1, 203)]:
             x = rng.standard_normal(shape).astype(dtype)
-            d = _transfer.to_device(x)
+            d = _host_io.to_device(x)
             assert d.ptr != x.ctypes.data
-            y = _transfer.to_host(d)
+            y = _host_io.to_host(d)
             assert y.dtype == x.dtype and y.shape == x.shape
             assert np.array_equal(y.view(np.uint8), x.view(np.uint8))
     assert ("cuMemHostAlloc" in host_driver.calls) == staged
@@ -535,11 +536,11 @@ def test_to_host_strided_views(host_driver, monkeypatch, staged):
     d = _on_fake_device(x)
     for key in [(slice(None), slice(None, None, 2)), (Ellipsis, slice(None, None, -1)), (1, slice(2, 5), 3),
                 (slice(None, None, -2), 0)]:
-        got = _transfer.to_host(d[key])
+        got = _host_io.to_host(d[key])
         assert got.flags.c_contiguous
         assert np.array_equal(got.view(np.uint16), x[key].view(np.uint16)), key
-    assert np.array_equal(_transfer.to_host(d.T).view(np.uint16), x.T.view(np.uint16))
-    assert _transfer.to_host(d[:, 3:3]).shape == (4, 0, 9)
+    assert np.array_equal(_host_io.to_host(d.T).view(np.uint16), x.T.view(np.uint16))
+    assert _host_io.to_host(d[:, 3:3]).shape == (4, 0, 9)
 
 
 def test_memset_and_fill_nan(host_driver):

@@ -88,8 +88,8 @@ def test_device_properties():
 
 
 def test_default_stream_is_library_owned_and_nonblocking():
-    s = _device.default_stream(0)
-    assert s is _device.default_stream(0)
+    s = _stream.default_stream(0)
+    assert s is _stream.default_stream(0)
     assert s.is_nonblocking
     ref = _stream.as_stream(None, 0)
     assert ref.handle == int(s.handle) and ref.handle != 0

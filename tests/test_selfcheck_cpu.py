@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from cudattn import reference
+from cudattn._runtime import device as _device
 from cudattn._selfcheck import _cases, _check, _coldcache, _counter, _exec, _inputs, _load, _report, _sanitize
 from cudattn._selfcheck import _main as selfcheck_main
 
@@ -319,7 +320,7 @@ def test_missing_sanitizer_is_a_clear_error_before_any_gpu_work(tmp_path, monkey
     monkeypatch.setenv(_sanitize.ENV_VAR, str(tmp_path / "no-such-binary"))
     from cudattn._tools import cli as _cli
 
-    monkeypatch.setattr(_cli, "_gpu_count", lambda: pytest.fail("the GPU was looked for before the binary"))
+    monkeypatch.setattr(_device, "gpu_count", lambda: pytest.fail("the GPU was looked for before the binary"))
     assert _cli.main(["selfcheck", "--sanitize"]) == selfcheck_main.EXIT_CANNOT_RUN
     err = capsys.readouterr().err
     assert "compute-sanitizer" in err or _sanitize.ENV_VAR in err
@@ -380,7 +381,7 @@ def test_cli_arguments():
 def test_cli_without_a_gpu_says_nothing_ran(monkeypatch, capsys):
     from cudattn._tools import cli as _cli
 
-    monkeypatch.setattr(_cli, "_gpu_count", lambda: 0)
+    monkeypatch.setattr(_device, "gpu_count", lambda: 0)
     assert _cli.main(["selfcheck"]) == selfcheck_main.EXIT_CANNOT_RUN
     assert "no CUDA GPU" in capsys.readouterr().err
 

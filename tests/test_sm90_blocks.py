@@ -71,6 +71,7 @@ def _run(dtype: str, lbo: int, sbo: int, seed: int = 0):
     import cudattn
     from cudattn._arrays import array as _array
     from cudattn._runtime import device as _device
+    from cudattn._runtime import stream as _stream
     from cudattn._runtime import launch as _launch
     from cudattn._kernels import tma as _tma
 
@@ -91,7 +92,7 @@ def _run(dtype: str, lbo: int, sbo: int, seed: int = 0):
     res = _compile(dtype)
     smem = 6 * 64 * 64 * 2 + 1024  # six 8 KiB boxes, plus slack to align them to 1 KiB
     kern = _launch.load_kernel(res.cubin, "sm90_selftest", device=dev, key=res.key, dynamic_smem=smem)
-    h = _device.default_stream(0).handle
+    h = _stream.default_stream(0).handle
     _launch.launch(kern, (1, 1, 1), (128, 1, 1), smem, h, p)
     s, o = cudattn.to_host(s_out), cudattn.to_host(o_out)
     s_ref = q.astype(np.float64) @ k.astype(np.float64).T

@@ -55,13 +55,11 @@ def fake(monkeypatch):
 
     monkeypatch.setattr(sm, "driver", drv)
     monkeypatch.setattr(sm._alloc, "allocate", allocate)
-    monkeypatch.setattr(sm._alloc, "is_capturing", lambda s: s in state.capturing)
+    monkeypatch.setattr(sm, "is_capturing", lambda s: s in state.capturing)
     monkeypatch.setattr(sm, "_blocks", {})
     monkeypatch.setattr(sm, "_retired", [])
     monkeypatch.setattr(sm, "_workspace_bytes", {})
-    import cudattn._runtime.device as dev
-
-    monkeypatch.setattr(dev, "_default_stream_ref", lambda d: types.SimpleNamespace(handle=LIBRARY_STREAM))
+    monkeypatch.setattr(sm, "_default_stream_ref", lambda d: types.SimpleNamespace(handle=LIBRARY_STREAM))
     return state
 
 

@@ -19,14 +19,15 @@ from __future__ import annotations
 
 from cuda.bindings import driver
 
+from .._runtime.device import get_device
 from .._runtime.errors import OutOfMemoryError, check
+from .._runtime.stream import is_capturing
 
-__all__ = ["Block", "allocate", "is_capturing", "pool_of", "trim"]
+__all__ = ["Block", "allocate", "pool_of", "trim"]
 
 _OOM = driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY
 _CAPTURE_UNSUPPORTED = driver.CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 _SUCCESS = driver.CUresult.CUDA_SUCCESS
-_NOT_CAPTURING = driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 _alloc_async = driver.cuMemAllocFromPoolAsync
 _free_async = driver.cuMemFreeAsync
 _pools: dict[int, object] = {}  # device id -> driver.CUmemoryPool
@@ -59,8 +60,6 @@ def pool_of(device_id: int):
     """The device's current memory pool (cached; the device's context must be current)."""
     pool = _pools.get(device_id)
     if pool is None:
-        from .._runtime.device import get_device
-
         pool = _pools[device_id] = driver.CUmemoryPool(int(get_device(device_id).memory_resource.handle))
     return pool
 
@@ -97,8 +96,3 @@ def trim(device_id: int) -> None:
     """Hand the pool's unused memory back to the driver (blocks freed in small pieces cannot serve a
     larger request, but the driver can remap them)."""
     check(driver.cuMemPoolTrimTo(pool_of(device_id), 0), "cuMemPoolTrimTo")
-
-
-def is_capturing(stream: int) -> bool:
-    """Whether ``stream`` is capturing a CUDA graph (one driver query)."""
-    return check(driver.cuStreamIsCapturing(stream), "cuStreamIsCapturing") != _NOT_CAPTURING

@@ -3,7 +3,7 @@
 - :func:`empty` / :func:`empty_on` / :func:`new_array` allocate, stream-ordered, from the
   device's memory pool (`_alloc`); views share their parent's block.
 - Foreign arrays come in through `_foreign` (and the call path's `_operands`); copies to and from
-  NumPy and fills are in `_transfer`.
+  NumPy and fills are in `transfer` (the raw copies) and `host_io` (the public ones).
 
 A ``DeviceArray`` exports ``__cuda_array_interface__`` (v3) and
 ``__dlpack__``/``__dlpack_device__``, so PyTorch, CuPy, JAX and Numba take it
@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable, Sequence
-from typing import Any, SupportsIndex
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 import numpy as np
 from numpy.typing import NDArray
@@ -47,6 +47,8 @@ from cuda.bindings import driver
 
 from . import alloc as _alloc
 from . import dlpack as _dlpack
+from . import stream_memory as _stream_memory
+from . import transfer as _transfer
 from .._runtime import recording as _recording
 from .._runtime.device import get_device
 from .dlpack import kDLCUDA
@@ -54,11 +56,13 @@ from .._runtime.errors import check
 from .._spec.geometry import c_strides as _c_strides
 from .._spec.geometry import stand_in
 from .._runtime.stream import CU_STREAM_LEGACY, as_stream, stream_wait
-from .types import DeviceLike, DTypeLike, Index, StreamLike
 
 __all__ = ["DeviceArray", "empty", "empty_cache", "empty_on", "new_array", "nan_pattern"]
 
 from .._spec.dtypes import BFLOAT16 as BF16, FLOAT8_E4M3 as FP8_E4M3  # noqa: E402  (one table of dtypes)
+
+if TYPE_CHECKING:
+    from .types import DeviceLike, DTypeLike, Index, StreamLike
 
 # Quiet-NaN bit patterns, one element wide (float8_e4m3fn has no inf; 0x7F is its NaN).
 _NAN_BITS: dict[np.dtype, int] = {
@@ -288,9 +292,7 @@ class DeviceArray:
 
     def copy_to_host(self, *, stream: StreamLike = None) -> NDArray[Any]:
         """Synchronous copy to a new NumPy array (see :func:`to_host`)."""
-        from .transfer import to_host  # copies live beside the array type, not in it
-
-        return to_host(self, stream=stream)
+        return _transfer.device_to_host(self, stream)
 
     def fill_nan(self, *, stream: StreamLike = None) -> DeviceArray:
         """Overwrite every element with a quiet NaN (asynchronous on ``stream``); returns self."""
@@ -298,16 +300,12 @@ class DeviceArray:
             pattern = _NAN_BITS[self.dtype]
         except KeyError:
             raise TypeError(f"fill_nan: no NaN bit pattern for dtype {self.dtype}") from None
-        from .transfer import memset
-
-        memset(self, pattern, stream=stream)
+        _transfer.memset(self, pattern, stream=stream)
         return self
 
     def memset(self, pattern: int, *, stream: StreamLike = None) -> DeviceArray:
         """Write the ``itemsize``-wide bit ``pattern`` over every element; returns self."""
-        from .transfer import memset
-
-        memset(self, pattern, stream=stream)
+        _transfer.memset(self, pattern, stream=stream)
         return self
 
 
@@ -374,8 +372,6 @@ def empty_cache(device: DeviceLike = None) -> None:
     included; one stream's in use is at most 8 MiB).
     Waits for the device's pending work first.
     """
-    from . import stream_memory as _stream_memory
-
     dev = get_device(device)
     check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
     _stream_memory.release(dev.device_id)  # their kernels are done; the frees are waited for

@@ -20,6 +20,7 @@ import threading
 from cuda.bindings import driver
 
 from .._runtime.errors import check
+from .._runtime.stream import is_capturing
 
 __all__ = ["hold", "release_done"]
 
@@ -43,8 +44,6 @@ def _event():
 
 def hold(consumer: int, refs: tuple) -> None:
     """Keep ``refs`` alive until the work queued so far on ``consumer`` is done."""
-    from .alloc import is_capturing
-
     if is_capturing(consumer):
         return
     ev = _event()

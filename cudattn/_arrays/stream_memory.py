@@ -38,6 +38,7 @@ from cuda.bindings import driver
 from . import alloc as _alloc
 from .._runtime import recording as _recording
 from .._runtime.errors import check
+from .._runtime.stream import _default_stream_ref, is_capturing
 
 __all__ = ["counters", "workspace", "release", "WORKSPACE_KEPT_MAX", "WORKSPACE_BUDGET"]
 
@@ -87,7 +88,7 @@ def counters(device_id: int, stream: int, count: int, keep: object = None, captu
     if rec is not None:
         return _Placeholder(rec.counters(count))
     if capturing is None:
-        capturing = _alloc.is_capturing(stream)
+        capturing = is_capturing(stream)
     if stream == _PER_THREAD or capturing:  # the call's own (in a graph: a memory
         block = _alloc.allocate(device_id, 4 * count, stream, keep)  # node, zeroed by a memset node)
         _zero(block.ptr, count, stream)
@@ -104,7 +105,7 @@ def workspace(device_id: int, stream: int, nbytes: int, keep: object = None, cap
     next on ``stream`` may overwrite; hold it until they are queued. ``capturing``: as for
     `counters`."""
     if capturing is None:
-        capturing = _alloc.is_capturing(stream)
+        capturing = is_capturing(stream)
     if nbytes > WORKSPACE_KEPT_MAX or stream == _PER_THREAD or capturing:
         return _alloc.allocate(device_id, nbytes, stream, keep)  # the call's own (in a graph: a node)
     entry = _blocks.get((device_id, stream, _WORKSPACE))
@@ -170,8 +171,6 @@ def release(device_id: int) -> None:
     """Free the blocks of ``device_id``, retired ones included, on cudattn's stream, and wait for
     the frees. Their kernels must be done: the caller synchronises the device first, with the
     device's context current."""
-    from .._runtime.device import _default_stream_ref
-
     done = [c for c in _retired if c.device_id == device_id]
     _retired[:] = [c for c in _retired if c.device_id != device_id]
     _workspace_bytes.pop(device_id, None)

@@ -1,8 +1,10 @@
-"""Copies between NumPy and device arrays, and fills.
+"""Copies between host memory and device arrays, and fills, on the arrays' raw views.
 
-:func:`to_device` / :func:`to_host` copy to and from NumPy, large copies through reusable pinned
-staging chunks (one pool per device, below); :func:`memset` and :func:`zero_fill` write bit
-patterns (tests poison outputs with NaN). All are stream-ordered on the stream given.
+Large copies go through reusable pinned staging chunks (one pool per device, below);
+:func:`memset` and :func:`zero_fill` write bit patterns (tests poison outputs with NaN). All are
+stream-ordered on the stream given. The public :func:`cudattn.to_device` / :func:`cudattn.to_host`
+(`host_io`) and DeviceArray's own copy and fill methods use these; nothing here imports the array
+type, which is what lets DeviceArray call them.
 """
 
 from __future__ import annotations
@@ -10,41 +12,25 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 from cuda.bindings import driver
 
 from .._runtime import recording as _recording
-from .array import DeviceArray, empty
 from .._runtime.device import get_device
 from .._runtime.errors import check
-from .foreign import as_device_array
 from .._spec.geometry import is_dense as _is_dense
 from .._spec.geometry import span as _span
 from .staging import parallel_memmove
 from .._runtime.stream import as_stream, stream_wait
-from .types import DeviceArrayLike, DeviceLike, HostArrayLike, StreamLike
 
-__all__ = ["to_device", "to_host", "memset", "zero_fill", "staging_pool"]
+if TYPE_CHECKING:
+    from .array import DeviceArray
+    from .types import StreamLike
 
-
-def to_device(array: HostArrayLike, *, device: DeviceLike = None, stream: StreamLike = None) -> DeviceArray:
-    """Copy host data into a new C-contiguous :class:`DeviceArray` (asynchronous on ``stream``).
-
-    The host array may be reused as soon as this returns: from pageable memory the
-    driver stages the bytes before returning.
-    """
-    a = np.asarray(array)
-    if a.dtype.hasobject:
-        raise TypeError("to_device: object arrays cannot be copied to the device")
-    if not a.flags.c_contiguous:
-        a = a.copy(order="C")
-    out = empty(a.shape, a.dtype, device=device, stream=stream)
-    if a.nbytes:
-        _copy_h2d(out.ptr, a.ctypes.data, a.nbytes, out.stream_handle, out.device_id)
-    return out
+__all__ = ["device_to_host", "memset", "zero_fill", "staging_pool"]
 
 
 def _stream_for(arr: DeviceArray, stream) -> int:
@@ -62,14 +48,9 @@ def _stream_for(arr: DeviceArray, stream) -> int:
     return h
 
 
-def to_host(arr: DeviceArrayLike, *, stream: StreamLike = None) -> NDArray[Any]:
-    """Copy a device array into a new NumPy array; returns when the copy is done.
-
-    Works for any strided view: the covering byte span is copied and the view
-    rebuilt on the host. ``stream`` defaults to the array's own stream (else the
-    library stream of its device).
-    """
-    arr = as_device_array(arr, name="arr")
+def device_to_host(arr: DeviceArray, stream: StreamLike = None) -> NDArray[Any]:
+    """Copy a device array (any strided view) into a new C-ordered NumPy array; returns when the
+    copy is done. The covering byte span is copied and the view rebuilt on the host."""
     get_device(arr.device_id)
     h = _stream_for(arr, stream)
     if arr.size == 0:

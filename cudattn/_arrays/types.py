@@ -47,6 +47,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, SupportsIndex, TypeAli
 from numpy.typing import ArrayLike as HostArrayLike
 from numpy.typing import DTypeLike, NDArray
 
+from .array import DeviceArray
+
 if TYPE_CHECKING:
     from .array import DeviceArray
 
@@ -117,16 +119,4 @@ QuantizePer: TypeAlias = Literal["tensor", "head"]
 #: One entry of a basic index (``DeviceArray.__getitem__``).
 Index: TypeAlias = Union[SupportsIndex, slice, EllipsisType, None]
 
-if TYPE_CHECKING:
-    ArrayResult: TypeAlias = Union[NDArray[Any], DeviceArray]
-
-
-def __getattr__(name: str):
-    # ArrayResult names DeviceArray, whose module imports this one: the alias is made when first
-    # imported (by then _array can load), so neither module imports the other at module level.
-    if name == "ArrayResult":
-        from .array import DeviceArray
-
-        alias = globals()["ArrayResult"] = Union[NDArray[Any], DeviceArray]
-        return alias
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+ArrayResult: TypeAlias = Union[NDArray[Any], DeviceArray]

@@ -13,18 +13,6 @@ def array_or_none(x):
     return None if x is None or isinstance(x, (int, float, np.number, np.ndarray)) else x
 
 
-def device_meta(x, name: str, expected: str) -> tuple:
-    """``(shape, dtype, strides, ptr)`` of a small device array argument (descales, sinks, slopes):
-    a DeviceArray or alike read directly (no import), anything else through cudattn's importer;
-    TypeError "``{name} must be {expected}; got <type>``" for a non-array."""
-    if all(hasattr(x, f) for f in ("ptr", "shape", "strides", "dtype")):
-        return tuple(x.shape), np.dtype(x.dtype), x.strides, int(x.ptr)
-    if not _foreign.is_device_array_like(x):
-        raise TypeError(f"{name} must be {expected}; got {type(x).__name__}")
-    a = _foreign.as_device_array(x, name=name)
-    return a.shape, a.dtype, a.strides, a.ptr
-
-
 def descale_key(given, adapted):
     if adapted is None:
         return _callpath.tag(given)

@@ -29,12 +29,12 @@ from .._arrays import lifetime as _lifetime
 from . import replay as _replay
 from .._runtime import stream as _stream
 from .._kernels import traits as _traits
-from .._arrays.alloc import is_capturing
 from .._arrays.array import DeviceArray
+from .._arrays.foreign import device_id_of
 from .._spec.geometry import share_bytes
 from .._spec.geometry import span as _span
 from .._arrays.operands import CUDATTN, OTHER, adapt, current_stream_owner, kind_of
-from .._runtime.stream import stream_wait
+from .._runtime.stream import is_capturing, stream_wait
 
 __all__ = ["consumer_stream", "operands", "run", "tag"]
 
@@ -68,8 +68,6 @@ def consumer_stream(first, stream):
         a = adapt(first, "q", -1)
         if a.stream_handle is not None:
             return a.stream_handle, current_stream_owner(kind, a.device_id), a
-    from .._arrays.foreign import device_id_of
-
     ref = _stream.as_stream(None, device_id_of(first, name="q"))
     return ref.handle, ref.obj, None
 

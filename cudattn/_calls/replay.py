@@ -28,6 +28,7 @@ from .._arrays import alloc as _alloc
 from .._arrays import array as _array
 from .._runtime import device as _device
 from .._runtime import launch as _launch
+from .._runtime import stream as _stream
 from .._arrays import stream_memory as _stream_memory
 from .._kernels import tma as _tma
 from .._runtime.recording import BASES, COUNTERS, NotReplayable, Recorder, placeholder, slot_of
@@ -144,7 +145,7 @@ class Replay:
         scratch = None
         kept = self.scratch_bytes and len(self.steps) == 1
         if capturing is None and (kept or self.counters):
-            capturing = _alloc.is_capturing(stream)
+            capturing = _stream.is_capturing(stream)
         if kept:  # one kernel writes and reads it: the stream's
             scratch = _stream_memory.workspace(device_id, stream, self.scratch_bytes, keep, capturing)
         elif self.scratch_bytes:  # read by a later kernel of the call: its own (`_stream_memory`)

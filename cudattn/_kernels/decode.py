@@ -21,10 +21,11 @@ from . import decode_traits as _decode_traits
 from . import registry as _kernels
 from .._runtime import launch as _launch
 from .._arrays import stream_memory as _stream_memory
-from .._spec.modifiers import fill_params
+from .params import fill_params
 from .decode_traits import MAX_SPLITS, DecodeVariant
 from .params import DecodeParams, KvCacheGeom, scale_log2
-from .._spec.problem import Problem, TensorGeom
+from .._spec.problem import Problem
+from .._spec.geometry import TensorGeom
 
 _F32 = np.dtype(np.float32)
 

@@ -1,4 +1,4 @@
-"""FP8 plumbing of one attention call: the descale arguments, and V made K-major.
+"""FP8 plumbing of one attention call: V made K-major, and NumPy descales uploaded.
 
 e4m3 tensor-core products take both shared-memory operands K-major, so for O += P V the keys must
 be contiguous: V (keys x head dim) is transposed into a workspace Vt (batch, heads_kv, head_dim,
@@ -10,19 +10,15 @@ P to the tensor cores straight from the S accumulators. The transpose reads and 
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import numpy as np
 
-from .._calls import args as _args
 from .._arrays import array as _array
 from . import registry as _kernels
 from .._runtime import launch as _launch
-from .._arrays import transfer as _transfer
+from .._arrays import host_io as _host_io
 from .decode_traits import HelperKernel
 from .params import TransposeVParams
-from .._spec.problem import Descales, Problem
+from .._spec.problem import Problem
 
 _F32 = np.dtype(np.float32)
 
@@ -54,64 +50,13 @@ def vt_keys(problem: Problem) -> int:
     return seq_pad(problem.seqlen_k)
 
 
-def parse_descales(q_descale, k_descale, v_descale, batch: int, heads_kv: int, host: bool) -> Descales:
-    """Each descale: None (1.0), a finite real number, or a float32 array of shape (batch, heads_kv)
-    — a NumPy array for NumPy calls (its values checked finite), a device array for device calls."""
-    vals: dict = {}
-    for name, x in (("q", q_descale), ("k", k_descale), ("v", v_descale)):
-        scalar, ptr = _one(f"{name}_descale", x, batch, heads_kv, host)
-        vals[name], vals[f"{name}_ptr"] = scalar, ptr
-    return Descales(**vals)
-
-
-def _one(name: str, x, batch: int, heads_kv: int, host: bool) -> tuple[float, int]:
-    if x is None:
-        return 1.0, 0
-    if isinstance(x, (bool, np.bool_)):
-        raise TypeError(f"{name} must be None, a float, or a float32 array of shape (batch, heads_kv); got {x!r}")
-    if isinstance(x, numbers.Real):
-        try:
-            v = float(x)
-        except OverflowError:  # an int or Fraction beyond float's range
-            v = math.inf
-        if not math.isfinite(v):
-            raise ValueError(f"{name} must be finite; got {x!r}")
-        return v, 0
-    want = f"({batch}, {heads_kv})"
-    if isinstance(x, np.ndarray):
-        if not host:
-            raise TypeError(f"{name} is a NumPy array but q, k, v are device arrays; pass a float32 device array "
-                            f"of shape {want} (e.g. cudattn.to_device({name})) or a float")
-        if x.shape != (batch, heads_kv):
-            raise ValueError(f"{name} must have shape (batch, heads_kv) = {want}; got {x.shape}")
-        if x.dtype.kind != "f":
-            raise TypeError(f"{name} must be a float32 array; got dtype {x.dtype}")
-        with np.errstate(over="ignore"):  # float64 beyond float32's range becomes inf on the way up
-            finite = np.all(np.isfinite(x.astype(_F32)))
-        if not finite:
-            raise ValueError(f"{name} must be finite in float32 (the kernels read float32 descales); it holds NaN, "
-                             f"inf or a value beyond 3.4e38")
-        return 1.0, 0  # uploaded by the NumPy path (as_device_descales)
-    if host:
-        raise TypeError(f"{name} must be None, a float, or a NumPy float32 array of shape {want} "
-                        f"(q, k, v are NumPy arrays); got {type(x).__name__}")
-    shape, dtype, strides, ptr = _args.device_meta(x, name, f"None, a float, or a float32 device array of shape {want}")
-    if shape != (batch, heads_kv):
-        raise ValueError(f"{name} must have shape (batch, heads_kv) = {want}; got {shape}")
-    if dtype != _F32:
-        raise TypeError(f"{name} must be a float32 array; got dtype {dtype}")
-    if strides is not None and tuple(strides) != (4 * heads_kv, 4) and batch * heads_kv > 1:
-        raise ValueError(f"{name} must be C-contiguous (strides {(4 * heads_kv, 4)} bytes); got {tuple(strides)}")
-    return 1.0, ptr
-
-
 def upload_descales(kw: dict, device, sref) -> dict:
     """The NumPy path: NumPy descale arrays -> float32 device arrays (asynchronous on ``sref``)."""
     out = dict(kw)
     for name in ("q_descale", "k_descale", "v_descale"):
         x = kw.get(name)
         if isinstance(x, np.ndarray):
-            out[name] = _transfer.to_device(np.ascontiguousarray(x, dtype=_F32), device=device, stream=sref)
+            out[name] = _host_io.to_device(np.ascontiguousarray(x, dtype=_F32), device=device, stream=sref)
     return out
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
+
 _c_ptr = ctypes.c_uint64
 _c_i64 = ctypes.c_int64
 _c_i32 = ctypes.c_int32
@@ -142,3 +144,21 @@ def scale_log2(scale: float) -> float:
     a zero scale would make NaN of it. 1e-30 gives the same float32 softmax as 0 (every
     exp2(1e-30 * s) rounds to 1 for |s| < 1e22), so it stands in for zero."""
     return scale * LOG2E if scale != 0 else 1e-30
+
+
+def fill_params(params, mods, scale: float) -> None:
+    """Softcap, sinks and ALiBi into FwdParams or DecodeParams (the fields are alike; mods.cuh).
+    A softcap's kernels compute tanh(s * scale / softcap) and softmax it with softcap as the scale;
+    ALiBi's bias goes into the same units as the scores the softmax scales (hence alibi_mul)."""
+    # A softcap whose scale / softcap is 0 in float32 (scale 0, or underflow) caps every score to
+    # softcap * tanh(~0) = the uncapped scale * s: the plain path computes exactly that, and the
+    # decode kernel reads softcap_pre = 0 as "no softcap".
+    if mods.softcap and np.float32(scale / mods.softcap) != 0:
+        params.softcap_pre = scale / mods.softcap
+        params.scale_log2 = scale_log2(mods.softcap)
+        params.alibi_mul = -1.0 / mods.softcap
+    else:
+        params.alibi_mul = -LOG2E / params.scale_log2  # -1 / scale, as the kernel's scale_log2 has it
+    params.sinks = mods.sinks_ptr
+    params.alibi = mods.alibi_ptr
+    params.alibi_stride_b = params.heads_q if mods.alibi_per_batch else 0

@@ -12,9 +12,11 @@ from . import fp8 as _fp8
 from .._spec import geometry as _geometry
 from . import tma as _tma
 from . import traits as _traits
-from .._spec.modifiers import MOD_WINDOW, fill_params
+from .._spec.modifiers import MOD_WINDOW
+from .params import fill_params
 from .params import FwdParams, FwdSm90Params, scale_log2
-from .._spec.problem import Problem, TensorGeom
+from .._spec.problem import Problem
+from .._spec.geometry import TensorGeom
 from .traits import Variant
 
 _MAX_GRID_YZ = 65535

@@ -13,6 +13,7 @@ import threading
 import nvrtc_cache
 
 from . import traits as _traits
+from .._runtime.launch import load_kernel
 from .traits import Variant
 
 # Options that change the binary; each one is part of the cache key (nvrtc_cache hashes them).
@@ -60,31 +61,6 @@ def cached_variant(variant: Variant, arch: str, cache: nvrtc_cache.Cache) -> nvr
 ARCHS = tuple(sorted(_traits.ARCH_SMEM_LIMIT))
 
 
-def all_kernels(arch: str) -> list:
-    """Every kernel the API can launch on a device of compile target ``arch``, one entry per
-    distinct build: both forward families on Hopper (the portable one serves broadcast kv heads
-    and ``CUDATTN_KERNEL_FAMILY=sm80``), FP8 from sm_89, split-KV decode and its combine, the
-    KV-cache append, FP8 quantize/dequantize and the FP8 V transpose."""
-    if arch not in _traits.ARCH_SMEM_LIMIT:
-        raise ValueError(f"unknown compile target {arch!r}; cudattn builds for {', '.join(ARCHS)}")
-    from . import decode_traits as _decode_traits
-    from . import fp8 as _fp8
-    from .._ops import quantize as _quantize
-
-    specs = [*_traits.all_variants(arch), *_traits.all_fp8_variants(arch), *_decode_traits.all_decode_kernels(arch),
-             *_quantize.all_quantize_kernels(arch)]
-    if arch in _traits.FP8_ARCHS:
-        specs.append(_fp8.TRANSPOSE_V_KERNEL)
-    seen: set = set()
-    out = []
-    for spec in specs:  # fp8_amax and fp8_quantize are one build (one cubin, two entry points)
-        build = (spec.source, tuple(sorted(spec.defines().items())))
-        if build not in seen:
-            seen.add(build)
-            out.append(spec)
-    return out
-
-
 _loaded: dict = {}
 _loaded_lock = threading.Lock()
 
@@ -96,8 +72,6 @@ def get_kernel(variant: Variant, device, device_id: int, arch: str):
     key = (variant, device_id)
     kernel = _loaded.get(key)
     if kernel is None:
-        from .._runtime.launch import load_kernel
-
         with _loaded_lock:
             kernel = _loaded.get(key)
             if kernel is None:

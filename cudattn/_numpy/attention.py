@@ -31,12 +31,14 @@ from __future__ import annotations
 import numpy as np
 from cuda.bindings import driver
 
+from .._kernels import attention as _device_path
 from .._arrays import array as _array
 from .._runtime import device as _device
 from .._kernels import fp8 as _fp8
 from .._arrays import pinned as _pinned
 from .._arrays import staging as _staging
 from .._runtime import stream as _stream
+from .._arrays import host_io as _host_io
 from .._arrays import transfer as _transfer
 from .._runtime.errors import check
 from .._spec.validate import validate
@@ -158,13 +160,13 @@ def _upload_arrays(kw: dict, device, sref) -> dict:
     kw = _fp8.upload_descales(kw, device, sref)
     for name in ("sinks", "alibi_slopes"):
         if isinstance(kw.get(name), np.ndarray):
-            kw[name] = _transfer.to_device(np.ascontiguousarray(kw[name]), device=device, stream=sref)
+            kw[name] = _host_io.to_device(np.ascontiguousarray(kw[name]), device=device, stream=sref)
     return kw
 
 
 def _upload(x: np.ndarray, pinned: bool, device, sref) -> _array.DeviceArray:
     if not pinned:
-        return _transfer.to_device(x, device=device, stream=sref)
+        return _host_io.to_device(x, device=device, stream=sref)
     d = _array.empty_on(x.shape, x.dtype, device, sref)
     _dma_h2d(d.ptr, x.ctypes.data, x.nbytes, sref.handle)
     return d
@@ -178,8 +180,6 @@ def _copyable(x: np.ndarray) -> np.ndarray:
 
 
 def _run_in_sequence(problem, q, k, v, kw, out, pinned, device, device_id, sref):
-    from .._ops.attention import run_device
-
     # The result's host array first, so that its page faults (a fresh array's first touch) are
     # taken in the background while the inputs go up; a contiguous `out` is written directly.
     direct = out is not None and out.flags.c_contiguous
@@ -188,7 +188,7 @@ def _run_in_sequence(problem, q, k, v, kw, out, pinned, device, device_id, sref)
     try:
         qd, kd, vd = (_upload(x, p, device, sref) for x, p in zip((q, k, v), pinned.inputs))
         kw = _upload_arrays(kw, device, sref)
-        res = run_device(validate(qd, kd, vd, **kw, out=None, host=False), qd, kd, vd, None, device, device_id,
+        res = _device_path.run_device(validate(qd, kd, vd, **kw, out=None, host=False), qd, kd, vd, None, device, device_id,
                          sref)
         o_dev, lse_dev = res if problem.return_lse else (res, None)
         if faults is not None:
@@ -207,7 +207,7 @@ def _run_in_sequence(problem, q, k, v, kw, out, pinned, device, device_id, sref)
         out[...] = o
         o = out
     if problem.return_lse:
-        return o, _transfer.to_host(lse_dev, stream=sref)
+        return o, _host_io.to_host(lse_dev, stream=sref)
     return o
 
 
@@ -248,8 +248,6 @@ class _Pipeline:
 
 
 def _run_pipelined(problem, q, k, v, given, kw, out, pinned, chunks, st, device, device_id, sref):
-    from .._ops.attention import run_device
-
     return_lse = problem.return_lse
     # Device copies, allocated stream-ordered on the caller's stream (and freed there when dropped,
     # by which time every copy on the other streams has completed: this function waits for them).
@@ -301,7 +299,7 @@ def _run_pipelined(problem, q, k, v, given, kw, out, pinned, chunks, st, device,
                 qj, kj, vj, oj = qd[b0:b1], kd[b0:b1], vd[b0:b1], od[b0:b1]
                 kwj = dict(kw, **{n: kw[n][b0:b1] for n in per_batch})  # this chunk's rows
                 pj = validate(qj, kj, vj, **kwj, out=oj, host=False)
-                res = run_device(pj, qj, kj, vj, oj, device, device_id, sref)
+                res = _device_path.run_device(pj, qj, kj, vj, oj, device, device_id, sref)
                 lse_j = res[1] if return_lse else None
                 if lse_j is not None:
                     keep.append(lse_j)

@@ -6,16 +6,11 @@ from typing import Literal, overload
 
 import numpy as np
 
-from .._arrays import array as _array
+from .._kernels import attention as _device_path
+from .._numpy import attention as _numpy_attention
 from .._calls import call as _callpath
-from .._kernels import decode as _decode
 from .._runtime import device as _device
-from .._kernels import fp8 as _fp8
-from .._kernels import registry as _kernels
-from .._runtime import launch as _launch
-from .._kernels import plan as _plan
 from .._runtime import stream as _stream
-from .._arrays import transfer as _transfer
 from .._calls import args as _args
 from . import varlen as _varlen_api
 from .._arrays.array import DeviceArray
@@ -157,9 +152,7 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
                                 mods=(softcap, sinks, alibi_slopes))
     host_q, host_k, host_v = isinstance(q, np.ndarray), isinstance(k, np.ndarray), isinstance(v, np.ndarray)
     if host_q and host_k and host_v:
-        from .._numpy.attention import attention_host
-
-        return attention_host(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse,
+        return _numpy_attention.attention_host(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse,
                               q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype,
                               num_splits=num_splits, out=out, stream=stream, window_size=window_size,
                               softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes)
@@ -203,7 +196,7 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
                            num_splits=num_splits, out=oa, host=False, window_size=window_size, softcap=softcap,
                            sinks=sinks if sk is None else sk, alibi_slopes=alibi_slopes if al is None else al)
         sref = _stream.StreamRef(consumer, keep)
-        return run_device(problem, qa, ka, va, oa, _device.get_device(device_id), device_id, sref)
+        return _device_path.run_device(problem, qa, ka, va, oa, _device.get_device(device_id), device_id, sref)
 
     return _callpath.run(key, objs, ops, names, consumer, keep, full, tensors=4, out_index=3,
                          allocates=out is None or return_lse is True, unordered=unordered)
@@ -213,61 +206,3 @@ _NAMES = ("q", "k", "v", "out", "q_descale", "k_descale", "v_descale", "sinks", 
 _NAMES4 = _NAMES[:4]
 
 
-def run_device(problem, qa, ka, va, oa, device, device_id, sref):
-    """Launch one validated problem on device arrays; returns out (and lse) as DeviceArrays.
-
-    Decode shapes (at most ``_decode.DECODE_MAX_SQ`` query tokens) or an explicit ``num_splits``
-    take the split-KV path; everything else (KV caches included: chunked prefill) the prefill
-    kernels."""
-    sinks = problem.mods is not None and problem.mods.sinks
-    if problem.batch == 0 or problem.seqlen_q == 0 or problem.seqlen_k == 0 and not sinks:
-        return _run_empty(problem, oa, device, sref)  # (no keys but sinks: the kernels write LSE = sink)
-    props = _device.device_properties(device_id)
-    decode = _decode.takes_split_kv(problem)
-    if not decode:
-        plan = _plan.make_plan(problem, props)
-        kernel = _kernels.get_kernel(plan.variant, device, device_id, props.arch)
-    if oa is None:
-        oa = _array.empty_on(_out_shape(problem), problem.out_dtype, device, sref)
-        o_geom = _plan.contiguous_geom(problem)
-    else:
-        o_geom = problem.out_strides
-    lse = None
-    if problem.return_lse:
-        lse = _array.empty_on((problem.batch, problem.heads_q, problem.seqlen_q), _F32, device, sref)
-    lse_ptr = 0 if lse is None else lse.ptr
-    if decode:
-        _decode.run(problem, qa.ptr, ka.ptr, va.ptr, oa.ptr, lse_ptr, o_geom, props, device, sref)
-    else:
-        # FP8: V goes in as Vt (keys contiguous), made on the same stream; dropping it after the
-        # launch frees it stream-ordered, once the kernel is done with it.
-        # (no keys, a call with sinks: nothing to transpose, and the kernel reads no V)
-        fp8_v = problem.descales is not None and problem.seqlen_k > 0
-        vt = _fp8.transpose_v(problem, va.ptr, props, device, sref) if fp8_v else None
-        params = _plan.make_params(problem, plan, qa.ptr, ka.ptr, va.ptr if vt is None else vt.ptr, oa.ptr, lse_ptr,
-                                   o_geom)
-        _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
-        del vt
-    return (oa, lse) if problem.return_lse else oa
-
-
-def _run_empty(problem, oa, device, sref):
-    """No kernel: an empty result, or (no keys) every row gets O = 0 and LSE -inf, as a row that
-    sees no key does in the kernels."""
-    if oa is None:
-        oa = _array.empty_on(_out_shape(problem), problem.out_dtype, device, sref)
-    lse = None
-    if problem.return_lse:
-        lse = _array.empty_on((problem.batch, problem.heads_q, problem.seqlen_q), _F32, device, sref)
-        _transfer.memset(lse, _NEG_INF_F32_BITS, stream=sref.handle)
-    _transfer.zero_fill(oa, stream=sref.handle)
-    return (oa, lse) if problem.return_lse else oa
-
-
-_NEG_INF_F32_BITS = 0xFF800000
-
-
-def _out_shape(problem) -> tuple[int, int, int, int]:
-    if problem.layout == "bshd":
-        return (problem.batch, problem.seqlen_q, problem.heads_q, problem.head_dim)
-    return (problem.batch, problem.heads_q, problem.seqlen_q, problem.head_dim)

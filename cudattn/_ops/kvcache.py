@@ -20,6 +20,7 @@ from typing import Literal, overload
 
 import numpy as np
 
+from .._kernels import attention as _device_path
 from .._calls import call as _callpath
 from .._kernels import decode as _decode
 from .._kernels import decode_traits as _decode_traits
@@ -30,7 +31,8 @@ from .._runtime import launch as _launch
 from .._kernels import plan as _plan
 from .._runtime import stream as _stream
 from .._kernels import traits as _traits
-from .._arrays import transfer as _transfer
+from .._arrays import host_io as _host_io
+from .._arrays.array import empty_on
 from .._calls import args as _args
 from . import varlen as _varlen_api
 from .._spec.modifiers import kernel_mods, window_of
@@ -38,8 +40,11 @@ from .._spec.dtypes import BFLOAT16, FLOAT16, FLOAT8_E4M3, RECOGNIZED, dtype_nam
 from .._spec.geometry import contiguous_geom, share_bytes, span
 from .._arrays.operands import OTHER, kind_of
 from .._kernels.params import AppendParams, KvCacheGeom
-from .quantize import e4m3_to_16bit, saturate_to_e4m3
-from .._spec.problem import KvCache, Problem, TensorGeom, Varlen
+from .._kernels.quantize import e4m3_to_16bit
+from .._numpy.quantize import saturate_to_e4m3
+from .._spec.descales import parse_descales
+from .._spec.problem import KvCache, Problem, Varlen
+from .._spec.geometry import TensorGeom
 from .._arrays.types import ArrayLike, ArrayResult, DescaleLike, StreamLike
 from .._spec.varlen import check_cu_seqlens, check_device_offsets, check_max_seqlen
 from .._spec.validate import _check_bool, _check_out, _check_scale, _describe, check_num_splits, tensor_geom
@@ -211,7 +216,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
         sref = _stream.StreamRef(consumer, keep)
         # NumPy index arrays were checked; now they go up (stream-ordered, before the kernels).
         rows = _rows_used(problem, sl)
-        sl, bt, cq = (_transfer.to_device(x, device=device, stream=sref) if isinstance(x, np.ndarray) else x
+        sl, bt, cq = (_host_io.to_device(x, device=device, stream=sref) if isinstance(x, np.ndarray) else x
                       for x in (sl, bt, cq))
         return _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa, cq, rows)
 
@@ -256,8 +261,6 @@ def _rows_used(problem: Problem, seqlens) -> int | None:
 
 
 def _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa=None, cq=None, rows=None):
-    from .attention import run_device
-
     kv = problem.kv_cache
     _check_fp8_arch(kv, device_id)  # before the append writes into the cache
     kv = replace(kv, seqlens_ptr=0 if sl is None else sl.ptr, block_table_ptr=0 if bt is None else bt.ptr)
@@ -273,7 +276,7 @@ def _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref
         problem, ka, va = _gather(problem, ka, va, device, device_id, sref, rows)
     if problem.varlen is not None:  # a packed q: the prefill kernels, whatever its length
         return _varlen_api.run_varlen(problem, qa, ka, va, oa, cq, None, device, device_id, sref)
-    return run_device(problem, qa, ka, va, oa, device, device_id, sref)  # drops a gathered copy stream-ordered
+    return _device_path.run_device(problem, qa, ka, va, oa, device, device_id, sref)  # drops a gathered copy stream-ordered
 
 
 def _check_fp8_arch(kv: KvCache, device_id: int) -> None:
@@ -305,8 +308,6 @@ def _gather(problem: Problem, ka, va, device, device_id, sref, rows: int | None 
     buffers, described as a contiguous cache of the same lengths (an FP8 cache dequantized into
     q's dtype). ``rows``: the most keys a sequence uses, when NumPy lengths say (else the
     capacity: device lengths are not read)."""
-    from .._arrays.array import empty_on
-
     kv = problem.kv_cache
     B, H, D = problem.batch, problem.heads_kv, problem.head_dim
     cap = kv.capacity if rows is None else max(1, min(kv.capacity, rows))
@@ -355,7 +356,7 @@ def _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cau
     if k_new is not None:  # the NumPy caches are updated in place, here, before they go up
         _append_host(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, kv, descales[1:])
     sref = _stream.as_stream(stream, device)
-    up = lambda x: None if x is None else _transfer.to_device(np.ascontiguousarray(x), device=device, stream=sref)  # noqa: E731
+    up = lambda x: None if x is None else _host_io.to_device(np.ascontiguousarray(x), device=device, stream=sref)  # noqa: E731
     qa, ka, va, sl, bt, cq = (up(x) for x in (q, k_cache, v_cache, cache_seqlens, block_table, cu_q))
     q_geom = _dense(qa) if cq is None else TensorGeom(0, q.shape[1] * q.shape[2], q.shape[2])
     problem = replace(problem, host=False, q_strides=q_geom, k_strides=_dense(ka), v_strides=_dense(va))
@@ -371,8 +372,8 @@ def _run_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, cau
     res = _run(problem, qa, ka, va, None, None, sl, bt, None, device, device_id, sref, None, cq,
                _rows_used(problem, cache_seqlens))
     o_dev, lse_dev = res if return_lse else (res, None)
-    out = _transfer.to_host(o_dev, stream=sref)
-    return (out, _transfer.to_host(lse_dev, stream=sref)) if return_lse else out
+    out = _host_io.to_host(o_dev, stream=sref)
+    return (out, _host_io.to_host(lse_dev, stream=sref)) if return_lse else out
 
 
 def _dense(a) -> TensorGeom:
@@ -539,8 +540,6 @@ def _cache_descales(descales, fp8: bool, q_fp8: bool, batch: int, heads_kv: int,
                 raise ValueError(f"{name} applies to FP8 (float8_e4m3fn) caches only; these caches are 16-bit: "
                                  f"pass None")
         return {}
-    from .._kernels.fp8 import parse_descales
-
     d = parse_descales(q_descale, k_descale, v_descale, batch, heads_kv, host)
     return dict(fp8=True, k_scale=d.k, v_scale=d.v, k_descale_ptr=d.k_ptr, v_descale_ptr=d.v_ptr, q_fp8=q_fp8,
                 q_scale=d.q, q_descale_ptr=d.q_ptr)

@@ -25,12 +25,15 @@ from .._kernels import registry as _kernels
 from .._runtime import launch as _launch
 from .._kernels import plan as _plan
 from .._runtime import stream as _stream
+from .._arrays import host_io as _host_io
 from .._arrays import transfer as _transfer
 from .._spec.dtypes import FLOAT8_E4M3
 from .._arrays.operands import OTHER, kind_of
-from .._spec.problem import TensorGeom, Varlen
+from .._spec.problem import Varlen
+from .._spec.geometry import TensorGeom
 from .._spec.modifiers import kernel_mods
-from .._spec.validate import _describe, fp8_descales, validate
+from .._spec.descales import fp8_descales
+from .._spec.validate import _describe, validate
 from .._spec.varlen import check_cu_seqlens, check_device_offsets, check_max_seqlen
 
 __all__ = ["attention_varlen"]
@@ -101,7 +104,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         problem = validate_varlen(qa, ka, va, cq, ck, max_seqlen_q, max_seqlen_k, ds, flags, oa, host=False, mods=ms)
         device = _device.get_device(device_id)
         sref = _stream.StreamRef(consumer, keep)
-        cq, ck = (_transfer.to_device(c, device=device, stream=sref) if isinstance(c, np.ndarray) else c
+        cq, ck = (_host_io.to_device(c, device=device, stream=sref) if isinstance(c, np.ndarray) else c
                   for c in (cq, ck))
         return run_varlen(problem, qa, ka, va, oa, cq, ck, device, device_id, sref)
 
@@ -230,7 +233,7 @@ def _run_host(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags, out, stream, m
     device = _device.get_device(None)
     device_id = _device.device_properties(device).device_id
     sref = _stream.as_stream(stream, device)
-    up = lambda x: _transfer.to_device(np.ascontiguousarray(x), device=device, stream=sref)  # noqa: E731
+    up = lambda x: _host_io.to_device(np.ascontiguousarray(x), device=device, stream=sref)  # noqa: E731
     qa, ka, va, cq, ck = (up(x) for x in (q, k, v, cu_q, cu_k))
     if problem.descales is not None:
         d = _fp8.upload_descales(dict(zip(("q_descale", "k_descale", "v_descale"), descales)), device, sref)
@@ -244,8 +247,8 @@ def _run_host(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags, out, stream, m
     problem = replace(problem, host=False, out_strides=None)
     res = run_varlen(problem, qa, ka, va, None, cq, ck, device, device_id, sref)
     o_dev, lse_dev = res if problem.return_lse else (res, None)
-    o = _transfer.to_host(o_dev, stream=sref)
+    o = _host_io.to_host(o_dev, stream=sref)
     if out is not None:
         out[...] = o
         o = out
-    return (o, _transfer.to_host(lse_dev, stream=sref)) if problem.return_lse else o
+    return (o, _host_io.to_host(lse_dev, stream=sref)) if problem.return_lse else o

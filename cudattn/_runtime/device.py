@@ -21,8 +21,8 @@ from .errors import NoDeviceError, check, no_device_error
 
 __all__ = [
     "DeviceProperties",
-    "default_stream",
     "device_count",
+    "gpu_count",
     "device_properties",
     "get_device",
 ]
@@ -36,9 +36,6 @@ _device_count: int | None = None
 _tls = threading.local()
 
 # Library-owned streams and the property cache are per process.
-_streams_lock = threading.Lock()
-_default_streams: dict[int, object] = {}  # device id -> cuda.core Stream
-_default_stream_refs: dict[int, object] = {}  # device id -> _stream.StreamRef of that stream
 _props_lock = threading.Lock()
 _props: dict[int, "DeviceProperties"] = {}
 
@@ -63,6 +60,19 @@ def device_count() -> int:
     """Number of CUDA devices visible to this process (runs ``cuInit`` on first use)."""
     _ensure_init()
     return _device_count  # type: ignore[return-value]
+
+
+def gpu_count() -> int:
+    """Number of CUDA devices, 0 when there is no driver or no GPU (never raises, unlike
+    :func:`device_count`): what the CLI asks before any GPU work."""
+    try:
+        (err,) = driver.cuInit(0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return 0
+        err, n = driver.cuDeviceGetCount()
+        return int(n) if err == driver.CUresult.CUDA_SUCCESS else 0
+    except Exception:
+        return 0
 
 
 def _thread_cache() -> tuple[dict, dict]:
@@ -141,43 +151,6 @@ def _device_id(device) -> int:
     if device is None:
         return get_device().device_id
     return _as_ordinal(device)
-
-
-def default_stream(device=None):
-    """The library's own non-blocking ``cuda.core.Stream`` for ``device`` (created on first use).
-
-    Non-blocking, so it never serialises against the legacy default stream that
-    other code may be using. Kept for the life of the process.
-    """
-    dev_id = _device_id(device)
-    s = _default_streams.get(dev_id)
-    if s is None:
-        s = _create_default_stream(dev_id)
-    return s
-
-
-def _default_stream_ref(device_id: int):
-    """The :class:`~cudattn._runtime.stream.StreamRef` of the library stream (hot path: one dict lookup)."""
-    ref = _default_stream_refs.get(device_id)
-    if ref is None:
-        _create_default_stream(device_id)
-        ref = _default_stream_refs[device_id]
-    return ref
-
-
-def _create_default_stream(dev_id: int):
-    from cuda.core import StreamOptions
-
-    from .stream import StreamRef
-
-    with _streams_lock:
-        s = _default_streams.get(dev_id)
-        if s is None:
-            dev = get_device(dev_id)
-            s = dev.create_stream(options=StreamOptions(nonblocking=True))
-            _default_stream_refs[dev_id] = StreamRef(int(s.handle), s)
-            _default_streams[dev_id] = s
-    return s
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from cuda.bindings import driver
 from . import recording as _recording
 from .device import _device_id, device_properties, get_device
 from .errors import check
-
+from .stream import as_stream
 __all__ = [
     "Event",
     "LoadedKernel",
@@ -276,8 +276,6 @@ def time_ms(fn, stream=None, *, device=None) -> float:
 
     Events recorded before and after ``fn()`` on the stream; waits for the end.
     """
-    from .stream import as_stream
-
     dev = get_device(device)
     h = as_stream(stream, dev.device_id).handle
     start = Event().record(h)
@@ -294,8 +292,6 @@ def synchronize(stream=None) -> None:
     legacy default stream) does *not* wait for cudattn's stream, which is non-blocking.
     """
     if type(stream) is not int:
-        from .stream import as_stream
-
         stream = as_stream(stream, get_device().device_id).handle
     check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
 

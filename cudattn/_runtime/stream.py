@@ -6,7 +6,7 @@ Accepted (checked in this order, cheapest first, since this runs on every call):
   special handles ``1`` (``CU_STREAM_LEGACY``) and ``2`` (``CU_STREAM_PER_THREAD``)
   are accepted as the driver accepts them;
 - ``None``: the library's own non-blocking stream for the device
-  (:func:`cudattn._runtime.device.default_stream`);
+  (:func:`default_stream`);
 - a :class:`StreamRef` (already adapted: passed through);
 - a ``cuda.core.Stream``;
 - any object with ``__cuda_stream__()`` returning ``(0, handle)`` (the protocol
@@ -32,11 +32,13 @@ import operator
 
 from cuda.bindings import driver
 
-from .device import _default_stream_ref, _device_id
+import threading
+
+from .device import _device_id, get_device
 from . import recording as _recording
 from .errors import check
 
-__all__ = ["StreamRef", "as_stream", "stream_wait"]
+__all__ = ["StreamRef", "as_stream", "default_stream", "is_capturing", "stream_wait"]
 
 CU_STREAM_LEGACY = 1
 CU_STREAM_PER_THREAD = 2
@@ -64,6 +66,54 @@ class StreamRef:
 
     def __repr__(self) -> str:
         return f"StreamRef(handle={self.handle:#x}, obj={type(self.obj).__name__})"
+
+
+_streams_lock = threading.Lock()
+_default_streams: dict[int, object] = {}  # device id -> cuda.core Stream
+_default_stream_refs: dict[int, StreamRef] = {}  # device id -> StreamRef of that stream
+
+
+def default_stream(device=None):
+    """The library's own non-blocking ``cuda.core.Stream`` for ``device`` (created on first use).
+
+    Non-blocking, so it never serialises against the legacy default stream that
+    other code may be using. Kept for the life of the process.
+    """
+    dev_id = _device_id(device)
+    s = _default_streams.get(dev_id)
+    if s is None:
+        s = _create_default_stream(dev_id)
+    return s
+
+
+def _default_stream_ref(device_id: int):
+    """The :class:`StreamRef` of the library stream (hot path: one dict lookup)."""
+    ref = _default_stream_refs.get(device_id)
+    if ref is None:
+        _create_default_stream(device_id)
+        ref = _default_stream_refs[device_id]
+    return ref
+
+
+def _create_default_stream(dev_id: int):
+    from cuda.core import StreamOptions
+
+    with _streams_lock:
+        s = _default_streams.get(dev_id)
+        if s is None:
+            dev = get_device(dev_id)
+            s = dev.create_stream(options=StreamOptions(nonblocking=True))
+            _default_stream_refs[dev_id] = StreamRef(int(s.handle), s)
+            _default_streams[dev_id] = s
+    return s
+
+
+_NOT_CAPTURING = driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+
+
+def is_capturing(stream: int) -> bool:
+    """Whether ``stream`` is capturing a CUDA graph (one driver query)."""
+    return check(driver.cuStreamIsCapturing(stream), "cuStreamIsCapturing") != _NOT_CAPTURING
 
 
 def _type_error(stream) -> TypeError:
@@ -138,8 +188,6 @@ def stream_wait(consumer: int, producer: int) -> None:
     if consumer == producer:
         return
     _recording.refuse("stream_wait")
-    from .._arrays.alloc import is_capturing
-
     if is_capturing(consumer) and not is_capturing(producer):
         return
     try:

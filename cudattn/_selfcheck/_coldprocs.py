@@ -34,13 +34,14 @@ def _child(index: int, cache_dir: str, barrier, results) -> None:
         import nvrtc_cache
 
         from cudattn._runtime import device as _device
+        from cudattn._runtime import stream as _stream
 
         from . import _check, _coldcache, _exec
         from ._inputs import make_inputs
 
         _device.device_properties(0)  # cuInit, the primary context
         preps = [_exec.prepare(c, make_inputs(c)) for c in CALLS]
-        _device.default_stream(0).sync()
+        _stream.default_stream(0).sync()
         barrier.wait()
         t0 = time.perf_counter()
         verdicts = []

@@ -16,7 +16,7 @@ import cudattn
 from cudattn._arrays import array as _array
 from cudattn._runtime import device as _device
 from cudattn._kernels import traits as _traits
-from cudattn._arrays import transfer as _transfer
+from cudattn._arrays import host_io as _host_io
 
 from ._cases import Case
 from ._inputs import DTYPES, make_inputs
@@ -88,8 +88,8 @@ def _prepare_attention(c: Case, inp: dict, stream) -> Prepared:
                  for n in names]
         p.args = dict(zip(names, (x8 for x8, _ in quant)))
         p.args["descales"] = {f"{n}_descale": d for n, (_, d) in zip(names, quant)}
-        p.ref = {n: _transfer.to_host(x8, stream=stream) for n, (x8, _) in zip(names, quant)}
-        p.ref["descales"] = {f"{n}_descale": _transfer.to_host(d, stream=stream) for n, (_, d) in zip(names, quant)}
+        p.ref = {n: _host_io.to_host(x8, stream=stream) for n, (x8, _) in zip(names, quant)}
+        p.ref["descales"] = {f"{n}_descale": _host_io.to_host(d, stream=stream) for n, (_, d) in zip(names, quant)}
         return p
     quant = [cudattn.quantize_fp8(inp[n], per=c.per, layout=c.layout, heads_kv=c.Hkv) for n in names]
     p.ref = dict(zip(names, (x8 for x8, _ in quant)))
@@ -182,7 +182,7 @@ def fetch(results: dict, stream=None) -> dict:
         elif isinstance(x, np.ndarray):
             got[k] = x.copy()
         else:
-            got[k] = _transfer.to_host(x, stream=stream)
+            got[k] = _host_io.to_host(x, stream=stream)
     return got
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cudattn._runtime import device as _device
+from cudattn._runtime import stream as _stream
 
 from . import _coldcache, _exec, _pool
 from ._cases import load_cases
@@ -113,7 +114,7 @@ def run_load(*, threads: int = 8, calls: int = 1000, problems: int = 40, cold: b
              stall_s: float = 120.0, out=print) -> LoadResult:
     arch = _device.device_properties(0).arch
     cases = _pool.runnable(load_cases(problems, seed), arch)
-    main_stream = _device.default_stream(0)
+    main_stream = _stream.default_stream(0)
     pool = _pool.build(cases, threads, main_stream)
     main_stream.sync()  # the uploads are done before other streams read them
     plans = [schedule(t, threads, calls, len(pool), seed) for t in range(threads)]

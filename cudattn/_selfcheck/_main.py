@@ -16,6 +16,7 @@ import tempfile
 
 from ._cases import CASE_SETS
 from ._sanitize import TOOLS, SanitizerNotFound, find_sanitizer, parse_tools
+from .._runtime import device as _device
 
 EXIT_OK, EXIT_FAIL, EXIT_CANNOT_RUN = 0, 1, 2
 
@@ -78,9 +79,7 @@ def run(args) -> int:
         except SanitizerNotFound as e:
             print(f"selfcheck --sanitize: {e}", file=sys.stderr)
             return EXIT_CANNOT_RUN
-    from cudattn._tools.cli import _gpu_count
-
-    if _gpu_count() == 0:
+    if _device.gpu_count() == 0:
         print("selfcheck: no CUDA GPU found; nothing ran (every check runs kernels)", file=sys.stderr)
         return EXIT_CANNOT_RUN
     from . import _report

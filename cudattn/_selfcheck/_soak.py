@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cudattn._runtime import device as _device
+from cudattn._runtime import stream as _stream
 
 from . import _exec, _memory, _pool
 from ._cases import load_cases
@@ -83,7 +84,7 @@ class SoakResult:
 def run_soak(n: int = 10000, *, problems: int = 40, seed: int = 0, device_slack_mib: float = DEVICE_SLACK_MIB,
              rss_slack_mib: float = RSS_SLACK_MIB, out=print) -> SoakResult:
     arch = _device.device_properties(0).arch
-    stream = _device.default_stream(0)
+    stream = _stream.default_stream(0)
     pool = _pool.build(_pool.runnable(load_cases(problems, seed), arch), 1, stream)
     mismatches, errors = [], []
 

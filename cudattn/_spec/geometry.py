@@ -7,13 +7,25 @@ two views share a byte, and the element strides of a freshly allocated attention
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from .problem import TensorGeom
-
-__all__ = ["c_strides", "span", "is_dense", "share_bytes", "stand_in", "contiguous_geom"]
+__all__ = ["TensorGeom", "c_strides", "span", "is_dense", "share_bytes", "stand_in", "contiguous_geom"]
 
 _TooHardError = getattr(np, "exceptions", np).TooHardError
+
+
+@dataclass(frozen=True)
+class TensorGeom:
+    """Element strides of a q/k/v/out tensor, always in (batch, seq, head) order whatever the layout.
+
+    The last (head-dim) axis has unit stride by contract, so it is not stored.
+    """
+
+    batch: int
+    seq: int
+    head: int
 
 
 def c_strides(shape: tuple, itemsize: int) -> tuple:

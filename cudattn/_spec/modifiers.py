@@ -23,10 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._kernels.params import LOG2E, scale_log2
+from .descales import device_meta
+from .geometry import c_strides
 
 __all__ = ["ScoreMods", "KernelMods", "parse_modifiers", "kernel_mods", "window_of", "NONE", "MOD_SOFTCAP",
-           "MOD_ALIBI", "MOD_WINDOW", "fill_params"]
+           "MOD_ALIBI", "MOD_WINDOW"]
 
 #: Bits of a kernel build's score modifiers (CUDATTN_MODS, cu_src/include/cudattn/mods.cuh).
 #: MOD_WINDOW: a sliding window compiled into an FP8 Hopper build (the other builds always take one).
@@ -162,9 +163,6 @@ def _kernel_array(name: str, x, shapes, want: str, host: bool) -> tuple[int, tup
     if host:
         raise TypeError(f"{name} must be a NumPy float32 array of shape {want} (q, k, v are NumPy arrays); "
                         f"got {type(x).__name__}")
-    from .._calls.args import device_meta  # (imported here: _problem imports this module)
-    from .geometry import c_strides
-
     shape, dtype, strides, ptr = device_meta(x, name, f"a float32 device array of shape {want}")
     if dtype != _F32:
         raise TypeError(f"{name} must be float32; got {dtype}")
@@ -176,24 +174,6 @@ def _kernel_array(name: str, x, shapes, want: str, host: bool) -> tuple[int, tup
     if ptr % 4:
         raise ValueError(f"{name} must be 4-byte aligned; its address is {ptr:#x}")
     return ptr, shape
-
-
-def fill_params(params, mods, scale: float) -> None:
-    """Softcap, sinks and ALiBi into FwdParams or DecodeParams (the fields are alike; mods.cuh).
-    A softcap's kernels compute tanh(s * scale / softcap) and softmax it with softcap as the scale;
-    ALiBi's bias goes into the same units as the scores the softmax scales (hence alibi_mul)."""
-    # A softcap whose scale / softcap is 0 in float32 (scale 0, or underflow) caps every score to
-    # softcap * tanh(~0) = the uncapped scale * s: the plain path computes exactly that, and the
-    # decode kernel reads softcap_pre = 0 as "no softcap".
-    if mods.softcap and np.float32(scale / mods.softcap) != 0:
-        params.softcap_pre = scale / mods.softcap
-        params.scale_log2 = scale_log2(mods.softcap)
-        params.alibi_mul = -1.0 / mods.softcap
-    else:
-        params.alibi_mul = -LOG2E / params.scale_log2  # -1 / scale, as the kernel's scale_log2 has it
-    params.sinks = mods.sinks_ptr
-    params.alibi = mods.alibi_ptr
-    params.alibi_stride_b = params.heads_q if mods.alibi_per_batch else 0
 
 
 def window_of(window_size, causal: bool) -> tuple[int, int] | None:

@@ -6,19 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .descales import Descales
+from .geometry import TensorGeom
 from .modifiers import KernelMods
-
-
-@dataclass(frozen=True)
-class TensorGeom:
-    """Element strides of a q/k/v/out tensor, always in (batch, seq, head) order whatever the layout.
-
-    The last (head-dim) axis has unit stride by contract, so it is not stored.
-    """
-
-    batch: int
-    seq: int
-    head: int
 
 
 @dataclass(frozen=True)
@@ -50,19 +40,6 @@ class KvCache:
     @property
     def capacity(self) -> int:
         return self.page_size * self.max_pages
-
-
-@dataclass(frozen=True)
-class Descales:
-    """FP8 descales (FlashAttention-3's q/k/v_descale): each a scalar, or a device address of a
-    float32 (batch, heads_kv) C-contiguous array (then the scalar is 1 and the kernel reads it)."""
-
-    q: float = 1.0
-    k: float = 1.0
-    v: float = 1.0
-    q_ptr: int = 0
-    k_ptr: int = 0
-    v_ptr: int = 0
 
 
 @dataclass(frozen=True)

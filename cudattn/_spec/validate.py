@@ -26,10 +26,12 @@ import numbers
 
 import numpy as np
 
+from .descales import fp8_descales
 from .dtypes import FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error, resolve_out_dtype
 from .geometry import c_strides as _c_strides
 from .modifiers import kernel_mods, window_of
-from .problem import Problem, TensorGeom
+from .problem import Problem
+from .geometry import TensorGeom
 
 __all__ = ["validate", "tensor_geom", "ALIGN_BYTES", "HEAD_DIMS"]
 
@@ -218,19 +220,6 @@ def _check_kinds(q: object, k: object, v: object, host: bool | None) -> bool:
             f"{_MIX_MESSAGE} matching host={host!r}; got q: {_kind(q)}, k: {_kind(k)}, v: {_kind(v)}"
         )
     return bool(host)
-
-
-def fp8_descales(q_descale, k_descale, v_descale, batch: int, heads_kv: int, host: bool, scale: float):
-    """``(Descales, scale)`` of an FP8 call: the descales parsed for ``(batch, heads_kv)``, and the
-    softmax scale, 0 where its product with the scalar descales is below float32's normal range."""
-    from .._kernels.fp8 import parse_descales
-
-    descales = parse_descales(q_descale, k_descale, v_descale, batch, heads_kv, host)
-    folded = scale * descales.q * descales.k  # float scalars are folded into the float32 score scale
-    if abs(folded) > _SCALE_MAX or abs(descales.v) > _SCALE_MAX:
-        raise ValueError(f"scale * q_descale * k_descale ({folded!r}) and v_descale ({descales.v!r}) must be at "
-                         f"most 2**127 in magnitude (the kernels compute in float32)")
-    return descales, (0.0 if abs(folded) < _SCALE_TINY else scale)
 
 
 def _check_out(out: object, host: bool, q_shape: tuple, out_dtype, layout: str) -> TensorGeom:

@@ -13,6 +13,8 @@ import time
 
 import numpy as np
 
+from .._runtime import device as _device
+
 EXIT_USAGE = 2
 
 
@@ -58,23 +60,8 @@ def _positive_int(text: str) -> int:
     return n
 
 
-def _gpu_count() -> int:
-    """Number of CUDA devices, 0 when there is no driver or no GPU (never raises)."""
-    try:
-        from cuda.bindings import driver
-
-        (err,) = driver.cuInit(0)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            return 0
-        err, n = driver.cuDeviceGetCount()
-        return int(n) if err == driver.CUresult.CUDA_SUCCESS else 0
-    except Exception:
-        return 0
-
-
 def _why_no_gpu() -> str:
     """What the driver said when cudattn looked for a GPU (the NoDeviceError's reason)."""
-    from cudattn._runtime import device as _device
     from cudattn._runtime.errors import CudaError
 
     try:
@@ -94,14 +81,12 @@ def cmd_info(args) -> int:
     cache = nvrtc_cache.default_cache()
     info = cache.info()
     print(f"cache: {info['directory']} ({info['entries']} entries, {info['total_bytes'] / 2**20:.1f} MiB)")
-    n = _gpu_count()
+    n = _device.gpu_count()
     if n == 0:
         print(f"GPU: none usable: {_why_no_gpu()}")
         print("kernels can still be compiled for any GPU: python -m cudattn cache warm --arch sm_90a")
         return 0
     from cuda.bindings import driver
-
-    from cudattn._runtime import device as _device
 
     err, ver = driver.cuDriverGetVersion()
     print(f"driver: CUDA {ver // 1000}.{ver % 1000 // 10}")
@@ -166,13 +151,11 @@ def cmd_demo(args) -> int:
     from cudattn import reference
 
     B, H, S, D = args.batch, args.heads, args.seqlen, args.head_dim
-    if _gpu_count() == 0:
+    if _device.gpu_count() == 0:
         arch = args.arch or "sm_90a"
         print(f"No CUDA GPU found: no attention ran. Compiling cudattn's kernels for {arch} instead, so that a "
               f"later run on such a GPU starts warm (--arch picks another target).")
         return 0 if warm(arch, args.jobs) else 1
-    from cudattn._runtime import device as _device
-
     arch = _device.device_properties(0).arch
     if args.arch and args.arch != arch:
         print(f"note: --arch {args.arch} ignored; this GPU runs {arch} kernels", file=sys.stderr)

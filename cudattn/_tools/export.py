@@ -1,7 +1,7 @@
 """`cudattn export`: every kernel the API launches, as cubins a program without Python can load.
 
 For each compile target the export writes ``DIR/<arch>/<kernel>.cubin`` (every build
-`_kernels.all_kernels` lists: prefill of both families, FP8, decode, combine, append, quantize,
+`_catalog.all_kernels` lists: prefill of both families, FP8, decode, combine, append, quantize,
 V transpose), ``DIR/manifest.json`` (per cubin: entry points, compile options, ptxas resources,
 threads, dynamic shared memory, what it serves; a selection table that maps the inputs of
 `_traits.select` and `_decode_traits.select_decode` to a cubin, so a C launcher chooses exactly
@@ -31,6 +31,7 @@ from .. import __version__
 from . import cabi as _cabi
 from .._kernels import decode_traits as _decode_traits
 from .._kernels import registry as _kernels
+from .._kernels import catalog as _catalog
 from .._kernels import traits as _traits
 
 __all__ = ["FORMAT", "ExportError", "export", "read_manifest"]
@@ -164,7 +165,7 @@ def export(out_dir: str | os.PathLike, archs: Sequence[str] = ("sm_90a",), *, jo
         (out / arch).mkdir(parents=True, exist_ok=True)
         kernels: list[dict] = []
         files: dict[tuple, str] = {}
-        for spec in _kernels.all_kernels(arch):
+        for spec in _catalog.all_kernels(arch):
             res = _kernels.compile_variant(spec, arch, cache=cache)
             kind = _kind(spec)
             name = _file_name(spec, kind)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import nvrtc_cache
 
 from .._kernels import registry as _kernels
+from .._kernels import catalog as _catalog
 
 __all__ = ["WarmReport", "default_jobs", "warm"]
 
@@ -108,7 +109,7 @@ def warm(arch: str | Sequence[str], *, jobs: int | None = None, cache: nvrtc_cac
     t0 = time.perf_counter()
     cache = cache if cache is not None else nvrtc_cache.default_cache()
     archs = [arch] if isinstance(arch, str) else list(arch)
-    builds = [(s, a) for a in archs for s in _kernels.all_kernels(a)]
+    builds = [(s, a) for a in archs for s in _catalog.all_kernels(a)]
     report = WarmReport(", ".join(archs), len(builds))
     todo = [(s, a) for s, a in builds if _kernels.cached_variant(s, a, cache) is None]
     report.cached = len(builds) - len(todo)

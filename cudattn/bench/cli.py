@@ -8,6 +8,7 @@ import sys
 import time
 
 from . import grids
+from .._runtime import device as _device
 
 
 def _shape(text: str) -> str:
@@ -78,13 +79,11 @@ def _progress(i: int, n: int, label: str) -> None:
 
 
 def run(args, argv) -> int:
-    from .._tools.cli import _gpu_count
-
     if args.shape and args.grid:
         print("python -m cudattn bench: error: give either --grid or --shape, not both", file=sys.stderr)
         return 2
     cases = _cases(args)
-    if _gpu_count() == 0:
+    if _device.gpu_count() == 0:
         print("cudattn bench: no CUDA GPU found; nothing was measured (the bench needs a GPU).", file=sys.stderr)
         return 2
     from . import ceilings, hostmode, manifest, report, runner

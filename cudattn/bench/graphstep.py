@@ -19,7 +19,7 @@ import numpy as np
 from .. import attention_with_kvcache
 from .._arrays import array as _array
 from .._runtime import launch as _launch
-from .._arrays import transfer as _transfer
+from .._arrays import host_io as _host_io
 from . import ascalled, timing
 
 LAYERS = 32
@@ -37,13 +37,13 @@ def run(device_id: int, *, iters: int = 20) -> dict:
 
     def up(shape, dtype=np.float16):
         x = rng.standard_normal(shape, dtype=np.float32).astype(dtype)
-        return _transfer.to_device(x, device=device_id, stream=s)
+        return _host_io.to_device(x, device=device_id, stream=s)
 
     qs = [up((B, 1, HQ, D)) for _ in range(LAYERS)]
     kcs = [up((B, CAPACITY, HKV, D)) for _ in range(LAYERS)]
     vcs = [up((B, CAPACITY, HKV, D)) for _ in range(LAYERS)]
     outs = [_array.empty((B, 1, HQ, D), np.float16, device=device_id, stream=s) for _ in range(LAYERS)]
-    seqlens = _transfer.to_device(rng.integers(CAPACITY // 2, CAPACITY + 1, size=B, dtype=np.int32),
+    seqlens = _host_io.to_device(rng.integers(CAPACITY // 2, CAPACITY + 1, size=B, dtype=np.int32),
                                device=device_id, stream=s)
 
     def step(i=0):
@@ -52,7 +52,7 @@ def run(device_id: int, *, iters: int = 20) -> dict:
 
     step()
     _launch.synchronize(h)
-    eager = [_transfer.to_host(o, stream=h) for o in outs]
+    eager = [_host_io.to_host(o, stream=h) for o in outs]
     gpu = timing.gpu_time(step, h, device_id, iters=iters, warmup=2, host_us_per_call=LAYERS * 200.0)
     b2b = ascalled.back_to_back(step, h, batch=10, repeats=3, warmup=1)
 
@@ -67,7 +67,7 @@ def run(device_id: int, *, iters: int = 20) -> dict:
         o.memset(0xFFFF, stream=h)  # NaN: the replay must write every output
     graph.launch(s)
     _launch.synchronize(h)
-    bitwise = all(np.array_equal(_transfer.to_host(o, stream=h).view(np.uint16), e.view(np.uint16))
+    bitwise = all(np.array_equal(_host_io.to_host(o, stream=h).view(np.uint16), e.view(np.uint16))
                   for o, e in zip(outs, eager))
     replay = ascalled.single(lambda i: graph.launch(s), h, iters=iters, warmup=3)
     per = 1e3 / LAYERS

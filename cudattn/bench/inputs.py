@@ -10,7 +10,7 @@ from cuda.bindings import driver
 
 from .._arrays import array as _array
 from .._spec import dtypes as _dtypes
-from .._arrays import transfer as _transfer
+from .._arrays import host_io as _host_io
 from .._runtime.errors import check
 from .grids import Case
 
@@ -44,7 +44,7 @@ def duplicate(arr: _array.DeviceArray, stream_handle: int) -> _array.DeviceArray
 
 def device_sets(host: tuple, n: int, stream_handle: int) -> list[tuple]:
     """``n`` device copies of the host set (the first uploaded, the rest copied on the device)."""
-    first = tuple(_transfer.to_device(x, stream=stream_handle) for x in host)
+    first = tuple(_host_io.to_device(x, stream=stream_handle) for x in host)
     return [first] + [tuple(duplicate(a, stream_handle) for a in first) for _ in range(n - 1)]
 
 

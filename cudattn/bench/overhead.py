@@ -23,10 +23,10 @@ import numpy as np
 from cuda.bindings import driver
 
 from .. import attention, attention_with_kvcache
-from .._runtime import device as _device
+from .._runtime import stream as _stream
 from .._arrays import foreign as _foreign
 from .._runtime import launch as _launch
-from .._arrays import transfer as _transfer
+from .._arrays import host_io as _host_io
 from .._runtime.errors import check
 from . import ascalled, grids, timing
 
@@ -76,7 +76,7 @@ def host_us(fn, stream_handle: int, device_id: int, *, calls: int = CALLS, repea
 def _load(kind: str, torch_mod):
     """``(to_device(numpy array) -> array of this kind, module)``, or ``(None, why not)``."""
     if kind == "cudattn":
-        return _transfer.to_device, None
+        return _host_io.to_device, None
     if kind == "torch":
         if torch_mod is None:
             return None, "torch not importable with CUDA (or --no-peers)"
@@ -131,7 +131,7 @@ class _Namer:
 
     def __init__(self, device_id: int, torch_mod):
         self.names: dict[int, str] = {0: "legacy default stream (0)"}
-        self.add(int(_device.default_stream(device_id).handle), "cudattn's stream")
+        self.add(int(_stream.default_stream(device_id).handle), "cudattn's stream")
         if torch_mod is not None:
             self.add(torch_mod.cuda.current_stream().cuda_stream, "torch's current stream")
 
@@ -158,7 +158,7 @@ def _current_stream(kind: str, mod, device_id: int) -> int:
         return int(mod.cuda.current_stream().cuda_stream)
     if kind == "cupy":
         return int(mod.cuda.get_current_stream().ptr)
-    return int(_device.default_stream(device_id).handle)
+    return int(_stream.default_stream(device_id).handle)
 
 
 def _cudattn_rows(problem: str, kind: str, to_dev, mod, namer, device_id: int, iters: int):

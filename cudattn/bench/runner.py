@@ -9,6 +9,7 @@ import numpy as np
 from .. import attention, attention_with_kvcache, to_host
 from .._arrays import array as _array
 from .._runtime import device as _device
+from .._runtime import stream as _stream
 from .._spec import dtypes as _dtypes
 from . import ascalled, check, inputs, timing
 from .grids import FP8, Case
@@ -23,7 +24,7 @@ class Session:
         self.props = _device.device_properties(self.device_id)
         self.peers = peers
         # One stream for everything, so cudattn and its peers queue behind the same spin kernel.
-        self.stream_handle = peers.stream_handle if peers else int(_device.default_stream(self.device_id).handle)
+        self.stream_handle = peers.stream_handle if peers else int(_stream.default_stream(self.device_id).handle)
         self.iters, self.warmup = iters, warmup
         self.rng = np.random.default_rng(seed)
         self.ceilings: dict = {}
