@@ -117,7 +117,7 @@ def test_a_packages_current_stream_is_asked_once_per_call_not_per_operand(monkey
     import sys
     import types
 
-    from cudattn._arrays import operands as _operands
+    from cudattn._arrays import importer as _importer
 
     asked = []
 
@@ -140,7 +140,7 @@ def test_a_packages_current_stream_is_asked_once_per_call_not_per_operand(monkey
             self.ptr, self.device_id, self.shape, self.strides = obj.ptr, obj.device_id, (2, 3), None
             self.dtype, self.readonly = F16, False
 
-    monkeypatch.setattr(_operands, "_SMV", types.SimpleNamespace(from_any_interface=lambda obj, s: View(obj)))
+    monkeypatch.setattr(_importer, "_SMV", types.SimpleNamespace(from_any_interface=lambda obj, s: View(obj)))
     names = ("q", "k", "v", "out", "x")
     consumer, keep, ops, sig, unordered = _callpath.operands(tuple(Arr(p << 16, 0) for p in range(1, 6)), names, None)
     assert consumer == 0x5000 and keep.ptr == 0x5000 and not unordered

@@ -22,11 +22,11 @@ arrays) the results are checked too: shapes, dtypes, finite and saturated values
 
 No GPU here, so the module fixture `_no_gpu` replaces, for this module only:
 
-- ``_foreign._pointer_device`` (the one driver call made while wrapping a foreign array,
+- ``_protocols._pointer_device`` (the one driver call made while wrapping a foreign array,
   ``cuPointerGetAttribute``: which device owns a CAI pointer): every pointer is on device 0;
 - ``_device.get_device`` (cuInit, primary context): a stand-in device object, with the real
   function's ordinal rules (only device 0 exists); ``_stream._default_stream_ref`` (the library
-  stream, created on first use): handle 0x5EED; ``_foreign.stream_wait`` (an event): nothing;
+  stream, created on first use): handle 0x5EED; ``_protocols.stream_wait`` (an event): nothing;
   ``_callpath.is_capturing`` (a stream query): never capturing;
 - the first GPU work of each entry point raises `ReachedGPU`: ``_kernels.attention.run_device`` (the device
   path of attention, after validate), ``_kvcache._run``, ``_device.device_properties`` (the NumPy
@@ -53,13 +53,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cudattn
-from cudattn._kernels import attention as _device_path
+from cudattn._kernels import attention as _launches
 from cudattn._ops import attention as _api
 from cudattn._arrays import array as _array
 from cudattn._calls import call as _callpath
 from cudattn._runtime import device as _device
 from cudattn._arrays import dlpack as _dlpack
-from cudattn._arrays import foreign as _foreign
+from cudattn._arrays import importer as _importer
+from cudattn._arrays import protocols as _protocols
 from cudattn._ops import kvcache as _kvcache
 from cudattn._kernels import params as _params
 from cudattn._runtime import stream as _stream
@@ -156,15 +157,15 @@ def _reached(what):
 @pytest.fixture(scope="module", autouse=True)
 def _no_gpu():
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_foreign, "_pointer_device", lambda ptr: 0)
+        mp.setattr(_protocols, "_pointer_device", lambda ptr: 0)
         mp.setattr(_device, "get_device", _fake_get_device)
-        for module in (_array, _foreign, _transfer):
+        for module in (_array, _protocols, _transfer):
             mp.setattr(module, "get_device", _fake_get_device)
         mp.setattr(_stream, "_default_stream_ref", lambda device_id: StreamRef(0x5EED, None))
-        mp.setattr(_foreign, "stream_wait", lambda consumer, producer: None)
+        mp.setattr(_protocols, "stream_wait", lambda consumer, producer: None)
         mp.setattr(_callpath, "is_capturing", lambda stream: False)
         mp.setattr(_device, "device_properties", _reached("device_properties"))
-        mp.setattr(_device_path, "run_device", _reached_run_device)
+        mp.setattr(_launches, "run_device", _reached_run_device)
         mp.setattr(_kvcache, "_run", _reached_kvcache_run)
         mp.setattr(_array, "empty_on", _reached("empty_on"))
         mp.setattr(_transfer, "to_device", _reached("to_device"))
@@ -714,11 +715,11 @@ def test_as_device_array_cai(data):
     shape = data.draw(st.lists(st.sampled_from([0, 1, 2, 3, 2**40]), max_size=4).map(tuple))
     obj = FakeCAI(data.draw(cai_dict(shape, "<f2", 2, 0.8)))
     handle = data.draw(st.sampled_from([None, 0, 1, 0x5EED]))
-    res = outcome(_foreign.device_id_of, obj, name="x")
+    res = outcome(_importer.device_id_of, obj, name="x")
     if res[0] != "ok":
         assert res[1].startswith("x: "), res
         return
-    res = outcome(_foreign.as_device_array, obj, name="x", stream_handle=handle)
+    res = outcome(_importer.as_device_array, obj, name="x", stream_handle=handle)
     if res[0] == "ok":
         a = res[1]
         assert all(type(n) is int and n >= 0 for n in a.shape)
@@ -743,9 +744,9 @@ def test_as_device_array_dlpack(data):
         st.builds(FakeDLPack, st.just((2, 0)), st.none(), st.sampled_from([None, 3, "capsule"])),
         st.just(FakeDLPack((2, 0), refuse=True)),
     ))
-    res = outcome(_foreign.device_id_of, obj, name="x")
+    res = outcome(_importer.device_id_of, obj, name="x")
     if res[0] == "ok":
-        res = outcome(_foreign.as_device_array, obj, name="x")
+        res = outcome(_importer.as_device_array, obj, name="x")
     if res[0] == "ok":
         a = res[1]
         expect = np.dtype(np.uint8) if dtype == FP8 else dtype  # FP8 crosses DLPack as uint8
@@ -851,7 +852,7 @@ def kvcache_call(draw, host: bool):
 
 
 def _shape(x) -> tuple:
-    return tuple(x.shape) if hasattr(x, "shape") else _foreign.as_device_array(x).shape
+    return tuple(x.shape) if hasattr(x, "shape") else _importer.as_device_array(x).shape
 
 
 def _kv_invariants(args) -> None:

@@ -30,7 +30,7 @@ from cuda.bindings import driver
 
 import cudattn
 from cudattn import reference
-from cudattn._kernels import attention as _device_path
+from cudattn._kernels import attention as _launches
 from cudattn._ops import attention as _api
 from cudattn._arrays import array as _array
 from cudattn._runtime import device as _device
@@ -543,7 +543,7 @@ def fake_gpu(request, lazy, monkeypatch):
     monkeypatch.setattr(_array, "empty_on", lambda shape, dtype, d, ref: dev.alloc(shape, dtype, ref))
     monkeypatch.setattr(_transfer, "empty", lambda shape, dtype, *, device=None, stream=None:
                         dev.alloc(shape, dtype, _host._stream.as_stream(stream, 0)))
-    monkeypatch.setattr(_device_path, "run_device", dev.run_device)
+    monkeypatch.setattr(_launches, "run_device", dev.run_device)
     monkeypatch.setattr(_host, "PIPELINE_MIN_BYTES", 0)  # pipeline even these small problems
     monkeypatch.setattr(_host, "PIPELINE_CHUNK_BYTES", 1)  # as many chunks as batch elements
     monkeypatch.setattr(_host, "PIPELINE_MAX_CHUNKS", 4)
@@ -707,7 +707,7 @@ def test_pinned_dmas_done_when_the_call_raises(fake_gpu, lazy, monkeypatch):
     def failing(*args):
         raise cudattn.CudaError("CUDA_ERROR_LAUNCH_FAILED", 719, "cuLaunchKernel")
 
-    monkeypatch.setattr(_device_path, "run_device", failing)
+    monkeypatch.setattr(_launches, "run_device", failing)
     with pytest.raises(cudattn.CudaError):
         cudattn.attention(q, k, v, stream=CALLER)
     left = [op[0] for s, ops in lazy.queues.items() for op in ops[lazy.done[s]:] if op[0] == "h2d"]
@@ -746,13 +746,13 @@ def test_pipeline_error_releases_the_pool(fake_gpu, lazy, monkeypatch):
             raise cudattn.CudaError("CUDA_ERROR_LAUNCH_FAILED", 719, "cuLaunchKernel")
         return fake_gpu.run_device(*args)
 
-    monkeypatch.setattr(_device_path, "run_device", failing)
+    monkeypatch.setattr(_launches, "run_device", failing)
     with pytest.raises(cudattn.CudaError):
         cudattn.attention(q, k, v, stream=CALLER)
     st = _transfer.staging_pool(0)
     assert not st.lock.locked()
     assert all(p in (None, _transfer._WAIT) for p in st.pending)
-    monkeypatch.setattr(_device_path, "run_device", fake_gpu.run_device)
+    monkeypatch.setattr(_launches, "run_device", fake_gpu.run_device)
     assert _same(cudattn.attention(q, k, v, stream=CALLER), _expected(q, k, v)[0])
 
 

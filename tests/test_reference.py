@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cudattn import reference
-from cudattn.reference import attention, attention_naive, check_close
+from cudattn.reference import _common, attention, attention_naive, check_close
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
@@ -182,7 +182,7 @@ def test_row_blocks_agree_with_one_block(monkeypatch):
     q, k, v = make(rng, 1, 37, 29, 2, 1, 8)
     whole = [attention(q, k, v, causal=c, return_lse=True) for c in (False, True)]
     whole_naive = attention_naive(q, k, v, causal=True)
-    monkeypatch.setattr(reference, "_BLOCK_ELEMENTS", 29 * 5)  # 5 rows per block
+    monkeypatch.setattr(_common, "_BLOCK_ELEMENTS", 29 * 5)  # 5 rows per block
     for c, (o, lse) in zip((False, True), whole):
         o2, lse2 = attention(q, k, v, causal=c, return_lse=True)
         np.testing.assert_allclose(o2, o, rtol=1e-14, atol=1e-15)
@@ -329,7 +329,7 @@ def test_fast_float16_rounding_is_bit_exact():
     for xs in (x, h, ties, specials, rng.random(4096, dtype=np.float32) * 1e-5):
         with np.errstate(all="ignore"):
             want = xs.astype(np.float16).astype(np.float32)
-            got = reference._round_f16(xs)
+            got = _common._round_f16(xs)
         same = (want.view(np.uint32) == got.view(np.uint32)) | (np.isnan(want) & np.isnan(got))
         assert same.all(), xs[~same][:5]
 

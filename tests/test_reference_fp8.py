@@ -12,7 +12,6 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from cudattn import reference
 from cudattn.reference import (
     attention,
     attention_fp8_emulated,
@@ -22,6 +21,7 @@ from cudattn.reference import (
     error_stats,
     quantize_fp8,
 )
+from cudattn.reference.fp8 import _LOG2E, _round_e4m3
 
 FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -74,17 +74,17 @@ def test_round_e4m3_matches_ml_dtypes_and_saturates():
     x = np.concatenate([rng.standard_normal(100_000) * 10 ** rng.uniform(-4, 2.6, 100_000),
                         np.arange(256, dtype=np.uint8).view(FP8).astype(np.float32)])  # every code
     x = x[np.isfinite(x) & (np.abs(x) <= 448)].astype(np.float32)
-    got = reference._round_e4m3(x)
+    got = _round_e4m3(x)
     want = x.astype(FP8).astype(np.float32)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     big = np.array([448, 449, 463.9, 464, 480, 1e4, 3e38, np.inf], np.float32)
-    assert np.all(reference._round_e4m3(big) == 448) and np.all(reference._round_e4m3(-big) == -448)
+    assert np.all(_round_e4m3(big) == 448) and np.all(_round_e4m3(-big) == -448)
     with np.errstate(invalid="ignore"):
         assert np.isnan(big.astype(FP8).astype(np.float32)[4:]).all()  # NumPy's own cast: NaN above 464
-    assert np.isnan(reference._round_e4m3(np.array([np.nan], np.float32))).all()
+    assert np.isnan(_round_e4m3(np.array([np.nan], np.float32))).all()
     # probabilities in (0, 1]: 1 is exact, the smallest subnormal is 2^-9, below 2^-10 is 0
     p = np.array([1.0, 0.999, 2.0**-9, 2.0**-10, 2.0**-10 * 1.01, 1e-6], np.float32)
-    np.testing.assert_array_equal(reference._round_e4m3(p), [1.0, 1.0, 2.0**-9, 0.0, 2.0**-9, 0.0])
+    np.testing.assert_array_equal(_round_e4m3(p), [1.0, 1.0, 2.0**-9, 0.0, 2.0**-9, 0.0])
 
 
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
@@ -214,7 +214,7 @@ def spec_emulation(q, k, v, *, causal, scale, sl2, out_scale, block_n, reverse=T
                     alpha = np.exp2(f(m - mu))
                     p = np.exp2((x - mu).astype(f))
                     l = f(l * alpha + p.sum(dtype=f))
-                    o = o * alpha + reference._round_e4m3(p) @ v[b, js, hk].astype(f)
+                    o = o * alpha + _round_e4m3(p) @ v[b, js, hk].astype(f)
                     m = m_new
                 if l > 0:
                     out[b, i, h] = o * (f(1) / l * out_scale[b, hk])
@@ -237,7 +237,7 @@ def test_emulation_follows_the_spec(shape, causal):
     dk = rng.uniform(0.01, 0.05, (B, Hkv)).astype(np.float32)
     dv = rng.uniform(0.5, 2, (B, Hkv)).astype(np.float32)
     scale = 1 / math.sqrt(D)
-    sl2 = (scale * reference._LOG2E * dq.astype(np.float64) * dk).astype(np.float32)
+    sl2 = (scale * _LOG2E * dq.astype(np.float64) * dk).astype(np.float32)
     got, got_lse = attention_fp8_emulated(q, k, v, causal=causal, q_descale=dq, k_descale=dk, v_descale=dv,
                                           out_dtype=np.float32, return_lse=True, block_n=4)
     want, want_lse = spec_emulation(q, k, v, causal=causal, scale=scale, sl2=sl2, out_scale=dv, block_n=4)

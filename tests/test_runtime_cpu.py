@@ -1,7 +1,7 @@
 """Runtime layer tests that need no GPU: errors, stream adaptation, views, CAI, DLPack, copy logic.
 
 Where a code path would call the driver, the test replaces the one module-level
-function or module that does it (`_foreign._pointer_device`, `_transfer.driver`, ...):
+function or module that does it (`_protocols._pointer_device`, `_transfer.driver`, ...):
 "device memory" is then host memory, which exercises the same bookkeeping.
 """
 
@@ -21,13 +21,14 @@ from cuda.bindings import driver
 
 from cudattn._arrays import array as _array
 from cudattn._arrays import dlpack as _dlpack
-from cudattn._arrays import foreign as _foreign
+from cudattn._arrays import importer as _importer
+from cudattn._arrays import protocols as _protocols
 from cudattn._runtime import launch as _launch
 from cudattn._runtime import stream as _stream
 from cudattn._arrays import host_io as _host_io
 from cudattn._arrays import transfer as _transfer
 from cudattn._arrays.array import DeviceArray
-from cudattn._arrays.foreign import as_device_array, is_device_array_like
+from cudattn._arrays.importer import as_device_array, is_device_array_like
 from cudattn._runtime.errors import CudaError, check
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -203,7 +204,7 @@ class FakeCAI:
 @pytest.fixture
 def no_driver_device_lookup(monkeypatch):
     """Wrap CAI arrays without a driver: their pointer's device is taken to be 0."""
-    monkeypatch.setattr(_foreign, "_pointer_device", lambda ptr: 0)
+    monkeypatch.setattr(_protocols, "_pointer_device", lambda ptr: 0)
 
 
 def test_cai_import_fields(no_driver_device_lookup):
@@ -229,8 +230,8 @@ def test_cai_import_errors_name_the_argument(no_driver_device_lookup):
 
 def test_cai_stream_is_waited_on(no_driver_device_lookup, monkeypatch):
     waits = []
-    monkeypatch.setattr(_foreign, "stream_wait", lambda consumer, producer: waits.append((consumer, producer)))
-    monkeypatch.setattr(_foreign, "get_device", lambda device_id=None: None)
+    monkeypatch.setattr(_protocols, "stream_wait", lambda consumer, producer: waits.append((consumer, producer)))
+    monkeypatch.setattr(_protocols, "get_device", lambda device_id=None: None)
     obj = FakeCAI(version=3, shape=(2,), typestr="<f2", data=(FAKE_PTR, False), stream=0x99)
     as_device_array(obj)  # no consumer stream: nothing to order
     a = as_device_array(obj, stream_handle=0x42)
@@ -275,9 +276,9 @@ def test_numpy_and_host_dlpack_rejected_with_argument_name():
 
 def test_device_id_of_and_stream_of(no_driver_device_lookup):
     a = DeviceArray(FAKE_PTR, (1,), np.float16, device_id=5, stream_handle=9)
-    assert _foreign.device_id_of(a) == 5 and _foreign.stream_of(a) == 9
-    assert _foreign.device_id_of(Producer(DeviceArray(FAKE_PTR, (1,), np.float16, device_id=2))) == 2
-    assert _foreign.device_id_of(FakeCAI(version=3, shape=(1,), typestr="<f2", data=(FAKE_PTR, False))) == 0
+    assert _importer.device_id_of(a) == 5 and _importer.stream_of(a) == 9
+    assert _importer.device_id_of(Producer(DeviceArray(FAKE_PTR, (1,), np.float16, device_id=2))) == 2
+    assert _importer.device_id_of(FakeCAI(version=3, shape=(1,), typestr="<f2", data=(FAKE_PTR, False))) == 0
 
 
 # ---------------------------------------------------------------------------- DLPack

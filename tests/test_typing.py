@@ -4,7 +4,7 @@ Public, found by introspection (so a new export is checked without editing this 
 
 - ``cudattn.__all__``: its functions, and for its classes defined in cudattn the ``__init__`` and
   the public (non-underscore) methods and properties defined in the class itself;
-- every public function defined in ``cudattn.reference``;
+- every public function defined in ``cudattn.reference`` (the package or one of its modules);
 - ``nvrtc_cache.__all__``, by the same rules (dataclasses: their generated ``__init__``).
 
 Each must annotate every parameter (``self`` / ``cls`` aside; ``*args`` / ``**kwargs`` too) and
@@ -68,7 +68,8 @@ def _exports(module: typing.Any, package: str) -> list[tuple[str, typing.Callabl
 def _public_callables() -> list[tuple[str, typing.Callable[..., object], bool]]:
     found = _exports(cudattn, "cudattn") + _exports(nvrtc_cache, "nvrtc_cache")
     for name, obj in vars(reference).items():
-        if not name.startswith("_") and inspect.isfunction(obj) and obj.__module__ == reference.__name__:
+        defined_there = inspect.isfunction(obj) and f"{obj.__module__}.".startswith(f"{reference.__name__}.")
+        if not name.startswith("_") and defined_there:
             found.append((f"cudattn.reference.{name}", obj, False))
     return found
 

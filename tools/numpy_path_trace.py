@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 
 import cudattn
-from cudattn._kernels import attention as _device_path
+from cudattn._kernels import attention as _launches
 from cudattn._arrays import array as _array
 from cudattn._numpy import attention as _host
 from cudattn._arrays import staging as _staging
@@ -59,7 +59,7 @@ def main() -> None:
     for owner, name, label in [
         (_array, "empty_on", "device allocation"),
         (_host, "validate", "validation"),
-        (_device_path, "run_device", "kernel launch"),
+        (_launches, "run_device", "kernel launch"),
         (_staging, "prefault", "prefault (submit)"),
         (_transfer._Staging, "h2d", "upload (host copy into staging)"),
         (_transfer._Staging, "d2h", "download (queue)"),

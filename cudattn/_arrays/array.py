@@ -2,7 +2,7 @@
 
 - :func:`empty` / :func:`empty_on` / :func:`new_array` allocate, stream-ordered, from the
   device's memory pool (`_alloc`); views share their parent's block.
-- Foreign arrays come in through `_foreign` (and the call path's `_operands`); copies to and from
+- Foreign arrays come in through `_importer` (and the call path's `_importer`); copies to and from
   NumPy and fills are in `transfer` (the raw copies) and `host_io` (the public ones).
 
 A ``DeviceArray`` exports ``__cuda_array_interface__`` (v3) and

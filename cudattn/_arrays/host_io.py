@@ -9,7 +9,7 @@ from numpy.typing import NDArray
 
 from . import transfer as _transfer
 from .array import DeviceArray, empty
-from .foreign import as_device_array
+from .importer import as_device_array
 from .types import DeviceArrayLike, DeviceLike, HostArrayLike, StreamLike
 
 __all__ = ["to_device", "to_host"]

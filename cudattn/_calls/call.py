@@ -1,21 +1,19 @@
-"""The device call path shared by the public entry points: stream -> operands -> plan -> launch.
+"""The call object every public entry point runs through: operands -> stream -> signature key ->
+recorded plan (replayed) or the full path (validate, plan, launch; then recorded).
 
-1. **Stream** (:func:`consumer_stream`): ``stream=None`` is the current stream of the operands'
-   package (torch's or CuPy's current stream, the stream that produced a cudattn DeviceArray,
-   else cudattn's own stream); an explicit stream is taken as given.
-2. **Operands** (:func:`operands`, `_operands.adapt`): device arrays of any runtime as
-   DeviceArrays, each knowing its producer stream, and the call's signature from them (types,
-   shapes, strides, dtypes, devices). The call is ordered after every producer that is not the
-   call's stream, and those operands are kept alive until the call's work is done
-   (`_stream.stream_wait`, `_lifetime`); when every operand was made on the call's stream
-   there is nothing to do.
-3. **Plan** (:func:`run`): the call signature (with the flags; never addresses) finds a recorded
-   `_replay.Replay`. The first call of a signature runs the full path (validation with its
-   precise errors, planning, the launches), then records it.
-4. **Launch**: the replay allocates the outputs on the call's stream and launches.
+An entry builds a :class:`Call` from its operands (device arrays of any runtime, or None where an
+optional one is absent) and the ``stream=`` it was given, makes the signature key from what only it
+knows (flags, scalars; `typed` joins each value's type, since ``True``, ``1`` and ``1.0`` are equal,
+hash alike and validate differently), and hands :meth:`Call.run` its full path: a function of the
+adapted operands that validates and launches. Everything else is here, written once.
 
-Address checks run on every call (`_Plan.plain`, from byte spans the signature fixes): no null
-pointer, 16-byte alignment, the output's byte range apart from each input's. A call that fails
+**Plan** (:func:`run`): the call signature (with the flags; never addresses) finds a recorded
+`replay.Replay`. The first call of a signature runs the full path (validation with its precise
+errors, planning, the launches), then records it. A warm call allocates its outputs on the call's
+stream and launches.
+
+Address checks run on every call (`RecordedCall.plain`, from byte spans the signature fixes): no
+null pointer, 16-byte alignment, the output's byte range apart from each input's. A call that fails
 one goes to the full path, which names the argument (alignment), refuses a null pointer or an
 output that shares bytes with an input, and accepts views interleaved in one buffer. While the
 call's stream captures a CUDA graph, cudattn cannot allocate an output (the graph is not
@@ -24,19 +22,15 @@ cudattn's), so such calls must pass ``out=``.
 
 from __future__ import annotations
 
-from .._runtime import device as _device
 from .._arrays import lifetime as _lifetime
-from . import replay as _replay
-from .._runtime import stream as _stream
 from .._kernels import traits as _traits
-from .._arrays.array import DeviceArray
-from .._arrays.foreign import device_id_of
-from .._spec.geometry import share_bytes
+from .._runtime import device as _device
+from .._runtime.stream import StreamRef, is_capturing
 from .._spec.geometry import span as _span
-from .._arrays.operands import CUDATTN, OTHER, adapt, current_stream_owner, kind_of
-from .._runtime.stream import is_capturing, stream_wait
+from . import replay as _replay
+from .operands import check_addresses, check_one_device, operands, order_and_hold
 
-__all__ = ["consumer_stream", "operands", "run", "tag"]
+__all__ = ["Call", "RecordedCall", "run", "typed"]
 
 _plans: dict = {}
 _PLANS_MAX = 4096
@@ -46,103 +40,43 @@ _FULL_ONLY = object()  # a signature the replay cannot serve (empty problems, in
 _SPECIAL_STREAMS = (0, 1, 2)
 
 
-def tag(x):
-    """``x`` for a call signature: bools and None as themselves, anything else with its type, so that
-    ``True``, ``1`` and ``1.0`` (equal and of equal hash) make different signatures."""
-    return x if x is None or x is True or x is False else (type(x), x)
+def typed(*values) -> tuple:
+    """``values`` for a signature key, with their types (``True``, ``1`` and ``1.0`` are equal and
+    hash alike, but validate differently)."""
+    return values, tuple(map(type, values))
 
 
-def consumer_stream(first, stream):
-    """``(stream handle, stream owner or None, first operand adapted)`` by the rule in the module doc."""
-    if stream is not None:
-        ref = _stream.as_stream(stream, None)
-        return ref.handle, ref.obj, None
-    kind = kind_of(first)
-    if kind == CUDATTN:
-        h = first.stream_handle
-        if h is None:
-            ref = _stream.as_stream(None, first.device_id)
-            return ref.handle, ref.obj, first
-        return h, getattr(first.owner, "keep", None), first  # the stream that allocated it stays alive
-    if kind != OTHER:
-        a = adapt(first, "q", -1)
-        if a.stream_handle is not None:
-            return a.stream_handle, current_stream_owner(kind, a.device_id), a
-    ref = _stream.as_stream(None, device_id_of(first, name="q"))
-    return ref.handle, ref.obj, None
+class Call:
+    """One device call of a public entry point: its operands adapted for reading on the call's
+    stream (:func:`operands.operands`), and what :func:`run` needs besides the entry's key and full path.
+
+    ``objs``: the caller's arrays in the entry's order (None where absent); ``names``: theirs, for
+    errors. ``ops``: them adapted (DeviceArrays); ``consumer``: the call's stream handle, ``keep``
+    the object that owns it; ``sig``: what the operands add to the signature."""
+
+    __slots__ = ("op", "objs", "names", "consumer", "keep", "ops", "sig", "unordered")
+
+    def __init__(self, op: str, objs, names, stream):
+        self.op = op
+        self.objs = objs
+        self.names = names
+        self.consumer, self.keep, self.ops, self.sig, self.unordered = operands(objs, names, stream)
+
+    def key(self, *parts) -> tuple:
+        """The call's signature: the operation, its operands', and ``parts`` (the entry's own)."""
+        return (self.op, self.sig, *parts)
+
+    def stream_ref(self) -> StreamRef:
+        """The call's stream, holding the object that owns it (what launches and allocations take)."""
+        return StreamRef(self.consumer, self.keep)
+
+    def run(self, key, full, *, tensors: int, out_index: int | None, allocates: bool, force_full: bool = False):
+        """`run` this call: its recorded plan for ``key``, else ``full(*ops)`` (then recorded)."""
+        return run(key, self.objs, self.ops, self.names, self.consumer, self.keep, full, tensors=tensors,
+                   out_index=out_index, allocates=allocates, unordered=self.unordered, force_full=force_full)
 
 
-def operands(objs, names, stream) -> tuple:
-    """The call's stream and its operands: ``(consumer, keep, ops, sig, unordered)``.
-
-    ``consumer``/``keep``: `consumer_stream`; ``ops``: each of ``objs`` (None stays None) adapted
-    for reading on ``consumer``; ``sig``: what they contribute to the call's signature (type,
-    shape, strides, dtype, device, read-only: everything but the address); ``unordered``: some
-    operand was produced on another stream or belongs to a producer that must be kept alive
-    (`order_and_hold` has work to do)."""
-    x = objs[0]
-    t = type(x)
-    if stream is None and t is DeviceArray and x.stream_handle is not None:  # `consumer_stream`'s usual case
-        consumer, keep, a = x.stream_handle, getattr(x.owner, "keep", None), x
-    else:
-        consumer, keep, a = consumer_stream(x, stream)
-        if a is None:
-            a = adapt(x, names[0], consumer)
-    ops = [a]
-    sig = [(t, a.shape, a.strides, a.dtype, a.device_id, a.readonly)]
-    h = a.stream_handle
-    unordered = h != consumer and h is not None or t is not DeviceArray and kind_of(x) == OTHER
-    current = None if t is DeviceArray else (t, a.device_id, h)  # its package's current stream, asked once
-    for i in range(1, len(objs)):
-        x = objs[i]
-        if x is None:
-            ops.append(None)
-            sig.append(None)
-            continue
-        t = type(x)
-        a = x if t is DeviceArray else adapt(x, names[i], consumer, current)
-        ops.append(a)
-        sig.append((t, a.shape, a.strides, a.dtype, a.device_id, a.readonly))
-        h = a.stream_handle
-        if h != consumer and h is not None or t is not DeviceArray and kind_of(x) == OTHER:
-            unordered = True
-    return consumer, keep, ops, tuple(sig), unordered
-
-
-def order_and_hold(objs, ops, consumer: int):
-    """Order ``consumer`` after each operand's producer; return what must stay alive (None: nothing)."""
-    held = None
-    waited = ()
-    for x, a in zip(objs, ops):
-        if a is None:
-            continue
-        p = a.stream_handle
-        foreign = p is not None and p != consumer
-        if foreign and p not in waited:
-            stream_wait(consumer, p)
-            waited += (p,)
-        if foreign or kind_of(x) == OTHER:
-            held = (held or ()) + (a,)
-    return held
-
-
-def check_addresses(ops, names, tensors: int, out_index: int | None) -> None:
-    """Per-call checks of the first ``tensors`` operands: ValueError for a null pointer or an output
-    overlapping an input. (A misaligned address is the full path's to report, naming the argument.)"""
-    for a, n in zip(ops[:tensors], names):
-        if a is not None and not a.ptr and 0 not in a.shape:
-            raise ValueError(f"{n} is a null pointer (device address 0) with shape {a.shape}")
-    if out_index is not None and ops[out_index] is not None:
-        o = ops[out_index]
-        if o.ptr and 0 not in o.shape:
-            for a, n in zip(ops[:out_index], names):
-                if a is not None and a.ptr and 0 not in a.shape and share_bytes(
-                        o.ptr, o.shape, o.strides, o.dtype.itemsize, a.ptr, a.shape, a.strides, a.dtype.itemsize):
-                    raise ValueError(f"out overlaps {n} (they share device memory); the kernel would overwrite "
-                                     f"an input it still reads: pass a separate out")
-
-
-class _Plan:
+class RecordedCall:
     """A recorded call signature: its replay, and what the per-call checks need, fixed by the
     signature: which operands are non-empty tensors, and the byte spans of the output and inputs."""
 
@@ -199,7 +133,7 @@ def run(key, objs, ops, names, consumer: int, keep, full, *, tensors: int, out_i
                          "a graph it does not own: pass out= (and call without return_lse)")
     device_id = ops[0].device_id
     ptrs = [0 if a is None else a.ptr for a in ops]
-    if plan.__class__ is _Plan and not force_full and plan.plain(ptrs):
+    if plan.__class__ is RecordedCall and not force_full and plan.plain(ptrs):
         held = order_and_hold(objs, ops, consumer) if unordered else None
         if consumer in _SPECIAL_STREAMS:  # the legacy / per-thread stream: the current context decides
             _device.get_device(device_id)
@@ -207,6 +141,7 @@ def run(key, objs, ops, names, consumer: int, keep, full, *, tensors: int, out_i
         result = plan.replay.run(ops, ptrs, device_id, consumer, keep, False if allocates else None)
     else:
         _device.get_device(device_id)
+        check_one_device(ops, names)
         check_addresses(ops, names, tensors, out_index)
         held = order_and_hold(objs, ops, consumer)
         result = full(*ops)
@@ -214,7 +149,7 @@ def run(key, objs, ops, names, consumer: int, keep, full, *, tensors: int, out_i
             if len(_plans) >= _PLANS_MAX:  # many distinct shapes (variable lengths): keep the table bounded
                 _plans.clear()
             try:
-                _plans[key] = _Plan(_replay.record(full, ops, consumer), ops, tensors, out_index)
+                _plans[key] = RecordedCall(_replay.record(full, ops, consumer), ops, tensors, out_index)
             except _replay.NotReplayable:
                 _plans[key] = _FULL_ONLY
     if out_index is not None and ops[out_index] is not None:

@@ -7,12 +7,15 @@ path and the launch.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from .._arrays import array as _array
 from .._arrays import transfer as _transfer
 from .._runtime import device as _device
 from .._runtime import launch as _launch
+from .._spec.geometry import TensorGeom
 from . import decode as _decode
 from . import fp8 as _fp8
 from . import plan as _plan
@@ -80,3 +83,36 @@ def _out_shape(problem) -> tuple[int, int, int, int]:
     if problem.layout == "bshd":
         return (problem.batch, problem.seqlen_q, problem.heads_q, problem.head_dim)
     return (problem.batch, problem.heads_q, problem.seqlen_q, problem.head_dim)
+
+
+def run_varlen(problem, qa, ka, va, oa, cu_q, cu_k, device, device_id, sref):
+    """Launch one validated packed problem on device arrays; returns out (and lse) as DeviceArrays:
+    out ``(total_q, Hq, D)``, lse ``(Hq, total_q)``. ``cu_k`` None: k/v are a KV cache (its
+    lengths in ``problem.kv_cache``)."""
+    vl = replace(problem.varlen, cu_q_ptr=cu_q.ptr, cu_k_ptr=0 if cu_k is None else cu_k.ptr)
+    problem = replace(problem, varlen=vl)
+    Hq, D = problem.heads_q, problem.head_dim
+    if oa is None:
+        oa = _array.empty_on((vl.total_q, Hq, D), problem.out_dtype, device, sref)
+        o_geom = TensorGeom(0, Hq * D, D)
+    else:
+        o_geom = problem.out_strides
+    lse = _array.empty_on((Hq, vl.total_q), _F32, device, sref) if problem.return_lse else None
+    if vl.total_q == 0:
+        pass  # nothing to compute
+    elif problem.batch == 0 or vl.total_k == 0 and not (problem.mods and problem.mods.sinks):
+        # no key (or no sequence; sinks: the kernels write LSE = sink): O = 0, LSE = -inf, as a
+        _transfer.zero_fill(oa[None], stream=sref.handle)  # row that sees no key gets in the kernels
+        if lse is not None:
+            _transfer.memset(lse, _NEG_INF_F32_BITS, stream=sref.handle)
+    else:
+        props = _device.device_properties(device_id)
+        plan = _plan.make_plan(problem, props)
+        kernel = _kernels.get_kernel(plan.variant, device, device_id, props.arch)
+        fp8_v = problem.descales is not None and vl.total_k > 0  # no keys (sinks): no V to transpose
+        vt = _fp8.transpose_v(problem, va.ptr, props, device, sref) if fp8_v else None
+        params = _plan.make_params(problem, plan, qa.ptr, ka.ptr, va.ptr if vt is None else vt.ptr, oa.ptr,
+                                   0 if lse is None else lse.ptr, o_geom)
+        _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
+        del vt
+    return (oa, lse) if problem.return_lse else oa

@@ -8,14 +8,13 @@ import numpy as np
 
 from .._kernels import attention as _device_path
 from .._numpy import attention as _numpy_attention
-from .._calls import call as _callpath
+from .._calls.call import Call, typed
+from .._calls.operands import array_key, array_or_none, check_not_mixed, tag
 from .._runtime import device as _device
-from .._runtime import stream as _stream
-from .._calls import args as _args
 from . import varlen as _varlen_api
 from .._arrays.array import DeviceArray
 from .._arrays.types import ArrayLike, ArrayResult, DescaleLike, DTypeLike, Layout, StreamLike
-from .._arrays.operands import OTHER, kind_of
+from .._arrays.importer import OTHER, kind_of
 from .._spec.validate import validate
 
 _F32 = np.dtype(np.float32)
@@ -157,49 +156,28 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
                               num_splits=num_splits, out=out, stream=stream, window_size=window_size,
                               softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes)
     if host_q or host_k or host_v or type(q) is not DeviceArray and kind_of(q) == OTHER:
-        _args.check_not_mixed(q, k, v)  # the one message for host/device mixes and non-arrays
-    # Operands: q, k, v, out, then the three descales when any is given, then sinks and slopes.
-    objs, names, descales = [q, k, v, out], list(_NAMES4), None
-    given_d = (q_descale, k_descale, v_descale)
-    has_d = q_descale is not None or k_descale is not None or v_descale is not None
-    if has_d:
-        objs += [_args.array_or_none(d) for d in given_d]
-        names += _NAMES[4:7]
-    has_m = sinks is not None or alibi_slopes is not None
-    if has_m:
-        objs += [_args.array_or_none(sinks), _args.array_or_none(alibi_slopes)]
-        names += _NAMES[7:]
-    consumer, keep, ops, sig, unordered = _callpath.operands(objs, names, stream)
-    if has_d:
-        descales = tuple(_args.descale_key(g, a) for g, a in zip(given_d, ops[4:7]))
-    mkey = None
-    if has_m or softcap is not None:  # NumPy arrays in a device call: unhashable, so the full path says why
-        mkey = (_callpath.tag(softcap), *(_args.descale_key(g, a) for g, a in
-                                          zip((sinks, alibi_slopes), ops[-2:] if has_m else (None, None))))
-    # Types join the values: True, 1 and 1.0 are equal and hash alike, but validate differently.
-    key = ("attention", sig, (causal, scale, layout, return_lse, out_dtype, num_splits),
-           (causal.__class__, scale.__class__, layout.__class__, return_lse.__class__, out_dtype.__class__,
-            num_splits.__class__), descales, None if window_size is None else _callpath.tag(window_size), mkey)
+        check_not_mixed(q, k, v)  # the one message for host/device mixes and non-arrays
+    # Operands: q, k, v, out, then (when any is given) the descales, sinks and slopes that are arrays;
+    # a scalar or NumPy one stays out of the operands (the key holds it; the full path reads or refuses it).
+    extra = (q_descale, k_descale, v_descale, sinks, alibi_slopes)
+    has_x = q_descale is not None or k_descale is not None or v_descale is not None or sinks is not None or \
+        alibi_slopes is not None
+    call = Call("attention", [q, k, v, out, *map(array_or_none, extra)] if has_x else [q, k, v, out],
+                _NAMES if has_x else _NAMES4, stream)
+    key = call.key(*typed(causal, scale, layout, return_lse, out_dtype, num_splits), tag(window_size), tag(softcap),
+                   tuple(map(array_key, extra, call.ops[4:])) if has_x else None)
 
-    def full(qa, ka, va, oa, *extra):
-        dq, dk, dv = extra[:3] if has_d else (None, None, None)
-        sk, al = extra[-2:] if has_m else (None, None)
-        device_id = qa.device_id
-        for name, a in (("k", ka), ("v", va), ("out", oa), ("q_descale", dq), ("k_descale", dk), ("v_descale", dv),
-                        ("sinks", sk), ("alibi_slopes", al)):
-            if a is not None and a.device_id != device_id:
-                raise ValueError(f"{name} is on device {a.device_id} but q is on device {device_id}; "
-                                 "all operands must be on one device")
+    def full(qa, ka, va, oa, dq=None, dk=None, dv=None, sk=None, al=None):
         problem = validate(qa, ka, va, causal=causal, scale=scale, layout=layout, return_lse=return_lse,
                            q_descale=q_descale if dq is None else dq, k_descale=k_descale if dk is None else dk,
                            v_descale=v_descale if dv is None else dv, out_dtype=out_dtype,
                            num_splits=num_splits, out=oa, host=False, window_size=window_size, softcap=softcap,
                            sinks=sinks if sk is None else sk, alibi_slopes=alibi_slopes if al is None else al)
-        sref = _stream.StreamRef(consumer, keep)
-        return _device_path.run_device(problem, qa, ka, va, oa, _device.get_device(device_id), device_id, sref)
+        device_id = qa.device_id
+        return _device_path.run_device(problem, qa, ka, va, oa, _device.get_device(device_id), device_id,
+                                       call.stream_ref())
 
-    return _callpath.run(key, objs, ops, names, consumer, keep, full, tensors=4, out_index=3,
-                         allocates=out is None or return_lse is True, unordered=unordered)
+    return call.run(key, full, tensors=4, out_index=3, allocates=out is None or return_lse is True)
 
 
 _NAMES = ("q", "k", "v", "out", "q_descale", "k_descale", "v_descale", "sinks", "alibi_slopes")

@@ -25,7 +25,7 @@ from .._calls import call as _callpath
 from .._kernels import decode as _decode
 from .._kernels import decode_traits as _decode_traits
 from .._runtime import device as _device
-from .._arrays import foreign as _foreign
+from .._arrays import importer as _importer
 from .._kernels import registry as _kernels
 from .._runtime import launch as _launch
 from .._kernels import plan as _plan
@@ -34,11 +34,10 @@ from .._kernels import traits as _traits
 from .._arrays import host_io as _host_io
 from .._arrays.array import empty_on
 from .._calls import args as _args
-from . import varlen as _varlen_api
 from .._spec.modifiers import kernel_mods, window_of
 from .._spec.dtypes import BFLOAT16, FLOAT16, FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error
 from .._spec.geometry import contiguous_geom, share_bytes, span
-from .._arrays.operands import OTHER, kind_of
+from .._arrays.importer import OTHER, kind_of
 from .._kernels.params import AppendParams, KvCacheGeom
 from .._kernels.quantize import e4m3_to_16bit
 from .._numpy.quantize import saturate_to_e4m3
@@ -165,7 +164,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     objs = (q, k_cache, v_cache, k_new, v_new, out, cache_seqlens, block_table, cu_seqlens_q)
     for name, x in (("cache_seqlens", cache_seqlens), ("block_table", block_table)):
         if x is not None and kind_of(x) == OTHER and not isinstance(x, np.ndarray) and \
-                not _foreign.is_device_array_like(x):
+                not _importer.is_device_array_like(x):
             raise TypeError(f"{name} must be an int32 NumPy or device array; got {type(x).__name__}")
     dev_objs = objs  # NumPy index arrays are no operands: checked and uploaded by the full path
     if isinstance(cache_seqlens, np.ndarray) or isinstance(block_table, np.ndarray) or \
@@ -275,7 +274,7 @@ def _run(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref
     if (kv.paged or kv.fp8) and _gathers(problem, device_id):
         problem, ka, va = _gather(problem, ka, va, device, device_id, sref, rows)
     if problem.varlen is not None:  # a packed q: the prefill kernels, whatever its length
-        return _varlen_api.run_varlen(problem, qa, ka, va, oa, cq, None, device, device_id, sref)
+        return _device_path.run_varlen(problem, qa, ka, va, oa, cq, None, device, device_id, sref)
     return _device_path.run_device(problem, qa, ka, va, oa, device, device_id, sref)  # drops a gathered copy stream-ordered
 
 

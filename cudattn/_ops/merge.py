@@ -16,7 +16,7 @@ from .._arrays import array as _array
 from .._calls import call as _callpath
 from .._kernels import decode_traits as _decode_traits
 from .._runtime import device as _device
-from .._arrays import foreign as _foreign
+from .._arrays import importer as _importer
 from .._kernels import registry as _kernels
 from .._runtime import launch as _launch
 from .._runtime import stream as _stream
@@ -60,7 +60,7 @@ def merge_attention_states(outs: ArrayLike | Sequence[ArrayLike], lses: ArrayLik
     names = (("outs",) if o_stacked else tuple(f"outs[{i}]" for i in range(n_o))) + \
         (("lses",) if l_stacked else tuple(f"lses[{i}]" for i in range(len(objs) - n_o)))
     for x, name in zip(objs, names):
-        if not _foreign.is_device_array_like(x) or isinstance(x, np.ndarray):
+        if not _importer.is_device_array_like(x) or isinstance(x, np.ndarray):
             raise TypeError(f"merge_attention_states: {name} must be a device array like the other parts (all "
                             f"NumPy or all device arrays); got {type(x).__name__}")
     consumer, keep, ops, sig, unordered = _callpath.operands(objs, names, stream)
@@ -116,7 +116,7 @@ def _merge_device(outs_d, lses_d, layout: str, sref):
 
 
 def _is_array(x) -> bool:
-    return isinstance(x, np.ndarray) or (not isinstance(x, Sequence) and _foreign.is_device_array_like(x))
+    return isinstance(x, np.ndarray) or (not isinstance(x, Sequence) and _importer.is_device_array_like(x))
 
 
 def _any_device(x) -> bool:
@@ -124,7 +124,7 @@ def _any_device(x) -> bool:
     if _is_array(x):
         return not isinstance(x, np.ndarray)
     return (isinstance(x, Sequence) and not isinstance(x, (str, bytes))
-            and any(not isinstance(p, np.ndarray) and _foreign.is_device_array_like(p) for p in x))
+            and any(not isinstance(p, np.ndarray) and _importer.is_device_array_like(p) for p in x))
 
 
 def _first_part(parts, name: str):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._calls import call as _callpath
-from .._arrays import foreign as _foreign
+from .._arrays import importer as _importer
 from .._runtime import stream as _stream
 from .._arrays.types import ArrayLike, ArrayResult, DTypeLike, Layout, QuantizePer, StreamLike
 from .._spec.quantize import _check_heads_kv, _check_layout, _check_out_dtype, _check_per
@@ -71,7 +71,7 @@ def quantize_fp8(x: ArrayLike, *, per: QuantizePer = "tensor", layout: Layout = 
     heads_kv = _check_heads_kv(heads_kv)
     if isinstance(x, np.ndarray):
         return _quantize_host(x, per, layout, heads_kv)
-    if not _foreign.is_device_array_like(x):
+    if not _importer.is_device_array_like(x):
         raise TypeError("x must be a NumPy array or a device array (DeviceArray, or an object with "
                         f"__cuda_array_interface__ or __dlpack__ on a CUDA device); got {type(x).__name__}")
     consumer, keep, ops, sig, unordered = _callpath.operands((x,), ("x",), stream)
@@ -110,7 +110,7 @@ def dequantize(x_fp8: ArrayLike, descale: ArrayLike, *, layout: Layout = "bshd",
         raise TypeError(f"{which} is a NumPy (host) array but {other} is not; pass both as NumPy arrays or both "
                         "as device arrays (copy with cudattn.to_device or cudattn.to_host first)")
     for name, a in (("x_fp8", x_fp8), ("descale", descale)):
-        if not _foreign.is_device_array_like(a):
+        if not _importer.is_device_array_like(a):
             raise TypeError(f"{name} must be a NumPy array or a device array (DeviceArray, or an object with "
                             f"__cuda_array_interface__ or __dlpack__ on a CUDA device); got {type(a).__name__}")
     objs, names = (x_fp8, descale), ("x_fp8", "descale")

@@ -24,7 +24,7 @@ from cuda.bindings import driver
 
 from .. import attention, attention_with_kvcache
 from .._runtime import stream as _stream
-from .._arrays import foreign as _foreign
+from .._arrays import importer as _importer
 from .._runtime import launch as _launch
 from .._arrays import host_io as _host_io
 from .._runtime.errors import check
@@ -174,7 +174,7 @@ def _cudattn_rows(problem: str, kind: str, to_dev, mod, namer, device_id: int, i
             fn = _call(problem, ops, out_arr if with_out else None, kw)
             try:
                 if handle is None:  # where the call runs: the stream its new output was made on
-                    handle = None if with_out else _foreign.stream_of(fn())
+                    handle = None if with_out else _importer.stream_of(fn())
                     handle = _current_stream(kind, mod, device_id) if handle is None else handle
                 row.update(_measure(fn, handle, device_id, iters), launch_stream=namer(handle))
             except TypeError as e:

@@ -1,11 +1,12 @@
-"""Operands from other runtimes, and the streams their packages call current.
+"""The importer of foreign arrays: every operand from another runtime becomes a DeviceArray here, with the
+stream its package calls current. (`protocols` reads DLPack and CAI field by field for it.)
 
 :func:`adapt` turns a torch tensor or CuPy array into a :class:`~cudattn._arrays.array.DeviceArray`
 through cuda.core's ``StridedMemoryView`` (its torch fast path, DLPack, CUDA Array Interface):
 0.9 us for the view and its reads on an H100 host, where torch's own accessors take 1.7 us for
 the same facts. A torch FP8 tensor (the view sees uint8) is read through torch's accessors,
 keeping its dtype; a negated torch view (its bytes hold -x, which the view would hand over as x)
-is refused. What neither takes goes through `_foreign.as_device_array`, as do
+is refused. What neither takes goes through `_importer.as_device_array`, as do
 arrays of every other producer (JAX, Numba, any DLPack or CAI object): that importer validates
 each field of a foreign producer and names what is wrong, where cuda.core 1.2, handed a malformed
 DLPack capsule by a fuzzed producer, returned without raising and left the interpreter's error
@@ -31,10 +32,11 @@ import numpy as np
 
 from .array import DeviceArray
 from .._spec.dtypes import BFLOAT16, FLOAT8_E4M3, FLOAT16
-from .foreign import as_device_array
+from .protocols import as_device_array, device_id_of, is_device_array_like, stream_of
 from .._spec.geometry import c_strides as _c_strides
 
-__all__ = ["OTHER", "TORCH", "CUPY", "CUDATTN", "adapt", "kind_of", "current_stream", "current_stream_owner"]
+__all__ = ["OTHER", "TORCH", "CUPY", "CUDATTN", "adapt", "as_device_array", "current_stream", "current_stream_owner",
+           "device_id_of", "is_device_array_like", "kind_of", "stream_of"]
 
 CUDATTN, TORCH, CUPY, OTHER = 0, 1, 2, 3
 _kinds: dict[type, int] = {DeviceArray: CUDATTN}
@@ -174,7 +176,7 @@ def _torch_dtype_table() -> dict:
 def _from_torch(t, current: tuple | None = None) -> DeviceArray | None:
     """A CUDA torch tensor the view could not take as it is (FP8, which crosses DLPack as uint8),
     strided, of a dtype in the table, read through its accessors; None for anything else (CPU,
-    sparse, subclasses, other dtypes): `_foreign`'s importer then takes it or names the problem.
+    sparse, subclasses, other dtypes): `_importer`'s importer then takes it or names the problem.
     ``current``: as in `adapt` (torch's current stream, asked once a call)."""
     table = _torch_dtypes or _torch_dtype_table()
     if type(t) not in _torch_plain:  # subclasses (DTensor, fake tensors) may not own what data_ptr says

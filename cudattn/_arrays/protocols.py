@@ -1,11 +1,11 @@
-"""Foreign device arrays as cudattn DeviceArrays, with zero copies (the general importer).
+"""The array protocols read field by field: DLPack and the CUDA Array Interface into DeviceArrays, zero copies.
 
 :func:`as_device_array` wraps a ``DeviceArray`` (returned as is), anything with ``__dlpack__`` on
 a CUDA device (preferred: it carries bfloat16, which PyTorch's CUDA Array Interface refuses), else
 anything with ``__cuda_array_interface__`` (v2 or v3), with a precise message for each malformed
-producer. The call path's usual importer is cuda.core's ``StridedMemoryView`` (`_operands`); this
-one serves what the view cannot take (FP8 that crosses DLPack as uint8) and the public
-``cudattn.as_device_array``.
+producer. The importer (`importer`, the one entry for every operand) takes the fast route through
+cuda.core's ``StridedMemoryView`` where it can; this module serves what the view cannot take (FP8
+that crosses DLPack as uint8, producers other than torch and CuPy) and ``cudattn.as_device_array``.
 
 Wrapping makes no CUDA call, except ``cuPointerGetAttribute`` to learn the device of a CAI pointer
 (CAI does not say) and the stream ordering a producer asks for (DLPack's ``stream=``, CAI v3's

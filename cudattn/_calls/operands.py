@@ -1,0 +1,159 @@
+"""A call's operands: the stream it runs on, its operands adapted for reading there, what they add to
+its signature, and the producers it must be ordered after and keep alive.
+
+1. **Stream** (:func:`consumer_stream`): ``stream=None`` is the current stream of the operands'
+   package (torch's or CuPy's current stream, the stream that produced a cudattn DeviceArray,
+   else cudattn's own stream); an explicit stream is taken as given.
+2. **Operands** (:func:`operands`, `_arrays.importer.adapt`): device arrays of any runtime as
+   DeviceArrays, each knowing its producer stream, and the call's signature from them (types,
+   shapes, strides, dtypes, devices). The call is ordered after every producer that is not the
+   call's stream, and those operands are kept alive until the call's work is done
+   (:func:`order_and_hold`: `_runtime.stream.stream_wait`, `_arrays.lifetime`); when every operand
+   was made on the call's stream there is nothing to do.
+3. **Addresses** (:func:`check_addresses`): what the per-call checks refuse by name.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._arrays.array import DeviceArray
+from .._arrays.importer import device_id_of, is_device_array_like
+from .._arrays.importer import CUDATTN, OTHER, adapt, current_stream_owner, kind_of
+from .._runtime import stream as _stream
+from .._runtime.stream import stream_wait
+from .._spec.geometry import share_bytes
+
+__all__ = ["array_key", "array_or_none", "check_addresses", "check_not_mixed", "check_one_device",
+           "consumer_stream", "operands", "order_and_hold", "tag"]
+
+
+def tag(x):
+    """``x`` for a call signature: bools and None as themselves, anything else with its type, so that
+    ``True``, ``1`` and ``1.0`` (equal and of equal hash) make different signatures."""
+    return x if x is None or x is True or x is False else (type(x), x)
+
+
+def array_or_none(x):
+    """A descale that is an array (an operand of the call), else None (a scalar or None: in the key)."""
+    return None if x is None or isinstance(x, (int, float, np.number, np.ndarray)) else x
+
+
+def array_key(given, adapted):
+    """An optional array argument in a call signature: the adapted operand's layout and device, else
+    the caller's value tagged (a scalar or None; a NumPy array is unhashable: the full path says why)."""
+    if adapted is None:
+        return tag(given)
+    return (adapted.shape, adapted.strides, adapted.dtype, adapted.device_id)
+
+
+def consumer_stream(first, stream):
+    """``(stream handle, stream owner or None, first operand adapted)`` by the rule in the module doc."""
+    if stream is not None:
+        ref = _stream.as_stream(stream, None)
+        return ref.handle, ref.obj, None
+    kind = kind_of(first)
+    if kind == CUDATTN:
+        h = first.stream_handle
+        if h is None:
+            ref = _stream.as_stream(None, first.device_id)
+            return ref.handle, ref.obj, first
+        return h, getattr(first.owner, "keep", None), first  # the stream that allocated it stays alive
+    if kind != OTHER:
+        a = adapt(first, "q", -1)
+        if a.stream_handle is not None:
+            return a.stream_handle, current_stream_owner(kind, a.device_id), a
+    ref = _stream.as_stream(None, device_id_of(first, name="q"))
+    return ref.handle, ref.obj, None
+
+
+def operands(objs, names, stream) -> tuple:
+    """The call's stream and its operands: ``(consumer, keep, ops, sig, unordered)``.
+
+    ``consumer``/``keep``: `consumer_stream`; ``ops``: each of ``objs`` (None stays None) adapted
+    for reading on ``consumer``; ``sig``: what they contribute to the call's signature (type,
+    shape, strides, dtype, device, read-only: everything but the address); ``unordered``: some
+    operand was produced on another stream or belongs to a producer that must be kept alive
+    (`order_and_hold` has work to do)."""
+    x = objs[0]
+    t = type(x)
+    if stream is None and t is DeviceArray and x.stream_handle is not None:  # `consumer_stream`'s usual case
+        consumer, keep, a = x.stream_handle, getattr(x.owner, "keep", None), x
+    else:
+        consumer, keep, a = consumer_stream(x, stream)
+        if a is None:
+            a = adapt(x, names[0], consumer)
+    ops = [a]
+    sig = [(t, a.shape, a.strides, a.dtype, a.device_id, a.readonly)]
+    h = a.stream_handle
+    unordered = h != consumer and h is not None or t is not DeviceArray and kind_of(x) == OTHER
+    current = None if t is DeviceArray else (t, a.device_id, h)  # its package's current stream, asked once
+    for i in range(1, len(objs)):
+        x = objs[i]
+        if x is None:
+            ops.append(None)
+            sig.append(None)
+            continue
+        t = type(x)
+        a = x if t is DeviceArray else adapt(x, names[i], consumer, current)
+        ops.append(a)
+        sig.append((t, a.shape, a.strides, a.dtype, a.device_id, a.readonly))
+        h = a.stream_handle
+        if h != consumer and h is not None or t is not DeviceArray and kind_of(x) == OTHER:
+            unordered = True
+    return consumer, keep, ops, tuple(sig), unordered
+
+
+def order_and_hold(objs, ops, consumer: int):
+    """Order ``consumer`` after each operand's producer; return what must stay alive (None: nothing)."""
+    held = None
+    waited = ()
+    for x, a in zip(objs, ops):
+        if a is None:
+            continue
+        p = a.stream_handle
+        foreign = p is not None and p != consumer
+        if foreign and p not in waited:
+            stream_wait(consumer, p)
+            waited += (p,)
+        if foreign or kind_of(x) == OTHER:
+            held = (held or ()) + (a,)
+    return held
+
+
+def check_addresses(ops, names, tensors: int, out_index: int | None) -> None:
+    """Per-call checks of the first ``tensors`` operands: ValueError for a null pointer or an output
+    overlapping an input. (A misaligned address is the full path's to report, naming the argument.)"""
+    for a, n in zip(ops[:tensors], names):
+        if a is not None and not a.ptr and 0 not in a.shape:
+            raise ValueError(f"{n} is a null pointer (device address 0) with shape {a.shape}")
+    if out_index is not None and ops[out_index] is not None:
+        o = ops[out_index]
+        if o.ptr and 0 not in o.shape:
+            for a, n in zip(ops[:out_index], names):
+                if a is not None and a.ptr and 0 not in a.shape and share_bytes(
+                        o.ptr, o.shape, o.strides, o.dtype.itemsize, a.ptr, a.shape, a.strides, a.dtype.itemsize):
+                    raise ValueError(f"out overlaps {n} (they share device memory); the kernel would overwrite "
+                                     f"an input it still reads: pass a separate out")
+
+
+def check_one_device(ops, names) -> None:
+    """ValueError naming the first operand that is not on the first operand's device."""
+    device_id = ops[0].device_id
+    for a, n in zip(ops[1:], names[1:]):
+        if a is not None and a.device_id != device_id:
+            raise ValueError(f"{n} is on device {a.device_id} but {names[0]} is on device {device_id}; "
+                             "all operands must be on one device")
+
+
+def check_not_mixed(q, k, v) -> None:
+    host = [isinstance(x, np.ndarray) for x in (q, k, v)]
+    if any(host):
+        names = ", ".join(n for n, h in zip("qkv", host) if h)
+        raise TypeError(f"q, k, v must all be NumPy arrays or all device arrays; {names} "
+                        f"{'is' if sum(host) == 1 else 'are'} NumPy and the rest are not "
+                        "(copy with cudattn.to_device or to_host first)")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not is_device_array_like(x):
+            raise TypeError(f"{name} must be a NumPy array or a device array (DeviceArray, or an object with "
+                            f"__cuda_array_interface__ or __dlpack__); got {type(x).__name__}")
