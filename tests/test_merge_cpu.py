@@ -1,4 +1,4 @@
-"""Merging partial attention states (reference.merge_attention_states, _merge_host.merge_host) and the
+"""Merging partial attention states (reference.merge_attention_states, _numpy.merge.merge_host) and the
 KV-cache reference (kvcache_append, gather_kv, attention_with_kvcache[_naive]). CPU only."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from cudattn import reference
-from cudattn._numpy.merge import merge_host, parse_merge_inputs
+from cudattn._numpy.merge import merge_host
+from cudattn._spec.merge import parse_merge_inputs
 from cudattn.reference import (
     attention,
     attention_naive,

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._calls import call as _callpath
+from .._calls.call import Call
 from .._arrays import importer as _importer
-from .._runtime import stream as _stream
 from .._arrays.types import ArrayLike, ArrayResult, DTypeLike, Layout, QuantizePer, StreamLike
 from .._spec.quantize import _check_heads_kv, _check_layout, _check_out_dtype, _check_per
 from .._kernels.quantize import _dequantize_device, _quantize_device
@@ -74,11 +73,10 @@ def quantize_fp8(x: ArrayLike, *, per: QuantizePer = "tensor", layout: Layout = 
     if not _importer.is_device_array_like(x):
         raise TypeError("x must be a NumPy array or a device array (DeviceArray, or an object with "
                         f"__cuda_array_interface__ or __dlpack__ on a CUDA device); got {type(x).__name__}")
-    consumer, keep, ops, sig, unordered = _callpath.operands((x,), ("x",), stream)
-    key = ("quantize_fp8", sig, per, layout, heads_kv)
-    return _callpath.run(key, (x,), ops, ("x",), consumer, keep,
-                         lambda xa: _quantize_device(xa, per, layout, heads_kv, _stream.StreamRef(consumer, keep)),
-                         tensors=1, out_index=None, allocates=True, unordered=unordered)
+    call = Call("quantize_fp8", (x,), ("x",), stream)
+    return call.run(call.key(per, layout, heads_kv),
+                    lambda xa: _quantize_device(xa, per, layout, heads_kv, call.stream_ref()),
+                    tensors=1, out_index=None, allocates=True)
 
 
 def dequantize(x_fp8: ArrayLike, descale: ArrayLike, *, layout: Layout = "bshd", out_dtype: DTypeLike = np.float32,
@@ -113,9 +111,7 @@ def dequantize(x_fp8: ArrayLike, descale: ArrayLike, *, layout: Layout = "bshd",
         if not _importer.is_device_array_like(a):
             raise TypeError(f"{name} must be a NumPy array or a device array (DeviceArray, or an object with "
                             f"__cuda_array_interface__ or __dlpack__ on a CUDA device); got {type(a).__name__}")
-    objs, names = (x_fp8, descale), ("x_fp8", "descale")
-    consumer, keep, ops, sig, unordered = _callpath.operands(objs, names, stream)
-    key = ("dequantize", sig, layout, out_dt)
-    return _callpath.run(key, objs, ops, names, consumer, keep,
-                         lambda xa, da: _dequantize_device(xa, da, layout, out_dt, _stream.StreamRef(consumer, keep)),
-                         tensors=2, out_index=None, allocates=True, unordered=unordered)
+    call = Call("dequantize", (x_fp8, descale), ("x_fp8", "descale"), stream)
+    return call.run(call.key(layout, out_dt),
+                    lambda xa, da: _dequantize_device(xa, da, layout, out_dt, call.stream_ref()),
+                    tensors=2, out_index=None, allocates=True)

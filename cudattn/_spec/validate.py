@@ -28,127 +28,23 @@ import numpy as np
 
 from .descales import fp8_descales
 from .dtypes import FLOAT8_E4M3, RECOGNIZED, dtype_name, input_dtype_error, resolve_out_dtype
-from .geometry import c_strides as _c_strides
 from .modifiers import kernel_mods, window_of
 from .problem import Problem
+from .tensors import ALIGN_BYTES, _LAYOUT_AXES, _MAX_SIZE, check_no_overlap, describe_array, kind_name, tensor_geom
 from .geometry import TensorGeom
 
 __all__ = ["validate", "tensor_geom", "ALIGN_BYTES", "HEAD_DIMS"]
 
-#: The kernels load 16-byte vectors: data pointers and every stride but the last must be multiples of this.
-ALIGN_BYTES = 16
 #: Head dims the kernels are built for.
 HEAD_DIMS = tuple(range(8, 257, 8))
 _HEAD_DIM_TEXT = "a multiple of 8 from 8 to 256 (8, 16, 24, ..., 256)"
-#: Kernels index with 64-bit offsets; refuse anything that could come near overflowing them.
-_MAX_ELEMENT_OFFSET = 2**62
-#: Batch, sequence lengths and head counts go to the kernels as 32-bit ints.
-_MAX_SIZE = 2**31 - 1
 #: The kernels take ``scale · log2(e)`` as a float32: at most this in magnitude keeps it finite,
 #: and below _SCALE_TINY it would round to 0, which turns masked scores (-inf · 0) into NaN.
 _SCALE_MAX = 2.0**127
 _SCALE_TINY = 2.0**-126
 
-_LAYOUT_AXES = {
-    # name -> axes of a 4-D tensor in that layout, for q and for k/v (used in messages)
-    "bshd": ("(batch, seqlen_q, heads_q, head_dim)", "(batch, seqlen_k, heads_kv, head_dim)"),
-    "bhsd": ("(batch, heads_q, seqlen_q, head_dim)", "(batch, heads_kv, seqlen_k, head_dim)"),
-}
-# Index of the (batch, seq, head) axes in a 4-D shape, per layout.
-_BSH = {"bshd": (0, 1, 2), "bhsd": (0, 2, 1)}
-_AXIS_NAMES = ("batch", "seqlen", "heads")
 
 _MIX_MESSAGE = "q, k, v must all be NumPy arrays or all device arrays"
-
-
-def _kind(x: object) -> str:
-    return "numpy.ndarray" if isinstance(x, np.ndarray) else f"{type(x).__module__}.{type(x).__qualname__}"
-
-
-def _describe(name: str, x: object, host: bool):
-    """(shape, byte strides, dtype, data pointer) of a NumPy or device array."""
-    if host:
-        if isinstance(x, np.ma.MaskedArray):
-            raise TypeError(
-                f"{name} is a masked array; cudattn would ignore its mask, so pass "
-                f"{name}.filled(0) or np.asarray({name}) to say what you mean"
-            )
-        return x.shape, x.strides, x.dtype, x.ctypes.data  # type: ignore[attr-defined]
-    try:
-        shape, strides, dtype, ptr = x.shape, x.strides, x.dtype, x.ptr  # type: ignore[attr-defined]
-    except AttributeError:
-        raise TypeError(
-            f"{name} must be a NumPy array or a device array exposing shape, strides (bytes), dtype "
-            f"and ptr; got {_kind(x)}"
-        ) from None
-    if type(shape) is not tuple:
-        shape = tuple(shape)
-    if not isinstance(dtype, np.dtype):
-        try:
-            dtype = np.dtype(dtype)
-        except (TypeError, ValueError):
-            raise TypeError(f"{name}.dtype must be a NumPy dtype; got {dtype!r}") from None
-    if strides is None:  # __cuda_array_interface__ convention: None means C-contiguous
-        strides = _c_strides(shape, dtype.itemsize)
-    elif type(strides) is not tuple:
-        strides = tuple(strides)
-    return shape, strides, dtype, int(ptr)
-
-
-def tensor_geom(name: str, shape: tuple, strides: tuple, itemsize: int, ptr: int, layout: str) -> TensorGeom:
-    """Check the strides and pointer of a 4-D tensor and return its element strides in (batch, seq, head) order.
-
-    An axis of extent 1 is never stepped along, so its stride is not checked; an unusable one
-    (negative, unaligned) is recorded as 0.
-    """
-    if len(strides) != 4:
-        raise ValueError(f"{name} has {len(strides)} strides for its 4-D shape {shape}")
-    if 0 in shape:  # never read, so its strides and pointer do not matter (NumPy gives it 0 strides)
-        return TensorGeom(0, 0, 0)
-    last = strides[3]
-    if last != itemsize:
-        got = f"{last // itemsize} elements" if last % itemsize == 0 else f"{last} bytes"
-        raise ValueError(
-            f"{name} must have unit stride in its last (head_dim) axis; got stride {got}; "
-            f"pass np.ascontiguousarray({name}) or a view whose last axis is contiguous"
-        )
-    elem = []
-    span = 0
-    for axis, i in enumerate(_BSH[layout]):
-        s = strides[i]
-        n = shape[i]
-        if n == 1:
-            elem.append(s // itemsize if 0 <= s <= _MAX_ELEMENT_OFFSET and s % ALIGN_BYTES == 0 else 0)
-            continue
-        if s < 0:
-            raise ValueError(
-                f"{name} has a negative stride ({s} bytes) in its {_AXIS_NAMES[axis]} axis; cudattn does not "
-                f"take reversed views (e.g. x[:, ::-1]); pass np.ascontiguousarray({name})"
-            )
-        if s % itemsize:
-            raise ValueError(
-                f"{name}'s {_AXIS_NAMES[axis]} stride ({s} bytes) is not a multiple of its element size "
-                f"({itemsize} bytes)"
-            )
-        if s % ALIGN_BYTES:
-            raise ValueError(
-                f"{name}'s {_AXIS_NAMES[axis]} stride ({s} bytes) is not a multiple of {ALIGN_BYTES} bytes: "
-                f"the kernel loads {ALIGN_BYTES}-byte vectors, so the data pointer and every stride but the "
-                f"last must be {ALIGN_BYTES}-byte aligned; pass np.ascontiguousarray({name})"
-            )
-        e = s // itemsize
-        elem.append(e)
-        span += (n - 1) * e
-    if ptr % ALIGN_BYTES:
-        raise ValueError(
-            f"{name}'s data pointer {ptr:#x} is not a multiple of {ALIGN_BYTES} bytes: the kernel loads "
-            f"{ALIGN_BYTES}-byte vectors, so the data pointer and every stride but the last must be "
-            f"{ALIGN_BYTES}-byte aligned; pass a fresh copy ({name}.copy()) or a view that starts on a "
-            f"{ALIGN_BYTES}-byte boundary"
-        )
-    if span + shape[3] > _MAX_ELEMENT_OFFSET:
-        raise ValueError(f"{name} spans more than 2**62 elements (shape {shape}, strides {strides} bytes)")
-    return TensorGeom(elem[0], elem[1], elem[2])
 
 
 #: Most splits a call may ask for (the combine merges at most this many partial results per row).
@@ -169,7 +65,7 @@ def check_num_splits(num_splits: object) -> int | None:
     return n
 
 
-def _check_bool(name: str, x: object) -> bool:
+def check_bool(name: str, x: object) -> bool:
     if x is True or x is False:
         return x  # type: ignore[return-value]
     if isinstance(x, np.bool_):
@@ -177,7 +73,7 @@ def _check_bool(name: str, x: object) -> bool:
     raise TypeError(f"{name} must be a bool (True or False); got {type(x).__name__} {x!r}")
 
 
-def _check_scale(scale: object, head_dim: int) -> float:
+def check_scale(scale: object, head_dim: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
     t = type(scale)
@@ -212,21 +108,21 @@ def _check_layout(layout: object) -> None:
 def _check_kinds(q: object, k: object, v: object, host: bool | None) -> bool:
     nq, nk, nv = isinstance(q, np.ndarray), isinstance(k, np.ndarray), isinstance(v, np.ndarray)
     if not (nq == nk == nv):
-        raise TypeError(f"{_MIX_MESSAGE}; got q: {_kind(q)}, k: {_kind(k)}, v: {_kind(v)}")
+        raise TypeError(f"{_MIX_MESSAGE}; got q: {kind_name(q)}, k: {kind_name(k)}, v: {kind_name(v)}")
     if host is None:
         return nq
     if host != nq:
         raise TypeError(
-            f"{_MIX_MESSAGE} matching host={host!r}; got q: {_kind(q)}, k: {_kind(k)}, v: {_kind(v)}"
+            f"{_MIX_MESSAGE} matching host={host!r}; got q: {kind_name(q)}, k: {kind_name(k)}, v: {kind_name(v)}"
         )
     return bool(host)
 
 
-def _check_out(out: object, host: bool, q_shape: tuple, out_dtype, layout: str) -> TensorGeom:
+def check_out(out: object, host: bool, q_shape: tuple, out_dtype, layout: str) -> TensorGeom:
     if isinstance(out, np.ndarray) != host:
         want = "a NumPy array (q, k, v are NumPy arrays)" if host else "a device array (q, k, v are device arrays)"
-        raise TypeError(f"out must be {want}; got {_kind(out)}")
-    shape, strides, dtype, ptr = _describe("out", out, host)
+        raise TypeError(f"out must be {want}; got {kind_name(out)}")
+    shape, strides, dtype, ptr = describe_array("out", out, host)
     if shape != q_shape:
         raise ValueError(f"out must have q's shape {q_shape}; got {shape}")
     if dtype != out_dtype:
@@ -237,23 +133,8 @@ def _check_out(out: object, host: bool, q_shape: tuple, out_dtype, layout: str) 
         raise ValueError("out must be a writeable device array (it is marked read-only)")
     geom = tensor_geom("out", shape, strides, dtype.itemsize, ptr, layout)
     if 0 not in shape:  # an empty out has no elements to alias (and NumPy gives it 0 strides)
-        _check_no_overlap(shape, geom, layout)
+        check_no_overlap(shape, geom, layout)
     return geom
-
-
-def _check_no_overlap(shape: tuple, geom: TensorGeom, layout: str) -> None:
-    """Refuse an `out` whose elements alias (stride 0, or strides that interleave): kernels would race."""
-    b, s, h = _BSH[layout]
-    axes = [(geom.batch, shape[b]), (geom.seq, shape[s]), (geom.head, shape[h])]
-    axes = sorted((st, n) for st, n in axes if n > 1)
-    reach = shape[3]  # elements covered by one index of the axes so far (a contiguous head_dim row)
-    for st, n in axes:
-        if st < reach:
-            raise ValueError(
-                f"out has overlapping elements (element strides (batch, seq, head) = "
-                f"({geom.batch}, {geom.seq}, {geom.head}) for shape {shape}); it must not alias itself"
-            )
-        reach = st * (n - 1) + reach
 
 
 def validate(
@@ -298,9 +179,9 @@ def validate(
     else:
         _check_layout(layout)
 
-    qs, qst, qdt, qptr = _describe("q", q, host)
-    ks, kst, kdt, kptr = _describe("k", k, host)
-    vs, vst, vdt, vptr = _describe("v", v, host)
+    qs, qst, qdt, qptr = describe_array("q", q, host)
+    ks, kst, kdt, kptr = describe_array("k", k, host)
+    vs, vst, vdt, vptr = describe_array("v", v, host)
 
     # 3. rank
     for name, shp in (("q", qs), ("k", ks), ("v", vs)):
@@ -365,10 +246,10 @@ def validate(
     v_geom = tensor_geom("v", vs, vst, itemsize, vptr, layout)
 
     # 7. flags and scale
-    causal = _check_bool("causal", causal)
+    causal = check_bool("causal", causal)
     window = None if window_size is None else window_of(window_size, causal)
-    return_lse = _check_bool("return_lse", return_lse)
-    scale = _check_scale(scale, D)
+    return_lse = check_bool("return_lse", return_lse)
+    scale = check_scale(scale, D)
     mods = kernel_mods(softcap, sinks, alibi_slopes, batch=B, heads_q=Hq, host=host)
 
     # 8. FP8 descales, split-KV
@@ -386,7 +267,7 @@ def validate(
 
     # 9. output
     odt = resolve_out_dtype(out_dtype, qdt)
-    out_geom = None if out is None else _check_out(out, host, qs, odt, layout)
+    out_geom = None if out is None else check_out(out, host, qs, odt, layout)
 
     return Problem(
         batch=B,

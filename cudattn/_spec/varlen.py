@@ -13,13 +13,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from . import validate as _validate
 from .descales import fp8_descales
 from .dtypes import FLOAT8_E4M3
 from .geometry import TensorGeom
 from .modifiers import kernel_mods
 from .problem import Varlen
-from .validate import _describe, validate
+from .tensors import describe_array
+from .validate import validate
 
 _I32 = np.dtype(np.int32)
 
@@ -67,7 +67,7 @@ def check_max_seqlen(max_seqlen, name: str, lengths: np.ndarray | None) -> int:
 def check_device_offsets(cu, name: str, batch: int | None) -> int:
     """The sequence count ``len(cu) - 1`` of a device offsets array, checked for dtype, rank and
     contiguity (its values are the caller's duty)."""
-    shape, strides, dtype, _ = _validate._describe(name, cu, False)
+    shape, strides, dtype, _ = describe_array(name, cu, False)
     if dtype != _I32:
         raise TypeError(f"{name} must be int32 (FlashAttention's cu_seqlens); got {dtype}")
     if len(shape) != 1 or shape[0] < 1:
@@ -106,7 +106,7 @@ def validate_varlen(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags: dict, ou
     then described as ``B`` sequences of at most ``max_seqlen_q``/``max_seqlen_k`` rows.
     ``mods``: (softcap, sinks, alibi_slopes), checked once the sequence count is known."""
     for name, x in (("q", q), ("k", k), ("v", v)):
-        shape = _describe(name, x, host)[0]
+        shape = describe_array(name, x, host)[0]
         if len(shape) != 3:
             total = "total_q, heads_q" if name == "q" else "total_k, heads_kv"
             raise ValueError(f"{name} must be 3-D ({total}, head_dim) in a packed variable-length call; "
@@ -130,7 +130,7 @@ def validate_varlen(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags: dict, ou
     fp8 = q.dtype == FLOAT8_E4M3
     q_d, k_d, v_d = descales
     if out is not None:
-        o_shape = _describe("out", out, host)[0]
+        o_shape = describe_array("out", out, host)[0]
         if tuple(o_shape) != tuple(q.shape):
             raise ValueError(f"out must have q's shape {tuple(q.shape)} (total_q, heads_q, head_dim); got "
                              f"{tuple(o_shape)}")
