@@ -24,10 +24,13 @@ from cudattn._calls import call as _callpath
 from cudattn._runtime import device as _device
 from cudattn._kernels import registry as _kernels
 from cudattn._ops import quantize as _quantize
+from cudattn._kernels import quantize as _quantize_kernels
+from cudattn._spec import quantize as _quantize_rule
 from cudattn._runtime import stream as _stream
 from cudattn._arrays import transfer as _transfer
 from cudattn._arrays.array import DeviceArray
-from cudattn._ops.quantize import Fp8QuantParams, all_quantize_kernels, descale_from_amax, saturate_to_e4m3
+from cudattn._kernels.quantize import Fp8QuantParams, all_quantize_kernels
+from cudattn._numpy.quantize import descale_from_amax, saturate_to_e4m3
 
 F16, BF16, F32, F64 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32), np.dtype(np.float64)
 FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
@@ -258,7 +261,7 @@ def test_dequantize_out_dtypes(out_dtype):
     q, d = cudattn.quantize_fp8(x, per="head", heads_kv=2)
     y32 = cudattn.dequantize(q, d)
     y = cudattn.dequantize(q, d, out_dtype=out_dtype)
-    want = _quantize._check_out_dtype(out_dtype)
+    want = _quantize_rule._check_out_dtype(out_dtype)
     assert y.dtype == want and np.array_equal(_bits(y), _bits(y32.astype(want)))
 
 
@@ -472,50 +475,50 @@ def test_errors_dequantize_device(fake_device):
 
 
 def test_rows_follow_the_smaller_stride():
-    g = _quantize._Geom(2, 5, 6, 64, 2, "bshd")  # r = 3
-    st_bsh = _quantize._contiguous_strides(g)  # (S*H*D, H*D, D)
-    assert not _quantize._inner_is_seq(st_bsh, g)  # bshd: heads of a group are adjacent
-    rows = _quantize._rows(st_bsh, g, False)
+    g = _quantize_rule._Geom(2, 5, 6, 64, 2, "bshd")  # r = 3
+    st_bsh = _quantize_kernels._contiguous_strides(g)  # (S*H*D, H*D, D)
+    assert not _quantize_kernels._inner_is_seq(st_bsh, g)  # bshd: heads of a group are adjacent
+    rows = _quantize_kernels._rows(st_bsh, g, False)
     assert (rows.stride_g, rows.stride_outer, rows.stride_inner, rows.n_outer, rows.n_inner) == (3 * 64, 6 * 64, 64,
                                                                                                 5, 3)
-    g2 = _quantize._Geom(2, 5, 6, 64, 2, "bhsd")
-    st2 = _quantize._contiguous_strides(g2)  # (b, s, h) strides of (B, H, S, D): (H*S*D, D, S*D)
-    assert st2 == (6 * 5 * 64, 64, 5 * 64) and _quantize._inner_is_seq(st2, g2)
-    rows2 = _quantize._rows(st2, g2, True)
+    g2 = _quantize_rule._Geom(2, 5, 6, 64, 2, "bhsd")
+    st2 = _quantize_kernels._contiguous_strides(g2)  # (b, s, h) strides of (B, H, S, D): (H*S*D, D, S*D)
+    assert st2 == (6 * 5 * 64, 64, 5 * 64) and _quantize_kernels._inner_is_seq(st2, g2)
+    rows2 = _quantize_kernels._rows(st2, g2, True)
     assert (rows2.stride_g, rows2.stride_outer, rows2.stride_inner, rows2.n_outer, rows2.n_inner) == (
         3 * 5 * 64, 5 * 64, 64, 3, 5)
-    empty = _quantize._rows(st2, _quantize._Geom(2, 0, 6, 64, 2, "bhsd"), True)
+    empty = _quantize_kernels._rows(st2, _quantize_rule._Geom(2, 0, 6, 64, 2, "bhsd"), True)
     assert empty.n_outer == 0 and empty.n_inner == 1
 
 
 @pytest.mark.parametrize("D,vec,lpr", [(128, True, 32), (64, True, 16), (72, True, 32), (8, True, 2),
                                        (4, True, 1), (5, False, 8), (1, False, 1), (200, False, 32)])
 def test_lanes_per_row(D, vec, lpr):
-    g = _quantize._Geom(1, 100, 4, D, 4, "bshd")
-    rows = _quantize._rows(_quantize._contiguous_strides(g), g, False)
-    got, grid = _quantize._launch_shape(g, rows, vec, 132)
+    g = _quantize_rule._Geom(1, 100, 4, D, 4, "bshd")
+    rows = _quantize_kernels._rows(_quantize_kernels._contiguous_strides(g), g, False)
+    got, grid = _quantize_kernels._launch_shape(g, rows, vec, 132)
     assert got == lpr and grid[0] == 4 and 1 <= grid[1] <= 65535 and grid[2] == 1
 
 
 def test_grid_stays_within_limits():
-    g = _quantize._Geom(1, 10**7, 1, 128, 1, "bshd")
-    rows = _quantize._rows(_quantize._contiguous_strides(g), g, False)
-    _, grid = _quantize._launch_shape(g, rows, True, 132)
+    g = _quantize_rule._Geom(1, 10**7, 1, 128, 1, "bshd")
+    rows = _quantize_kernels._rows(_quantize_kernels._contiguous_strides(g), g, False)
+    _, grid = _quantize_kernels._launch_shape(g, rows, True, 132)
     assert grid == (1, 132 * 8, 1)  # enough blocks for the GPU; each walks many rows
-    g = _quantize._Geom(4096, 3, 32, 128, 32, "bshd")
-    rows = _quantize._rows(_quantize._contiguous_strides(g), g, False)
-    _, grid = _quantize._launch_shape(g, rows, True, 132)
+    g = _quantize_rule._Geom(4096, 3, 32, 128, 32, "bshd")
+    rows = _quantize_kernels._rows(_quantize_kernels._contiguous_strides(g), g, False)
+    _, grid = _quantize_kernels._launch_shape(g, rows, True, 132)
     assert grid == (4096 * 32, 1, 1)
 
 
 def test_vec_needs_aligned_rows():
-    g = _quantize._Geom(1, 4, 2, 8, 2, "bshd")
-    rows = _quantize._rows(_quantize._contiguous_strides(g), g, False)
-    assert _quantize._vec_ok(0x1000, 2, rows, 8)
-    assert not _quantize._vec_ok(0x1002, 2, rows, 8)  # base 2 elements off
-    assert not _quantize._vec_ok(0x1000, 2, rows, 6)
-    odd = _quantize._Rows(18, 18, 6, 3, 4, 2)
-    assert not _quantize._vec_ok(0x1000, 2, odd, 8)
+    g = _quantize_rule._Geom(1, 4, 2, 8, 2, "bshd")
+    rows = _quantize_kernels._rows(_quantize_kernels._contiguous_strides(g), g, False)
+    assert _quantize_kernels._vec_ok(0x1000, 2, rows, 8)
+    assert not _quantize_kernels._vec_ok(0x1002, 2, rows, 8)  # base 2 elements off
+    assert not _quantize_kernels._vec_ok(0x1000, 2, rows, 6)
+    odd = _quantize_kernels._Rows(18, 18, 6, 3, 4, 2)
+    assert not _quantize_kernels._vec_ok(0x1000, 2, odd, 8)
 
 
 # ---------------------------------------------------------------------------- kernels compile (NVRTC, no GPU)
@@ -559,7 +562,7 @@ def test_quantize_kernels_compile(cache, arch, spec, tmp_path):
 
 def test_quantize_kernels_need_sm89(cache):
     with pytest.raises(nvrtc_cache.CompileError):
-        _kernels.compile_variant(_quantize.quantize_kernel(F16), "sm_80", cache=cache)
+        _kernels.compile_variant(_quantize_kernels.quantize_kernel(F16), "sm_80", cache=cache)
 
 
 def _sass(cubin: bytes, tmp_path) -> str | None:
@@ -593,7 +596,7 @@ def test_params_struct_matches_source():
 
 def test_threads_match_source():
     source, _ = _kernels.sources("fp8_quantize.cu")
-    assert re.search(r"constexpr int THREADS = (\d+);", source).group(1) == str(_quantize.THREADS)
+    assert re.search(r"constexpr int THREADS = (\d+);", source).group(1) == str(_quantize_kernels.THREADS)
 
 
 def test_exported():

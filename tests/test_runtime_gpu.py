@@ -21,7 +21,7 @@ from cudattn._runtime import stream as _stream
 from cudattn._arrays import transfer as _transfer
 from cudattn._arrays.array import empty
 from cudattn._arrays.importer import as_device_array
-from cudattn._arrays.transfer import to_device, to_host
+from cudattn._arrays.host_io import to_device, to_host
 from cudattn._runtime.errors import CudaError, check
 
 pytestmark = pytest.mark.gpu

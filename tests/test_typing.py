@@ -27,6 +27,7 @@ import pytest
 import cudattn
 import nvrtc_cache
 from cudattn import reference
+from cudattn._arrays import array as _array
 from cudattn._arrays import types as _types
 
 
@@ -150,7 +151,7 @@ def test_return_lse_overloads():
             hints = typing.get_type_hints(o)
             returns[hints["return_lse"]] = hints["return"]
         assert typing.get_origin(returns[typing.Literal[True]]) is tuple
-        assert returns[typing.Literal[False]] == _types.ArrayResult
+        assert returns[typing.Literal[False]] == _array.ArrayResult
         assert bool in returns, f"{fn.__name__}: no overload for a plain bool return_lse"
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, SupportsIndex
+from typing import Any, SupportsIndex, TypeAlias, Union
 
 import numpy as np
 from numpy.typing import NDArray
@@ -56,13 +56,11 @@ from .._runtime.errors import check
 from .._spec.geometry import c_strides as _c_strides
 from .._spec.geometry import stand_in
 from .._runtime.stream import CU_STREAM_LEGACY, as_stream, stream_wait
+from .types import DeviceLike, DTypeLike, Index, StreamLike
 
-__all__ = ["DeviceArray", "empty", "empty_cache", "empty_on", "new_array", "nan_pattern"]
+__all__ = ["ArrayResult", "DeviceArray", "empty", "empty_cache", "empty_on", "new_array", "nan_pattern"]
 
 from .._spec.dtypes import BFLOAT16 as BF16, FLOAT8_E4M3 as FP8_E4M3  # noqa: E402  (one table of dtypes)
-
-if TYPE_CHECKING:
-    from .types import DeviceLike, DTypeLike, Index, StreamLike
 
 # Quiet-NaN bit patterns, one element wide (float8_e4m3fn has no inf; 0x7F is its NaN).
 _NAN_BITS: dict[np.dtype, int] = {
@@ -319,6 +317,10 @@ def _shape_tuple(shape) -> tuple[int, ...]:
     if any(n < 0 for n in shape):
         raise ValueError(f"shape must be non-negative, got {shape}")
     return shape
+
+
+#: What a NumPy-or-device function returns: a NumPy array for NumPy inputs, a DeviceArray for device ones.
+ArrayResult: TypeAlias = Union[NDArray[Any], DeviceArray]
 
 
 def empty(shape, dtype, *, device=None, stream=None) -> DeviceArray:

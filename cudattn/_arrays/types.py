@@ -4,7 +4,7 @@ Annotations only. cudattn's modules use ``from __future__ import annotations``, 
 is a string that no call evaluates: these names cost nothing on the hot path, and nothing here
 is checked at run time (each function checks its own arguments and raises ``TypeError`` /
 ``ValueError`` as documented). They are real objects, not ``TYPE_CHECKING``-only names, so
-``typing.get_type_hints`` resolves every public signature (cudattn/tests/test_typing.py checks).
+``typing.get_type_hints`` resolves every public signature (tests/test_typing.py checks).
 
 Inputs
 ------
@@ -32,29 +32,20 @@ Layout, QuantizePer
 DTypeLike
     ``numpy.typing.DTypeLike``, re-exported.
 
-Results
--------
-ArrayResult
-    What a NumPy-or-device function returns: a NumPy array for NumPy inputs, a
-    :class:`cudattn.DeviceArray` for device inputs.
+The result alias, ``ArrayResult`` (a NumPy array for NumPy inputs, a :class:`cudattn.DeviceArray`
+for device inputs), is defined beside DeviceArray in `array`, which imports these.
 """
 
 from __future__ import annotations
 
 from types import EllipsisType
-from typing import TYPE_CHECKING, Any, Literal, Protocol, SupportsIndex, TypeAlias, Union
+from typing import Any, Literal, Protocol, SupportsIndex, TypeAlias, Union
 
 from numpy.typing import ArrayLike as HostArrayLike
 from numpy.typing import DTypeLike, NDArray
 
-from .array import DeviceArray
-
-if TYPE_CHECKING:
-    from .array import DeviceArray
-
 __all__ = [
     "ArrayLike",
-    "ArrayResult",
     "DTypeLike",
     "DescaleLike",
     "DeviceArrayLike",
@@ -119,4 +110,3 @@ QuantizePer: TypeAlias = Literal["tensor", "head"]
 #: One entry of a basic index (``DeviceArray.__getitem__``).
 Index: TypeAlias = Union[SupportsIndex, slice, EllipsisType, None]
 
-ArrayResult: TypeAlias = Union[NDArray[Any], DeviceArray]

@@ -13,7 +13,8 @@ from .._calls.operands import array_key, array_or_none, check_not_mixed, tag
 from .._runtime import device as _device
 from . import varlen as _varlen_api
 from .._arrays.array import DeviceArray
-from .._arrays.types import ArrayLike, ArrayResult, DescaleLike, DTypeLike, Layout, StreamLike
+from .._arrays.types import ArrayLike, DescaleLike, DTypeLike, Layout, StreamLike
+from .._arrays.array import ArrayResult
 from .._arrays.importer import OTHER, kind_of
 from .._spec.validate import validate
 

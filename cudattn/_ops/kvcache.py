@@ -28,7 +28,8 @@ from .._arrays import host_io as _host_io
 from .._spec.geometry import span
 from .._arrays.importer import OTHER, kind_of
 from .._spec.geometry import TensorGeom
-from .._arrays.types import ArrayLike, ArrayResult, DescaleLike, StreamLike
+from .._arrays.types import ArrayLike, DescaleLike, StreamLike
+from .._arrays.array import ArrayResult
 from .._spec.validate import check_out
 from .._numpy.kvcache import attention_with_kvcache_host
 from .._spec.kvcache import check_packed_q, validate_kvcache

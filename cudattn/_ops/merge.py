@@ -12,7 +12,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from .._arrays import importer as _importer
-from .._arrays.types import ArrayLike, ArrayResult, Layout, StreamLike
+from .._arrays.types import ArrayLike, Layout, StreamLike
+from .._arrays.array import ArrayResult
 from .._calls.call import Call
 from .._kernels import merge as _merge
 from .._numpy.merge import merge_host

@@ -10,7 +10,8 @@ import numpy as np
 
 from .._calls.call import Call
 from .._arrays import importer as _importer
-from .._arrays.types import ArrayLike, ArrayResult, DTypeLike, Layout, QuantizePer, StreamLike
+from .._arrays.types import ArrayLike, DTypeLike, Layout, QuantizePer, StreamLike
+from .._arrays.array import ArrayResult
 from .._spec.quantize import _check_heads_kv, _check_layout, _check_out_dtype, _check_per
 from .._kernels.quantize import _dequantize_device, _quantize_device
 from .._numpy.quantize import _dequantize_host, _quantize_host
