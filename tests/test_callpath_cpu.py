@@ -1,6 +1,6 @@
 """CPU: the call path's decisions and the recorded replay, with the driver's launch faked.
 
-`_callpath.run` with a stand-in full path that launches one kernel through `_launch.launch`: the
+`Call.run` with a stand-in full path that launches one kernel through `_launch.launch`: the
 first call runs the full path and records it (recording needs no GPU: launches are only noted),
 later calls replay. The fake `cuLaunchKernel` reads the params block each launch receives, so the
 tests see the addresses a replay patched in, the stream, and which path ran. What they pin down:
@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 
 from cudattn._calls import call as _callpath
+from cudattn._calls import operands as _operands
+from cudattn._calls.call import Call
 from cudattn._runtime import launch as _launch
 from cudattn._runtime import recording as _recording
 from cudattn._arrays.array import DeviceArray
@@ -55,7 +57,7 @@ def world(monkeypatch):
         return (0,)
 
     monkeypatch.setattr(_launch, "_cuLaunchKernel", launch)
-    monkeypatch.setattr(_callpath, "stream_wait", lambda c, p: log["waits"].append((c, p)))
+    monkeypatch.setattr(_operands, "stream_wait", lambda c, p: log["waits"].append((c, p)))
     monkeypatch.setattr(_callpath._lifetime, "hold", lambda c, refs: log["holds"].append((c, refs)))
     monkeypatch.setattr(_callpath._device, "get_device", lambda *a: None)
     monkeypatch.setattr(_callpath, "_plans", {})
@@ -69,10 +71,9 @@ def _call(log, q, o):
         _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, CONSUMER, _Params(qa.ptr, oa.ptr, 5, 0))
         return oa
 
-    consumer, keep, ops, sig, unordered = _callpath.operands((q, o), ("q", "out"), None)
-    assert consumer == CONSUMER
-    return _callpath.run(("fake", sig), (q, o), ops, ("q", "out"), consumer, keep, full, tensors=2, out_index=1,
-                         allocates=False, unordered=unordered)
+    call = Call("fake", (q, o), ("q", "out"), None)
+    assert call.consumer == CONSUMER
+    return call.run(call.key(), full, tensors=2, out_index=1, allocates=False)
 
 
 def test_a_replay_passes_the_new_addresses(world):
@@ -142,11 +143,11 @@ def test_a_packages_current_stream_is_asked_once_per_call_not_per_operand(monkey
 
     monkeypatch.setattr(_importer, "_SMV", types.SimpleNamespace(from_any_interface=lambda obj, s: View(obj)))
     names = ("q", "k", "v", "out", "x")
-    consumer, keep, ops, sig, unordered = _callpath.operands(tuple(Arr(p << 16, 0) for p in range(1, 6)), names, None)
+    consumer, keep, ops, sig, unordered = _operands.operands(tuple(Arr(p << 16, 0) for p in range(1, 6)), names, None)
     assert consumer == 0x5000 and keep.ptr == 0x5000 and not unordered
     assert [a.stream_handle for a in ops] == [0x5000] * 5
     assert asked == [0, 0], asked  # the first operand's stream, then its owner (the call's keep)
     asked.clear()  # operands on another device (refused later by the full path) get that device's stream
     objs = (Arr(0x10000, 0), Arr(0x20000, 0), Arr(0x30000, 1), Arr(0x40000, 1))
-    consumer, keep, ops, sig, unordered = _callpath.operands(objs, names[:4], None)
+    consumer, keep, ops, sig, unordered = _operands.operands(objs, names[:4], None)
     assert [a.stream_handle for a in ops] == [0x5000, 0x5000, 0x5001, 0x5001] and unordered

@@ -21,7 +21,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("kernel_family")]
 def test_longer_queries_take_the_prefill_kernels():
     from dataclasses import replace
 
-    from cudattn._spec.problem import KvCache, Problem, TensorGeom
+    from cudattn._spec.geometry import TensorGeom
+    from cudattn._spec.problem import KvCache, Problem
 
     g = TensorGeom(1, 1, 1)
     p = Problem(2, _decode.DECODE_MAX_SQ + 1, 64, 4, 4, 64, np.dtype(F16), np.dtype(F16), "bshd", True, 1.0, False,
@@ -129,11 +130,11 @@ def test_packed_q_without_rows():
 def test_gathered_copy_sized_by_known_lengths(host_lengths, monkeypatch):
     """With NumPy lengths the copy of a paged cache holds only the rows the longest sequence uses
     (capacity 4096 here, 300 used); with device lengths, the capacity."""
-    from cudattn._ops import kvcache as _kvcache
+    from cudattn._kernels import kvcache as _kv_launches
 
     seen = []
-    real = _kvcache._gather
-    monkeypatch.setattr(_kvcache, "_gather", lambda *a: seen.append(a[-1]) or real(*a))
+    real = _kv_launches._gather
+    monkeypatch.setattr(_kv_launches, "_gather", lambda *a: seen.append(a[-1]) or real(*a))
     kvcache_case(2, 64, 4096, 4, 2, 64, [300, 17], page_size=16, causal=True, table_on_device=not host_lengths)
     # the first call of a signature runs its full path twice (once recorded for the replay)
     assert seen and set(seen) == {300 if host_lengths else None}

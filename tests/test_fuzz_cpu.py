@@ -29,7 +29,7 @@ No GPU here, so the module fixture `_no_gpu` replaces, for this module only:
   stream, created on first use): handle 0x5EED; ``_protocols.stream_wait`` (an event): nothing;
   ``_callpath.is_capturing`` (a stream query): never capturing;
 - the first GPU work of each entry point raises `ReachedGPU`: ``_kernels.attention.run_device`` (the device
-  path of attention, after validate), ``_kvcache._run``, ``_device.device_properties`` (the NumPy
+  path of attention, after validate), ``_kernels.kvcache.run_kvcache``, ``_device.device_properties`` (the NumPy
   paths, and quantize/dequantize on the device, ask for it right after their checks),
   ``_array.empty_on`` / ``_host_io.to_device`` (allocations and uploads).
 
@@ -54,6 +54,7 @@ from hypothesis import strategies as st
 
 import cudattn
 from cudattn._kernels import attention as _launches
+from cudattn._kernels import kvcache as _kv_launches
 from cudattn._ops import attention as _api
 from cudattn._arrays import array as _array
 from cudattn._calls import call as _callpath
@@ -166,9 +167,9 @@ def _no_gpu():
         mp.setattr(_callpath, "is_capturing", lambda stream: False)
         mp.setattr(_device, "device_properties", _reached("device_properties"))
         mp.setattr(_launches, "run_device", _reached_run_device)
-        mp.setattr(_kvcache, "_run", _reached_kvcache_run)
+        mp.setattr(_kv_launches, "run_kvcache", _reached_kvcache_run)
         mp.setattr(_array, "empty_on", _reached("empty_on"))
-        mp.setattr(_transfer, "to_device", _reached("to_device"))
+        mp.setattr(_host_io, "to_device", _reached("to_device"))
         yield
 
 

@@ -38,6 +38,7 @@ from cudattn._runtime import stream as _stream
 from cudattn._numpy import attention as _host
 from cudattn._arrays import pinned as _pinned
 from cudattn._arrays import staging as _staging
+from cudattn._arrays import host_io as _host_io
 from cudattn._arrays import transfer as _transfer
 from cudattn._arrays.array import DeviceArray
 from cudattn._numpy.attention import plan_batch_chunks
@@ -541,7 +542,7 @@ def fake_gpu(request, lazy, monkeypatch):
     monkeypatch.setattr(_device, "device_properties", lambda device=None: types.SimpleNamespace(device_id=0))
     monkeypatch.setattr(_transfer, "get_device", lambda device=None: dev)
     monkeypatch.setattr(_array, "empty_on", lambda shape, dtype, d, ref: dev.alloc(shape, dtype, ref))
-    monkeypatch.setattr(_transfer, "empty", lambda shape, dtype, *, device=None, stream=None:
+    monkeypatch.setattr(_host_io, "empty", lambda shape, dtype, *, device=None, stream=None:
                         dev.alloc(shape, dtype, _host._stream.as_stream(stream, 0)))
     monkeypatch.setattr(_launches, "run_device", dev.run_device)
     monkeypatch.setattr(_host, "PIPELINE_MIN_BYTES", 0)  # pipeline even these small problems

@@ -501,7 +501,7 @@ def host_driver(monkeypatch):
         keep.append(host)
         return DeviceArray(host.ctypes.data, host.shape, host.dtype, device_id=0, owner=host, stream_handle=7)
 
-    monkeypatch.setattr(_transfer, "empty", fake_empty)
+    monkeypatch.setattr(_host_io, "empty", fake_empty)
     return fake
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from cudattn._runtime import recording as _recording
 from cudattn._arrays import stream_memory as sm
+from cudattn._runtime import stream as _stream
 
 CALL_STREAM, OTHER_STREAM, LIBRARY_STREAM = 0x1000, 0x2000, 0x3000
 
@@ -55,11 +56,11 @@ def fake(monkeypatch):
 
     monkeypatch.setattr(sm, "driver", drv)
     monkeypatch.setattr(sm._alloc, "allocate", allocate)
-    monkeypatch.setattr(sm, "is_capturing", lambda s: s in state.capturing)
+    monkeypatch.setattr(_stream, "is_capturing", lambda s: s in state.capturing)
     monkeypatch.setattr(sm, "_blocks", {})
     monkeypatch.setattr(sm, "_retired", [])
     monkeypatch.setattr(sm, "_workspace_bytes", {})
-    monkeypatch.setattr(sm, "_default_stream_ref", lambda d: types.SimpleNamespace(handle=LIBRARY_STREAM))
+    monkeypatch.setattr(_stream, "_default_stream_ref", lambda d: types.SimpleNamespace(handle=LIBRARY_STREAM))
     return state
 
 

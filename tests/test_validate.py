@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from cudattn._spec import dtypes as _dtypes
-from cudattn._spec.problem import Problem, TensorGeom
+from cudattn._spec.geometry import TensorGeom
+from cudattn._spec.problem import Problem
 from cudattn._spec.validate import validate
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -38,7 +38,7 @@ from cuda.bindings import driver
 from . import alloc as _alloc
 from .._runtime import recording as _recording
 from .._runtime.errors import check
-from .._runtime.stream import _default_stream_ref, is_capturing
+from .._runtime import stream as _stream
 
 __all__ = ["counters", "workspace", "release", "WORKSPACE_KEPT_MAX", "WORKSPACE_BUDGET"]
 
@@ -88,7 +88,7 @@ def counters(device_id: int, stream: int, count: int, keep: object = None, captu
     if rec is not None:
         return _Placeholder(rec.counters(count))
     if capturing is None:
-        capturing = is_capturing(stream)
+        capturing = _stream.is_capturing(stream)
     if stream == _PER_THREAD or capturing:  # the call's own (in a graph: a memory
         block = _alloc.allocate(device_id, 4 * count, stream, keep)  # node, zeroed by a memset node)
         _zero(block.ptr, count, stream)
@@ -105,7 +105,7 @@ def workspace(device_id: int, stream: int, nbytes: int, keep: object = None, cap
     next on ``stream`` may overwrite; hold it until they are queued. ``capturing``: as for
     `counters`."""
     if capturing is None:
-        capturing = is_capturing(stream)
+        capturing = _stream.is_capturing(stream)
     if nbytes > WORKSPACE_KEPT_MAX or stream == _PER_THREAD or capturing:
         return _alloc.allocate(device_id, nbytes, stream, keep)  # the call's own (in a graph: a node)
     entry = _blocks.get((device_id, stream, _WORKSPACE))
@@ -178,7 +178,7 @@ def release(device_id: int) -> None:
         done.append(_blocks.pop(key))
     if not done:
         return
-    h = _default_stream_ref(device_id).handle
+    h = _stream._default_stream_ref(device_id).handle
     for c in done:
         check(driver.cuMemFreeAsync(c.ptr, h), "cuMemFreeAsync(a stream's kept memory)")
     check(driver.cuStreamSynchronize(h), "cuStreamSynchronize")

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from .._arrays import host_io as _host_io
-from .._kernels.kvcache import check_fp8_arch, rows_used, run_kvcache
+from .._kernels import kvcache as _kv_launches
 from .._runtime import device as _device
 from .._runtime import stream as _stream
 from .._spec.geometry import TensorGeom, contiguous_geom
@@ -25,7 +25,7 @@ def attention_with_kvcache_host(q, k_cache, v_cache, cache_seqlens, block_table,
     kv = problem.kv_cache
     device = _device.get_device(None)
     device_id = _device.device_properties(device).device_id
-    check_fp8_arch(kv, device_id)  # before the NumPy caches are changed
+    _kv_launches.check_fp8_arch(kv, device_id)  # before the NumPy caches are changed
     if k_new is not None:  # the NumPy caches are updated in place, here, before they go up
         _append_host(k_cache, v_cache, k_new, v_new, cache_seqlens, block_table, kv, descales[1:])
     sref = _stream.as_stream(stream, device)
@@ -42,8 +42,8 @@ def attention_with_kvcache_host(q, k_cache, v_cache, cache_seqlens, block_table,
         problem = replace(problem, kv_cache=replace(kv, k_descale_ptr=0 if dk is None else dk.ptr,
                                                     v_descale_ptr=0 if dv is None else dv.ptr,
                                                     q_descale_ptr=0 if dq is None else dq.ptr))
-    res = run_kvcache(problem, qa, ka, va, None, None, sl, bt, None, device, device_id, sref, None, cq,
-               rows_used(problem, cache_seqlens))
+    res = _kv_launches.run_kvcache(problem, qa, ka, va, None, None, sl, bt, None, device, device_id, sref, None, cq,
+               _kv_launches.rows_used(problem, cache_seqlens))
     o_dev, lse_dev = res if return_lse else (res, None)
     out = _host_io.to_host(o_dev, stream=sref)
     return (out, _host_io.to_host(lse_dev, stream=sref)) if return_lse else out

@@ -33,7 +33,7 @@ from .._arrays.array import ArrayResult
 from .._spec.validate import check_out
 from .._numpy.kvcache import attention_with_kvcache_host
 from .._spec.kvcache import check_packed_q, validate_kvcache
-from .._kernels.kvcache import rows_used, run_kvcache
+from .._kernels import kvcache as _kv_launches
 
 
 
@@ -191,10 +191,10 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
         device = _device.get_device(device_id)
         sref = call.stream_ref()
         # NumPy index arrays were checked; now they go up (stream-ordered, before the kernels).
-        rows = rows_used(problem, sl)
+        rows = _kv_launches.rows_used(problem, sl)
         sl, bt, cq = (_host_io.to_device(x, device=device, stream=sref) if isinstance(x, np.ndarray) else x
                       for x in (sl, bt, cq))
-        return run_kvcache(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa, cq, rows)
+        return _kv_launches.run_kvcache(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa, cq, rows)
 
     return call.run(key, full, tensors=6, out_index=5, allocates=out is None or return_lse is True, force_full=suspect)
 

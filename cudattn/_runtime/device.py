@@ -1,4 +1,4 @@
-"""Devices: the primary context made current, the library's default streams, cached properties.
+"""Devices: the primary context made current, and cached device properties.
 
 cudattn runs in each device's *primary* context, the one PyTorch, CuPy and JAX use,
 so pointers and streams pass between them and cudattn without translation.

@@ -1,4 +1,4 @@
-"""The ``stream=`` argument: adapt what callers pass to one ``CUstream`` handle.
+"""The ``stream=`` argument adapted to one ``CUstream`` handle; the library's own streams; capture state.
 
 Accepted (checked in this order, cheapest first, since this runs on every call):
 
