@@ -1,9 +1,12 @@
 """Shared pytest setup.
 
 - Tests marked ``gpu`` are skipped (never faked) where no CUDA device is present.
-- Tests marked ``slow`` (long property-based runs) run by default; ``-m "not slow"`` leaves them out.
-- The markers are registered here, not in a configuration file, so the installed tests
-  (``python -m pytest --pyargs cudattn.tests``) need nothing from the checkout.
+- Tests marked ``compile`` build every kernel for sm_80, sm_89 and sm_90a with NVRTC and read
+  their ptxas reports and SASS (every test that uses the ``kernel_cache`` fixture is marked here);
+  tests marked ``slow`` are the long property-based runs. The default run (``pyproject.toml``'s
+  ``-m "not slow and not compile"``) leaves both out; ``-m "slow or compile"`` runs them, and a
+  later ``-m`` replaces the default one.
+- The tests import the installed ``cudattn`` (the header line names the one under test).
 - Host memory: the run's peak resident set size is printed at the end; with
   ``CUDATTN_TEST_MAX_RSS_MIB`` set (CI sets it), a larger peak fails the run, so no test can
   quietly build a multi-GiB host array.
@@ -39,7 +42,15 @@ def kernel_cache(tmp_path_factory):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU (skipped, never faked, where none is present)")
-    config.addinivalue_line("markers", "slow: a long property-based run; deselect with -m 'not slow'")
+    config.addinivalue_line("markers", "slow: a long property-based run (left out by default; -m slow runs it)")
+    config.addinivalue_line("markers", "compile: builds every kernel of three archs with NVRTC (left out by default; "
+                                       "-m compile runs it)")
+
+
+def pytest_report_header(config):
+    import cudattn
+
+    return f"cudattn {cudattn.__version__} from {os.path.dirname(cudattn.__file__)}"
 
 
 @functools.lru_cache(maxsize=None)
@@ -57,7 +68,11 @@ def gpu_available() -> bool:
         return False
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "kernel_cache" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.compile)
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if gpu_items and not gpu_available():
         skip = pytest.mark.skip(reason="no CUDA device available")

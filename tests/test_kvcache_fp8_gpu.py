@@ -139,7 +139,7 @@ def _check_fp8_decode(page, dtype, descale, splits, Sq, Hq, D=128):
     kc2, vc2 = cudattn.to_host(kcd), cudattn.to_host(vcd)
     # the appended rows are the host's quantization, bit for bit
     want_k, want_v = kc.copy(), vc.copy()
-    from cudattn._ops.kvcache import _append_host
+    from cudattn._numpy.kvcache import _append_host
     from cudattn._spec.problem import KvCache
 
     kv = KvCache(paged=table is not None, page_size=shape[1], max_pages=1 if table is None else table.shape[1],

@@ -28,7 +28,7 @@ PACKAGE_ROOTS = ("cudattn", "nvrtc_cache", "cu_src")
 def _source_tree() -> Path | None:
     env = os.environ.get("CUDATTN_SOURCE_TREE")
     candidates = [Path(env)] if env else []
-    candidates.append(Path(__file__).resolve().parents[2])  # tests/ -> the checkout
+    candidates.append(Path(__file__).resolve().parents[1])  # tests/ -> the checkout
     for tree in candidates:
         if (tree / "pyproject.toml").is_file() and (tree / "cu_src").is_dir():
             return tree
@@ -83,8 +83,8 @@ def test_wheel_holds_every_package_and_kernel_source(tmp_path):
     tree = _copy_tree(TREE, tmp_path / "src")  # a clean copy: no build/ or egg-info left by others
     wheel = build_wheel(tree, tmp_path / "dist")
     expected = expected_files(tree)
-    assert {"cudattn/_selfcheck/__init__.py", "cudattn/bench/__init__.py", "tests/conftest.py",
-            "cu_src/include/cudattn/params.cuh", "cudattn/py.typed"} <= expected
+    assert {"cudattn/_selfcheck/__init__.py", "cudattn/bench/__init__.py", "cudattn/_calls/__init__.py",
+            "cudattn/reference/__init__.py", "cu_src/include/cudattn/params.cuh", "cudattn/py.typed"} <= expected
     assert missing_from_wheel(wheel, tree) == []
     with zipfile.ZipFile(wheel) as zf:
         meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
@@ -111,4 +111,4 @@ def test_check_catches_a_package_left_out(tmp_path):
     assert find in text, "update this control to pyproject.toml's package list"
     conf.write_text(text.replace(find, '[tool.setuptools]\npackages = ["cudattn", "cudattn.bench", "nvrtc_cache", "cu_src"]'))
     missing = missing_from_wheel(build_wheel(tree, tmp_path / "dist"), tree)
-    assert "cudattn/_selfcheck/__init__.py" in missing and "tests/conftest.py" in missing
+    assert "cudattn/_selfcheck/__init__.py" in missing and "cudattn/_calls/call.py" in missing
