@@ -7,7 +7,7 @@ knows (flags, scalars; `typed` joins each value's type, since ``True``, ``1`` an
 hash alike and validate differently), and hands :meth:`Call.run` its full path: a function of the
 adapted operands that validates and launches. Everything else is here, written once.
 
-**Plan** (:func:`run`): the call signature (with the flags; never addresses) finds a recorded
+**Plan** (:meth:`Call.run`): the call signature (with the flags; never addresses) finds a recorded
 `replay.Replay`. The first call of a signature runs the full path (validation with its precise
 errors, planning, the launches), then records it. A warm call allocates its outputs on the call's
 stream and launches.
@@ -30,7 +30,7 @@ from .._spec.geometry import span as _span
 from . import replay as _replay
 from .operands import check_addresses, check_one_device, operands, order_and_hold
 
-__all__ = ["Call", "RecordedCall", "run", "typed"]
+__all__ = ["Call", "RecordedCall", "typed"]
 
 _plans: dict = {}
 _PLANS_MAX = 4096
@@ -48,7 +48,7 @@ def typed(*values) -> tuple:
 
 class Call:
     """One device call of a public entry point: its operands adapted for reading on the call's
-    stream (:func:`operands.operands`), and what :func:`run` needs besides the entry's key and full path.
+    stream (:func:`operands.operands`), and :meth:`run`, which finds its recorded plan or runs its full path.
 
     ``objs``: the caller's arrays in the entry's order (None where absent); ``names``: theirs, for
     errors. ``ops``: them adapted (DeviceArrays); ``consumer``: the call's stream handle, ``keep``
@@ -71,9 +71,50 @@ class Call:
         return StreamRef(self.consumer, self.keep)
 
     def run(self, key, full, *, tensors: int, out_index: int | None, allocates: bool, force_full: bool = False):
-        """`run` this call: its recorded plan for ``key``, else ``full(*ops)`` (then recorded)."""
-        return run(key, self.objs, self.ops, self.names, self.consumer, self.keep, full, tensors=tensors,
-                   out_index=out_index, allocates=allocates, unordered=self.unordered, force_full=force_full)
+        """This call: the recorded plan for ``key`` when there is one (``full(*ops)`` records it on a miss).
+
+        ``key``: the call's signature (:meth:`key`); ``full(*ops)`` is the full path (validate, plan,
+        launch) on the adapted operands; ``tensors``: the leading operands that are attention tensors
+        (checked for null pointers and overlap with the output at ``out_index``); ``allocates``: the
+        call returns arrays cudattn allocates (no ``out=``, or an LSE); ``force_full``: an
+        address-dependent case the entry wants the full path to judge. Returns what ``full`` returns."""
+        objs, ops, names, consumer, keep = self.objs, self.ops, self.names, self.consumer, self.keep
+        if _lifetime.pending:
+            _lifetime.release_done()
+        key = (key, _traits.FORCED_FAMILY)  # tests may force the portable kernels
+        try:
+            plan = _plans.get(key)
+        except TypeError:  # an unhashable argument: the full path says which
+            key, plan = None, _FULL_ONLY
+        if allocates and is_capturing(consumer):
+            raise ValueError("the stream is in CUDA graph capture, and cudattn cannot allocate the output inside "
+                             "a graph it does not own: pass out= (and call without return_lse)")
+        device_id = ops[0].device_id
+        ptrs = [0 if a is None else a.ptr for a in ops]
+        if plan.__class__ is RecordedCall and not force_full and plan.plain(ptrs):
+            held = order_and_hold(objs, ops, consumer) if self.unordered else None
+            if consumer in _SPECIAL_STREAMS:  # the legacy / per-thread stream: the current context decides
+                _device.get_device(device_id)
+            # a call that allocates has just learnt that its stream does not capture (else it raised)
+            result = plan.replay.run(ops, ptrs, device_id, consumer, keep, False if allocates else None)
+        else:
+            _device.get_device(device_id)
+            check_one_device(ops, names)
+            check_addresses(ops, names, tensors, out_index)
+            held = order_and_hold(objs, ops, consumer)
+            result = full(*ops)
+            if key is not None and plan is None:
+                if len(_plans) >= _PLANS_MAX:  # many distinct shapes (variable lengths): keep the table bounded
+                    _plans.clear()
+                try:
+                    _plans[key] = RecordedCall(_replay.record(full, ops, consumer), ops, tensors, out_index)
+                except _replay.NotReplayable:
+                    _plans[key] = _FULL_ONLY
+        if out_index is not None and ops[out_index] is not None:
+            ops[out_index].stream_handle = consumer  # consumers of `out` now order after this call
+        if held is not None:
+            _lifetime.hold(consumer, held)
+        return result
 
 
 class RecordedCall:
@@ -108,52 +149,3 @@ class RecordedCall:
                 if p + a < hi and lo < p + b:
                     return False
         return True
-
-
-def run(key, objs, ops, names, consumer: int, keep, full, *, tensors: int, out_index: int | None,
-        allocates: bool, unordered: bool = True, force_full: bool = False):
-    """One call: the recorded plan for ``key`` when there is one (``full(*ops)`` records it on a miss).
-
-    ``key``: the call's signature (``sig`` from `operands` and the other arguments, tagged);
-    ``full(*operands)`` is the full path (validate, plan, launch) on DeviceArrays; ``objs`` the
-    caller's arrays, ``ops`` them adapted; ``tensors``: the leading operands that are attention
-    tensors (checked for null pointers and overlap with the output at ``out_index``);
-    ``allocates``: the call returns arrays cudattn allocates (no ``out=``, or an LSE);
-    ``unordered``: from `operands`; ``force_full``: an address-dependent case the caller wants the
-    full path to judge. Returns what ``full`` returns."""
-    if _lifetime.pending:
-        _lifetime.release_done()
-    key = (key, _traits.FORCED_FAMILY)  # tests may force the portable kernels
-    try:
-        plan = _plans.get(key)
-    except TypeError:  # an unhashable argument: the full path says which
-        key, plan = None, _FULL_ONLY
-    if allocates and is_capturing(consumer):
-        raise ValueError("the stream is in CUDA graph capture, and cudattn cannot allocate the output inside "
-                         "a graph it does not own: pass out= (and call without return_lse)")
-    device_id = ops[0].device_id
-    ptrs = [0 if a is None else a.ptr for a in ops]
-    if plan.__class__ is RecordedCall and not force_full and plan.plain(ptrs):
-        held = order_and_hold(objs, ops, consumer) if unordered else None
-        if consumer in _SPECIAL_STREAMS:  # the legacy / per-thread stream: the current context decides
-            _device.get_device(device_id)
-        # a call that allocates has just learnt that its stream does not capture (else it raised)
-        result = plan.replay.run(ops, ptrs, device_id, consumer, keep, False if allocates else None)
-    else:
-        _device.get_device(device_id)
-        check_one_device(ops, names)
-        check_addresses(ops, names, tensors, out_index)
-        held = order_and_hold(objs, ops, consumer)
-        result = full(*ops)
-        if key is not None and plan is None:
-            if len(_plans) >= _PLANS_MAX:  # many distinct shapes (variable lengths): keep the table bounded
-                _plans.clear()
-            try:
-                _plans[key] = RecordedCall(_replay.record(full, ops, consumer), ops, tensors, out_index)
-            except _replay.NotReplayable:
-                _plans[key] = _FULL_ONLY
-    if out_index is not None and ops[out_index] is not None:
-        ops[out_index].stream_handle = consumer  # consumers of `out` now order after this call
-    if held is not None:
-        _lifetime.hold(consumer, held)
-    return result
