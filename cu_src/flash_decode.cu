@@ -1,5 +1,5 @@
 // Entry point of the split-KV decode kernel (cudattn/fwd_decode.cuh). One NVRTC program per
-// variant, chosen by the CUDATTN_* macros that cudattn/_traits.py passes as -D options.
+// variant, chosen by the CUDATTN_* macros that cudattn/_kernels/traits.py passes as -D options.
 #include "cudattn/fwd_decode.cuh"
 
 #if CUDATTN_DTYPE_BF16

@@ -1,5 +1,5 @@
 // Entry point of the portable (sm_80+) forward kernel. One NVRTC program per variant: the
-// variant is chosen by the CUDATTN_* macros that cudattn/_traits.py passes as -D options.
+// variant is chosen by the CUDATTN_* macros that cudattn/_kernels/traits.py passes as -D options.
 #include "cudattn/fwd_sm80.cuh"
 
 #ifndef CUDATTN_MODS

@@ -1,5 +1,5 @@
 // Entry point of the Hopper (sm_90a) forward kernel. One NVRTC program per variant: the variant
-// is chosen by the CUDATTN_* macros that cudattn/_traits.py passes as -D options.
+// is chosen by the CUDATTN_* macros that cudattn/_kernels/traits.py passes as -D options.
 #include "cudattn/fwd_sm90.cuh"
 
 #ifndef CUDATTN_CONSUMERS

@@ -1,4 +1,4 @@
-// FP8 (e4m3) quantization for cudattn.quantize_fp8 / cudattn.dequantize (cudattn/_quantize.py).
+// FP8 (e4m3) quantization for cudattn.quantize_fp8 / cudattn.dequantize (cudattn/_kernels/quantize.py).
 //
 // x is 4-D, (B, S, H, D) ("bshd") or (B, H, S, D) ("bhsd"), unit stride along D. Its heads are cut
 // into G groups (group g: heads g*H/G .. (g+1)*H/G - 1); group t = b*G + g is n_outer x n_inner rows
@@ -25,7 +25,7 @@
 // e4m3 conversion instruction needs sm_89+, so CUDATTN_QX builds are for sm_89 and newer only.
 #include "cudattn/elem.cuh"
 
-// One parameter struct for the three kernels; mirrored by cudattn/_quantize.py (Fp8QuantParams).
+// One parameter struct for the three kernels; mirrored by cudattn/_kernels/quantize.py (Fp8QuantParams).
 struct Fp8QuantParams {
     const void* x;
     void* y;           // C-contiguous in x's layout: e4m3 (quantize) or the output dtype (dequantize)

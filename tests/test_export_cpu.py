@@ -159,7 +159,7 @@ def test_kernel_declarations_have_the_mirrors_layout(tmp_path, source, options, 
     by_name = {n: c for c, n in _cabi.STRUCTS}
     if source is None:
         _, headers = _kernels.sources()
-        text = '#include "cudattn/params_sm90.cuh"\n#include "cudattn/params_decode.cuh"\n'
+        text = '#include "cudattn/sm90/params.cuh"\n#include "cudattn/params_decode.cuh"\n'
     else:
         text, headers = _kernels.sources(source)
     asserts = "".join(_cabi.kernel_asserts(by_name[n], n) for n in names)
@@ -256,12 +256,12 @@ int main(void) {
             printf("P %d %d %d %d %d %d %s\n", fams[fam], dts[dt], out, d, c, sq, row < 0 ? "-" : cudattn_kernel_table[row].file);
         }
     for (i = 1; i < 400; i += 3) for (d = 1; d < 600; d += 7) for (c = 1; c < 3; ++c)
-        printf("S %d %d %d %d\n", i, d, c, cudattn__splits(i, d, 132, c));
+        printf("S %d %d %d %d\n", i, d, c, cudattn__choose_num_splits(i, d, 132, c));
     h.smem_per_sm = 233472;
     for (dt = 0; dt < 2; ++dt) for (d = 8; d <= 256; d += 8) for (i = 1; i <= 40; i += 3) for (c = 0; c < 2; ++c) {
         const int row = cudattn__select_decode(&h, dts[dt], d, i);
         printf("D %d %d %d %d %s %d\n", dts[dt], d, i, c, row < 0 ? "-" : cudattn_kernel_table[row].file,
-               row < 0 ? 0 : cudattn__decode_blocks_per_sm(&h, &cudattn_kernel_table[row], c));
+               row < 0 ? 0 : cudattn__blocks_per_sm(&h, &cudattn_kernel_table[row], c));
     }
     return 0;
 }

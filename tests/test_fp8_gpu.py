@@ -20,101 +20,23 @@ a factor, which this still fails. The NumPy emulation (exact float32 sums) stays
 
 Inputs are fresh random N(0,1) values (and an outlier distribution) made FP8 with
 cudattn.quantize_fp8 per tensor or per head; outputs are poisoned with NaN before each launch.
-Both kernel families run on Hopper (the portable one by forcing _traits.FORCED_FAMILY).
+Both kernel families run on Hopper (the portable one by forcing _traits.FORCED_FAMILY). Determinism,
+the NumPy path, the quantiser and threads are in test_fp8_paths_gpu.py.
 """
 
 from __future__ import annotations
 
-import itertools
-
-import ml_dtypes
 import numpy as np
 import pytest
 
 import cudattn
 from cudattn import reference
+from _fp8_cases import BF16, _block_n, _poisoned_out, _seed, make_inputs
+from _fp8_cases import kernel_family as kernel_family  # fixtures
 
 pytestmark = pytest.mark.gpu
 
-FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
-BF16 = np.dtype(ml_dtypes.bfloat16)
 OUT_DTYPES = {"default": None, "float16": np.float16, "bfloat16": BF16, "float32": np.float32}
-_seed = itertools.count(5000)
-
-
-@pytest.fixture(params=["fastest", "portable"], autouse=True)
-def kernel_family(request, monkeypatch):
-    """Every test runs on the kernel family the device would pick (Hopper: the sm90 one) and, on
-    Hopper, once more on the portable sm80 family, which sm_89 devices run. FP8 needs sm_89+."""
-    from cudattn._runtime import device as _device
-    from cudattn._kernels import traits as _traits
-
-    arch = _device.device_properties(0).arch
-    if arch not in _traits.FP8_ARCHS:
-        pytest.skip(f"FP8 tensor cores need sm_89 or sm_90; this device is {arch}")
-    if request.param == "portable":
-        if arch not in _traits.HOPPER_ARCHS:
-            pytest.skip("the portable family is the fastest one on this device: covered by 'fastest'")
-        monkeypatch.setattr(_traits, "FORCED_FAMILY", "sm80")
-    return request.param
-
-
-def _block_n(D, causal, out_dtype, mods=None) -> int:
-    """The key tile of the FP8 kernel that serves this call (``mods``: its modifier keywords): the
-    emulation rounds P against the same running max then."""
-    from cudattn._runtime import device as _device
-    from cudattn._spec import modifiers as _modifiers
-    from cudattn._kernels import traits as _traits
-
-    mods = mods or {}
-    bits = ((_modifiers.MOD_WINDOW if mods.get("window_size") is not None else 0)
-            | (_modifiers.MOD_ALIBI if mods.get("alibi_slopes") is not None else 0)
-            | (_modifiers.MOD_SOFTCAP if mods.get("softcap") else 0))
-    return _traits.key_tile(_traits.FP8, D, causal, _device.device_properties(0), out_dtype, bits)
-
-
-def _shapes(B, Sq, Sk, Hq, Hkv, D, layout):
-    if layout == "bshd":
-        return (B, Sq, Hq, D), (B, Sk, Hkv, D)
-    return (B, Hq, Sq, D), (B, Hkv, Sk, D)
-
-
-def _source(rng, shape, dist):
-    """float32 values to quantise: N(0,1), or N(0,1) with 0.1% of entries set to ±(20..100)."""
-    x = rng.standard_normal(shape, dtype=np.float32)
-    if dist == "outliers":
-        hit = rng.random(shape) < 1e-3
-        x[hit] = rng.choice([-1.0, 1.0], hit.sum()) * rng.uniform(20, 100, hit.sum())
-    elif dist == "large":  # every entry near e4m3's largest, signs random
-        x = rng.choice([-1.0, 1.0], shape).astype(np.float32) * rng.uniform(400, 448, shape).astype(np.float32)
-    return x
-
-
-def make_inputs(rng, B, Sq, Sk, Hq, Hkv, D, *, layout="bshd", descales="array", dist="normal"):
-    """(q, k, v) e4m3 NumPy arrays and the descale keyword arguments (NumPy / floats / None).
-
-    descales: "array": per-head cudattn.quantize_fp8, (B, Hkv) arrays; "float": per-tensor, one
-    float each; "none": the values are cast to e4m3 directly (saturating), no descales."""
-    qs, ks = _shapes(B, Sq, Sk, Hq, Hkv, D, layout)
-    xs = [_source(rng, s, dist) for s in (qs, ks, ks)]
-    if descales == "none":
-        return tuple(np.clip(x, -448, 448).astype(FP8) for x in xs) + ({},)
-    per = "head" if descales == "array" else "tensor"
-    (q, qd), (k, kd), (v, vd) = (cudattn.quantize_fp8(x, per=per, layout=layout, heads_kv=Hkv) for x in xs)
-    for x8, d in ((q, qd), (k, kd), (v, vd)):
-        assert x8.dtype == FP8 and d.dtype == np.float32 and d.shape == (B, Hkv)
-    kw = dict(q_descale=qd, k_descale=kd, v_descale=vd)
-    if descales == "float":
-        kw = {n: float(d[0, 0]) for n, d in kw.items()}
-    return q, k, v, kw
-
-
-def _poisoned_out(shape, dtype, host):
-    if host:
-        return np.full(shape, np.nan, dtype=dtype)
-    out = cudattn._arrays.array.empty(shape, dtype, device=None, stream=None)
-    out.fill_nan()
-    return out
 
 
 def run(q, k, v, kw, *, causal=False, layout="bshd", scale=None, out_dtype=None, host=False, lse=True, mods=None):
@@ -325,86 +247,3 @@ def test_all_modifiers(causal, descales, host):
     mods = dict(window_size=(90, 3), softcap=5.0, alibi_slopes=(rng.random(4) * 0.2).astype(np.float32),
                 sinks=(rng.standard_normal(4) * 2).astype(np.float32))
     check(2, 400, 300, 4, 2, 128, causal=causal, descales=descales, host=host, mods=mods)
-
-
-def test_deterministic():
-    """Same inputs, several launches: bit-identical results (a race would move them)."""
-    rng = np.random.default_rng(7)
-    q, k, v, kw = make_inputs(rng, 2, 1023, 1023, 4, 4, 128)
-    args = tuple(cudattn.to_device(x) for x in (q, k, v))
-    dkw = {n: cudattn.to_device(d) for n, d in kw.items()}
-    first = cudattn.to_host(cudattn.attention(*args, causal=True, **dkw))
-    for _ in range(4):
-        out = _poisoned_out(q.shape, BF16, host=False)
-        again = cudattn.to_host(cudattn.attention(*args, causal=True, out=out, **dkw))
-        assert np.array_equal(first.view(np.uint16), again.view(np.uint16))
-    # and the NumPy path computes the very same bits
-    host = cudattn.attention(q, k, v, causal=True, **kw)
-    assert np.array_equal(first.view(np.uint16), host.view(np.uint16))
-
-
-def test_numpy_in_numpy_out():
-    rng = np.random.default_rng(3)
-    q, k, v, kw = make_inputs(rng, 2, 99, 99, 4, 4, 64)
-    out, lse = cudattn.attention(q, k, v, causal=True, return_lse=True, **kw)
-    assert type(out) is np.ndarray and out.dtype == BF16 and out.shape == q.shape
-    assert type(lse) is np.ndarray and lse.dtype == np.float32 and lse.shape == (2, 4, 99)
-    ref = reference.attention(q, k, v, causal=True, **kw)
-    emul = reference.attention_fp8_emulated(q, k, v, causal=True, block_n=_block_n(64, True, None), **kw)
-    ok, stats = reference.check_close_fp8(out, ref, emul)
-    assert ok, stats
-
-
-@pytest.mark.parametrize("per", ["tensor", "head"])
-def test_quantize_fp8_matches_the_reference_quantiser(per):
-    """cudattn.quantize_fp8 follows the documented rule (descale = amax/448, x/descale rounded
-    to nearest e4m3, saturating), which the reference's dequantisation assumes."""
-    rng = np.random.default_rng(4)
-    x = _source(rng, (2, 77, 6, 64), "outliers")
-    x8, d = cudattn.quantize_fp8(x, per=per, heads_kv=3)
-    r8, rd = reference.quantize_fp8(x, per=per, heads_kv=3)
-    np.testing.assert_allclose(d, rd, rtol=1e-6)
-    assert not np.isnan(x8.astype(np.float32)).any()
-    # one e4m3 step at most where x/descale sat on a rounding boundary
-    a, b = x8.astype(np.float64), r8.astype(np.float64)
-    assert np.all(np.abs(a - b) <= np.maximum(2.0**-3 * np.abs(b), 2.0**-9))
-    assert np.mean(a != b) < 1e-3
-
-
-def test_threads_sharing_a_stream_keep_their_transposed_v():
-    """Four threads call FP8 attention on one stream at once, each with its own inputs. A warm FP8
-    call is two launches (V's transpose into a workspace, then attention reading it): were the
-    workspace shared by the stream's calls, another thread's transpose could land between a call's
-    two launches and the call would read the wrong V. Every result equals its thread's call alone."""
-    import threading
-
-    from cuda.core import Device
-
-    dev = Device(0)
-    dev.set_current()
-    rng = np.random.default_rng(next(_seed))
-    inputs = []
-    for _ in range(4):
-        q, k, v, kw = make_inputs(rng, 1, 256, 1024, 4, 4, 128)
-        inputs.append((tuple(cudattn.to_device(x) for x in (q, k, v)), {n: cudattn.to_device(d) for n, d in kw.items()}))
-    stream = dev.create_stream()
-    alone = []
-    for args, dkw in inputs:
-        alone.append(cudattn.to_host(cudattn.attention(*args, stream=stream, **dkw)))
-    got: dict = {}
-
-    def work(i):
-        dev.set_current()
-        args, dkw = inputs[i]
-        got[i] = [cudattn.attention(*args, stream=stream, **dkw) for _ in range(25)]
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    stream.sync()
-    for i in range(4):
-        for o in got[i]:
-            assert cudattn.to_host(o).view(np.uint16).tobytes() == alone[i].view(np.uint16).tobytes(), \
-                f"thread {i}: a call read another call's data"

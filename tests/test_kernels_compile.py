@@ -146,7 +146,7 @@ def test_params_struct_matches_header():
 def test_sm90_params_struct_matches_header():
     """Three 128-byte tensor maps at 64-byte offsets, then FwdParams; size a multiple of 64."""
     _, headers = _kernels.sources()
-    body = headers["cudattn/params_sm90.cuh"].split("struct alignas(64) FwdSm90Params {", 1)[1].split("};", 1)[0]
+    body = headers["cudattn/sm90/params.cuh"].split("struct alignas(64) FwdSm90Params {", 1)[1].split("};", 1)[0]
     body = re.sub(r"//[^\n]*", "", body)
     assert re.sub(r"\s+", " ", body).strip() == "cudattn::sm90::TmaDescriptor tma_q, tma_k, tma_v; FwdParams p; int l2_section;"
     assert [f[0] for f in FwdSm90Params._fields_] == ["tma_q", "tma_k", "tma_v", "p", "l2_section", "pad_"]

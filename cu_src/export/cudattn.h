@@ -349,13 +349,18 @@ static inline cudattn_status cudattn__check_tensor(cudattn_handle* h, const char
     return CUDATTN_OK;
 }
 
-/* TMA can describe a tensor: every axis of more than one element has a positive stride below 2^40 bytes. */
-static inline int cudattn__tma_ok(const cudattn_tensor* t, int b, int s, int hh, int item) {
-    const long long st[3] = {t->stride_b, t->stride_s, t->stride_h};
-    const int n[3] = {b, s, hh};
-    int i;
-    for (i = 0; i < 3; ++i)
-        if (n[i] > 1 && !(st[i] > 0 && st[i] * item < (1LL << 40))) return 0;
+/* Whether the Hopper kernel's TMA maps can describe q, k and v, as cudattn/_kernels/plan.py _tma_can_map: every
+ * axis of more than one element has a positive stride below 2^40 bytes. */
+static inline int cudattn__tma_can_map(const cudattn_prefill_args* a, int item) {
+    const cudattn_tensor* t[3] = {&a->q, &a->k, &a->v};
+    const int seq[3] = {a->seqlen_q, a->seqlen_k, a->seqlen_k}, heads[3] = {a->heads_q, a->heads_kv, a->heads_kv};
+    int i, j;
+    for (i = 0; i < 3; ++i) {
+        const long long st[3] = {t[i]->stride_b, t[i]->stride_s, t[i]->stride_h};
+        const int n[3] = {a->batch, seq[i], heads[i]};
+        for (j = 0; j < 3; ++j)
+            if (n[j] > 1 && !(st[j] > 0 && st[j] * item < (1LL << 40))) return 0;
+    }
     return 1;
 }
 
@@ -409,7 +414,7 @@ static inline cudattn_status cudattn__check_scale(cudattn_handle* h, const char*
     return CUDATTN_OK;
 }
 
-/* Query/key pairs per L2 section of the Hopper kernel's causal tile order (as cudattn/_plan.py). */
+/* Query/key pairs per L2 section of the Hopper kernel's causal tile order, as cudattn/_kernels/plan.py _l2_section. */
 static inline int cudattn__l2_section(const cudattn_handle* h, const cudattn_prefill_args* a, long long ctas) {
     const long long pairs = (long long)a->batch * a->heads_q;
     const double kv_per_pair = 2.0 * a->seqlen_k * a->head_dim * cudattn__item(a->dtype) /
@@ -473,11 +478,7 @@ static inline cudattn_status cudattn_prefill(cudattn_handle* h, const cudattn_pr
     if (a->family != 0 && a->family != 80)
         return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "family must be 0 (automatic) or 80 (portable); got %d",
                              a->family);
-    family = a->family == 0 && strcmp(h->arch, "sm_90a") == 0 &&
-                     cudattn__tma_ok(&a->q, a->batch, a->seqlen_q, a->heads_q, item) &&
-                     cudattn__tma_ok(&a->k, a->batch, a->seqlen_k, a->heads_kv, item) &&
-                     cudattn__tma_ok(&a->v, a->batch, a->seqlen_k, a->heads_kv, item)
-                 ? 90 : 80;
+    family = a->family == 0 && strcmp(h->arch, "sm_90a") == 0 && cudattn__tma_can_map(a, item) ? 90 : 80;
     row = cudattn__select(h, family, a->dtype, fp8 ? out_dtype : -1, a->head_dim, a->causal != 0, a->seqlen_q);
     if (row < 0)
         return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "no kernel of this export serves dtype %d, head_dim %d "
@@ -618,19 +619,27 @@ typedef struct cudattn__decode_plan {
     size_t o_part, lse_part, counters, bytes; /* workspace offsets and size */
 } cudattn__decode_plan;
 
-/* FlashAttention's wave model, as cudattn/_decode.py choose_num_splits. */
-static inline int cudattn__splits(long long blocks, long long key_tiles, int sm_count, int blocks_per_sm) {
+/* The split heuristic's constants, as cudattn/_kernels/decode.py's of the same names. */
+#define CUDATTN__FULL_GRID_FRACTION 0.8
+#define CUDATTN__EFFICIENCY_TOLERANCE 0.95
+#define CUDATTN__MIN_TILES_PER_SPLIT 4
+#define CUDATTN__SMEM_RESERVED_PER_BLOCK 1024
+
+/* FlashAttention's wave model, as cudattn/_kernels/decode.py choose_num_splits. */
+static inline int cudattn__choose_num_splits(long long blocks, long long key_tiles, int sm_count, int blocks_per_sm) {
     double eff[CUDATTN_MAX_SPLITS + 1], best = 0;
     long long top, s;
-    if ((double)blocks >= 0.8 * sm_count || key_tiles < 8) return 1;
-    top = key_tiles / 4 < CUDATTN_MAX_SPLITS ? key_tiles / 4 : CUDATTN_MAX_SPLITS;
+    if ((double)blocks >= CUDATTN__FULL_GRID_FRACTION * sm_count || key_tiles < 2 * CUDATTN__MIN_TILES_PER_SPLIT)
+        return 1;
+    top = key_tiles / CUDATTN__MIN_TILES_PER_SPLIT < CUDATTN_MAX_SPLITS ? key_tiles / CUDATTN__MIN_TILES_PER_SPLIT
+                                                                       : CUDATTN_MAX_SPLITS;
     for (s = 1; s <= top; ++s) {
         const double waves = (double)(blocks * s) / (double)(sm_count * blocks_per_sm);
         eff[s] = waves / ceil(waves);
         if (eff[s] > best) best = eff[s];
     }
     for (s = 1; s <= top; ++s)
-        if (eff[s] >= 0.95 * best) return (int)s;
+        if (eff[s] >= CUDATTN__EFFICIENCY_TOLERANCE * best) return (int)s;
     return 1;
 }
 
@@ -650,11 +659,14 @@ static inline int cudattn__select_decode(const cudattn_handle* h, int dtype, int
     return best;
 }
 
-/* Blocks an SM the split heuristic aims for, as cudattn/_decode.py _blocks_per_sm. */
-static inline int cudattn__decode_blocks_per_sm(const cudattn_handle* h, const cudattn_kernel_row* r, int paged) {
+/* Blocks an SM the split heuristic aims for, as cudattn/_kernels/decode.py _blocks_per_sm (16-bit caches). */
+static inline int cudattn__blocks_per_sm(const cudattn_handle* h, const cudattn_kernel_row* r, int paged) {
     if (paged) return 2;
-    return r->block_m == 16 && h->smem_per_sm / (r->dynamic_smem + 1024) >= 2 ? 2 : 1;
+    return r->block_m == 16 && h->smem_per_sm / (r->dynamic_smem + CUDATTN__SMEM_RESERVED_PER_BLOCK) >= 2 ? 2 : 1;
 }
+
+/* The most key tiles one block of packed rows visits, as cudattn/_kernels/decode.py _tiles_seen (no windows here). */
+static inline long long cudattn__tiles_seen(int capacity, int block_n) { return (capacity + block_n - 1) / block_n; }
 
 static inline cudattn_status cudattn__decode_plan_of(cudattn_handle* h, const cudattn_decode_args* a,
                                                      cudattn__decode_plan* pl) {
@@ -694,12 +706,12 @@ static inline cudattn_status cudattn__decode_plan_of(cudattn_handle* h, const cu
     if (pl->row < 0) return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "no decode kernel for head_dim %d", a->head_dim);
     r = &cudattn_kernel_table[pl->row];
     pl->num_m = (pl->rows + r->block_m - 1) / r->block_m;
-    key_tiles = (pl->capacity + r->block_n - 1) / r->block_n;
+    key_tiles = cudattn__tiles_seen(pl->capacity, r->block_n);
     if (key_tiles < 1) key_tiles = 1;
     blocks = (long long)pl->num_m * a->heads_kv * a->batch;
     pl->splits = a->num_splits ? a->num_splits
-                               : cudattn__splits(blocks, key_tiles, h->sm_count,
-                                                 cudattn__decode_blocks_per_sm(h, r, a->block_table != 0));
+                               : cudattn__choose_num_splits(blocks, key_tiles, h->sm_count,
+                                                            cudattn__blocks_per_sm(h, r, a->block_table != 0));
     pl->tiles_per_split = (int)((key_tiles + pl->splits - 1) / pl->splits);
     if (pl->splits > 1) {
         const size_t rows_all = (size_t)a->batch * a->heads_q * a->seqlen_q;

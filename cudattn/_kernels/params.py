@@ -58,7 +58,7 @@ _TensorMap = ctypes.c_uint8 * 128
 
 
 class FwdSm90Params(ctypes.Structure):
-    """`FwdSm90Params` of cu_src/include/cudattn/params_sm90.cuh: three TMA maps (each at a 64-byte
+    """`FwdSm90Params` of cu_src/include/cudattn/sm90/params.cuh: three TMA maps (each at a 64-byte
     offset), the shared FwdParams, padded to the C struct's 64-byte alignment."""
 
     _fields_ = [

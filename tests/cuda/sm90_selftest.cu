@@ -6,9 +6,9 @@
 //   MN-major B operand (trans-b), written out in fp32.
 // The V descriptor's byte offsets come from the host, so one launch per candidate tells which
 // (lbo, sbo) reading of the PTX ISA is the right one.
-#include "cudattn/sm90_sync.cuh"
-#include "cudattn/sm90_tma.cuh"
-#include "cudattn/sm90_wgmma.cuh"
+#include "cudattn/sm90/sync.cuh"
+#include "cudattn/sm90/tma.cuh"
+#include "cudattn/sm90/wgmma.cuh"
 
 #ifdef CUDATTN_DTYPE_BF16
 typedef __nv_bfloat16 elem_t;
@@ -27,7 +27,7 @@ struct SelfTestParams {
 
 constexpr int kBox = 64 * 64 * 2;  // bytes of one 64x64 box of 16-bit elements
 
-// A warpgroup's 64xN fp32 accumulator -> row-major `out` (N columns), in the layout of sm90_wgmma.cuh.
+// A warpgroup's 64xN fp32 accumulator -> row-major `out` (N columns), in the layout of sm90/wgmma.cuh.
 template <int N>
 __device__ __forceinline__ void store_accumulator(float* out, const float (&d)[N / 2], int row, int col) {
 #pragma unroll

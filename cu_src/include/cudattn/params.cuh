@@ -1,5 +1,5 @@
 // Kernel parameters, passed BY VALUE as the single kernel argument.
-// Mirrored field for field by cudattn/_params.py (ctypes); change both together.
+// Mirrored field for field by cudattn/_kernels/params.py (ctypes); change both together.
 #pragma once
 
 // A KV cache, contiguous or paged. Key j of sequence b lives at

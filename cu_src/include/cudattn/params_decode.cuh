@@ -1,6 +1,6 @@
 // Parameters of the split-KV decode kernel (flash_decode.cu), the merge of attention states
 // (split_kv_combine.cu) and the KV-cache append (kv_cache_append.cu), each passed BY VALUE as the
-// kernel's single argument. Mirrored field for field by cudattn/_params.py; change both together.
+// kernel's single argument. Mirrored field for field by cudattn/_kernels/params.py; change both together.
 #pragma once
 
 #include "cudattn/params.cuh"  // KvCacheGeom

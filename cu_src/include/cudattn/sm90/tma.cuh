@@ -1,11 +1,11 @@
 // Hopper TMA: tiled bulk copies global -> shared described by a tensor map.
 //
 // The tensor map (cuTensorMapEncodeTiled, 128 opaque bytes, 64-byte aligned) is encoded on the
-// host (cudattn/_tma.py) and passed by value inside the kernel's __grid_constant__ params struct;
+// host (cudattn/_kernels/tma.py) and passed by value inside the kernel's __grid_constant__ params struct;
 // the copy takes its generic address. Completion is signalled on an mbarrier as bytes (complete_tx).
 #pragma once
 
-#include "cudattn/sm90_sync.cuh"
+#include "cudattn/sm90/sync.cuh"
 
 namespace cudattn {
 namespace sm90 {

@@ -7,7 +7,7 @@
 // Issue order: wgmma_fence(); the MMAs; wgmma_commit(); wgmma_wait<k>() before the accumulators
 // (or the shared tiles) are touched again.
 //
-// Operand lists are written out in full by tools/gen_wgmma.py (sm90_wgmma_ops.cuh): PTX names every
+// Operand lists are written out in full by tools/gen_wgmma.py (sm90/wgmma_ops.cuh): PTX names every
 // register. `ss`/`rs` overloads pick the shape N from the accumulator array (N/2 floats).
 #pragma once
 
@@ -63,7 +63,7 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi, __nv_bfloat16) {
     return *reinterpret_cast<unsigned*>(&h);
 }
 
-#include "cudattn/sm90_wgmma_ops.cuh"
+#include "cudattn/sm90/wgmma_ops.cuh"
 
 template <typename T>
 struct Wgmma;

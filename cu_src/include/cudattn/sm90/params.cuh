@@ -1,13 +1,13 @@
 // Parameters of the Hopper forward kernel, passed BY VALUE as its single __grid_constant__
 // argument. The tensor maps come first, each at a 64-byte offset as TMA requires; the shape and
-// strides are the portable kernel's FwdParams. Mirrored by cudattn/_params.py (FwdSm90Params).
+// strides are the portable kernel's FwdParams. Mirrored by cudattn/_kernels/params.py (FwdSm90Params).
 #pragma once
 #include "cudattn/params.cuh"
-#include "cudattn/sm90_tma.cuh"
+#include "cudattn/sm90/tma.cuh"
 
 struct alignas(64) FwdSm90Params {
     // 4-D maps over (head dim, seq, head, batch). Q: boxes of 64 x BLOCK_M; K, V: 64 x BLOCK_N.
     cudattn::sm90::TmaDescriptor tma_q, tma_k, tma_v;
     FwdParams p;
-    int l2_section;  // causal tile order: (batch, head) pairs per L2-sized section (fwd_sm90.cuh)
+    int l2_section;  // causal tile order: (batch, head) pairs per L2-sized section (sm90/tile_scheduler.cuh)
 };

@@ -1,0 +1,101 @@
+// Where a split-KV decode block's results go (fwd_decode.cuh): with one split, the final O and
+// LSE; with several, the split's normalised partial O and LSE, and the last split of a block of
+// rows to arrive merges the partials into the output (combine.cuh). K is the kernel (FwdDecode).
+#pragma once
+#include "cudattn/combine.cuh"
+#include "cudattn/params_decode.cuh"
+#include "cudattn/tile_products.cuh"
+
+namespace cudattn {
+
+template <class K>
+struct DecodeStore {
+    typedef typename K::T T;
+    static constexpr int NT = K::NT, NW = K::NW, SMEM_BYTES = K::SMEM_BYTES;
+
+    // With splits: count this block's arrival at its block of rows; the last of the num_splits
+    // blocks to arrive merges their partials into the output (and LSE) and resets the counter for
+    // the next kernel on the stream. Release/acquire through fences around the atomic, as in the
+    // CUDA programming guide's last-block reduction: each thread fences its partial stores before
+    // the arrival is counted, and the last block reads the partials from L2 after its own fence.
+    static __device__ __forceinline__ void combine_if_last(const DecodeParams& p, int b, int hkv, int m_block,
+                                                           int m_start, int rows_valid) {
+        if (p.num_splits == 1) return;
+        extern __shared__ __align__(128) unsigned char smem_raw[];
+        volatile int* last = reinterpret_cast<volatile int*>(smem_raw);
+        __threadfence();
+        __syncthreads();  // every thread fenced; shared memory (the merge buffer) is free again
+        if (threadIdx.x == 0) {
+            int* c = p.counters + ((long long)b * p.heads_kv + hkv) * p.num_m_blocks + m_block;
+            const bool is_last = atomicAdd(c, 1) == p.num_splits - 1;
+            if (is_last) *c = 0;  // every split has arrived; nothing else touches it in this kernel
+            *last = is_last;
+        }
+        __syncthreads();
+        if (!*last) return;
+        __threadfence();
+        static_assert(SMEM_BYTES >= 128 + NW * 32 * 4, "the merge's weight buffers fit in shared memory");
+        float* w_buf = reinterpret_cast<float*>(smem_raw + 128);  // 32 part weights a warp (combine_row)
+        typedef typename ElemOf<T>::type Out;
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        const long long part_rows = (long long)p.batch * p.heads_q * p.seqlen_q;
+        for (int r = warp; r < rows_valid; r += NW) {
+            const int gr = m_start + r;
+            const int t = gr / p.group, hq = hkv * p.group + gr % p.group;
+            const long long row = ((long long)b * p.heads_q + hq) * p.seqlen_q + t;  // (b, hq, t) of each part
+            const float* lse_row = p.lse_part + row;
+            const float* o_row = p.o_part + row * p.head_dim;
+            const long long o_part_stride = part_rows * p.head_dim;
+            const float lse = combine_row<Out, 8>(  // the partials exclude the sink: it joins here, once
+                p.num_splits, p.head_dim, lane, [lse_row, part_rows](int s) { return __ldcg(lse_row + s * part_rows); },
+                [o_row, o_part_stride](int s, int c) { return Elem<0>::load4_l2(o_row + s * o_part_stride + c); },
+                static_cast<T*>(p.o) + b * p.o_stride_b + t * p.o_stride_s + hq * p.o_stride_h, w_buf + 32 * warp,
+                p.sinks != nullptr ? p.sinks[hq] : -CUDATTN_INF);
+            if (p.write_lse && lane == 0) p.lse[row] = lse;
+        }
+    }
+
+    // Packed row gr's sink logit times log2 e, or -inf without sinks.
+    static __device__ __forceinline__ float sink_log2_of_row(const DecodeParams& p, int hkv, int gr) {
+        return p.sinks != nullptr ? p.sinks[hkv * p.group + gr % p.group] * 1.4426950408889634f : -CUDATTN_INF;
+    }
+
+    // Where row gr's LSE goes: the final LSE (one split, if asked for) or the split's partial LSE.
+    static __device__ __forceinline__ float* lse_out(const DecodeParams& p, int b, int hkv, int gr, int split) {
+        const int t = gr / p.group, hq = hkv * p.group + gr % p.group;
+        const long long idx = ((long long)b * p.heads_q + hq) * p.seqlen_q + t;
+        if (p.num_splits == 1) return p.write_lse ? p.lse + idx : nullptr;
+        return p.lse_part + (long long)split * p.batch * p.heads_q * p.seqlen_q + idx;
+    }
+
+    static __device__ __forceinline__ void store_row4(const DecodeParams& p, int b, int hkv, int gr, int split, int c,
+                                                      float4 v) {
+        const int t = gr / p.group, hq = hkv * p.group + gr % p.group;
+        if (p.num_splits == 1) {
+            T* dst = static_cast<T*>(p.o) + b * p.o_stride_b + t * p.o_stride_s + hq * p.o_stride_h + c;
+            uint2 packed;
+            packed.x = Mma<T>::pack(v.x, v.y);
+            packed.y = Mma<T>::pack(v.z, v.w);
+            *reinterpret_cast<uint2*>(dst) = packed;
+        } else {
+            const long long row = (((long long)split * p.batch + b) * p.heads_q + hq) * p.seqlen_q + t;
+            *reinterpret_cast<float4*>(p.o_part + row * p.head_dim + c) = v;
+        }
+    }
+
+    // No key for this block's rows in this split: LSE -inf (the combine skips the split), and with
+    // one split the final O = 0 and LSE -inf or the row's sink.
+    static __device__ __forceinline__ void write_empty(const DecodeParams& p, int b, int hkv, int m_start,
+                                                       int rows_valid, int split, int tid) {
+        for (int r = tid; r < rows_valid; r += NT)
+            if (float* dl = lse_out(p, b, hkv, m_start + r, split))
+                *dl = p.num_splits == 1 && p.sinks != nullptr ? p.sinks[hkv * p.group + (m_start + r) % p.group]
+                                                              : -CUDATTN_INF;
+        if (p.num_splits != 1) return;
+        const int cols4 = p.head_dim / 4;
+        for (int id = tid; id < rows_valid * cols4; id += NT)
+            store_row4(p, b, hkv, m_start + id / cols4, split, (id % cols4) * 4, make_float4(0.f, 0.f, 0.f, 0.f));
+    }
+};
+
+}  // namespace cudattn

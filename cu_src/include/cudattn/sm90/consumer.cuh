@@ -1,0 +1,298 @@
+// The Hopper forward kernel's consumers (fwd_sm90.cuh): each warpgroup of 64 query rows waits for
+// the producer's stages, issues S = Q K^T and O += P V with wgmma, runs the online softmax in
+// registers between them (the next tile's S = Q K^T before the current P V), hands every stage
+// back once its product has completed, and stores each tile through the epilogue (epilogue.cuh).
+// K is the kernel (FwdSm90): its shape and barriers.
+#pragma once
+#include "cudattn/mask.cuh"
+#include "cudattn/sm90/epilogue.cuh"
+#include "cudattn/sm90/params.cuh"
+#include "cudattn/sm90/sync.cuh"
+#include "cudattn/sm90/tile_scheduler.cuh"
+#include "cudattn/sm90/wgmma.cuh"
+#include "cudattn/softmax.cuh"
+
+namespace cudattn {
+namespace sm90 {
+
+template <int N>
+__device__ __forceinline__ float (&flat(float (&a)[1][N / 8][4]))[N / 2] {
+    return *reinterpret_cast<float(*)[N / 2]>(&a[0][0][0]);
+}
+
+template <class K>
+struct Sm90Consumer {
+    typedef typename K::T T;
+    typedef typename K::Barriers Barriers;
+    static constexpr bool FP8 = K::FP8, CAUSAL = K::CAUSAL, PINGPONG = K::PINGPONG, WINDOW = K::WINDOW;
+    static constexpr int D = K::D, BM = K::BM, BN = K::BN, STAGES = K::STAGES, Q_STAGES = K::Q_STAGES;
+    static constexpr int CONSUMERS = K::CONSUMERS, MODS = K::MODS, SW = K::SW, KB = K::KB;
+    static constexpr int Q_BOX = K::Q_BOX, KV_BOX = K::KV_BOX, VT_BOX = K::VT_BOX;
+    static constexpr int Q_BYTES = K::Q_BYTES, KV_BYTES = K::KV_BYTES, V_BYTES = K::V_BYTES;
+    static constexpr int KSTEPS = K::KSTEPS, BOX_KSTEPS = K::BOX_KSTEPS, PV_K = K::PV_K;
+    static constexpr int BAR_TURN = 1;  // named barriers 1..CONSUMERS: the ping-pong turns of each consumer
+    static constexpr int BAR_ZERO = 8;  // named barriers 8..: one consumer warpgroup (zero_v_tail)
+    typedef Sm90Epilogue<typename K::OutT, D, BM> Epilogue;
+
+    // S = Q K^T for this warpgroup's 64 rows against one key stage (issued and committed, not waited).
+    // Descriptors advance by byte offsets >> 4 (the address field's unit).
+    static __device__ __forceinline__ void issue_qk(float (&s)[1][BN / 8][4], unsigned long long q_desc,
+                                                    unsigned long long k_desc) {
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; ++kk) {  // k-steps of 32 bytes inside each box row
+            const unsigned step = (kk % BOX_KSTEPS) * (32 >> 4);
+            const unsigned box = kk / BOX_KSTEPS;
+            Wgmma<T>::ss(flat<BN>(s), q_desc + step + box * (Q_BOX >> 4), k_desc + step + box * (KV_BOX >> 4), kk > 0);
+        }
+        wgmma_commit();
+    }
+
+    // O += P V for one value stage (O = P V when not `accumulate`). 16-bit: 16 keys (2048 bytes of
+    // V rows) per k-step. FP8: 32 keys, 32 bytes along each Vt row, 4 steps per 128-key box.
+    static __device__ __forceinline__ void issue_pv(float (&o)[1][D / 8][4], const unsigned (&pk)[BN / PV_K][4],
+                                                    unsigned long long v_desc, bool accumulate) {
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / PV_K; ++kk) {
+            if constexpr (FP8)
+                Wgmma<T>::rs(flat<D>(o), pk[kk], v_desc + (kk % 4) * (32 >> 4) + (kk / 4) * (VT_BOX >> 4),
+                             accumulate || kk > 0);
+            else
+                Wgmma<T>::template rs<1>(flat<D>(o), pk[kk], v_desc + kk * (2048 >> 4), accumulate || kk > 0);
+        }
+        wgmma_commit();
+    }
+
+    // P (fp32 accumulators) -> the A operand of P V. FP8: keys packed in Vt's order (fp8.cuh).
+    static __device__ __forceinline__ void to_operand(unsigned (&pk)[BN / PV_K][4], const float (&s)[1][BN / 8][4]) {
+        if constexpr (FP8) {
+#pragma unroll
+            for (int kk = 0; kk < BN / 32; ++kk)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {  // h: row g (0) or g + 8 (1)
+                    pk[kk][h] = pack_e4m3x4(s[0][4 * kk][2 * h], s[0][4 * kk][2 * h + 1], s[0][4 * kk + 1][2 * h],
+                                            s[0][4 * kk + 1][2 * h + 1]);
+                    pk[kk][2 + h] = pack_e4m3x4(s[0][4 * kk + 2][2 * h], s[0][4 * kk + 2][2 * h + 1],
+                                                s[0][4 * kk + 3][2 * h], s[0][4 * kk + 3][2 * h + 1]);
+                }
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk) {
+                pk[kk][0] = pack2(s[0][2 * kk][0], s[0][2 * kk][1], T());
+                pk[kk][1] = pack2(s[0][2 * kk][2], s[0][2 * kk][3], T());
+                pk[kk][2] = pack2(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1], T());
+                pk[kk][3] = pack2(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3], T());
+            }
+        }
+    }
+
+    // O *= alpha, skipped when no row of the warp changed its max (alpha == 1 throughout): after
+    // the first tiles of a long row that is most tiles, and the multiply is 1/4 of the softmax work.
+    static __device__ __forceinline__ void rescale_if_needed(float (&o)[1][D / 8][4], const float (&alpha)[1][2]) {
+        if (__any_sync(0xffffffffu, alpha[0][0] != 1.f || alpha[0][1] != 1.f)) OnlineSoftmax<1>::rescale(o, alpha);
+    }
+
+    // Ping-pong: wait for this warpgroup's turn to issue products; then hand the turn to the next.
+    // Every consumer of a CTA walks the same tiles, so all take the same number of turns.
+    static __device__ __forceinline__ void turn_begin(int cw) {
+        if (PINGPONG) named_sync(BAR_TURN + cw, 256);
+    }
+    static __device__ __forceinline__ void turn_end(int cw) {
+        if (PINGPONG) named_arrive(BAR_TURN + (cw + 1) % CONSUMERS, 256);
+    }
+
+    // One arrival per warp on a stage's empty barrier, once this warp's product has completed.
+    static __device__ __forceinline__ void release(unsigned long long* bar, int lane) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar);
+    }
+
+    // What a consumer knows of one of its CTA's tiles. n_tiles < 0: past the CTA's last tile;
+    // skip: a query block past its sequence's end (variable lengths), which the producer skips too.
+    struct Tile {
+        TileCoord c;
+        SeqSpan sq;
+        int n_tiles;
+        int first_tile;  // the lowest key tile visited (a window's left edge), n_tiles of them
+        bool skip;
+        float scale_log2, out_scale;
+        float softcap_pre;  // softcap builds: the raw scores' scale inside the tanh (mods.cuh)
+        float alibi;  // ALiBi builds: this head's coefficient (mods.cuh)
+        __device__ __forceinline__ int m_start() const { return c.m_block * BM; }
+        __device__ __forceinline__ bool neg() const { return scale_log2 < 0.f; }
+    };
+
+    static __device__ __forceinline__ Tile tile_state(const FwdSm90Params& P, int n) {
+        const FwdParams& p = P.p;
+        Tile x;
+        const int t = tile_of_round<CAUSAL>(n);
+        const bool valid = t < p.num_m_blocks * p.heads_q * p.batch;
+        x.c = tile_at<CAUSAL>(valid ? t : 0, p, P.l2_section);
+        x.sq = seq_span(p, x.c.b);
+        x.skip = x.m_start() >= x.sq.seqlen_q;
+        const TileRange tiles = (valid && !x.skip) ? key_tiles<BN, CAUSAL, WINDOW>(p, x.sq, x.m_start(),
+                                                                            min(BM, x.sq.seqlen_q - x.m_start()))
+                                                   : TileRange{0, 0};
+        x.n_tiles = valid ? tiles.count : -1;
+        x.first_tile = tiles.first;
+        x.scale_log2 = p.scale_log2;
+        x.out_scale = 1.f;
+        x.softcap_pre = p.softcap_pre;
+        x.alibi = (MODS & MOD_ALIBI) ? alibi_coef(p, x.c.b, x.c.h) : 0.f;
+        if constexpr (FP8) {
+            if (valid && !x.skip) {
+                const Fp8Scales sc = fp8_scales<(MODS & MOD_SOFTCAP) != 0>(p, x.c.b, x.c.h / p.group);
+                x.scale_log2 = sc.scale_log2;
+                x.out_scale = sc.out_scale;
+                x.softcap_pre = sc.softcap_pre;
+                x.alibi *= sc.alibi_factor;
+            }
+        }
+        return x;
+    }
+
+    // Score modifiers, then masks, of key tile j of a tile (visited from the last, the key tail,
+    // down): keys past the sequence, and causal, keys past this warp's first row's diagonal.
+    static __device__ __forceinline__ void mask_tile(const FwdParams& p, float (&s)[1][BN / 8][4], const Tile& x, int j,
+                                                     int cw, int warp, int lane) {
+        const int n_start = (x.first_tile + x.n_tiles - 1 - j) * BN;
+        const int row0 = x.m_start() + cw * 64 + warp * 16;  // this warp's first query row
+        const float masked = x.neg() ? CUDATTN_INF : -CUDATTN_INF;  // times scale_log2: -inf either way
+        const SeqSpan& sq = x.sq;
+        if constexpr (MODS != 0)
+            apply_mods<MODS, 1, BN / 8>(s, x.softcap_pre, x.alibi, row0 + sq.causal_offset, n_start, lane);
+        if (tile_needs_mask<BN, CAUSAL, WINDOW>(p, sq, n_start, row0, 16))
+            apply_mask<1, BN / 8, CAUSAL, WINDOW>(s, row0, n_start, sq.seqlen_k, sq.causal_offset, lane, masked, p);
+    }
+
+    // 16-bit V rows past the sequence's last key, in the tile's last key tile, set to zero. In a
+    // padded batch TMA zero-fills them (past the map's end), but packed sequences are followed by
+    // the next one's keys, and a KV cache by stale slots, and P = 0 times a NaN there is NaN. Every
+    // consumer zeroes the same bytes before its own P V reads the stage (the values agree), then
+    // makes the writes visible to wgmma. FP8's Vt has zeros there already (fp8_transpose_v.cu).
+    static __device__ __forceinline__ void zero_v_tail(unsigned char* v_stage, const Tile& x, int cw, int ltid) {
+        if constexpr (!FP8) {
+            const int valid = x.sq.seqlen_k - (x.first_tile + x.n_tiles - 1) * BN;  // keys of the last tile that exist
+            if (valid >= BN) return;  // uniform over the warpgroup: the barrier below is reached by all or none
+            constexpr int CHUNKS = SW / 16;  // 16-byte chunks of a row; a row stays whole under the swizzle
+            for (int i = ltid; i < KB * (BN - valid) * CHUNKS; i += 128) {
+                const int kb = i / ((BN - valid) * CHUNKS), r = valid + (i / CHUNKS) % (BN - valid), ch = i % CHUNKS;
+                *reinterpret_cast<uint4*>(v_stage + kb * KV_BOX + r * SW + ch * 16) = make_uint4(0, 0, 0, 0);
+            }
+            fence_proxy_async_smem();
+            named_sync(BAR_ZERO + cw, 128);
+        }
+    }
+
+    static __device__ __forceinline__ int stage(int i) { return i % STAGES; }
+    static __device__ __forceinline__ unsigned q_phase(int n) { return (unsigned)((n / Q_STAGES) & 1); }
+    static __device__ __forceinline__ unsigned phase(int i) { return (unsigned)((i / STAGES) & 1); }
+
+    // Each tile's first O += P V starts from zero (scale-d off), so O is never cleared.
+    static __device__ __forceinline__ void consume(const FwdSm90Params& P, Barriers& bars, unsigned char* sQ,
+                                                   unsigned char* sK, unsigned char* sV, int cw, int ltid) {
+        const FwdParams& p = P.p;
+        const int warp = ltid / 32, lane = ltid % 32;
+        // Descriptors of the first box of each buffer; a byte offset b is added as b >> 4.
+        const unsigned long long q_desc0 = smem_desc_sw<SW>(sQ + cw * 64 * SW, 16, 8 * SW);
+        const unsigned long long k_desc0 = smem_desc_sw<SW>(sK, 16, 8 * SW);
+        const unsigned long long v_desc0 = smem_desc_sw128(sV, FP8 ? 16 : KV_BOX, 1024);
+        auto q_desc = [&](int n) { return q_desc0 + (n % Q_STAGES) * (Q_BYTES >> 4); };
+        auto k_desc = [&](int i) { return k_desc0 + stage(i) * (KV_BYTES >> 4); };
+        auto v_desc = [&](int i) { return v_desc0 + stage(i) * (V_BYTES >> 4); };
+
+        float o[1][D / 8][4];
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[0][i][e] = 0.f;  // defined before the first "+f" operand use
+        float s[1][BN / 8][4];
+        unsigned pk[BN / PV_K][4];
+        float alpha[1][2];
+        OnlineSoftmax<1> softmax;
+
+        if (PINGPONG && cw == CONSUMERS - 1) named_arrive(BAR_TURN + 0, 256);  // consumer 0 goes first
+        // Packed keys or a KV cache: the V rows past a sequence's end hold other data (zero_v_tail).
+        const bool zero_tail = !FP8 && (p.cu_seqlens_k != nullptr || p.kv.seqlens != nullptr || p.kv.block_table != nullptr);
+        int it = 0;  // key tiles consumed so far: ring stage and phase
+        int n = 0;   // tiles with a Q load (the Q ring's stage and phase), as in produce() (producer.cuh)
+        for (int r = 0;; ++r) {
+            const Tile cur = tile_state(P, r);
+            if (cur.n_tiles < 0) break;
+            if (cur.skip) continue;
+            mbar_wait(&bars.q_full[n % Q_STAGES], q_phase(n));
+            softmax.init();
+            if (cur.n_tiles == 0) {  // sees no key: O = 0, LSE = -inf
+                release(&bars.q_empty[n % Q_STAGES], lane);
+#pragma unroll
+                for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) o[0][i][e] = 0.f;
+                float inv[1][2], lse[1][2];
+                softmax.finish(inv, lse, sink_log2_of(p.sinks, cur.c.h));
+                Epilogue::template store_tile<true>(p, o, inv, lse, cur.c, cur.sq, cw, ltid);
+                ++n;
+                continue;
+            }
+            mbar_wait(&bars.k_full[stage(it)], phase(it));
+            turn_begin(cw);
+            issue_qk(s, q_desc(n), k_desc(it));
+            turn_end(cw);
+            wgmma_wait<0>();
+            fence_operands(flat<BN>(s));
+            release(&bars.k_empty[stage(it)], lane);
+            if (cur.n_tiles == 1) release(&bars.q_empty[n % Q_STAGES], lane);
+            mask_tile(p, s, cur, 0, cw, warp, lane);
+            const bool bounded = bounded_scores<T, MODS>(cur.scale_log2);  // softcapped bf16 (softmax.cuh)
+            softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha, bounded);
+            to_operand(pk, s);
+            if (zero_tail) {  // the first key tile is the sequence's last
+                mbar_wait(&bars.v_full[stage(it)], phase(it));
+                zero_v_tail(sV + stage(it) * V_BYTES, cur, cw, ltid);
+            }
+
+            for (int j = 1; j < cur.n_tiles; ++j) {
+                const int ik = it + j, iv = it + j - 1;
+                mbar_wait(&bars.k_full[stage(ik)], phase(ik));
+                turn_begin(cw);
+                issue_qk(s, q_desc(n), k_desc(ik));
+                mbar_wait(&bars.v_full[stage(iv)], phase(iv));
+                issue_pv(o, pk, v_desc(iv), j > 1);
+                turn_end(cw);
+                wgmma_wait<1>();  // S of tile j is in; P V of tile j-1 may still run
+                fence_operands(flat<BN>(s));
+                release(&bars.k_empty[stage(ik)], lane);
+                if (j == cur.n_tiles - 1) release(&bars.q_empty[n % Q_STAGES], lane);
+                mask_tile(p, s, cur, j, cw, warp, lane);
+                softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha, bounded);
+                wgmma_wait<0>();
+                fence_operands(flat<D>(o));
+                release(&bars.v_empty[stage(iv)], lane);
+                if (!bounded) rescale_if_needed(o, alpha);  // bounded: alpha is 1
+                to_operand(pk, s);
+            }
+
+            // The row sums are final: normalisation and LSE are known before the last P V lands.
+            float inv[1][2], lse[1][2];
+            softmax.finish(inv, lse, sink_log2_of(p.sinks, cur.c.h));
+            inv[0][0] *= cur.out_scale;  // the v descale (FP8)
+            inv[0][1] *= cur.out_scale;
+            const int iv = it + cur.n_tiles - 1;
+            mbar_wait(&bars.v_full[stage(iv)], phase(iv));
+            turn_begin(cw);
+            issue_pv(o, pk, v_desc(iv), cur.n_tiles > 1);
+            turn_end(cw);
+            wgmma_wait<0>();
+            fence_operands(flat<D>(o));
+            release(&bars.v_empty[stage(iv)], lane);
+            Epilogue::store_tile(p, o, inv, lse, cur.c, cur.sq, cw, ltid);
+            it += cur.n_tiles;
+            ++n;
+        }
+        if (PINGPONG && cw == 0) named_sync(BAR_TURN + 0, 256);  // consume the last consumer's last hand-over
+    }
+};
+
+}  // namespace sm90
+}  // namespace cudattn
