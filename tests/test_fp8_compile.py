@@ -139,7 +139,7 @@ def test_hopper_fp8_compiles_without_spills(cache, arch, variant, tmp_path):
 # r is (k 4t + i + 16 r, column g).
 
 # The kernels' packing of one k32 step of P: register r, bytes low to high, as (n8 block, element)
-# of the S accumulators (fwd_sm80.cuh pack_p_e4m3, fwd_sm90.cuh; pack_e4m3x4 puts its first
+# of the S accumulators (fwd_sm80.cuh pack_p_e4m3, sm90/consumer.cuh; pack_e4m3x4 puts its first
 # argument in the lowest byte).
 P_PACK = (((0, 0), (0, 1), (1, 0), (1, 1)), ((0, 2), (0, 3), (1, 2), (1, 3)),
           ((2, 0), (2, 1), (3, 0), (3, 1)), ((2, 2), (2, 3), (3, 2), (3, 3)))

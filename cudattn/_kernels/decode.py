@@ -149,7 +149,7 @@ _SMEM_RESERVED_PER_BLOCK = 1024  # shared memory the driver keeps per block (sm_
 def _tiles_seen(problem: Problem, capacity: int, block_m: int, block_n: int) -> int:
     """The most key tiles one block of packed rows visits: the capacity's, or with a window's left
     edge, the tiles its reach over the block's tokens can touch (the splits cut only that range,
-    fwd_decode.cuh)."""
+    decode/setup.cuh, locate)."""
     whole = -(-capacity // block_n)
     if problem.window is None or problem.window[0] < 0 or problem.window[1] < 0:
         return whole

@@ -94,7 +94,7 @@ def map_extents(problem: Problem) -> tuple[tuple[int, int], tuple[int, int]]:
 
 def paged_box_rows(problem: Problem, block_n: int) -> int:
     """Rows of a K/V map's box: the key tile, or for a paged cache the largest run of keys whole in
-    one page that divides the tile (fwd_sm90.cuh, paged_box_rows: the same rule)."""
+    one page that divides the tile (sm90/producer.cuh, paged_box_rows: the same rule)."""
     kv = problem.kv_cache
     return math.gcd(kv.page_size, block_n) if kv is not None and kv.paged else block_n
 
@@ -115,7 +115,7 @@ def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, 
     num_m = -(-problem.seqlen_q // bm)
     if family == "sm90":
         # Persistent: one CTA per SM (its shared memory allows no second), each walking the tiles
-        # t = blockIdx.x, blockIdx.x + gridDim.x, ... in the kernel's order (fwd_sm90.cuh).
+        # t = blockIdx.x, blockIdx.x + gridDim.x, ... in the kernel's order (sm90/tile_scheduler.cuh).
         tiles = num_m * problem.heads_q * problem.batch
         if tiles >= 2**31:
             raise ValueError(f"{tiles} tiles of {bm} query rows exceed the kernel's 32-bit tile index; split the call")
@@ -133,7 +133,7 @@ def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, 
 
 
 def _l2_section(problem: Problem, l2_bytes: int, ctas: int) -> int:
-    """(batch, head) pairs per section of the causal tile order (fwd_sm90.cuh, tile_at).
+    """(batch, head) pairs per section of the causal tile order (sm90/tile_scheduler.cuh, tile_at).
 
     Longest-first over all pairs is best while the CTAs of a round share heads: CTAs on one head
     read its K/V a few tiles apart, so L2 serves all but the first. Once there are more pairs
