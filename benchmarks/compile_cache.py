@@ -63,7 +63,7 @@ def _variant_key(v):
 _CHILD = """
 import json, sys, time
 import nvrtc_cache
-from cudattn import _kernels, _traits
+from cudattn._kernels import registry as _kernels, traits as _traits
 arch, (dtype, tile_dim, causal), root = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
 found = [v for v in _traits.all_variants(arch) if (v.dtype, v.tile_dim, v.causal) == (dtype, tile_dim, causal)]
 variant = next((v for v in found if getattr(v, "family", "sm80") == "sm90"), found[0])

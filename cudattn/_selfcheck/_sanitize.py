@@ -221,7 +221,8 @@ CONTROL = "memcheck-control"
 # something only if memcheck, as configured, sees this in a kernel cudattn loaded from NVRTC.
 PLANTED_OUT_OF_BOUNDS = """
 import numpy as np, cudattn
-from cudattn import _array, _launch
+from cudattn._arrays import array as _array
+from cudattn._runtime import launch as _launch
 q = cudattn.to_device(np.ones((1, 1, 2, 64), np.float16))
 small = cudattn.to_device(np.ones((1, 64, 2, 64), np.float16))
 big = _array.DeviceArray(small.ptr, (1, 65536, 2, 64), np.float16, device_id=small.device_id, owner=small)
