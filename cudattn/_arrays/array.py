@@ -1,7 +1,7 @@
 """`DeviceArray`: a strided view of device memory, and the memory behind new ones.
 
 - :func:`empty` / :func:`empty_on` / :func:`new_array` allocate, stream-ordered, from the
-  device's memory pool (`_alloc`); views share their parent's block.
+  device's memory pool (`_arrays.alloc`); views share their parent's block.
 - Foreign arrays come in through `_importer` (and the call path's `_importer`); copies to and from
   NumPy and fills are in `transfer` (the raw copies) and `host_io` (the public ones).
 
@@ -343,14 +343,14 @@ def empty_on(shape: tuple[int, ...], dtype: np.dtype, dev, ref) -> DeviceArray:
 
 def new_array(shape: tuple[int, ...], dtype: np.dtype, device_id: int, stream: int, keep: object = None,
               strides: tuple[int, ...] | None = None) -> DeviceArray:
-    """A C-contiguous (or ``strides``, dense) array on a fresh stream-ordered block (`_alloc`): the
+    """A C-contiguous (or ``strides``, dense) array on a fresh stream-ordered block (`_arrays.alloc`): the
     light constructor the warm call path uses (no argument conversion)."""
     nbytes = math.prod(shape) * dtype.itemsize
     a = object.__new__(DeviceArray)
     a.shape, a.dtype, a.device_id, a.stream_handle, a.readonly = shape, dtype, device_id, stream, False
     a.strides = _c_strides(shape, dtype.itemsize) if strides is None else strides
     rec = _recording.current() if _recording.active else None
-    if rec is not None:  # a recorded call (`_replay`): a placeholder address, no memory
+    if rec is not None:  # a recorded call (`_calls.replay`): a placeholder address, no memory
         a.owner, a.ptr = None, rec.allocate(shape, dtype, a.strides) if nbytes else 0
     elif nbytes:
         a.owner = block = _alloc.allocate(device_id, nbytes, stream, keep)

@@ -15,7 +15,7 @@ state inconsistent (a SystemError at the next call, not an error the caller coul
 Streams follow nvmath-python's rule (docs/DESIGN.md, "Streams"): each operand's
 ``stream_handle`` is the stream its package knows it by: torch's or CuPy's current stream for
 their arrays, the producing stream for a cudattn DeviceArray. The caller orders the call after
-those streams (`_stream.stream_wait`). Other DLPack producers (JAX, ...) are asked to order
+those streams (`_runtime.stream.stream_wait`). Other DLPack producers (JAX, ...) are asked to order
 their own work before the consumer stream, and their arrays are kept alive until the call's
 work is done, since their owners do not know that stream.
 

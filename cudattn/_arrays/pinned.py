@@ -1,7 +1,7 @@
 """Page-locked ("pinned") NumPy arrays, and telling them apart from pageable ones.
 
 The NumPy path moves every byte over PCIe. From pageable memory each byte first crosses the host
-once more, into pinned staging chunks (`_transfer`), and that host copy, not the DMA, is most of
+once more, into pinned staging chunks (`_arrays.transfer`), and that host copy, not the DMA, is most of
 the call. A caller that keeps its q, k, v and ``out`` in pinned memory skips it: the NumPy path
 sees that an array is pinned (:func:`is_pinned`) and DMAs straight from and into it.
 

@@ -7,7 +7,7 @@ kernels on one stream run one after another on the GPU, so each (device, stream)
 of each kind from the device's pool, taken on that stream when first needed (counters zeroed
 then, once), and reused by every later call on the stream with no allocation, free or memset.
 (A workspace that one kernel of a call writes and a later kernel reads is the call's own: another
-thread's call on the same stream could run between them; `_replay` asks for a kept workspace only
+thread's call on the same stream could run between them; `_calls.replay` asks for a kept workspace only
 for single-launch calls.) Streams never share a block (calls on different streams may run at
 once); the per-thread default stream (handle 2, a different stream in each thread) keeps none.
 Workspaces are kept only while they are small: one of more than `WORKSPACE_KEPT_MAX` bytes, or
@@ -66,7 +66,7 @@ class _Kept:
 
 
 class _Placeholder:
-    """What a recorded call gets: the placeholder address of a counters slot (`_recording`)."""
+    """What a recorded call gets: the placeholder address of a counters slot (`_runtime.recording`)."""
 
     __slots__ = ("ptr",)
 
@@ -157,7 +157,7 @@ def _retire(block: _Kept) -> None:
 
 
 def _raw_alloc(device_id: int, nbytes: int, stream: int) -> int:
-    """Pool memory that no `_alloc.Block` owns (so nothing frees it on ``stream``)."""
+    """Pool memory that no `_arrays.alloc.Block` owns (so nothing frees it on ``stream``)."""
     block = _alloc.allocate(device_id, nbytes, stream)
     ptr, block.ptr = block.ptr, 0  # the block's destructor frees nothing now: `release` will
     return ptr

@@ -75,7 +75,7 @@ def device_to_host(arr: DeviceArray, stream: StreamLike = None) -> NDArray[Any]:
 # (STAGING_CHUNKS of STAGING_CHUNK bytes, allocated on first use), so that the
 # host memcpy of one chunk overlaps the DMAs of the others. The host memcpy is
 # the slow half (one core copies slower than PCIe moves), so it is split across
-# a few threads (`_staging.parallel_memmove`).
+# a few threads (`_arrays.staging.parallel_memmove`).
 #
 # Each chunk has an event recorded after its DMA, and a note of what is pending
 # on it: nothing, a DMA to wait for (H2D), or a DMA to wait for and then bytes to
@@ -84,7 +84,7 @@ def device_to_host(arr: DeviceArray, stream: StreamLike = None) -> NDArray[Any]:
 # settled, so a copy may return while its last H2D DMAs are still in flight (H2D
 # stays asynchronous) and a D2H copy is drained as late as possible (its DMA
 # overlaps later work). One user at a time holds the pool (`_Staging.lock`) for a
-# whole copy, or for a whole pipelined NumPy attention call (`_host.py`), and
+# whole copy, or for a whole pipelined NumPy attention call (`_numpy.attention`), and
 # ends with `flush()` (every D2H byte delivered) or, on error, `discard()`.
 # CUDATTN_PINNED_STAGING=0 turns it off (then plain pageable copies).
 
@@ -108,7 +108,7 @@ class _Staging:
         self.events: list = []
         self.pending: list[tuple | None] = []  # None | _WAIT | (host dst, nbytes): see the section comment
         self.next = 0  # the chunk to take next: the one used longest ago
-        self.pipeline = None  # streams and events of the pipelined NumPy path (`_host`), made on first use
+        self.pipeline = None  # streams and events of the pipelined NumPy path (`_numpy.attention`), made on first use
         try:
             for _ in range(count):
                 self.ptrs.append(

@@ -3,7 +3,7 @@
 The full path of a call (validate -> plan -> kernel choice -> params struct -> TMA maps -> launch)
 is the only description of what a call does. The first call with a given signature (shapes,
 strides, dtypes, flags, device: everything but the addresses) runs it for real, then runs it a
-second time with placeholder addresses under a `_recording.Recorder`, which keeps what it would
+second time with placeholder addresses under a `_runtime.recording.Recorder`, which keeps what it would
 have done: the allocations, and for each launch the kernel, grid, block, shared memory and the
 bytes of its params struct. Scanning those bytes for the placeholders finds where each address
 goes (a pointer field, or the address inside a TMA map). A warm call then only allocates and
@@ -95,7 +95,7 @@ class Replay:
 
     Allocations that are not results (workspaces: split-KV partials, FP8's transposed V) share one
     block, carved at 256-byte offsets: for a single-launch call the stream's kept workspace
-    (`_stream_memory`: no allocation per call; the call's own when large, past the budget or
+    (`_arrays.stream_memory`: no allocation per call; the call's own when large, past the budget or
     captured), else the call's own, dropped after the launches (its free is stream-ordered, so it
     waits for them). Arrival counters (dtype COUNTERS) are the stream's too, or the graph's while
     the stream captures one."""
@@ -148,7 +148,7 @@ class Replay:
             capturing = _stream.is_capturing(stream)
         if kept:  # one kernel writes and reads it: the stream's
             scratch = _stream_memory.workspace(device_id, stream, self.scratch_bytes, keep, capturing)
-        elif self.scratch_bytes:  # read by a later kernel of the call: its own (`_stream_memory`)
+        elif self.scratch_bytes:  # read by a later kernel of the call: its own (`_arrays.stream_memory`)
             scratch = _alloc.allocate(device_id, self.scratch_bytes, stream, keep)
         for shape, dtype, strides, offset in self.allocations:
             if dtype is COUNTERS:  # the stream's zeroed counters; a capturing stream's are the graph's

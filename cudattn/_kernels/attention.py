@@ -29,7 +29,7 @@ _F32 = np.dtype(np.float32)
 def run_device(problem, qa, ka, va, oa, device, device_id, sref):
     """Launch one validated problem on device arrays; returns out (and lse) as DeviceArrays.
 
-    Decode shapes (at most ``_decode.DECODE_MAX_SQ`` query tokens) or an explicit ``num_splits``
+    Decode shapes (at most ``_kernels.decode.DECODE_MAX_SQ`` query tokens) or an explicit ``num_splits``
     take the split-KV path; everything else (KV caches included: chunked prefill) the prefill
     kernels."""
     sinks = problem.mods is not None and problem.mods.sinks

@@ -5,8 +5,8 @@ fill the GPU even when batch x kv heads is small. Each kv head's query heads are
 block's rows (GQA packing: every K/V byte is read once per kv head), the keys are cut into
 ``num_splits`` ranges of whole tiles, one block per (packed row block, split, kv head, batch),
 and with more than one split the last block of each packed row block to finish merges the
-normalised partial outputs by their LSEs (arrival counters, `_stream_memory`): one launch. Data flow:
-plan (variant, splits, grid) -> flash_decode. `cudattn.merge_attention_states` (`_merge`) merges
+normalised partial outputs by their LSEs (arrival counters, `_arrays.stream_memory`): one launch. Data flow:
+plan (variant, splits, grid) -> flash_decode. `cudattn.merge_attention_states` (`_ops.merge`) merges
 parts given by the caller with the same math.
 """
 
@@ -201,4 +201,4 @@ def run(problem: Problem, q: int, k: int, v: int, o: int, lse: int, o_geom: Tens
     if problem.mods is not None:
         fill_params(params, problem.mods, scale)
     _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
-    del counters  # held until the launch is queued (`_stream_memory`)
+    del counters  # held until the launch is queued (`_arrays.stream_memory`)

@@ -157,7 +157,7 @@ def contiguous_geom(problem: Problem) -> TensorGeom:
 def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, lse: int, o_geom: TensorGeom):
     """The kernel's by-value argument: FwdParams, or for the Hopper family FwdSm90Params, which
     adds the TMA maps of q, k and v (encoded per call: they hold the addresses). FP8: ``v`` is Vt
-    (`_fp8.transpose_v`)."""
+    (`_kernels.fp8.transpose_v`)."""
     params = _fwd_params(problem, plan, q, k, v, o, lse, o_geom)
     if problem.descales is not None:
         _set_fp8(params, problem)

@@ -160,7 +160,7 @@ def _params(x_ptr: int, y_ptr: int, xr: _Rows, yr: _Rows, g: _Geom, vec: bool, l
 
 
 def _quantize_device(xa, per: str, layout: str, heads_kv: int | None, sref):
-    """The device path on an adapted ``xa``, on the call path's stream ``sref`` (`_callpath`)."""
+    """The device path on an adapted ``xa``, on the call path's stream ``sref`` (`_calls.call`)."""
     device_id = xa.device_id
     device = _device.get_device(device_id)
     g = _x_geom(xa.shape, layout, heads_kv)

@@ -73,7 +73,7 @@ def encode_2d(ptr: int, dtype, rows: int, cols: int, row_stride_bytes: int, box_
 
 def encode_attention_operand(ptr: int, dtype, head_dim: int, seqlen: int, heads: int, batch: int, geom,
                              box_rows: int, row_bytes: int = 128) -> bytes:
-    """See `_encode_attention_operand`; a recorded call (`_recording`) notes the map's address."""
+    """See `_encode_attention_operand`; a recorded call (`_runtime.recording`) notes the map's address."""
     raw = _encode_attention_operand(ptr, dtype, head_dim, seqlen, heads, batch, geom, box_rows, row_bytes)
     if _recording.active:
         _note(ptr, raw)
@@ -81,7 +81,7 @@ def encode_attention_operand(ptr: int, dtype, head_dim: int, seqlen: int, heads:
 
 
 def encode_vt(ptr: int, dtype, head_dim: int, seq_pad: int, heads: int, batch: int, box_rows: int) -> bytes:
-    """See `_encode_vt`; a recorded call (`_recording`) notes the map's address."""
+    """See `_encode_vt`; a recorded call (`_runtime.recording`) notes the map's address."""
     raw = _encode_vt(ptr, dtype, head_dim, seq_pad, heads, batch, box_rows)
     if _recording.active:
         _note(ptr, raw)
@@ -126,7 +126,7 @@ def _encode_attention_operand(ptr: int, dtype, head_dim: int, seqlen: int, heads
 
 @functools.lru_cache(maxsize=256)
 def _encode_vt(ptr: int, dtype, head_dim: int, seq_pad: int, heads: int, batch: int, box_rows: int) -> bytes:
-    """The 4-D map (key, head-dim row, head, batch) of an FP8 Vt workspace (`_fp8.transpose_v`),
+    """The 4-D map (key, head-dim row, head, batch) of an FP8 Vt workspace (`_kernels.fp8.transpose_v`),
     contiguous, boxes of 128 keys x ``box_rows`` head-dim rows (rows past head_dim read as zero)."""
     row = seq_pad  # bytes: e4m3
     return encode(ptr, dtype, (seq_pad, head_dim, heads, batch), (row, row * head_dim, row * head_dim * heads),

@@ -2,9 +2,9 @@
 
 It is transfer-bound: PCIe moves bytes far slower than the kernel eats them, and every byte
 crosses twice on the host first (pageable NumPy memory <-> pinned staging chunks, see the
-pinned-staging section of `_array`; those host copies run on a few threads), except for arrays
+pinned-staging section of `_arrays.array`; those host copies run on a few threads), except for arrays
 in page-locked memory (:func:`cudattn.empty_pinned`, or any pinned memory): those are DMA'd
-straight from and, for a contiguous ``out``, into (`_pinned`). Two ways through:
+straight from and, for a contiguous ``out``, into (`_arrays.pinned`). Two ways through:
 
 - **In sequence** (small problems, ``B == 1``, or no pinned staging): q, k, v to the device,
   the kernel, then out (and LSE) back, all on the caller's stream.
@@ -18,7 +18,7 @@ straight from and, for a contiguous ``out``, into (`_pinned`). Two ways through:
   (a block of the kernel computes one (batch, head, query tile) whatever B is).
 
 A fresh result array's page faults (its first touch costs about as much as the copy into it)
-are taken ahead of time on a background thread (`_staging.prefault`) while the inputs go up.
+are taken ahead of time on a background thread (`_arrays.staging.prefault`) while the inputs go up.
 Measured on the H200 machine, the host copies remain the bottleneck (about 85% of the call);
 the pipeline hides the kernel and the DMA tails, which is the smaller part.
 

@@ -2,7 +2,7 @@
 per-sequence lengths and an optional append of new keys/values.
 
 Flow: adapt operands -> validate (shapes, dtypes, strides; the table/length VALUES when they are
-NumPy arrays) -> [append k_new/v_new into the cache] -> the split-KV decode kernel (`_decode`).
+NumPy arrays) -> [append k_new/v_new into the cache] -> the split-KV decode kernel (`_kernels.decode`).
 
 What is checked where. Shapes, dtypes, strides and alignment are always checked before any GPU
 work. The values of ``cache_seqlens`` and ``block_table`` are checked when they are NumPy

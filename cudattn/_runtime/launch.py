@@ -198,7 +198,7 @@ def launch(
     """
     if _recording.active:
         rec = _recording.current()
-        if rec is not None:  # a recorded call (`_replay`): remember the launch instead
+        if rec is not None:  # a recorded call (`_calls.replay`): remember the launch instead
             rec.launch(kernel, grid, block, shared_mem, stream_handle, params)
             return
     gx, gy, gz = grid
@@ -222,7 +222,7 @@ def launch(
 
 
 def launch_prepared(args: tuple, stream_handle: int, argv: int, name: str) -> None:
-    """Launch from arguments prepared and checked once (`_replay`): ``args`` = (function, grid x, y,
+    """Launch from arguments prepared and checked once (`_calls.replay`): ``args`` = (function, grid x, y,
     z, block x, y, z, shared memory), ``argv`` the address of a ``void*[1]`` pointing at the params
     block. No recording hook and no range checks: the warm call path."""
     err = _cuLaunchKernel(*args, stream_handle, argv, 0)[0]

@@ -1,16 +1,16 @@
-"""Recording one call's device work instead of doing it, so that `_replay` can repeat it cheaply.
+"""Recording one call's device work instead of doing it, so that `_calls.replay` can repeat it cheaply.
 
 While a :class:`Recorder` is active on this thread, the places where a call touches the device
-report to it instead: `_launch.launch` (kernel, grid, block, shared memory, the bytes of the
-params struct), `_array.new_array` (an allocation: it gets a placeholder address, not memory),
-`_stream_memory.counters` (a stream's zeroed arrival counters: a placeholder too) and `_tma.encode`
+report to it instead: `_runtime.launch.launch` (kernel, grid, block, shared memory, the bytes of the
+params struct), `_arrays.array.new_array` (an allocation: it gets a placeholder address, not memory),
+`_arrays.stream_memory.counters` (a stream's zeroed arrival counters: a placeholder too) and `_kernels.tma.encode`
 (a tensor map made for a placeholder address). Any other device operation
 during a recording (a copy, a memset, a stream wait) raises :class:`NotReplayable`, and that call
 signature is then served by the full path every time.
 
 Placeholder addresses: slot ``i`` (an operand or an allocation) is ``base + (i + 1) << 36``, in
 the range of ordinary device addresses (tensor-map encoding checks it), with 36 bits of room for
-offsets derived from it. `_replay` records twice with two bases and keeps only the fields that
+offsets derived from it. `_calls.replay` records twice with two bases and keeps only the fields that
 moved with the base, so an integer field that happens to look like a placeholder is never patched.
 """
 
@@ -21,7 +21,7 @@ import threading
 __all__ = ["Recorder", "NotReplayable", "BASES", "COUNTERS", "active", "current", "placeholder", "slot_of", "refuse"]
 
 BASES = (0x5000_0000_0000, 0x6000_0000_0000)
-COUNTERS = "arrival counters"  # the dtype of an allocation that is a stream's zeroed counters (`_stream_memory`)
+COUNTERS = "arrival counters"  # the dtype of an allocation that is a stream's zeroed counters (`_arrays.stream_memory`)
 _SLOT_SHIFT = 36
 _OFFSET_MASK = (1 << _SLOT_SHIFT) - 1
 # Operands and allocations a recorded call may have: a KV-cache call with every optional array
@@ -86,7 +86,7 @@ class Recorder:
         return placeholder(self.n_operands + len(self.allocations) - 1, self.base)
 
     def counters(self, count: int) -> int:
-        """Zeroed arrival counters (`_stream_memory`): a slot like an allocation, marked COUNTERS."""
+        """Zeroed arrival counters (`_arrays.stream_memory`): a slot like an allocation, marked COUNTERS."""
         return self.allocate((count,), COUNTERS, None)
 
     def launch(self, kernel, grid, block, smem: int, stream: int, params) -> None:

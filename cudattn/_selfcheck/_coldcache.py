@@ -3,8 +3,8 @@ the next calls compile (NVRTC) and load from scratch: the cold start that load a
 
 The disk cache is ``nvrtc_cache.default_cache()``, which re-reads ``$CUDATTN_CACHE_DIR`` on each
 call (a new directory gets a new, empty in-memory cache too). In process, loaded kernels live in
-``_kernels._loaded`` (per variant), ``_launch._cache`` (per cubin key) and, with their plans,
-``_decode._plans``.
+``_kernels._loaded`` (per variant), ``_runtime.launch._cache`` (per cubin key) and, with their plans,
+``_kernels.decode._plans``.
 """
 
 from __future__ import annotations
@@ -61,5 +61,5 @@ def stray_files(directory: str) -> list[str]:
 
 
 def loaded_keys() -> set[str]:
-    """Cache keys of the kernels this process has loaded (`_launch.load_kernel` records them)."""
+    """Cache keys of the kernels this process has loaded (`_runtime.launch.load_kernel` records them)."""
     return {key for (_dev, key, _name) in list(_launch._cache)}

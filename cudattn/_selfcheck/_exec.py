@@ -33,7 +33,7 @@ def kernel_family(family: str):
     """Run the case's kernel family: "portable" forces sm80, "hopper" clears any forcing (the
     device's default then, which `Case.skip_reason` made sure is Hopper), "any" leaves it alone.
 
-    `_traits.FORCED_FAMILY` is process-wide: concurrent callers must agree on it (load runs
+    `_kernels.traits.FORCED_FAMILY` is process-wide: concurrent callers must agree on it (load runs
     "any" only)."""
     if family == "any":
         yield

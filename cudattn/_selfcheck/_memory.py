@@ -1,6 +1,6 @@
 """Memory figures for leak checks: the device (``cuMemGetInfo``), cudattn's pool, host RSS.
 
-cudattn allocates from the device's cuda.core memory pool (`_array.empty_on`), which keeps
+cudattn allocates from the device's cuda.core memory pool (`_arrays.array.empty_on`), which keeps
 freed memory reserved for reuse. `settle` lets stream-ordered frees land and gives the pool's
 unused memory back (``cudattn.empty_cache``), so that ``cuMemGetInfo`` sees live allocations.
 """

@@ -32,7 +32,7 @@ Options, all documented compute-sanitizer options, added only when ``--help`` li
   ``RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)``; errors fail, warnings are
   reported.
 - initcheck: reports reads of device memory never written. The FP8 path reads ``Vt``, a
-  workspace padded to 128 keys (`_fp8.transpose_v`); the transpose kernel writes the padding
+  workspace padded to 128 keys (`_kernels.fp8.transpose_v`); the transpose kernel writes the padding
   with zeros (initcheck on an H100 agrees: no report for key counts 65, 113, 203), so a report
   there is a real finding: nothing is filtered.
 """

@@ -1,4 +1,4 @@
-"""The validated description of one attention call: what `_validate` produces and `_plan` consumes."""
+"""The validated description of one attention call: what `_spec.validate` produces and `_kernels.plan` consumes."""
 
 from __future__ import annotations
 

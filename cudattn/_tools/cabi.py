@@ -1,6 +1,6 @@
 """The kernels' parameter structs as C sees them, rendered from their ctypes mirrors.
 
-One source: the ctypes classes (`_params`, `_kernels.quantize.Fp8QuantParams`) are what the Python path
+One source: the ctypes classes (`_kernels.params`, `_kernels.quantize.Fp8QuantParams`) are what the Python path
 fills; `header()` writes the same structs as a C11/C++ header for programs that launch the
 exported cubins themselves (`cudattn export`). The header asserts every field's offset and each
 struct's size, so a compiler that lays a struct out differently refuses it; the tests check the

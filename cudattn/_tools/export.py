@@ -4,12 +4,12 @@ For each compile target the export writes ``DIR/<arch>/<kernel>.cubin`` (every b
 `_catalog.all_kernels` lists: prefill of both families, FP8, decode, combine, append, quantize,
 V transpose), ``DIR/manifest.json`` (per cubin: entry points, compile options, ptxas resources,
 threads, dynamic shared memory, what it serves; a selection table that maps the inputs of
-`_traits.select` and `_decode_traits.select_decode` to a cubin, so a C launcher chooses exactly
+`_kernels.traits.select` and `_kernels.decode_traits.select_decode` to a cubin, so a C launcher chooses exactly
 as the Python path does; the parameter structs' layouts; cudattn's version and commit),
-``DIR/include/cudattn_params.h`` (`_cabi`), ``DIR/include/cudattn_kernels.h`` (the selection table
+``DIR/include/cudattn_params.h`` (`_tools.cabi`), ``DIR/include/cudattn_kernels.h`` (the selection table
 as a C array), ``DIR/include/cudattn.h`` (the header-only launcher) and
 ``DIR/examples/attention.c`` (a C program that uses them). The kernels come from the disk cache, compiled in
-parallel first where missing (`_warm`).
+parallel first where missing (`_tools.warm`).
 
 A manifest names its format and cudattn version; `read_manifest` refuses another of either,
 since a cubin and the parameter layout it reads change together.
