@@ -145,17 +145,17 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
     """
     if cu_seqlens_q is not None or cu_seqlens_k is not None or max_seqlen_q is not None or \
             max_seqlen_k is not None:
-        return _varlen_api.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
-                                scale=scale, layout=layout, return_lse=return_lse, q_descale=q_descale,
-                                k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype,
-                                num_splits=num_splits, out=out, stream=stream, window_size=window_size,
-                                mods=(softcap, sinks, alibi_slopes))
+        return _varlen_api.attention_varlen(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal, scale=scale,
+            layout=layout, return_lse=return_lse, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+            out_dtype=out_dtype, num_splits=num_splits, out=out, stream=stream, window_size=window_size,
+            mods=(softcap, sinks, alibi_slopes))
     host_q, host_k, host_v = isinstance(q, np.ndarray), isinstance(k, np.ndarray), isinstance(v, np.ndarray)
     if host_q and host_k and host_v:
-        return _numpy_attention.attention_host(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse,
-                              q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype,
-                              num_splits=num_splits, out=out, stream=stream, window_size=window_size,
-                              softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes)
+        return _numpy_attention.attention_host(
+            q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse, q_descale=q_descale,
+            k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype, num_splits=num_splits, out=out,
+            stream=stream, window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes)
     if host_q or host_k or host_v or type(q) is not DeviceArray and kind_of(q) == OTHER:
         check_not_mixed(q, k, v)  # the one message for host/device mixes and non-arrays
     # Operands: q, k, v, out, then (when any is given) the descales, sinks and slopes that are arrays;

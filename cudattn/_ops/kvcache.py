@@ -142,8 +142,9 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     if cu_seqlens_q is not None or max_seqlen_q is not None:
         packed = check_packed_q(cu_seqlens_q, max_seqlen_q, k_new, num_splits, host)
     if host:
-        return attention_with_kvcache_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale, return_lse,
-                         num_splits, stream, packed, mods, (q_descale, k_descale, v_descale))
+        return attention_with_kvcache_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal,
+                                           scale, return_lse, num_splits, stream, packed, mods,
+                                           (q_descale, k_descale, v_descale))
     if out is not None and isinstance(out, np.ndarray):
         raise TypeError("out must be a device array for device calls (the NumPy path returns a new array)")
     objs = (q, k_cache, v_cache, k_new, v_new, out, cache_seqlens, block_table, cu_seqlens_q)
