@@ -168,8 +168,8 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     qa, ka, va, kn, vn, oa, sl, bt, cq = call.ops[:9]
     key = call.key(*typed(causal, scale, return_lse, num_splits, max_seqlen_q),
                    # NumPy index arrays: unhashable, so such calls take the full path
-                   *(None if d is not None or x is None else x for d, x in zip(dev_objs[6:9], (cache_seqlens, block_table,
-                                                                                            cu_seqlens_q))),
+                   *(None if d is not None or x is None else x
+                     for d, x in zip(dev_objs[6:9], (cache_seqlens, block_table, cu_seqlens_q))),
                    (tag(window_size), tag(softcap), *map(array_key, extra, call.ops[9:] if has_x else (None,) * 5))
                    if given_x or softcap is not None or window_size is not None else None)
     # Appending into caches whose byte ranges meet: the full path's exact test of shared elements.
@@ -186,7 +186,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                                               descales=ds)
         if oa is not None:
             geom = check_out(oa if cq is None else oa[None], False, qa.shape if cq is None else (1, *qa.shape),
-                              problem.out_dtype, "bshd")
+                             problem.out_dtype, "bshd")
             problem = replace(problem, out_strides=geom if cq is None else TensorGeom(0, geom.seq, geom.head))
         device_id = qa.device_id
         device = _device.get_device(device_id)
@@ -195,7 +195,8 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
         rows = _kv_launches.rows_used(problem, sl)
         sl, bt, cq = (_host_io.to_device(x, device=device, stream=sref) if isinstance(x, np.ndarray) else x
                       for x in (sl, bt, cq))
-        return _kv_launches.run_kvcache(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa, cq, rows)
+        return _kv_launches.run_kvcache(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa,
+                                        cq, rows)
 
     return call.run(key, full, tensors=6, out_index=5, allocates=out is None or return_lse is True, force_full=suspect)
 
