@@ -19,10 +19,7 @@ The rule, the same on the host (NumPy) and on the device (cu_src/fp8_quantize.cu
 Heads are grouped as FlashAttention-3's ``(B, Hkv)`` descales expect: with ``G`` groups of
 ``H // G`` heads, head ``h`` uses descale column ``h // (H // G)``.
 
-Device path: ``fp8_amax`` (a block max, then ``atomicMax`` on the float bits into a zeroed buffer)
-then ``fp8_quantize`` (writes the descales and the e4m3 values), both on the caller's stream;
-``fp8_dequantize`` for the reverse. Quantizing needs sm_89+ (the e4m3 conversion instruction);
-dequantizing runs on sm_80+ (it decodes e4m3 arithmetically).
+The device kernels that implement it are `_kernels.quantize`'s; the host's, `_numpy.quantize`'s.
 """
 
 from __future__ import annotations
