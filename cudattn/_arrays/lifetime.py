@@ -1,8 +1,9 @@
-"""Ordering a call after its operands' producers, and keeping their memory alive until it is done.
+"""Keeping a call's foreign operands alive until the call's work on its stream is done.
 
 A call runs on one stream (the consumer). An operand produced on another stream is read only after
-that stream's queued work (`_runtime.stream.stream_wait`: an event, no host blocking). Its memory belongs to an allocator that frees it stream-ordered on the producer's
-stream (PyTorch's and CuPy's caching allocators, cudattn's pool), which does not know the consumer:
+that stream's queued work (`_calls.operands.order_and_hold` waits with `_runtime.stream.stream_wait`:
+an event, no host blocking). Its memory belongs to an allocator that frees it stream-ordered on the
+producer's stream (PyTorch's and CuPy's caching allocators, cudattn's pool), which does not know the consumer:
 dropped right after the call, it could be handed to new work while the kernel still reads it. So
 such operands are held (:func:`hold`) until an event recorded on the consumer after the call's
 work has completed; :func:`release_done` lets them go, from the next call on.
