@@ -65,7 +65,7 @@ def world(monkeypatch):
 
 
 def _call(log, q, o):
-    def full(qa, oa):
+    def full(call, args, qa, oa):
         if _recording.current() is None:  # not the recording of the signature's first call
             log["full"] += 1
         _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, CONSUMER, _Params(qa.ptr, oa.ptr, 5, 0))
@@ -73,7 +73,7 @@ def _call(log, q, o):
 
     call = Call("fake", (q, o), ("q", "out"), None)
     assert call.consumer == CONSUMER
-    return call.run(call.key(), full, tensors=2, out_index=1, allocates=False)
+    return call.run((), None, full, None, tensors=2, out_index=1, allocates=False)
 
 
 def test_a_replay_passes_the_new_addresses(world):
@@ -143,11 +143,13 @@ def test_a_packages_current_stream_is_asked_once_per_call_not_per_operand(monkey
 
     monkeypatch.setattr(_importer, "_SMV", types.SimpleNamespace(from_any_interface=lambda obj, s: View(obj)))
     names = ("q", "k", "v", "out", "x")
-    consumer, keep, ops, sig, unordered = _operands.operands(tuple(Arr(p << 16, 0) for p in range(1, 6)), names, None)
+    c = Call("fake", tuple(Arr(p << 16, 0) for p in range(1, 6)), names, None)
+    consumer, keep, ops, unordered = c.consumer, c.keep, c.ops, c.unordered
     assert consumer == 0x5000 and keep.ptr == 0x5000 and not unordered
     assert [a.stream_handle for a in ops] == [0x5000] * 5
     assert asked == [0, 0], asked  # the first operand's stream, then its owner (the call's keep)
     asked.clear()  # operands on another device (refused later by the full path) get that device's stream
     objs = (Arr(0x10000, 0), Arr(0x20000, 0), Arr(0x30000, 1), Arr(0x40000, 1))
-    consumer, keep, ops, sig, unordered = _operands.operands(objs, names[:4], None)
+    c = Call("fake", objs, names[:4], None)
+    consumer, keep, ops, unordered = c.consumer, c.keep, c.ops, c.unordered
     assert [a.stream_handle for a in ops] == [0x5000, 0x5000, 0x5001, 0x5001] and unordered

@@ -2,10 +2,12 @@
 recorded plan (replayed) or the full path (validate, plan, launch; then recorded).
 
 An entry builds a :class:`Call` from its operands (device arrays of any runtime, or None where an
-optional one is absent) and the ``stream=`` it was given, makes the signature key from what only it
-knows (flags, scalars; `typed` joins each value's type, since ``True``, ``1`` and ``1.0`` are equal,
-hash alike and validate differently), and hands :meth:`Call.run` its full path: a function of the
-adapted operands that validates and launches. Everything else is here, written once.
+optional one is absent) and the ``stream=`` it was given, and hands :meth:`Call.run` its part of the
+signature (its flags, whose types join them, since ``True``, ``1`` and ``1.0`` are equal, hash alike
+and validate differently; then anything else it keys on) and its full path: a module-level function
+of the call, the entry's arguments and the adapted operands, which validates and launches. A warm
+call builds no closure (a closure over an entry's dozen arguments costs as much as the key lookup).
+Everything else is here, written once.
 
 **Plan** (:meth:`Call.run`): the call signature (with the flags; never addresses) finds a recorded
 `replay.Replay`. The first call of a signature runs the full path (validation with its precise
@@ -28,9 +30,11 @@ from .._runtime import device as _device
 from .._runtime.stream import StreamRef, is_capturing
 from .._spec.geometry import span as _span
 from . import replay as _replay
-from .operands import check_addresses, check_one_device, operands, order_and_hold
+from .._arrays.array import DeviceArray
+from .._arrays.importer import OTHER, adapt, kind_of
+from .operands import check_addresses, check_one_device, consumer_stream, order_and_hold
 
-__all__ = ["Call", "RecordedCall", "typed"]
+__all__ = ["Call", "RecordedCall"]
 
 _plans: dict = {}
 _PLANS_MAX = 4096
@@ -40,19 +44,17 @@ _FULL_ONLY = object()  # a signature the replay cannot serve (empty problems, in
 _SPECIAL_STREAMS = (0, 1, 2)
 
 
-def typed(*values) -> tuple:
-    """``values`` for a signature key, with their types (``True``, ``1`` and ``1.0`` are equal and
-    hash alike, but validate differently)."""
-    return values, tuple(map(type, values))
-
-
 class Call:
     """One device call of a public entry point: its operands adapted for reading on the call's
-    stream (:func:`operands.operands`), and :meth:`run`, which finds its recorded plan or runs its full path.
+    stream, and :meth:`run`, which finds its recorded plan or runs its full path.
 
     ``objs``: the caller's arrays in the entry's order (None where absent); ``names``: theirs, for
-    errors. ``ops``: them adapted (DeviceArrays); ``consumer``: the call's stream handle, ``keep``
-    the object that owns it; ``sig``: what the operands add to the signature."""
+    errors. ``consumer``: the call's stream handle (`operands.consumer_stream`), ``keep`` the
+    object that owns it; ``ops``: each of ``objs`` (None stays None) adapted for reading on
+    ``consumer``; ``sig``: what they add to the call's signature (type, shape, strides, dtype,
+    device, read-only: everything but the address); ``unordered``: some operand was produced on
+    another stream or belongs to a producer that must be kept alive (`operands.order_and_hold`
+    has work to do)."""
 
     __slots__ = ("op", "objs", "names", "consumer", "keep", "ops", "sig", "unordered")
 
@@ -60,28 +62,54 @@ class Call:
         self.op = op
         self.objs = objs
         self.names = names
-        self.consumer, self.keep, self.ops, self.sig, self.unordered = operands(objs, names, stream)
-
-    def key(self, *parts) -> tuple:
-        """The call's signature: the operation, its operands', and ``parts`` (the entry's own)."""
-        return (self.op, self.sig, *parts)
+        x = objs[0]
+        t = type(x)
+        if stream is None and t is DeviceArray and x.stream_handle is not None:  # `consumer_stream`'s usual case
+            consumer, keep, a = x.stream_handle, getattr(x.owner, "keep", None), x
+        else:
+            consumer, keep, a = consumer_stream(x, stream)
+            if a is None:
+                a = adapt(x, names[0], consumer)
+        ops = [a]
+        sig = [(t, a.shape, a.strides, a.dtype, a.device_id, a.readonly)]
+        h = a.stream_handle
+        unordered = h != consumer and h is not None or t is not DeviceArray and kind_of(x) == OTHER
+        current = None if t is DeviceArray else (t, a.device_id, h)  # its package's current stream, asked once
+        for i in range(1, len(objs)):
+            x = objs[i]
+            if x is None:
+                ops.append(None)
+                sig.append(None)
+                continue
+            t = type(x)
+            a = x if t is DeviceArray else adapt(x, names[i], consumer, current)
+            ops.append(a)
+            sig.append((t, a.shape, a.strides, a.dtype, a.device_id, a.readonly))
+            h = a.stream_handle
+            if h != consumer and h is not None or t is not DeviceArray and kind_of(x) == OTHER:
+                unordered = True
+        self.consumer, self.keep, self.ops, self.sig, self.unordered = consumer, keep, ops, tuple(sig), unordered
 
     def stream_ref(self) -> StreamRef:
         """The call's stream, holding the object that owns it (what launches and allocations take)."""
         return StreamRef(self.consumer, self.keep)
 
-    def run(self, key, full, *, tensors: int, out_index: int | None, allocates: bool, force_full: bool = False):
-        """This call: the recorded plan for ``key`` when there is one (``full(*ops)`` records it on a miss).
+    def run(self, flags: tuple, key, full, args, *, tensors: int, out_index: int | None, allocates: bool,
+            force_full: bool = False):
+        """This call: its recorded plan when there is one, else its full path (then recorded).
 
-        ``key``: the call's signature (:meth:`key`); ``full(*ops)`` is the full path (validate, plan,
-        launch) on the adapted operands; ``tensors``: the leading operands that are attention tensors
+        The signature is the operation, the operands' part, ``flags`` with their types, and ``key``
+        (the entry's other parts; never addresses). ``full(call, args, *ops)`` is the full path
+        (validate, plan, launch) on the adapted operands, ``args`` what it needs of the entry's
+        arguments; ``tensors``: the leading operands that are attention tensors
         (checked for null pointers and overlap with the output at ``out_index``); ``allocates``: the
         call returns arrays cudattn allocates (no ``out=``, or an LSE); ``force_full``: an
         address-dependent case the entry wants the full path to judge. Returns what ``full`` returns."""
         objs, ops, names, consumer, keep = self.objs, self.ops, self.names, self.consumer, self.keep
         if _lifetime.pending:
             _lifetime.release_done()
-        key = (key, _traits.FORCED_FAMILY)  # tests may force the portable kernels
+        # (*map(...),) builds the tuple faster than tuple(map(...)); tests may force the portable kernels
+        key = (self.op, self.sig, flags, (*map(type, flags),), key, _traits.FORCED_FAMILY)
         try:
             plan = _plans.get(key)
         except TypeError:  # an unhashable argument: the full path says which
@@ -102,12 +130,16 @@ class Call:
             check_one_device(ops, names)
             check_addresses(ops, names, tensors, out_index)
             held = order_and_hold(objs, ops, consumer)
-            result = full(*ops)
+
+            def full_path(*adapted):
+                return full(self, args, *adapted)
+
+            result = full_path(*ops)
             if key is not None and plan is None:
                 if len(_plans) >= _PLANS_MAX:  # many distinct shapes (variable lengths): keep the table bounded
                     _plans.clear()
                 try:
-                    _plans[key] = RecordedCall(_replay.record(full, ops, consumer), ops, tensors, out_index)
+                    _plans[key] = RecordedCall(_replay.record(full_path, ops, consumer), ops, tensors, out_index)
                 except _replay.NotReplayable:
                     _plans[key] = _FULL_ONLY
         if out_index is not None and ops[out_index] is not None:

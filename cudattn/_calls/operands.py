@@ -4,7 +4,7 @@ its signature, and the producers it must be ordered after and keep alive.
 1. **Stream** (:func:`consumer_stream`): ``stream=None`` is the current stream of the operands'
    package (torch's or CuPy's current stream, the stream that produced a cudattn DeviceArray,
    else cudattn's own stream); an explicit stream is taken as given.
-2. **Operands** (:func:`operands`, `_arrays.importer.adapt`): device arrays of any runtime as
+2. **Operands** (`call.Call`, `_arrays.importer.adapt`): device arrays of any runtime as
    DeviceArrays, each knowing its producer stream, and the call's signature from them (types,
    shapes, strides, dtypes, devices). The call is ordered after every producer that is not the
    call's stream, and those operands are kept alive until the call's work is done
@@ -25,7 +25,7 @@ from .._runtime.stream import stream_wait
 from .._spec.geometry import share_bytes
 
 __all__ = ["array_key", "array_or_none", "check_addresses", "check_not_mixed", "check_one_device",
-           "consumer_stream", "operands", "order_and_hold", "tag"]
+           "consumer_stream", "order_and_hold", "tag"]
 
 
 def tag(x):
@@ -65,43 +65,6 @@ def consumer_stream(first, stream):
             return a.stream_handle, current_stream_owner(kind, a.device_id), a
     ref = _stream.as_stream(None, device_id_of(first, name="q"))
     return ref.handle, ref.obj, None
-
-
-def operands(objs, names, stream) -> tuple:
-    """The call's stream and its operands: ``(consumer, keep, ops, sig, unordered)``.
-
-    ``consumer``/``keep``: `consumer_stream`; ``ops``: each of ``objs`` (None stays None) adapted
-    for reading on ``consumer``; ``sig``: what they contribute to the call's signature (type,
-    shape, strides, dtype, device, read-only: everything but the address); ``unordered``: some
-    operand was produced on another stream or belongs to a producer that must be kept alive
-    (`order_and_hold` has work to do)."""
-    x = objs[0]
-    t = type(x)
-    if stream is None and t is DeviceArray and x.stream_handle is not None:  # `consumer_stream`'s usual case
-        consumer, keep, a = x.stream_handle, getattr(x.owner, "keep", None), x
-    else:
-        consumer, keep, a = consumer_stream(x, stream)
-        if a is None:
-            a = adapt(x, names[0], consumer)
-    ops = [a]
-    sig = [(t, a.shape, a.strides, a.dtype, a.device_id, a.readonly)]
-    h = a.stream_handle
-    unordered = h != consumer and h is not None or t is not DeviceArray and kind_of(x) == OTHER
-    current = None if t is DeviceArray else (t, a.device_id, h)  # its package's current stream, asked once
-    for i in range(1, len(objs)):
-        x = objs[i]
-        if x is None:
-            ops.append(None)
-            sig.append(None)
-            continue
-        t = type(x)
-        a = x if t is DeviceArray else adapt(x, names[i], consumer, current)
-        ops.append(a)
-        sig.append((t, a.shape, a.strides, a.dtype, a.device_id, a.readonly))
-        h = a.stream_handle
-        if h != consumer and h is not None or t is not DeviceArray and kind_of(x) == OTHER:
-            unordered = True
-    return consumer, keep, ops, tuple(sig), unordered
 
 
 def order_and_hold(objs, ops, consumer: int):

@@ -8,7 +8,7 @@ import numpy as np
 
 from .._kernels import attention as _device_path
 from .._numpy import attention as _numpy_attention
-from .._calls.call import Call, typed
+from .._calls.call import Call
 from .._calls.operands import array_key, array_or_none, check_not_mixed, tag
 from .._runtime import device as _device
 from . import varlen as _varlen_api
@@ -165,20 +165,26 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
         alibi_slopes is not None
     call = Call("attention", [q, k, v, out, *map(array_or_none, extra)] if has_x else [q, k, v, out],
                 _NAMES if has_x else _NAMES4, stream)
-    key = call.key(*typed(causal, scale, layout, return_lse, out_dtype, num_splits), tag(window_size), tag(softcap),
-                   tuple(map(array_key, extra, call.ops[4:])) if has_x else None)
+    return call.run((causal, scale, layout, return_lse, out_dtype, num_splits),
+                    (None if window_size is None else tag(window_size), None if softcap is None else tag(softcap),
+                     tuple(map(array_key, extra, call.ops[4:])) if has_x else None),
+                    _full, (causal, scale, layout, return_lse, out_dtype, num_splits, window_size, softcap, extra),
+                    tensors=4, out_index=3, allocates=out is None or return_lse is True)
 
-    def full(qa, ka, va, oa, dq=None, dk=None, dv=None, sk=None, al=None):
-        problem = validate(qa, ka, va, causal=causal, scale=scale, layout=layout, return_lse=return_lse,
-                           q_descale=q_descale if dq is None else dq, k_descale=k_descale if dk is None else dk,
-                           v_descale=v_descale if dv is None else dv, out_dtype=out_dtype,
-                           num_splits=num_splits, out=oa, host=False, window_size=window_size, softcap=softcap,
-                           sinks=sinks if sk is None else sk, alibi_slopes=alibi_slopes if al is None else al)
-        device_id = qa.device_id
-        return _device_path.run_device(problem, qa, ka, va, oa, _device.get_device(device_id), device_id,
-                                       call.stream_ref())
 
-    return call.run(key, full, tensors=4, out_index=3, allocates=out is None or return_lse is True)
+def _full(call: Call, args, qa, ka, va, oa, dq=None, dk=None, dv=None, sk=None, al=None):
+    """The full path of a device call: validate, plan and launch (operands absent from the call: the
+    caller's values, scalars or None)."""
+    causal, scale, layout, return_lse, out_dtype, num_splits, window_size, softcap, extra = args
+    q_descale, k_descale, v_descale, sinks, alibi_slopes = extra
+    problem = validate(qa, ka, va, causal=causal, scale=scale, layout=layout, return_lse=return_lse,
+                       q_descale=q_descale if dq is None else dq, k_descale=k_descale if dk is None else dk,
+                       v_descale=v_descale if dv is None else dv, out_dtype=out_dtype,
+                       num_splits=num_splits, out=oa, host=False, window_size=window_size, softcap=softcap,
+                       sinks=sinks if sk is None else sk, alibi_slopes=alibi_slopes if al is None else al)
+    device_id = qa.device_id
+    return _device_path.run_device(problem, qa, ka, va, oa, _device.get_device(device_id), device_id,
+                                   call.stream_ref())
 
 
 _NAMES = ("q", "k", "v", "out", "q_descale", "k_descale", "v_descale", "sinks", "alibi_slopes")

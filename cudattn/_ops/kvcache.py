@@ -20,7 +20,7 @@ from typing import Literal, overload
 
 import numpy as np
 
-from .._calls.call import Call, typed
+from .._calls.call import Call
 from .._calls.operands import array_key, array_or_none, tag
 from .._runtime import device as _device
 from .._arrays import importer as _importer
@@ -165,40 +165,45 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     arrays = tuple(map(array_or_none, extra)) if given_x else None
     has_x = given_x and arrays != (None, None, None, None, None)
     call = Call("kvcache", (*dev_objs, *arrays) if has_x else dev_objs, _NAMES, stream)
-    qa, ka, va, kn, vn, oa, sl, bt, cq = call.ops[:9]
-    key = call.key(*typed(causal, scale, return_lse, num_splits, max_seqlen_q),
-                   # NumPy index arrays: unhashable, so such calls take the full path
-                   *(None if d is not None or x is None else x
-                     for d, x in zip(dev_objs[6:9], (cache_seqlens, block_table, cu_seqlens_q))),
-                   (tag(window_size), tag(softcap), *map(array_key, extra, call.ops[9:] if has_x else (None,) * 5))
-                   if given_x or softcap is not None or window_size is not None else None)
+    ka, va, kn = call.ops[1:4]
     # Appending into caches whose byte ranges meet: the full path's exact test of shared elements.
     suspect = kn is not None and _ranges_meet(ka, va)
+    return call.run((causal, scale, return_lse, num_splits, max_seqlen_q),
+                    # NumPy index arrays: unhashable, so such calls take the full path
+                    (*(None if d is not None or x is None else x
+                       for d, x in zip(dev_objs[6:9], (cache_seqlens, block_table, cu_seqlens_q))),
+                     (tag(window_size), tag(softcap), *map(array_key, extra, call.ops[9:] if has_x else (None,) * 5))
+                     if given_x or softcap is not None or window_size is not None else None),
+                    _full, (cache_seqlens, block_table, cu_seqlens_q, causal, scale, return_lse, num_splits,
+                            max_seqlen_q, window_size, softcap, extra),
+                    tensors=6, out_index=5, allocates=out is None or return_lse is True, force_full=suspect)
 
-    def full(qa, ka, va, kn, vn, oa, sl, bt, cq, sk=None, al=None, dq=None, dk=None, dv=None):
-        sl = cache_seqlens if sl is None else sl
-        bt = block_table if bt is None else bt
-        cq = cu_seqlens_q if cq is None else cq
-        ms = (window_size, softcap, sinks if sk is None else sk, alibi_slopes if al is None else al)
-        ds = (q_descale if dq is None else dq, k_descale if dk is None else dk, v_descale if dv is None else dv)
-        problem, new_geoms = validate_kvcache(qa, ka, va, sl, bt, kn, vn, causal, scale, return_lse, num_splits,
-                                              host=False, cu_seqlens_q=cq, max_seqlen_q=max_seqlen_q, mods=ms,
-                                              descales=ds)
-        if oa is not None:
-            geom = check_out(oa if cq is None else oa[None], False, qa.shape if cq is None else (1, *qa.shape),
-                             problem.out_dtype, "bshd")
-            problem = replace(problem, out_strides=geom if cq is None else TensorGeom(0, geom.seq, geom.head))
-        device_id = qa.device_id
-        device = _device.get_device(device_id)
-        sref = call.stream_ref()
-        # NumPy index arrays were checked; now they go up (stream-ordered, before the kernels).
-        rows = _kv_launches.rows_used(problem, sl)
-        sl, bt, cq = (_host_io.to_device(x, device=device, stream=sref) if isinstance(x, np.ndarray) else x
-                      for x in (sl, bt, cq))
-        return _kv_launches.run_kvcache(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa,
-                                        cq, rows)
 
-    return call.run(key, full, tensors=6, out_index=5, allocates=out is None or return_lse is True, force_full=suspect)
+def _full(call: Call, args, qa, ka, va, kn, vn, oa, sl, bt, cq, sk=None, al=None, dq=None, dk=None, dv=None):
+    """The full path of a device call: validate, upload NumPy index arrays, plan and launch."""
+    (cache_seqlens, block_table, cu_seqlens_q, causal, scale, return_lse, num_splits, max_seqlen_q, window_size,
+     softcap, (sinks, alibi_slopes, q_descale, k_descale, v_descale)) = args
+    sl = cache_seqlens if sl is None else sl
+    bt = block_table if bt is None else bt
+    cq = cu_seqlens_q if cq is None else cq
+    ms = (window_size, softcap, sinks if sk is None else sk, alibi_slopes if al is None else al)
+    ds = (q_descale if dq is None else dq, k_descale if dk is None else dk, v_descale if dv is None else dv)
+    problem, new_geoms = validate_kvcache(qa, ka, va, sl, bt, kn, vn, causal, scale, return_lse, num_splits,
+                                          host=False, cu_seqlens_q=cq, max_seqlen_q=max_seqlen_q, mods=ms,
+                                          descales=ds)
+    if oa is not None:
+        geom = check_out(oa if cq is None else oa[None], False, qa.shape if cq is None else (1, *qa.shape),
+                         problem.out_dtype, "bshd")
+        problem = replace(problem, out_strides=geom if cq is None else TensorGeom(0, geom.seq, geom.head))
+    device_id = qa.device_id
+    device = _device.get_device(device_id)
+    sref = call.stream_ref()
+    # NumPy index arrays were checked; now they go up (stream-ordered, before the kernels).
+    rows = _kv_launches.rows_used(problem, sl)
+    sl, bt, cq = (_host_io.to_device(x, device=device, stream=sref) if isinstance(x, np.ndarray) else x
+                  for x in (sl, bt, cq))
+    return _kv_launches.run_kvcache(problem, qa, ka, va, kn, vn, sl, bt, new_geoms, device, device_id, sref, oa,
+                                    cq, rows)
 
 
 _NAMES = ("q", "k_cache", "v_cache", "k_new", "v_new", "out", "cache_seqlens", "block_table", "cu_seqlens_q", "sinks",

@@ -52,14 +52,15 @@ def merge_attention_states(outs: ArrayLike | Sequence[ArrayLike], lses: ArrayLik
             raise TypeError(f"merge_attention_states: {name} must be a device array like the other parts (all "
                             f"NumPy or all device arrays); got {type(x).__name__}")
     call = Call("merge", objs, names, stream)
+    return call.run((n_o, o_stacked, l_stacked, layout), None, _full, (n_o, o_stacked, l_stacked, layout),
+                    tensors=len(objs), out_index=None, allocates=True)
 
-    def full(*ops):
-        outs_d = ops[0] if o_stacked else list(ops[:n_o])
-        lses_d = ops[n_o] if l_stacked else list(ops[n_o:])
-        return _merge.merge_device(outs_d, lses_d, layout, call.stream_ref())
 
-    return call.run(call.key(n_o, o_stacked, l_stacked, layout), full, tensors=len(objs), out_index=None,
-                    allocates=True)
+def _full(call: Call, args, *ops):
+    n_o, o_stacked, l_stacked, layout = args
+    outs_d = ops[0] if o_stacked else list(ops[:n_o])
+    lses_d = ops[n_o] if l_stacked else list(ops[n_o:])
+    return _merge.merge_device(outs_d, lses_d, layout, call.stream_ref())
 
 
 def _is_array(x) -> bool:

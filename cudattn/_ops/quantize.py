@@ -75,8 +75,7 @@ def quantize_fp8(x: ArrayLike, *, per: QuantizePer = "tensor", layout: Layout = 
         raise TypeError("x must be a NumPy array or a device array (DeviceArray, or an object with "
                         f"__cuda_array_interface__ or __dlpack__ on a CUDA device); got {type(x).__name__}")
     call = Call("quantize_fp8", (x,), ("x",), stream)
-    return call.run(call.key(per, layout, heads_kv),
-                    lambda xa: _quantize_device(xa, per, layout, heads_kv, call.stream_ref()),
+    return call.run((per, layout, heads_kv), None, _quantize_full, (per, layout, heads_kv),
                     tensors=1, out_index=None, allocates=True)
 
 
@@ -113,6 +112,15 @@ def dequantize(x_fp8: ArrayLike, descale: ArrayLike, *, layout: Layout = "bshd",
             raise TypeError(f"{name} must be a NumPy array or a device array (DeviceArray, or an object with "
                             f"__cuda_array_interface__ or __dlpack__ on a CUDA device); got {type(a).__name__}")
     call = Call("dequantize", (x_fp8, descale), ("x_fp8", "descale"), stream)
-    return call.run(call.key(layout, out_dt),
-                    lambda xa, da: _dequantize_device(xa, da, layout, out_dt, call.stream_ref()),
+    return call.run((layout, out_dt), None, _dequantize_full, (layout, out_dt),
                     tensors=2, out_index=None, allocates=True)
+
+
+def _quantize_full(call: Call, args, xa):
+    per, layout, heads_kv = args
+    return _quantize_device(xa, per, layout, heads_kv, call.stream_ref())
+
+
+def _dequantize_full(call: Call, args, xa, da):
+    layout, out_dt = args
+    return _dequantize_device(xa, da, layout, out_dt, call.stream_ref())

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._arrays import array as _array
-from .._calls.call import Call, typed
+from .._calls.call import Call
 from .._kernels import attention as _device_path
 from .._numpy import varlen as _numpy_varlen
 from .._calls.operands import array_key, array_or_none, check_not_mixed, tag
@@ -64,23 +64,26 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     objs = [q, k, v, out, cq_obj, ck_obj]
     call = Call("varlen", [*objs, *map(array_or_none, extra)] if has_x else objs, _NAMES, stream)
     # NumPy offsets make the key unhashable: such calls always take the full path.
-    key = call.key(*typed(causal, scale, return_lse, out_dtype, max_seqlen_q, max_seqlen_k),
-                   (cu_seqlens_q, cu_seqlens_k) if host_offsets else None, tag(window_size), tag(softcap),
-                   tuple(map(array_key, extra, call.ops[6:])) if has_x else None)
+    return call.run((causal, scale, return_lse, out_dtype, max_seqlen_q, max_seqlen_k),
+                    ((cu_seqlens_q, cu_seqlens_k) if host_offsets else None, tag(window_size), tag(softcap),
+                     tuple(map(array_key, extra, call.ops[6:])) if has_x else None),
+                    _full, (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, descales, flags, mods),
+                    tensors=4, out_index=3, allocates=out is None or return_lse is True)
 
-    def full(qa, ka, va, oa, cq, ck, dq=None, dk=None, dv=None, sk=None, al=None):
-        cq = cu_seqlens_q if cq is None else cq
-        ck = cu_seqlens_k if ck is None else ck
-        ds = tuple(g if a is None else a for g, a in zip(descales, (dq, dk, dv)))
-        ms = (softcap, sinks if sk is None else sk, alibi if al is None else al)
-        problem = validate_varlen(qa, ka, va, cq, ck, max_seqlen_q, max_seqlen_k, ds, flags, oa, host=False, mods=ms)
-        device_id = qa.device_id
-        device = _device.get_device(device_id)
-        sref = call.stream_ref()
-        cq, ck = (_host_io.to_device(c, device=device, stream=sref) if isinstance(c, np.ndarray) else c
-                  for c in (cq, ck))
-        return _device_path.run_varlen(problem, qa, ka, va, oa, cq, ck, device, device_id, sref)
 
-    return call.run(key, full, tensors=4, out_index=3, allocates=out is None or return_lse is True)
+def _full(call: Call, args, qa, ka, va, oa, cq, ck, dq=None, dk=None, dv=None, sk=None, al=None):
+    """The full path of a device call: validate, upload NumPy offsets, plan and launch."""
+    cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, descales, flags, (softcap, sinks, alibi) = args
+    cq = cu_seqlens_q if cq is None else cq
+    ck = cu_seqlens_k if ck is None else ck
+    ds = tuple(g if a is None else a for g, a in zip(descales, (dq, dk, dv)))
+    ms = (softcap, sinks if sk is None else sk, alibi if al is None else al)
+    problem = validate_varlen(qa, ka, va, cq, ck, max_seqlen_q, max_seqlen_k, ds, flags, oa, host=False, mods=ms)
+    device_id = qa.device_id
+    device = _device.get_device(device_id)
+    sref = call.stream_ref()
+    cq, ck = (_host_io.to_device(c, device=device, stream=sref) if isinstance(c, np.ndarray) else c
+              for c in (cq, ck))
+    return _device_path.run_varlen(problem, qa, ka, va, oa, cq, ck, device, device_id, sref)
 
 
