@@ -1,9 +1,10 @@
 """The wheel holds every file the installed package needs.
 
 A file left out of the wheel works from a checkout and fails everywhere else, so this builds a
-wheel from the source tree and compares: every file of the packages ``cudattn``, ``nvrtc_cache``
-and ``cu_src`` (Python modules, CUDA sources and headers, ``py.typed``, the tests' own CUDA
-source) must be inside, and so must the license. A control builds a wheel whose configuration
+wheel from the source tree and compares: every file of the packages ``cudattn`` and
+``nvrtc_cache`` and of the CUDA sources (the repository's top-level ``cu_src/``, which the wheel
+installs as ``cudattn/cu_src/``: Python modules, CUDA sources and headers, ``py.typed``) must be
+inside, and so must the license; no other top-level name is installed. A control builds a wheel whose configuration
 leaves the subpackages out and checks that the comparison catches it.
 
 The source tree is the checkout these tests sit in, or ``$CUDATTN_SOURCE_TREE`` when they run
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE_ROOTS = ("cudattn", "nvrtc_cache", "cu_src")
+IN_WHEEL = {"cu_src": "cudattn/cu_src"}  # where the wheel puts a package root, when not at its name
 
 
 def _source_tree() -> Path | None:
@@ -47,7 +49,7 @@ def expected_files(tree: Path) -> set[str]:
             rel = path.relative_to(tree)
             if path.is_file() and "__pycache__" not in rel.parts and path.suffix != ".pyc" \
                     and not any(part.startswith(".") for part in rel.parts):
-                out.add(rel.as_posix())
+                out.add(rel.as_posix().replace(root, IN_WHEEL.get(root, root), 1))
     return out
 
 
@@ -71,7 +73,7 @@ def build_wheel(tree: Path, out: Path) -> Path:
 def _copy_tree(tree: Path, dest: Path) -> Path:
     """The files a wheel is built from (not .git, not build outputs)."""
     dest.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         shutil.copy2(tree / name, dest / name)
     for root in PACKAGE_ROOTS:
         shutil.copytree(tree / root, dest / root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*"))
@@ -84,12 +86,14 @@ def test_wheel_holds_every_package_and_kernel_source(tmp_path):
     wheel = build_wheel(tree, tmp_path / "dist")
     expected = expected_files(tree)
     assert {"cudattn/_selfcheck/__init__.py", "cudattn/bench/__init__.py", "cudattn/_calls/__init__.py",
-            "cudattn/reference/__init__.py", "cu_src/include/cudattn/params.cuh", "cudattn/py.typed"} <= expected
+            "cudattn/reference/__init__.py", "cudattn/cu_src/include/cudattn/params.cuh", "cudattn/py.typed"} <= expected
     assert missing_from_wheel(wheel, tree) == []
     with zipfile.ZipFile(wheel) as zf:
         meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         text = zf.read(meta).decode()
         entry_points = zf.read(meta.replace("METADATA", "entry_points.txt")).decode()
+        top_level = {n.split("/")[0] for n in zf.namelist() if ".dist-info/" not in n}
+    assert top_level == {"cudattn", "nvrtc_cache"}, f"the wheel installs other top-level names: {top_level}"
     assert "License-Expression: Apache-2.0" in text
     assert "cudattn = cudattn.__main__:main" in entry_points
 
@@ -105,10 +109,10 @@ def test_check_catches_a_package_left_out(tmp_path):
     """The control: a configuration that names only the top-level packages (as this project's
     once did) builds a wheel without cudattn._selfcheck, and the comparison reports it."""
     tree = _copy_tree(TREE, tmp_path / "src")
-    conf = tree / "pyproject.toml"
+    conf = tree / "setup.py"
     text = conf.read_text()
-    find = '[tool.setuptools.packages.find]\ninclude = ["cudattn", "cudattn.*", "nvrtc_cache", "nvrtc_cache.*", "cu_src", "cu_src.*"]'
-    assert find in text, "update this control to pyproject.toml's package list"
-    conf.write_text(text.replace(find, '[tool.setuptools]\npackages = ["cudattn", "cudattn.bench", "nvrtc_cache", "cu_src"]'))
+    find = 'packages=[*find_packages(include=["cudattn", "cudattn.*", "nvrtc_cache", "nvrtc_cache.*"]), "cudattn.cu_src"]'
+    assert find in text, "update this control to setup.py's package list"
+    conf.write_text(text.replace(find, 'packages=["cudattn", "cudattn.bench", "nvrtc_cache", "cudattn.cu_src"]'))
     missing = missing_from_wheel(build_wheel(tree, tmp_path / "dist"), tree)
     assert "cudattn/_selfcheck/__init__.py" in missing and "cudattn/_calls/call.py" in missing

@@ -21,9 +21,20 @@ _BASE_OPTIONS = ("-lineinfo",)
 
 
 @functools.lru_cache(maxsize=None)
+def source_root():
+    """The folder of the CUDA sources: ``cudattn.cu_src`` where cudattn is installed (the wheel puts
+    the repository's top-level ``cu_src/`` there, inside cudattn's namespace), else the top-level
+    ``cu_src`` of a source checkout run in place (``PYTHONPATH`` on the checkout)."""
+    try:
+        return importlib.resources.files("cudattn.cu_src")
+    except ModuleNotFoundError:
+        return importlib.resources.files("cu_src")
+
+
+@functools.lru_cache(maxsize=None)
 def sources(source_name: str = _traits.KERNEL_SOURCE["sm80"]) -> tuple[str, dict[str, str]]:
-    """A kernel source and the headers, read from the installed `cu_src` package."""
-    root = importlib.resources.files("cu_src")
+    """A kernel source and the headers, read from the sources' folder (:func:`source_root`)."""
+    root = source_root()
     source = root.joinpath(source_name).read_text(encoding="utf-8")
     return source, _headers(root.joinpath("include", "cudattn"), "cudattn")
 
