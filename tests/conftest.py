@@ -7,6 +7,7 @@
   ``-m "not slow and not compile"``) leaves both out; ``-m "slow or compile"`` runs them, and a
   later ``-m`` replaces the default one.
 - The tests import the installed ``cudattn`` (the header line names the one under test).
+- Temporary files: a run that passes leaves none (``_temporary_files_removed``).
 - Host memory: the run's peak resident set size is printed at the end; with
   ``CUDATTN_TEST_MAX_RSS_MIB`` set (CI sets it), a larger peak fails the run, so no test can
   quietly build a multi-GiB host array.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import resource
+import shutil
 import sys
 
 import pytest
@@ -28,16 +30,43 @@ COMPILE_ARCHS = ("sm_80", "sm_89", "sm_90a")
 
 @pytest.fixture(scope="session")
 def kernel_cache(tmp_path_factory):
-    """One kernel cache for the compile tests, filled first by the parallel warm-up for
-    COMPILE_ARCHS (what `python -m cudattn cache warm` runs), so that the builds use every CPU; the
-    tests then read each kernel's cubin, ptxas report and SASS from it. A kernel that failed to
-    build is not in it, and the test that asks for it compiles it again and reports the error."""
+    """The kernel cache for the compile tests: the user's own (``$CUDATTN_CACHE_DIR``, else
+    ``~/.cache/cudattn``), the one the demo and ``python -m cudattn cache warm`` fill, so a second
+    run compiles nothing. It is first filled by the parallel warm-up for COMPILE_ARCHS, so that the
+    builds use every CPU; the tests then read each kernel's cubin, ptxas report and SASS from it. A
+    kernel that failed to build is not in it, and the test that asks for it compiles it again and
+    reports the error. Where the user's cache is not usable (read-only, refused for safety), a
+    temporary one is used and removed with the run's other temporary files."""
     import nvrtc_cache
     from cudattn._tools import warm as _warm
 
-    cache = nvrtc_cache.Cache(tmp_path_factory.mktemp("kernels"))
+    cache = nvrtc_cache.default_cache()
+    if not cache.info()["writable"]:
+        cache = nvrtc_cache.Cache(tmp_path_factory.mktemp("kernels"))
     _warm.warm(COMPILE_ARCHS, cache=cache, progress=False)
     return cache
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _temporary_files_removed(tmp_path_factory, request):
+    """A run whose tests all passed leaves nothing in the temporary directory: its base directory
+    (``pytest-of-<user>/pytest-N``, the compile tests' exports among it) is removed, with the
+    ``pytest-current`` link to it and ``pytest-of-<user>`` itself when nothing else is in it. A run
+    with failures keeps its failing tests' files to look at (``tmp_path_retention_policy``)."""
+    yield
+    if request.session.testsfailed:
+        return
+    base = tmp_path_factory.getbasetemp()
+    shutil.rmtree(base, ignore_errors=True)
+    parent = base.parent
+    for link in parent.glob("*-current"):
+        if link.is_symlink() and os.path.realpath(link) == os.path.realpath(base):
+            link.unlink()
+    if parent.name.startswith("pytest-of-"):
+        try:
+            parent.rmdir()  # only when empty: another run's directories stay
+        except OSError:
+            pass
 
 
 def pytest_configure(config):
