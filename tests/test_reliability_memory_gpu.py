@@ -72,6 +72,7 @@ def test_out_of_memory_mid_call_leaks_nothing_and_the_next_call_works():
 def test_empty_cache_gives_freed_memory_back_to_the_driver():
     from cuda.bindings import driver
 
+    cudattn._runtime.device.get_device()  # the context current (empty_cache alone initialises nothing)
     cudattn.empty_cache()
     free0 = driver.cuMemGetInfo()[1]
     x = cudattn._arrays.array.empty((1 << 30,), np.uint8)

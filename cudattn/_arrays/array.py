@@ -1,36 +1,28 @@
 """`DeviceArray`: a strided view of device memory, and the memory behind new ones.
 
-- :func:`empty` / :func:`empty_on` / :func:`new_array` allocate, stream-ordered, from the
-  device's memory pool (`_arrays.alloc`); views share their parent's block.
-- Foreign arrays come in through `_importer` (and the call path's `_importer`); copies to and from
-  NumPy and fills are in `transfer` (the raw copies) and `host_io` (the public ones).
+- :func:`empty` / :func:`empty_on` / :func:`new_array` allocate, stream-ordered, from the device's
+  memory pool (`_arrays.alloc`); views share their parent's block; :func:`empty_cache` trims it.
+- Foreign arrays come in through `_importer`; copies to and from NumPy and fills are in
+  `transfer` (the raw copies) and `host_io` (the public ones).
 
-A ``DeviceArray`` exports ``__cuda_array_interface__`` (v3) and
-``__dlpack__``/``__dlpack_device__``, so PyTorch, CuPy, JAX and Numba take it
-without copies. Dtype rules at the borders:
+A ``DeviceArray`` exports ``__cuda_array_interface__`` (v3) and ``__dlpack__``/``__dlpack_device__``,
+so PyTorch, CuPy, JAX and Numba take it without copies. Dtype rules at the borders:
 
-========================  ==========================  ==========================
-dtype                     DLPack out                  CUDA Array Interface out
-========================  ==========================  ==========================
-float16                   (kDLFloat, 16)              ``<f2``
-bfloat16                  (kDLBfloat, 16)             none: the property raises
-                                                      ``AttributeError``, so
-                                                      consumers fall back to DLPack
-float8_e4m3fn             as uint8 (kDLUInt, 8)       as uint8 ``|u1``
-========================  ==========================  ==========================
+=============  =====================  ==========================================================
+dtype          DLPack out             CUDA Array Interface out
+=============  =====================  ==========================================================
+float16        (kDLFloat, 16)         ``<f2``
+bfloat16       (kDLBfloat, 16)        none: the property raises ``AttributeError`` (use DLPack)
+float8_e4m3fn  as uint8 (kDLUInt, 8)  as uint8 ``|u1``
+=============  =====================  ==========================================================
 
-CAI has no bfloat16 type code. ``"<V2"`` would be accepted by nobody usefully
-(CuPy and Numba have no bfloat16; PyTorch's CAI import rejects void types), so
-a bfloat16 array does not pretend: ``hasattr(a, "__cuda_array_interface__")`` is
-False and ``torch.from_dlpack(a)`` is the way in.
+CAI has no bfloat16 type code (and ``"<V2"`` would help nobody): a bfloat16 array has no
+``__cuda_array_interface__`` attribute, and ``torch.from_dlpack(a)`` is the way in.
 
-Streams. Each array remembers ``stream_handle``: the stream its contents are
-being produced on (where it was allocated or copied, or the consumer stream it was
-imported on), or ``None`` when unknown. ``__dlpack__(stream=s)`` makes ``s`` wait
-for that stream (an event, no host blocking); ``__cuda_array_interface__``
-reports it as ``"stream"`` so CAI v3 consumers do the same. Code that writes an
-array on another stream should update ``stream_handle``.
-
+Streams. ``stream_handle`` is the stream an array's contents are produced on (where it was
+allocated or copied, or the consumer stream it was imported on), None when unknown.
+``__dlpack__(stream=s)`` makes ``s`` wait for it (an event, no host blocking); CAI reports it as
+``"stream"``, so v3 consumers do the same. Code that writes an array on another stream updates it.
 Importing this module makes no CUDA call.
 """
 
@@ -50,7 +42,8 @@ from . import dlpack as _dlpack
 from . import stream_memory as _stream_memory
 from . import transfer as _transfer
 from .._runtime import recording as _recording
-from .._runtime.device import get_device
+from .._runtime import device as _devices
+from .._runtime.device import _as_ordinal, get_device
 from .dlpack import kDLCUDA
 from .._runtime.errors import check
 from .._spec.geometry import c_strides as _c_strides
@@ -71,8 +64,6 @@ _NAN_BITS: dict[np.dtype, int] = {
 }
 
 
-
-
 class DeviceArray:
     """A strided n-d view of device memory.
 
@@ -90,7 +81,7 @@ class DeviceArray:
         What keeps the memory alive: the cuda.core ``Buffer`` cudattn allocated,
         or the foreign array (or DLPack tensor) it wraps; ``None`` for a bare pointer.
     stream_handle : int | None
-        Stream the contents are produced on (see the module docstring).
+        Stream its contents are produced on (None: unknown); DLPack and CAI consumers wait for it.
     readonly : bool
     """
 
@@ -360,24 +351,45 @@ def new_array(shape: tuple[int, ...], dtype: np.dtype, device_id: int, stream: i
     return a
 
 
-def _trim_pool(dev) -> None:
-    _alloc.trim(dev.device_id)
-
-
 def empty_cache(device: DeviceLike = None) -> None:
-    """Give the device memory that cudattn's pool holds but no array uses back to the driver.
+    """Give the device memory that cudattn keeps for reuse, but no array uses, back to the driver.
 
-    Freed arrays return their memory to the device's stream-ordered pool, which keeps it for the
-    next allocation (as PyTorch's caching allocator does); other libraries on the GPU cannot use
-    it until it is given back. What streams keep for the split-KV decode kernel goes back too: its
-    arrival counters (a few KiB a stream) and workspaces (64 MiB a device at most, outgrown ones
-    included; one stream's in use is at most 8 MiB).
-    Waits for the device's pending work first.
+    Freed arrays leave their memory in the device's stream-ordered pool (as PyTorch's caching
+    allocator does), and streams that ran split-KV decode keep counters and workspaces (64 MiB a
+    device at most); this call waits for the device's pending work, then frees both. Where cudattn
+    has used no GPU in this process (none present included), it returns at once, CUDA untouched.
+
+    Parameters
+    ----------
+    device : int, cuda.core Device or None
+        The device; None: the current one (else device 0).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``device`` is no ordinal or Device, or names no device of this process.
+    cudattn.CudaError
+        A driver call failed (an error left by earlier asynchronous work included).
+
+    Examples
+    --------
+    >>> import numpy as np, cudattn
+    >>> x = cudattn.to_device(np.zeros((1024, 1024), np.float32))
+    >>> del x                   # the last reference: its memory returns to cudattn's pool
+    >>> cudattn.empty_cache()   # and from the pool to the driver
     """
+    if device is not None and type(device) is not int:
+        _as_ordinal(device)  # TypeError for what is no device, before anything else
+    if not _devices._initialized or not _devices._device_count:
+        return  # cudattn never initialised CUDA (or sees no GPU): it holds no device memory
     dev = get_device(device)
     check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
     _stream_memory.release(dev.device_id)  # their kernels are done; the frees are waited for
-    _trim_pool(dev)
+    _alloc.trim(dev.device_id)
 
 
 def nan_pattern(dtype) -> int:

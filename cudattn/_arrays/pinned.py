@@ -49,7 +49,34 @@ def empty_pinned(shape: int | tuple[int, ...], dtype: DTypeLike = np.float32) ->
     from the device by DMA, with no copy through the host's staging buffers (the NumPy path's
     largest cost with ordinary arrays). Any array whose memory is pinned is used that way,
     including views of pinned memory made by other libraries. Pinning is slow and takes memory
-    from the OS for good until freed: allocate once, reuse. Needs a CUDA device.
+    from the OS for good until freed: allocate once, reuse.
+
+    Parameters
+    ----------
+    shape : int or tuple of ints
+    dtype : dtype, optional
+        Default float32; not of dtype object.
+
+    Returns
+    -------
+    numpy.ndarray
+        C-contiguous, uninitialised, in pinned memory that is freed when the last view of it goes.
+
+    Raises
+    ------
+    ValueError
+        A negative dimension.
+    TypeError
+        An object dtype.
+    cudattn.NoDeviceError, cudattn.CudaError
+        No usable GPU (pinning needs the driver), or the allocation failed.
+
+    Examples
+    --------
+    >>> import numpy as np, ml_dtypes, cudattn
+    >>> q = cudattn.empty_pinned((2, 4096, 16, 128), ml_dtypes.bfloat16)
+    >>> q[...] = np.random.randn(*q.shape)
+    >>> out = cudattn.attention(q, q, q)   # q is DMA'd straight from its pinned memory
     """
     shape = (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
     if any(s < 0 for s in shape):

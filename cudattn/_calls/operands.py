@@ -109,14 +109,35 @@ def check_one_device(ops, names) -> None:
                              "all operands must be on one device")
 
 
-def check_not_mixed(q, k, v) -> None:
-    host = [isinstance(x, np.ndarray) for x in (q, k, v)]
-    if any(host):
-        names = ", ".join(n for n, h in zip("qkv", host) if h)
-        raise TypeError(f"q, k, v must all be NumPy arrays or all device arrays; {names} "
-                        f"{'is' if sum(host) == 1 else 'are'} NumPy and the rest are not "
-                        "(copy with cudattn.to_device or to_host first)")
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not is_device_array_like(x):
-            raise TypeError(f"{name} must be a NumPy array or a device array (DeviceArray, or an object with "
-                            f"__cuda_array_interface__ or __dlpack__); got {type(x).__name__}")
+_ARRAY_KINDS = "a DeviceArray, or an object with __cuda_array_interface__ or __dlpack__ on a CUDA device"
+
+
+def _got(x) -> str:
+    return "None" if x is None else type(x).__name__
+
+
+def _listed(names) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def check_not_mixed(named, prefix: str = "", subject: str | None = None) -> None:
+    """TypeError for the array arguments ``named`` (``(name, value)`` pairs) of one call that are not
+    all NumPy arrays or all device arrays: first naming each one that is no array, with its type,
+    then which are NumPy and which are device arrays (``subject``: what must match, default the
+    names; ``prefix`` starts the message). Returns when they are all device arrays."""
+    named = tuple(named)
+    host, device, other = [], [], []
+    for name, x in named:
+        (host if isinstance(x, np.ndarray) else device if is_device_array_like(x) else other).append((name, x))
+    if other:
+        names = [n for n, _ in other]
+        what = "a NumPy array or a device array" if len(other) == 1 else "NumPy arrays or device arrays"
+        got = _got(other[0][1]) if len(other) == 1 else ", ".join(f"{n}: {_got(x)}" for n, x in other)
+        raise TypeError(f"{prefix}{_listed(names)} must be {what} ({_ARRAY_KINDS}); got {got}")
+    if host and device:
+        hn, dn = [n for n, _ in host], [n for n, _ in device]
+        subject = subject or ", ".join(n for n, _ in named)
+        raise TypeError(f"{prefix}{subject} must be all NumPy arrays or all device arrays; "
+                        f"{_listed(hn)} {'is a NumPy array' if len(hn) == 1 else 'are NumPy arrays'} and "
+                        f"{_listed(dn)} {'is a device array' if len(dn) == 1 else 'are device arrays'} "
+                        "(copy with cudattn.to_device or cudattn.to_host first)")

@@ -21,7 +21,7 @@ from typing import Literal, overload
 import numpy as np
 
 from .._calls.call import Call
-from .._calls.operands import array_key, array_or_none, tag
+from .._calls.operands import array_key, array_or_none, check_not_mixed, tag
 from .._runtime import device as _device
 from .._arrays import importer as _importer
 from .._arrays import host_io as _host_io
@@ -89,59 +89,111 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            v_descale: DescaleLike = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
     """Attention of a few query tokens against a KV cache (FlashAttention's ``flash_attn_with_kvcache``).
 
-    - ``q``: ``(B, Sq, Hq, D)`` (layout "bshd"; decode is Sq = 1..16, any Sq works).
-    - ``k_cache``, ``v_cache``: contiguous ``(B, capacity, Hkv, D)``, or paged
-      ``(num_pages, page_size, Hkv, D)`` with ``block_table``: int32 ``(B, max_pages)``, sequence
-      ``b``'s key ``j`` being row ``j % page_size`` of page ``block_table[b, j // page_size]``;
-      ``page_size`` a multiple of 16. Capacity per sequence: ``max_pages * page_size`` when paged.
-    - ``cache_seqlens``: int32 ``(B,)``, the valid keys of each sequence (0 allowed); None: every
-      sequence fills the cache.
-    - ``k_new``, ``v_new``: ``(B, S_new, Hkv, D)``, written into the cache IN PLACE at positions
-      ``cache_seqlens[b] .. cache_seqlens[b] + S_new - 1`` before attending, which then covers
-      ``cache_seqlens[b] + S_new`` keys (``cache_seqlens`` itself is not changed; it is required).
-    - ``causal``: bottom right per sequence: query ``i`` sees key ``j`` iff ``j <= i + L_b - Sq``.
-    - ``num_splits``, ``scale``, ``return_lse``, ``out``, ``stream``: as in `cudattn.attention`
-      (``out``: device calls only, q's shape and dtype; required while ``stream`` captures a CUDA graph).
-    - ``cu_seqlens_q``, ``max_seqlen_q``: a packed ``q`` of ``(total_q, Hq, D)``, sequence ``b``'s
-      queries at rows ``cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1`` (int32 ``(B + 1,)``, as in
-      `cudattn.attention`); the output is then ``(total_q, Hq, D)`` and the LSE ``(Hq, total_q)``.
-      The chunk's keys must already be in the cache (no ``k_new``); ``num_splits`` does not apply.
-    - ``window_size``, ``softcap``, ``sinks``, ``alibi_slopes``: as in `cudattn.attention`, with
-      ``Sk`` the sequence's cached keys (appended ones included): query ``i``'s diagonal key is
-      ``i + L_b - Sq``. The split-KV decode kernel skips the key tiles outside every row's window,
-      and counts a sink once, when it merges the splits.
-    - FP8 caches: ``k_cache`` and ``v_cache`` typed ``ml_dtypes.float8_e4m3fn`` (half the bytes of
-      a 16-bit cache), with ``k_descale`` and ``v_descale`` (None: 1.0, a float, or float32
-      ``(B, Hkv)`` arrays, as `cudattn.attention`'s): the cache holds ``x / descale``. q, and
-      ``k_new``/``v_new``, stay in float16 or bfloat16; the new rows are quantized on append
-      (divided by their descale, rounded to nearest even, saturated at ±448). The split-KV
-      kernel converts each key tile to float16 in registers (exactly) and scales the scores
-      and the output by the descales. More query tokens (chunked prefill, a packed q) first
-      dequantize the used rows into a 16-bit copy for the prefill kernels. sm_89 and newer.
-    - An FP8 ``q`` (``float8_e4m3fn``, with an FP8 cache only), with ``q_descale`` (as the
-      others): converted to bfloat16 exactly before the kernels, its descale scaling the scores
-      with k's; the output is bfloat16. ``k_new``/``v_new`` are then float16 or bfloat16.
+    Parameters
+    ----------
+    q : array
+        ``(B, Sq, Hq, D)`` (layout "bshd"; decode is ``Sq`` = 1..16, any ``Sq`` works), float16 or
+        bfloat16; or FP8 (``float8_e4m3fn``, with an FP8 cache only, and ``q_descale``), converted
+        to bfloat16 exactly before the kernels.
+    k_cache, v_cache : array
+        Contiguous ``(B, capacity, Hkv, D)``, or paged ``(num_pages, page_size, Hkv, D)`` with
+        ``block_table`` (``page_size`` a multiple of 16). float16, bfloat16, or FP8
+        (``float8_e4m3fn``, half the bytes; sm_89 and newer) holding ``x / descale``.
+    cache_seqlens : int32 array, optional
+        ``(B,)``: the valid keys of each sequence (0 allowed). None: every sequence fills the cache.
+    block_table : int32 array, optional
+        ``(B, max_pages)``: sequence ``b``'s key ``j`` is row ``j % page_size`` of page
+        ``block_table[b, j // page_size]``; the capacity per sequence is ``max_pages * page_size``.
+    k_new, v_new : array, optional
+        ``(B, S_new, Hkv, D)``, float16 or bfloat16, written into the cache IN PLACE at positions
+        ``cache_seqlens[b] .. cache_seqlens[b] + S_new - 1`` before attending (``cache_seqlens`` is
+        then required, and is not changed); quantized on the way into an FP8 cache (divided by
+        its descale, rounded to nearest even, saturated at ±448).
+    cu_seqlens_q, max_seqlen_q : optional
+        A packed q of ``(total_q, Hq, D)``: sequence ``b``'s queries are rows
+        ``cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1`` (int32 ``(B + 1,)``, as in
+        :func:`cudattn.attention`). Its keys must already be in the cache (no ``k_new``); no
+        ``num_splits``.
+    causal : bool
+        Bottom right per sequence: query ``i`` sees key ``j`` iff ``j <= i + L_b - Sq``, with
+        ``L_b`` the sequence's keys (appended ones included).
+    scale, return_lse, num_splits, stream
+        As in :func:`cudattn.attention`.
+    out : device array, optional
+        Device calls only: q's shape and the output dtype; required while ``stream`` captures a
+        CUDA graph.
+    window_size, softcap, sinks, alibi_slopes
+        As in :func:`cudattn.attention`, with ``Sk`` the sequence's keys ``L_b`` (query ``i``'s
+        diagonal key is ``i + L_b - Sq``); a sink counts once.
+    q_descale, k_descale, v_descale : None, float or float32 array, optional
+        None (1.0), a float, or float32 ``(B, Hkv)`` arrays, as in :func:`cudattn.attention`:
+        ``k_descale``, ``v_descale`` for an FP8 cache, ``q_descale`` for an FP8 q.
 
-    More than 16 query tokens a sequence (chunked prefill), or a packed ``q``, run the prefill
+    Returns
+    -------
+    out : NumPy array or DeviceArray
+        q's shape, in q's dtype (bfloat16 for an FP8 q).
+    lse : NumPy array or DeviceArray, float32
+        With ``return_lse=True`` only (the call then returns ``(out, lse)``): ``(B, Hq, Sq)``;
+        ``(Hq, total_q)`` for a packed q.
+
+    Raises
+    ------
+    TypeError
+        An argument of the wrong type or dtype, or q, the caches and the new keys not all NumPy
+        arrays or all device arrays; the message names each.
+    ValueError
+        Shapes, strides or values that break a rule (NumPy ``cache_seqlens`` and ``block_table``
+        are checked: lengths in ``[0, capacity - S_new]``, page ids in ``[0, num_pages)``, no cache
+        slot appended to twice), before any GPU work or cache write.
+    NotImplementedError
+        ``k_new`` or ``num_splits`` with a packed q; an FP8 cache on a GPU older than sm_89.
+    cudattn.NoDeviceError, cudattn.OutOfMemoryError, cudattn.CudaError
+        As in :func:`cudattn.attention`.
+
+    Notes
+    -----
+    All of q, the caches and the new keys NumPy: NumPy results, synchronously, the NumPy caches
+    updated in place. Device arrays: a DeviceArray, asynchronously on ``stream``.
+    ``cache_seqlens`` and ``block_table`` may be NumPy arrays on either path, or device arrays on
+    the device path; device values are not read on the host (that would stall the stream), so
+    they are the caller's word: the kernels clamp lengths into ``[0, capacity]`` and page ids into
+    ``[0, num_pages)``, so a bad value gives a wrong result for its sequence, never an access
+    outside the cache.
+
+    Up to 16 query tokens a sequence run the split-KV decode kernel (an FP8 cache converted to
+    float16 tile by tile, in registers). More (chunked prefill), or a packed q, run the prefill
     kernels on the cache in place; a paged cache whose pages are shorter than the kernel's key
-    tile is first copied into contiguous buffers (one read and one write of its used rows,
-    memory of a contiguous cache held until the kernel is done).
+    tile, or an FP8 cache, is first copied (dequantized) into a contiguous 16-bit buffer.
 
-    NumPy in (all of q, caches, new keys) -> NumPy out, synchronous, the NumPy caches updated in
-    place; device arrays in -> DeviceArray out, asynchronous on ``stream``. ``cache_seqlens`` and
-    ``block_table`` may be NumPy arrays on either path (their values are then checked) or device
-    arrays on the device path (their values are then the caller's duty; see the module docs).
+    Examples
+    --------
+    >>> import numpy as np, cudattn
+    >>> k_cache = np.zeros((2, 1024, 2, 128), np.float16)        # (B, capacity, Hkv, D)
+    >>> v_cache = np.zeros_like(k_cache)
+    >>> lens = np.array([100, 7], np.int32)                      # keys cached so far
+    >>> q = np.random.randn(2, 1, 8, 128).astype(np.float16)     # one new token, 8 query heads
+    >>> kv = np.random.randn(2, 1, 2, 128).astype(np.float16)
+    >>> out = cudattn.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, k_new=kv, v_new=kv)
+    >>> out.shape
+    (2, 1, 8, 128)
+    >>> bool((k_cache[0, 100] == kv[0, 0]).all())                # appended in place
+    True
+    >>> lens += 1                                                # the call leaves lens as it was
     """
     mods = (window_size, softcap, sinks, alibi_slopes)
-    kv_host = [isinstance(x, np.ndarray) for x in (q, k_cache, v_cache)]
-    new_host = [isinstance(x, np.ndarray) for x in (k_new, v_new) if x is not None]
-    host = all(kv_host + new_host)
-    if not host and any(kv_host + new_host):
-        raise TypeError("q, k_cache, v_cache, k_new and v_new must all be NumPy arrays or all device arrays")
+    host = isinstance(q, np.ndarray) and isinstance(k_cache, np.ndarray) and isinstance(v_cache, np.ndarray) and \
+        (k_new is None or isinstance(k_new, np.ndarray)) and (v_new is None or isinstance(v_new, np.ndarray))
+    if not host and (_not_device(q) or _not_device(k_cache) or _not_device(v_cache) or
+                     k_new is not None and _not_device(k_new) or v_new is not None and _not_device(v_new)):
+        check_not_mixed((n, x) for i, (n, x) in enumerate(zip(_NAMES, (q, k_cache, v_cache, k_new, v_new)))
+                        if i < 3 or x is not None)  # the one message for host/device mixes and non-arrays
     packed = None
     if cu_seqlens_q is not None or max_seqlen_q is not None:
         packed = check_packed_q(cu_seqlens_q, max_seqlen_q, k_new, num_splits, host)
     if host:
+        if out is not None:
+            raise TypeError("out is taken by device calls only; a NumPy call returns a new array (pass out=None)")
         return attention_with_kvcache_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal,
                                            scale, return_lse, num_splits, stream, packed, mods,
                                            (q_descale, k_descale, v_descale))
@@ -208,6 +260,11 @@ def _full(call: Call, args, qa, ka, va, kn, vn, oa, sl, bt, cq, sk=None, al=None
 
 _NAMES = ("q", "k_cache", "v_cache", "k_new", "v_new", "out", "cache_seqlens", "block_table", "cu_seqlens_q", "sinks",
           "alibi_slopes", "q_descale", "k_descale", "v_descale")
+
+
+def _not_device(x) -> bool:
+    """A NumPy array, or an object of no runtime cudattn knows (a DLPack or CAI producer, or no array)."""
+    return isinstance(x, np.ndarray) or kind_of(x) == OTHER
 
 
 def _ranges_meet(a, b) -> bool:

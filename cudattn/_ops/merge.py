@@ -15,6 +15,7 @@ from .._arrays import importer as _importer
 from .._arrays.types import ArrayLike, Layout, StreamLike
 from .._arrays.array import ArrayResult
 from .._calls.call import Call
+from .._calls.operands import check_not_mixed
 from .._kernels import merge as _merge
 from .._numpy.merge import merge_host
 
@@ -24,20 +25,57 @@ def merge_attention_states(outs: ArrayLike | Sequence[ArrayLike], lses: ArrayLik
                            layout: Layout = "bshd", stream: StreamLike = None) -> tuple[ArrayResult, ArrayResult]:
     """Merge N partial attentions over disjoint key sets into the attention over their union.
 
-    ``outs``: N arrays (a list, or one array with a leading N axis), each ``(B, Sq, H, D)``
-    ("bshd") or ``(B, H, Sq, D)`` ("bhsd"), all float16, all bfloat16 or all float32; each is the
-    normalised attention over its keys. ``lses``: their float32 log-sum-exps ``(B, H, Sq)`` (as
-    ``attention(..., return_lse=True)`` returns them). Per row, with ``m = max_s lse_s`` and
-    ``w_s = exp(lse_s − m)``: ``out = Σ w_s out_s / Σ w_s``, ``lse = m + log Σ w_s``; a part whose
-    LSE is ``-inf`` (it saw no key) is skipped whatever its output holds, and a row whose parts
-    are all ``-inf`` gets 0 and ``-inf``. Uses: cascade / shared-prefix attention, attention
-    spread over several GPUs, a cache plus new tokens.
+    Per row, with ``m = max_s lse_s`` and ``w_s = exp(lse_s − m)``: ``out = Σ w_s out_s / Σ w_s``,
+    ``lse = m + log Σ w_s``; a part whose LSE is ``-inf`` (it saw no key) is skipped whatever its
+    output holds, and a row whose parts are all ``-inf`` gets 0 and ``-inf``. Uses: cascade /
+    shared-prefix attention, attention spread over several GPUs, a cache plus new tokens.
 
-    Returns ``(out, lse)``: out in the parts' dtype, in ``layout``; lse float32 ``(B, H, Sq)``.
-    NumPy parts give NumPy results (float32 math); device parts give DeviceArrays, computed on
-    ``stream`` by the combine kernel of the split-KV path. Device parts given as a list must share
-    their strides and be at most 16; more parts must come as one stacked array.
+    NumPy parts give NumPy results (float32 math, on the host); device parts give DeviceArrays,
+    computed on ``stream`` by the combine kernel of the split-KV decode path. Device parts given
+    as a list must share their strides and be at most 16; more must come as one stacked array.
+
+    Parameters
+    ----------
+    outs : sequence of arrays, or one array with a leading N axis
+        Each ``(B, Sq, H, D)`` ("bshd") or ``(B, H, Sq, D)`` ("bhsd"), all float16, all bfloat16
+        or all float32: the normalised attention over its keys.
+    lses : sequence of arrays, or one array with a leading N axis
+        Their float32 log-sum-exps ``(B, H, Sq)``, as ``attention(..., return_lse=True)`` gives.
+    layout : "bshd" or "bhsd"
+    stream : optional
+        Device parts: the stream to run on, as in :func:`cudattn.attention`.
+
+    Returns
+    -------
+    out : NumPy array or DeviceArray
+        ``(B, Sq, H, D)`` or ``(B, H, Sq, D)`` in ``layout``, in the parts' dtype.
+    lse : NumPy array or DeviceArray
+        float32 ``(B, H, Sq)``.
+
+    Raises
+    ------
+    TypeError
+        A part that is no array, NumPy and device parts mixed (each named), or a wrong dtype.
+    ValueError
+        No parts, unequal counts of outs and lses, or shapes that do not match.
+    cudattn.NoDeviceError, cudattn.OutOfMemoryError, cudattn.CudaError
+        Device parts only, as in :func:`cudattn.attention`.
+
+    Examples
+    --------
+    >>> import numpy as np, cudattn
+    >>> q = np.random.randn(1, 4, 8, 64).astype(np.float16)
+    >>> k = np.random.randn(1, 512, 8, 64).astype(np.float16)
+    >>> v = np.random.randn(1, 512, 8, 64).astype(np.float16)
+    >>> o1, l1 = cudattn.attention(q, k[:, :256], v[:, :256], return_lse=True)
+    >>> o2, l2 = cudattn.attention(q, k[:, 256:], v[:, 256:], return_lse=True)
+    >>> out, lse = cudattn.merge_attention_states([o1, o2], [l1, l2])   # attention over all 512 keys
+    >>> out.shape, lse.shape
+    ((1, 4, 8, 64), (1, 8, 4))
     """
+    named = _named_parts(outs, "outs") + _named_parts(lses, "lses")
+    if any(not isinstance(x, np.ndarray) for _, x in named):  # a device part, or no array: one message
+        check_not_mixed(named, "merge_attention_states: ", "the parts of outs and lses")
     if not _any_device(outs) and not _any_device(lses):  # NumPy parts, or no arrays: the host path's checks
         return merge_host(outs, lses, layout)
     _first_part(outs, "outs")
@@ -47,10 +85,6 @@ def merge_attention_states(outs: ArrayLike | Sequence[ArrayLike], lses: ArrayLik
     n_o = 1 if o_stacked else len(outs)
     names = (("outs",) if o_stacked else tuple(f"outs[{i}]" for i in range(n_o))) + \
         (("lses",) if l_stacked else tuple(f"lses[{i}]" for i in range(len(objs) - n_o)))
-    for x, name in zip(objs, names):
-        if not _importer.is_device_array_like(x) or isinstance(x, np.ndarray):
-            raise TypeError(f"merge_attention_states: {name} must be a device array like the other parts (all "
-                            f"NumPy or all device arrays); got {type(x).__name__}")
     call = Call("merge", objs, names, stream)
     return call.run((n_o, o_stacked, l_stacked, layout), None, _full, (n_o, o_stacked, l_stacked, layout),
                     tensors=len(objs), out_index=None, allocates=True)
@@ -65,6 +99,16 @@ def _full(call: Call, args, *ops):
 
 def _is_array(x) -> bool:
     return isinstance(x, np.ndarray) or (not isinstance(x, Sequence) and _importer.is_device_array_like(x))
+
+
+def _named_parts(parts, name: str) -> tuple:
+    """``(name, part)`` for each part of ``outs`` or ``lses`` (one for a stacked array; none when
+    ``parts`` is no sequence: `_first_part` or the host path reports that)."""
+    if _is_array(parts):
+        return ((name, parts),)
+    if isinstance(parts, (str, bytes)) or not isinstance(parts, Sequence):
+        return ()
+    return tuple((f"{name}[{i}]", p) for i, p in enumerate(parts))
 
 
 def _any_device(x) -> bool:

@@ -54,9 +54,23 @@ def quantize_fp8(x: ArrayLike, *, per: QuantizePer = "tensor", layout: Layout = 
 
     Returns
     -------
-    x_fp8 : ``ml_dtypes.float8_e4m3fn``, ``x``'s shape and layout, C-contiguous.
-    descale : float32, shape ``(B, G)``.
+    x_fp8 : NumPy array or DeviceArray
+        ``ml_dtypes.float8_e4m3fn``, ``x``'s shape and layout, C-contiguous.
+    descale : NumPy array or DeviceArray
+        float32 ``(B, G)``, ``G`` being ``heads_kv`` (default ``H``).
 
+    Raises
+    ------
+    TypeError
+        ``x`` is no NumPy or device array, or has another dtype; ``heads_kv`` is no int.
+    ValueError
+        ``x`` is not 4-D, its heads are not a multiple of ``heads_kv``, ``per`` or ``layout`` is
+        unknown, NumPy ``x`` holds NaN or inf, or device ``x`` is on a GPU older than sm_89.
+    cudattn.NoDeviceError, cudattn.OutOfMemoryError, cudattn.CudaError
+        Device input only, as in :func:`cudattn.attention`.
+
+    Notes
+    -----
     Rule (host and device give the same bits): in float32, ``descale = amax / 448`` (at least 2^-126;
     1 where ``amax == 0``) and ``x_fp8 = e4m3(x / descale)``, an IEEE division rounded to nearest
     even and saturated to +-448 (never NaN for finite x).
@@ -65,6 +79,17 @@ def quantize_fp8(x: ArrayLike, *, per: QuantizePer = "tensor", layout: Layout = 
     checked (that would need a host sync); NaN and inf propagate instead. A NaN makes the amax and
     descale of its group NaN and every e4m3 value of the group NaN; an inf makes them inf, the
     group's finite values 0 and its infs NaN. With ``per="tensor"`` the group is the whole tensor.
+
+    Examples
+    --------
+    >>> import numpy as np, cudattn
+    >>> k = np.random.randn(2, 1024, 4, 128).astype(np.float32)
+    >>> k8, k_descale = cudattn.quantize_fp8(k, per="head")
+    >>> k8.dtype, k_descale.shape
+    (dtype(float8_e4m3fn), (2, 4))
+    >>> q8, q_descale = cudattn.quantize_fp8(np.random.randn(2, 16, 8, 128), per="head", heads_kv=4)
+    >>> q_descale.shape                           # (B, Hkv), as attention's q_descale takes it
+    (2, 4)
     """
     per = _check_per(per)
     layout = _check_layout(layout)
@@ -83,20 +108,44 @@ def dequantize(x_fp8: ArrayLike, descale: ArrayLike, *, layout: Layout = "bshd",
                stream: StreamLike = None) -> ArrayResult:
     """The inverse of :func:`quantize_fp8`: ``x_fp8 * descale[b, g]`` per element.
 
+    Both arrays NumPy: computed on the host, NumPy result. Both device arrays: computed on the GPU
+    (sm_80+), asynchronously on ``stream``, DeviceArray result. Mixing raises ``TypeError``. The
+    product is taken in float32 (IEEE) and rounded to nearest even into ``out_dtype``; host and
+    device give the same bits.
+
     Parameters
     ----------
     x_fp8 : array, 4-D, ``ml_dtypes.float8_e4m3fn`` (or uint8 holding e4m3 bits)
         ``(B, S, H, D)`` for ``layout="bshd"``, ``(B, H, S, D)`` for ``"bhsd"``.
     descale : float32 array, shape ``(B, G)``
-        ``G`` must divide ``H``; head ``h`` uses column ``h // (H // G)``.
+        ``G``, the number of descale columns, must divide ``H``; head ``h`` uses column ``h // (H // G)``.
     out_dtype : float32 (default), float16 or bfloat16
     stream : optional
         As in :func:`quantize_fp8` (device input only).
 
-    Both arrays NumPy: computed on the host, NumPy result. Both device arrays: computed on the GPU
-    (sm_80+), asynchronously on ``stream``, DeviceArray result. Mixing raises ``TypeError``. The
-    product is taken in float32 (IEEE) and rounded to nearest even into ``out_dtype``; host and
-    device give the same bits. The result is C-contiguous in ``layout``.
+    Returns
+    -------
+    x : NumPy array or DeviceArray
+        ``out_dtype``, ``x_fp8``'s shape, C-contiguous in ``layout``.
+
+    Raises
+    ------
+    TypeError
+        An argument that is no array, NumPy and device arrays mixed, or a wrong dtype.
+    ValueError
+        ``x_fp8`` not 4-D, ``descale`` not ``(B, G)`` with ``G`` dividing the heads, or an
+        unknown ``layout``.
+    cudattn.NoDeviceError, cudattn.OutOfMemoryError, cudattn.CudaError
+        Device input only, as in :func:`cudattn.attention`.
+
+    Examples
+    --------
+    >>> import numpy as np, cudattn
+    >>> x = np.random.randn(2, 64, 4, 128).astype(np.float32)
+    >>> x8, descale = cudattn.quantize_fp8(x)
+    >>> y = cudattn.dequantize(x8, descale)
+    >>> y.dtype, bool(np.abs(y - x).max() <= np.abs(x).max() / 16)   # e4m3: 3 mantissa bits
+    (dtype('float32'), True)
     """
     layout = _check_layout(layout)
     out_dt = _check_out_dtype(out_dtype)

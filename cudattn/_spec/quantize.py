@@ -114,8 +114,10 @@ def _x_geom(shape, layout: str, heads_kv: int | None) -> _Geom:
     B, S, H, D = _geometry("x", shape, layout)
     G = H if heads_kv is None else heads_kv
     if heads_kv is not None and H % heads_kv:
-        raise ValueError(f"x has {H} heads, which is not a multiple of heads_kv={heads_kv} "
-                         "(heads h*H/G .. (h+1)*H/G-1 share descale column h)")
+        some = f" (one of {', '.join(str(d) for d in range(1, H + 1) if H % d == 0)})" if H <= 1024 else ""
+        raise ValueError(f"x has {H} heads, which is not a multiple of heads_kv={heads_kv}: heads_kv is the number "
+                         f"of descale columns, each shared by x's heads / heads_kv consecutive heads, so it must "
+                         f"divide {H}{some}")
     return _Geom(B, S, H, D, G, layout)
 
 
@@ -141,10 +143,11 @@ def _check_fp8_dtype(dtype: np.dtype) -> None:
 def _descale_geom(shape, dtype: np.dtype, B: int, H: int) -> int:
     """Checks descale against x_fp8's (B, H); returns G."""
     if dtype != _F32:
-        raise TypeError(f"descale has dtype {dtype_name(dtype)}; it must be float32, shape (B, G)")
+        raise TypeError(f"descale has dtype {dtype_name(dtype)}; it must be float32, shape (B, G): batch by "
+                        "descale columns")
     if len(shape) != 2 or shape[0] != B or shape[1] < 1 or H % shape[1]:
-        raise ValueError(f"descale has shape {tuple(shape)}; it must be (B, G) = ({B}, G) with G >= 1 dividing "
-                         f"x_fp8's {H} heads")
+        raise ValueError(f"descale has shape {tuple(shape)}; it must be (B, G) = ({B}, G): B x_fp8's batch and "
+                         f"G >= 1 descale columns dividing x_fp8's {H} heads (head h uses column h // ({H} // G))")
     return int(shape[1])
 
 

@@ -24,13 +24,12 @@ Causal masking is aligned to the bottom right (FlashAttention ≥ 2.1): query ``
 the two agree only when ``Sq == Sk``.
 
 Memory: work is done one (batch, query head) at a time, in blocks of query rows, so at most
-one block of one head's score matrix (about ``_common._BLOCK_ELEMENTS`` scores) is held at once.
+one block of one head's score matrix (about 4 Mi scores, 32 MiB in float64) is held at once.
 
 Modules (the public names above are all re-exported here, ``cudattn.reference.<name>``):
 `dense` (`attention`, `attention_naive` and their score-modifier path), `varlen`, `kvcache`,
-`merge`, `fp8` (quantiser, e4m3 rounding, emulated FP8 attention), `rule` (`check_close`,
-`error_stats`, `check_close_fp8`), and `_common` (shapes, layouts, rounding, head grouping,
-masks and softmax pieces shared by the operations).
+`merge`, `fp8` (quantiser, e4m3 rounding, emulated FP8 attention) and `rule` (`check_close`,
+`error_stats`, `check_close_fp8`).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def attention(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike, *, causal: b
             inputs ``x.astype(float64) * descale`` (query head ``h`` uses
             ``q_descale[b, h // (Hq // Hkv)]``); the LSE is of the dequantised scores too.
         window_size, softcap, sinks, alibi_slopes: score modifiers, FlashAttention's conventions
-            (`cudattn._spec.modifiers` states them): a sliding window ``(left, right)`` around the
+            (as `cudattn.attention` takes them): a sliding window ``(left, right)`` around the
             bottom-right diagonal (-1: unbounded; causal sets ``right = 0``); ``softcap ·
             tanh(s / softcap)`` of the scaled scores; float32 ``(Hq,)`` sink logits in every
             row's softmax denominator; float32 ``(Hq,)`` or ``(B, Hq)`` ALiBi slopes adding
