@@ -29,7 +29,7 @@ from .._spec.geometry import span
 from .._arrays.importer import OTHER, kind_of
 from .._spec.geometry import TensorGeom
 from .._arrays.types import ArrayLike, DescaleLike, StreamLike
-from .._arrays.array import ArrayResult
+from .._arrays.array import ArrayResult, DeviceArray
 from .._spec.validate import check_out
 from .._numpy.kvcache import attention_with_kvcache_host
 from .._spec.kvcache import check_packed_q, validate_kvcache
@@ -264,7 +264,7 @@ _NAMES = ("q", "k_cache", "v_cache", "k_new", "v_new", "out", "cache_seqlens", "
 
 def _not_device(x) -> bool:
     """A NumPy array, or an object of no runtime cudattn knows (a DLPack or CAI producer, or no array)."""
-    return isinstance(x, np.ndarray) or kind_of(x) == OTHER
+    return type(x) is not DeviceArray and (isinstance(x, np.ndarray) or kind_of(x) == OTHER)
 
 
 def _ranges_meet(a, b) -> bool:
