@@ -151,7 +151,9 @@ class Cache:
         self._lock = threading.Lock()  # guards _memory, _key_locks and the state below
         self._key_locks: dict[str, threading.Lock] = {}
         self._writable: bool | None = None  # unknown until the first write
+        self._write_error: str | None = None  # why the last write failed
         self._trusted = True  # False once the directory failed the trust check
+        self._distrusted: _trust.Untrusted | None = None  # why
         self._warned: set[str] = set()  # kinds of warning already given
 
     def __repr__(self) -> str:
@@ -252,6 +254,7 @@ class Cache:
             self._distrust(exc)
         except OSError as exc:
             self._writable = False
+            self._write_error = f"a write failed: {type(exc).__name__}: {exc.strerror or exc}"
             self._warn_once(
                 "write",
                 f"nvrtc_cache: cannot write to cache directory {str(self.directory)!r} "
@@ -259,12 +262,12 @@ class Cache:
                 f"cached in memory only for this process",
             )
         else:
-            self._writable = True
+            self._writable, self._write_error = True, None
 
     def _distrust(self, exc: _trust.UntrustedDirectory) -> None:
         # Neither read nor write: another user could plant a cubin (code that runs
         # in this process) or read back what we compile.
-        self._trusted = False
+        self._trusted, self._distrusted = False, exc
         self._warn_once(
             "directory",
             f"nvrtc_cache: not using cache directory {exc.path!r}: it {exc.problem}, so "
@@ -279,40 +282,44 @@ class Cache:
             self._warned.add(kind)
         warnings.warn(message, RuntimeWarning, stacklevel=_stacklevel_outside_package())
 
-    def entries(self) -> Iterator[CacheEntry]:
-        """The entries on disk (by file name; contents are validated on load)."""
-        return self._store.entries()
+    def entries(self, arch: str | None = None) -> Iterator[CacheEntry]:
+        """The entries on disk (by file name; contents are validated on load); with ``arch``,
+        only those whose metadata names that target."""
+        return self._store.entries(arch)
 
-    def info(self) -> dict[str, str | int | bool]:
-        entries = list(self.entries())
-        trusted = self._trusted and self._store.trust_problem() is None
+    def info(self, arch: str | None = None) -> dict[str, str | int | bool | None]:
+        """The directory, its entries (``arch``: only that target's) and their bytes, and whether
+        it is used and writable; ``why_not_writable`` says why not (``None`` when writable)."""
+        entries = list(self.entries(arch))
+        trust = self._store.trust_problem() if self._trusted else self._distrusted
+        why = self._write_problem(trust)
         return {
             "directory": str(self.directory),
             "entries": len(entries),
             "total_bytes": sum(e.size_bytes for e in entries),
-            "writable": trusted and self._probe_writable(),
-            "trusted": trusted,  # False: the directory is not used at all (see _trust)
+            "writable": why is None,
+            "why_not_writable": why,
+            "trusted": trust is None,  # False: the directory is not used at all (see _trust)
             "memory_entries": len(self._memory),
             "nvrtc_compiles": self.nvrtc_compiles,
         }
 
-    def _probe_writable(self) -> bool:
-        if self._writable is not None:
-            return self._writable
-        if self.directory.is_dir():
-            return os.access(self.directory, os.W_OK | os.X_OK)
-        # Not created yet: writable iff the nearest existing ancestor is a writable dir.
-        parent = self.directory
-        while not parent.exists() and parent != parent.parent:
-            parent = parent.parent
-        return parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)
+    def _write_problem(self, trust: _trust.Untrusted | None) -> str | None:
+        if trust is not None:
+            return (f"refused for safety: it {trust.problem}, so another user could plant code that this process "
+                    f"would run; to fix: {trust.fix}")
+        if self._writable is not None:  # a write was tried: its outcome
+            return self._write_error
+        return self._store.write_problem()
 
-    def clear(self) -> int:
-        """Drop every entry, on disk and in memory; return how many keys were dropped."""
+    def clear(self, arch: str | None = None) -> int:
+        """Drop every entry, on disk and in memory (``arch``: only that target's); return how many
+        keys were dropped."""
         with self._lock:
-            removed = set(self._memory)
-            self._memory.clear()
-        removed |= self._store.clear()
+            removed = {k for k, e in self._memory.items() if arch is None or e.arch == arch}
+            for key in removed:
+                del self._memory[key]
+        removed |= self._store.clear(arch)
         return len(removed)
 
     def load(self, key: str) -> CompileResult | None:

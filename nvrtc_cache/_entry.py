@@ -90,3 +90,20 @@ def decode(blob: bytes, expected_key: str, expected_arch: str | None = None) -> 
     if not entry.cubin.startswith(b"\x7fELF"):
         raise ValueError("payload is not an ELF cubin")
     return entry
+
+
+def read_arch(f) -> str:
+    """The arch an entry's metadata names, read from the open file ``f`` without the cubin and
+    without the checksum (for listing and clearing by arch; loading validates everything).
+    Raises ``ValueError`` on anything that is not an entry's header and metadata."""
+    head = f.read(_HEADER.size + _META_LEN.size)
+    if len(head) < _HEADER.size + _META_LEN.size:
+        raise ValueError("truncated header")
+    magic, version, _, _ = _HEADER.unpack_from(head)
+    if magic != MAGIC or version != ENTRY_FORMAT:
+        raise ValueError("not an entry of this format")
+    (meta_len,) = _META_LEN.unpack_from(head, _HEADER.size)
+    try:
+        return str(json.loads(f.read(meta_len))["arch"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"unparsable metadata: {exc}") from None

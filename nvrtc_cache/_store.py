@@ -221,7 +221,8 @@ class DiskStore:
                 raise
             directory.sync()
 
-    def entries(self) -> Iterator[CacheEntry]:
+    def entries(self, arch: str | None = None) -> Iterator[CacheEntry]:
+        """The entries on disk; with ``arch``, only those whose metadata names it."""
         try:
             directory = _Dir(self.directory)
         except OSError:
@@ -230,8 +231,8 @@ class DiskStore:
         with directory:
             for file_name in sorted(directory.listdir()):
                 match = _ENTRY_NAME.match(file_name)
-                if not match:
-                    continue  # temp files, and anything else that is not ours
+                if not match or (arch is not None and _arch_of(directory, file_name) != arch):
+                    continue  # temp files, anything else that is not ours, other arches
                 try:
                     size = directory.lstat(file_name).st_size
                 except OSError:
@@ -239,8 +240,9 @@ class DiskStore:
                 found.append(CacheEntry(match.group(1), self.directory / file_name, size))
         return iter(found)
 
-    def clear(self) -> set[str]:
-        """Remove every entry and abandoned temp file; return the keys removed."""
+    def clear(self, arch: str | None = None) -> set[str]:
+        """Remove every entry and abandoned temp file; with ``arch``, only the entries whose
+        metadata names it (a temp file's arch is unknown, so those stay). Return the keys removed."""
         removed = set()
         try:
             directory = _Dir(self.directory)
@@ -249,18 +251,53 @@ class DiskStore:
         with directory:
             for file_name in directory.listdir():
                 match = _ENTRY_NAME.match(file_name)
-                if match:
+                if match and (arch is None or _arch_of(directory, file_name) == arch):
                     try:
                         directory.unlink(file_name)
                         removed.add(match.group(1))
                     except FileNotFoundError:
                         pass
-                elif _is_temp(file_name) and _abandoned(directory, file_name):
+                elif arch is None and _is_temp(file_name) and _abandoned(directory, file_name):
                     try:
                         directory.unlink(file_name)
                     except OSError:
                         pass
         return removed
+
+    def write_problem(self) -> str | None:
+        """Why an entry could not be written here now, or ``None``: the directory (or, before it
+        exists, the nearest existing ancestor) must be a directory this process may write."""
+        path = self.directory
+        try:
+            while not path.exists() and path != path.parent:
+                path = path.parent
+            if not path.is_dir():
+                return ("it exists and is not a directory" if path == self.directory
+                        else f"cannot be created: {str(path)!r} is not a directory")
+            if not os.access(path, os.W_OK | os.X_OK):
+                where = "" if path == self.directory else f"cannot be created in {str(path)!r}: "
+                return f"{where}no write permission (this process runs as uid {_uid()})"
+        except OSError as exc:
+            return f"cannot be inspected: {exc.strerror or exc}"
+        return None
+
+
+def _uid() -> str:
+    geteuid = getattr(os, "geteuid", None)
+    return str(geteuid()) if geteuid else "?"
+
+
+def _arch_of(directory: _Dir, file_name: str) -> str | None:
+    """The arch an entry's metadata names; ``None`` when it cannot be read."""
+    try:
+        fd = directory.open(file_name, _READ_FLAGS)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        try:
+            return _entry.read_arch(f)
+        except (OSError, ValueError):
+            return None
 
 
 def _is_temp(file_name: str) -> bool:

@@ -294,3 +294,16 @@ int main(void) {
             assert got == _decode.choose_num_splits(blocks, tiles, 132, per_sm), line
         checked += 1
     assert checked > 5000
+
+
+def test_exports_one_target_at_a_time_add_up_to_one_export_of_all(exported, kernel_cache, tmp_path):
+    """sm_89, then sm_90a and sm_80 into one directory: the same manifest, id and C table as the
+    three in one call, and no file on disk that the manifest does not list."""
+    out, manifest = exported
+    _export.export(tmp_path, ["sm_89"], cache=kernel_cache, progress=False)
+    merged = _export.export(tmp_path, ["sm_90a", "sm_80"], cache=kernel_cache, progress=False)
+    assert merged == manifest
+    for name in ("manifest.json", "include/cudattn_kernels.h", "include/cudattn_params.h"):
+        assert (tmp_path / name).read_text() == (out / name).read_text(), name
+    assert {f"{p.parent.name}/{p.name}" for p in tmp_path.glob("*/*.cubin")} == \
+        {f"{a}/{k['file']}" for a, e in manifest["archs"].items() for k in e["kernels"]}

@@ -4,7 +4,6 @@ bit for bit (the same cubins, the same parameters)."""
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import subprocess
@@ -26,39 +25,23 @@ CODES = {"float16": 1, "bfloat16": 2, "e4m3": 3}
 NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn}
 
 
-def _cuda_include() -> str | None:
-    """A directory holding cuda.h: $CUDATTN_CUDA_INCLUDE, else one of the CUDA pip wheels'."""
-    env = os.environ.get("CUDATTN_CUDA_INCLUDE")
-    if env and os.path.exists(os.path.join(env, "cuda.h")):
-        return env
-    try:
-        import nvidia
-    except ImportError:
-        return None
-    for root in nvidia.__path__:
-        for hit in sorted(glob.glob(os.path.join(root, "*", "include", "cuda.h"))):
-            return os.path.dirname(hit)
-    return None
-
-
 @pytest.fixture(scope="module")
 def program(tmp_path_factory):
-    """(export dir, the example's binary), built once."""
+    """(export dir, the example's binary), built once as docs/C_API.md says: the flags that
+    ``export --print-cflags`` prints, and ``-ldl -lm`` (the launcher loads libcuda at run time)."""
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")
-    inc = _cuda_include()
-    if inc is None:
+    if _export.cuda_include() is None:
         pytest.skip("no cuda.h in the CUDA pip wheels")
     out = tmp_path_factory.mktemp("export")
     _export.export(out, [_device.device_properties(0).arch], progress=False)
     exe = out / "attention"
-    base = ["cc", "-std=c11", "-O2", "-Wall", "-Werror", f"-I{out / 'include'}", f"-I{inc}",
-            str(out / "examples" / "attention.c"), "-o", str(exe)]
-    for libs in (["-lcuda", "-lm"], ["-l:libcuda.so.1", "-lm"]):  # no libcuda.so link on some driver installs
-        res = subprocess.run(base + libs, capture_output=True, text=True)
-        if res.returncode == 0:
-            return out, exe
-    pytest.fail(f"the example does not build: {res.stderr}")
+    res = subprocess.run(["cc", "-std=c11", "-O2", "-Wall", "-Werror", *_export.c_flags(out),
+                          str(out / "examples" / "attention.c"), "-o", str(exe), "-ldl", "-lm"],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.fail(f"the example does not build: {res.stderr}")
+    return out, exe
 
 
 SELF_CHECKS = [

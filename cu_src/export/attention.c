@@ -2,13 +2,17 @@
  * float64 CPU reference. Needs only the export and libcuda:
  *
  *     python -m cudattn export --out cudattn_kernels
- *     cc -std=c11 -O2 -I cudattn_kernels/include -I "$CUDA_INCLUDE" cudattn_kernels/examples/attention.c -lcuda -lm -o attention
+ *     cc -std=c11 -O2 $(python -m cudattn export --print-cflags --out cudattn_kernels) \
+ *         cudattn_kernels/examples/attention.c -ldl -lm -o attention
  *     ./attention cudattn_kernels [--dtype f16|bf16|e4m3] [--causal] [--shape B,Sq,Sk,Hq,Hkv,D] [--portable]
  *     ./attention cudattn_kernels --decode [--dtype f16|bf16] [--shape B,Sq,capacity,Hq,Hkv,D] [--paged PAGE]
  *                 [--new N] [--splits N]     (decode: N keys appended first, default 2)
  *     ./attention cudattn_kernels --merge [--dtype f16|bf16] [--shape B,Sq,Sk,Hq,Hkv,D]   (two halves merged)
  *
- * ($CUDA_INCLUDE: a directory holding cuda.h, e.g. the nvidia/cu13/include of the CUDA pip wheels.)
+ * (--print-cflags: -I for the export's include/ and for cuda.h, from the nvidia-cuda-runtime pip
+ * wheel. No -lcuda: cudattn.h loads libcuda.so.1, which the NVIDIA driver installs, at run time.)
+ * Exit status: 0 the check passed (or --io wrote its outputs), 1 it failed or cudattn refused the
+ * call, 2 bad arguments or a failing driver call, 3 no CUDA driver or no GPU here (nothing ran).
  * With --io DIR it reads its inputs from files instead and writes its outputs, unchecked (the
  * tests compare them with the Python path's): DIR/args.txt is either "prefill dtype out_dtype B Sq
  * Sk Hq Hkv D causal qd kd vd family" (dtype codes of cudattn.h, out_dtype -1 for the default,
@@ -184,11 +188,26 @@ static void write_file(const char* dir, const char* name, const void* p, size_t 
     fclose(f);
 }
 
-/* The first device's primary context made current, and a stream on it. */
+#define EXIT_NO_GPU 3
+
+/* The first device's primary context made current, and a stream on it; exit EXIT_NO_GPU, with
+ * why, where there is no driver or no device. */
 static CUstream start_cuda(CUdevice* dev) {
     CUcontext ctx;
     CUstream stream;
-    CK(cuInit(0));
+    CUresult r;
+    int count = 0;
+    const char* why = cudattn_load_driver();
+    if (why) {
+        fprintf(stderr, "%s\n", why);
+        exit(EXIT_NO_GPU);
+    }
+    r = cuInit(0);
+    if (r == CUDA_ERROR_NO_DEVICE || (r == CUDA_SUCCESS && cuDeviceGetCount(&count) == CUDA_SUCCESS && count == 0)) {
+        fprintf(stderr, "no CUDA device: the NVIDIA driver sees no GPU\n");
+        exit(EXIT_NO_GPU);
+    }
+    CK(r);
     CK(cuDeviceGet(dev, 0));
     CK(cuDevicePrimaryCtxRetain(&ctx, *dev));
     CK(cuCtxSetCurrent(ctx));

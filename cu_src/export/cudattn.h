@@ -2,8 +2,9 @@
  *
  * Header-only. `python -m cudattn export --out DIR` writes the cubins, DIR/include/cudattn.h (this
  * file), cudattn_params.h (the kernels' parameter structs) and cudattn_kernels.h (which cubin
- * serves which call: the Python path's choice). Build with -I DIR/include and the CUDA headers,
- * link with -lcuda.
+ * serves which call: the Python path's choice). Build with -I DIR/include and the CUDA headers
+ * (`python -m cudattn export --print-cflags --out DIR` prints both), link with -ldl: libcuda is
+ * loaded at run time (see "The driver" below), so nothing of the NVIDIA driver is needed to build.
  *
  *     cudattn_handle h;                     // one per device; its context must be current
  *     cudattn_open(&h, "DIR", device);
@@ -43,9 +44,186 @@
 #error "cudattn_kernels.h and cudattn_params.h come from different exports"
 #endif
 
+#if defined(_WIN32) && !defined(CUDATTN_LINK_CUDA)
+#define CUDATTN_LINK_CUDA /* no dlopen on Windows: link with cuda.lib */
+#endif
+#ifndef CUDATTN_LINK_CUDA
+#include <dlfcn.h>
+#include <stddef.h>
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ------------------------------------------------------------------ the driver
+ *
+ * libcuda.so.1 comes with the NVIDIA driver, not with the CUDA toolkit or the pip wheels, so
+ * where no driver is installed `-lcuda` cannot link. cudattn.h therefore loads it at run time,
+ * dlopen("libcuda.so.1") on first use, and calls the functions CUDATTN_DRIVER_FUNCTIONS lists
+ * through pointers; after this header those names mean the pointers in the including file too,
+ * so a program calls cuInit, cuMemAlloc... as usual and links with -ldl only. Without a
+ * driver, cuInit returns CUDA_ERROR_NO_DEVICE and cuGetErrorString says why (the others may
+ * not be called then: they print that and abort). cudattn_load_driver() loads it explicitly
+ * and says why it could not; cudattn_driver_symbol() finds any other driver function. Load it
+ * once before starting threads. Define CUDATTN_LINK_CUDA before the include to call libcuda
+ * directly instead (then link with -lcuda).
+ */
+#define CUDATTN_DRIVER_FUNCTIONS(X)                                                                       \
+    X(cuInit) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet) X(cuDeviceGetCount)                  \
+    X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) \
+    X(cuCtxGetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize) X(cuStreamCreate) X(cuStreamDestroy)       \
+    X(cuStreamSynchronize) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH)                   \
+    X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemsetD32Async)     \
+    X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute)                  \
+    X(cuLaunchKernel) X(cuTensorMapEncodeTiled)
+
+#ifdef CUDATTN_LINK_CUDA
+static inline const char* cudattn_load_driver(void) { return NULL; }
+#else
+#ifdef __cplusplus
+#define CUDATTN__PFN(f) decltype(&f)
+#else
+#define CUDATTN__PFN(f) __typeof__(&f)
+#endif
+#define CUDATTN__STR(x) #x
+#define CUDATTN__XSTR(x) CUDATTN__STR(x) /* the name cuda.h maps to: cuMemAlloc -> "cuMemAlloc_v2" */
+#define CUDATTN__FIELD(f) CUDATTN__PFN(f) p_##f;
+#define CUDATTN__SYMBOL(f) {CUDATTN__XSTR(f), offsetof(cudattn__driver_table, p_##f)},
+
+typedef struct cudattn__driver_table {
+    int state; /* 0 not tried, 1 loaded, -1 failed (why says why) */
+    void* library;
+    CUDATTN_DRIVER_FUNCTIONS(CUDATTN__FIELD)
+    char why[600];
+} cudattn__driver_table;
+
+static cudattn__driver_table cudattn__driver; /* one per file that includes this header */
+
+/* Loads libcuda.so.1 (once; later calls return the first outcome): NULL when loaded, else why not. */
+static inline const char* cudattn_load_driver(void) {
+    static const struct { const char* name; size_t offset; } symbols[] = {CUDATTN_DRIVER_FUNCTIONS(CUDATTN__SYMBOL)};
+    cudattn__driver_table* d = &cudattn__driver;
+    size_t i;
+    if (d->state) return d->state > 0 ? NULL : d->why;
+    d->state = -1;
+    d->library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!d->library) {
+        const char* e = dlerror();
+        snprintf(d->why, sizeof d->why, "no CUDA driver: libcuda.so.1 could not be loaded (%s); it comes with the "
+                 "NVIDIA driver, which must be installed to run kernels", e ? e : "?");
+        return d->why;
+    }
+    for (i = 0; i < sizeof symbols / sizeof symbols[0]; ++i) {
+        void* f = dlsym(d->library, symbols[i].name);
+        if (!f) {
+            snprintf(d->why, sizeof d->why, "the CUDA driver is too old: libcuda.so.1 has no %s, which the CUDA %d.%d "
+                     "headers used to build this program call: update the NVIDIA driver", symbols[i].name,
+                     CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);
+            dlclose(d->library);
+            d->library = NULL;
+            return d->why;
+        }
+        memcpy((char*)d + symbols[i].offset, &f, sizeof f); /* POSIX: data and function pointers agree */
+    }
+    d->state = 1;
+    return NULL;
+}
+
+/* Any other function of the loaded driver by its exported name ("cuEventCreate"), or NULL. */
+static inline void* cudattn_driver_symbol(const char* name) {
+    return cudattn_load_driver() ? NULL : dlsym(cudattn__driver.library, name);
+}
+
+/* Without a driver, cuInit fails as it does on a machine with a driver and no GPU, and the error
+ * strings say why. */
+static inline CUresult CUDAAPI cudattn__no_init(unsigned int flags) { (void)flags; return CUDA_ERROR_NO_DEVICE; }
+static inline CUresult CUDAAPI cudattn__no_error_string(CUresult e, const char** s) {
+    (void)e;
+    *s = cudattn__driver.why;
+    return CUDA_SUCCESS;
+}
+static inline CUresult CUDAAPI cudattn__no_error_name(CUresult e, const char** s) {
+    *s = e == CUDA_ERROR_NO_DEVICE ? "CUDA_ERROR_NO_DEVICE" : "CUDA_ERROR_UNKNOWN";
+    return CUDA_SUCCESS;
+}
+
+/* The table, loaded on first use; without a driver, `required` functions abort with why. */
+static inline cudattn__driver_table* cudattn__cu_fn(int required) {
+    if (cudattn_load_driver()) {
+        if (required) {
+            fprintf(stderr, "cudattn.h: a CUDA driver function was called, but %s\n", cudattn__driver.why);
+            abort();
+        }
+        cudattn__driver.p_cuInit = cudattn__no_init;
+        cudattn__driver.p_cuGetErrorString = cudattn__no_error_string;
+        cudattn__driver.p_cuGetErrorName = cudattn__no_error_name;
+    }
+    return &cudattn__driver;
+}
+
+/* From here on, in this header and in the file that includes it, the names are the pointers. */
+#undef cuInit
+#define cuInit (cudattn__cu_fn(0)->p_cuInit)
+#undef cuGetErrorName
+#define cuGetErrorName (cudattn__cu_fn(0)->p_cuGetErrorName)
+#undef cuGetErrorString
+#define cuGetErrorString (cudattn__cu_fn(0)->p_cuGetErrorString)
+#undef cuDeviceGet
+#define cuDeviceGet (cudattn__cu_fn(1)->p_cuDeviceGet)
+#undef cuDeviceGetCount
+#define cuDeviceGetCount (cudattn__cu_fn(1)->p_cuDeviceGetCount)
+#undef cuDeviceGetAttribute
+#define cuDeviceGetAttribute (cudattn__cu_fn(1)->p_cuDeviceGetAttribute)
+#undef cuDevicePrimaryCtxRetain
+#define cuDevicePrimaryCtxRetain (cudattn__cu_fn(1)->p_cuDevicePrimaryCtxRetain)
+#undef cuDevicePrimaryCtxRelease
+#define cuDevicePrimaryCtxRelease (cudattn__cu_fn(1)->p_cuDevicePrimaryCtxRelease)
+#undef cuCtxSetCurrent
+#define cuCtxSetCurrent (cudattn__cu_fn(1)->p_cuCtxSetCurrent)
+#undef cuCtxGetCurrent
+#define cuCtxGetCurrent (cudattn__cu_fn(1)->p_cuCtxGetCurrent)
+#undef cuCtxGetDevice
+#define cuCtxGetDevice (cudattn__cu_fn(1)->p_cuCtxGetDevice)
+#undef cuCtxSynchronize
+#define cuCtxSynchronize (cudattn__cu_fn(1)->p_cuCtxSynchronize)
+#undef cuStreamCreate
+#define cuStreamCreate (cudattn__cu_fn(1)->p_cuStreamCreate)
+#undef cuStreamDestroy
+#define cuStreamDestroy (cudattn__cu_fn(1)->p_cuStreamDestroy)
+#undef cuStreamSynchronize
+#define cuStreamSynchronize (cudattn__cu_fn(1)->p_cuStreamSynchronize)
+#undef cuMemAlloc
+#define cuMemAlloc (cudattn__cu_fn(1)->p_cuMemAlloc)
+#undef cuMemFree
+#define cuMemFree (cudattn__cu_fn(1)->p_cuMemFree)
+#undef cuMemcpyHtoD
+#define cuMemcpyHtoD (cudattn__cu_fn(1)->p_cuMemcpyHtoD)
+#undef cuMemcpyDtoH
+#define cuMemcpyDtoH (cudattn__cu_fn(1)->p_cuMemcpyDtoH)
+#undef cuMemcpyHtoDAsync
+#define cuMemcpyHtoDAsync (cudattn__cu_fn(1)->p_cuMemcpyHtoDAsync)
+#undef cuMemcpyDtoHAsync
+#define cuMemcpyDtoHAsync (cudattn__cu_fn(1)->p_cuMemcpyDtoHAsync)
+#undef cuMemsetD8
+#define cuMemsetD8 (cudattn__cu_fn(1)->p_cuMemsetD8)
+#undef cuMemsetD8Async
+#define cuMemsetD8Async (cudattn__cu_fn(1)->p_cuMemsetD8Async)
+#undef cuMemsetD32Async
+#define cuMemsetD32Async (cudattn__cu_fn(1)->p_cuMemsetD32Async)
+#undef cuModuleLoadData
+#define cuModuleLoadData (cudattn__cu_fn(1)->p_cuModuleLoadData)
+#undef cuModuleUnload
+#define cuModuleUnload (cudattn__cu_fn(1)->p_cuModuleUnload)
+#undef cuModuleGetFunction
+#define cuModuleGetFunction (cudattn__cu_fn(1)->p_cuModuleGetFunction)
+#undef cuFuncSetAttribute
+#define cuFuncSetAttribute (cudattn__cu_fn(1)->p_cuFuncSetAttribute)
+#undef cuLaunchKernel
+#define cuLaunchKernel (cudattn__cu_fn(1)->p_cuLaunchKernel)
+#undef cuTensorMapEncodeTiled
+#define cuTensorMapEncodeTiled (cudattn__cu_fn(1)->p_cuTensorMapEncodeTiled)
+#endif /* CUDATTN_LINK_CUDA */
 
 typedef enum cudattn_status {
     CUDATTN_OK = 0,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import time
 
@@ -16,6 +17,7 @@ import numpy as np
 from .._runtime import device as _device
 
 EXIT_USAGE = 2
+DEFAULT_ARCH = "sm_90a"  # cache warm's and export's target when --arch is not given
 
 
 class _Defaults(argparse.ArgumentDefaultsHelpFormatter):
@@ -32,7 +34,8 @@ class _RawDescriptionDefaults(argparse.RawDescriptionHelpFormatter, _Defaults):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with usage errors as one line (``prog: error: ...``) and exit status 2."""
+    """argparse, with usage errors as one line (``prog: error: ...``) and exit status 2, and an
+    unknown option named by the (sub)command that met it, before any missing argument."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", _Defaults)
@@ -40,6 +43,24 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        # argparse reports a missing required argument before an unknown one, and a subcommand's
+        # unknown ones as the top level's: a first pass with nothing required finds them here.
+        args = sys.argv[1:] if args is None else list(args)
+        required = [a for a in self._actions if a.required]
+        for a in required:
+            a.required = False
+        try:
+            _, extras = super().parse_known_args(args, argparse.Namespace(**vars(namespace or argparse.Namespace())))
+        finally:
+            for a in required:
+                a.required = True
+        if extras:
+            first = extras[0]
+            self.error(f"unrecognized option {first.split('=')[0]}" if first.startswith("-")
+                       else f"unexpected argument {first!r}")
+        return super().parse_known_args(args, namespace)
 
 
 def _arch(text: str) -> str:
@@ -103,30 +124,53 @@ def cmd_cache(args) -> int:
 
     cache = nvrtc_cache.default_cache()
     if args.action == "info":
-        info = cache.info()
-        print(f"directory: {info['directory']}\nentries: {info['entries']}\nsize: {info['total_bytes'] / 2**20:.2f} MiB"
-              f"\nwritable: {info['writable']}")
+        info = cache.info(args.arch)
+        which = f" for {args.arch}" if args.arch else ""
+        why = f" ({info['why_not_writable']})" if info["why_not_writable"] else ""
+        print(f"directory: {info['directory']}\nentries{which}: {info['entries']}\nsize{which}: "
+              f"{info['total_bytes'] / 2**20:.2f} MiB\nwritable: {info['writable']}{why}")
     elif args.action == "clear":
-        print(f"removed {cache.clear()} entries from {cache.directory}")
+        which = f"{args.arch} " if args.arch else ""
+        print(f"removed {cache.clear(args.arch)} {which}entries from {cache.directory}")
     else:
-        return 0 if warm(args.arch, args.jobs, cache) else 1
+        return 0 if warm(args.arch or DEFAULT_ARCH, args.jobs, cache) else 1
     return 0
 
 
 def cmd_export(args) -> int:
     from cudattn._tools import export as _export
 
-    archs = args.arch or ["sm_90a"]
+    if args.print_cflags:
+        try:
+            flags = " ".join(shlex.quote(f) for f in _export.c_flags(args.out))
+        except _export.ExportError as e:
+            print(f"{args.parser.prog}: {e}", file=sys.stderr)
+            return 1
+        src = shlex.quote(os.path.join(args.out or "DIR", "examples", "attention.c"))
+        print(flags)
+        if sys.stdout.isatty():  # a person reading, not $(...) capturing: show the whole line too
+            print(f"compile and link the example: cc -std=c11 -O2 {flags}{'' if args.out else ' -I DIR/include'} "
+                  f"{src} -ldl -lm -o attention", file=sys.stderr)
+        return 0
+    if args.out is None:
+        args.parser.error("the following arguments are required: --out")
+    archs = args.arch or [DEFAULT_ARCH]
     try:
+        _export.check_out(args.out, archs)  # before minutes of compiling
         manifest = _export.export(args.out, archs, jobs=args.jobs)
+    except _export.OutDirError as e:
+        args.parser.error(f"--out {e}")
     except (_export.ExportError, OSError) as e:
         print(f"export failed: {e}", file=sys.stderr)
         return 1
     for arch, entry in manifest["archs"].items():
         size = sum(os.path.getsize(os.path.join(args.out, arch, k["file"])) for k in entry["kernels"])
-        print(f"{arch}: {len(entry['kernels'])} cubins ({size / 2**20:.1f} MiB) in {os.path.join(args.out, arch)}")
+        print(f"{arch}: {len(entry['kernels'])} cubins ({size / 2**20:.1f} MiB) in {os.path.join(args.out, arch)}"
+              f"{'' if arch in archs else ' (kept from an earlier export)'}")
     print(f"manifest: {os.path.join(args.out, 'manifest.json')} (cudattn {manifest['cudattn']}, format "
           f"{manifest['format']}); parameter structs: {os.path.join(args.out, 'include', 'cudattn_params.h')}")
+    print(f"build the example: cc -std=c11 -O2 $({args.parser.prog} --print-cflags --out {shlex.quote(args.out)}) "
+          f"{shlex.quote(os.path.join(args.out, 'examples', 'attention.c'))} -ldl -lm -o attention")
     return 0
 
 
@@ -225,15 +269,27 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="write every kernel's cubin, a JSON manifest and the C header of the "
                        "parameter structs, to launch the kernels from a program without Python",
                        description="No GPU needed: the kernels are compiled (in parallel, through the cache) "
-                       "for each --arch.")
+                       "for each --arch. Exports into one --out add up: each --arch replaces its own kernels, "
+                       "and the manifest lists every target there. --print-cflags prints (compiling nothing) "
+                       "the -I options that build the exported C launcher and example: DIR/include and the "
+                       "directory of cuda.h (the nvidia-cuda-runtime pip wheel's; $CUDATTN_CUDA_INCLUDE "
+                       "overrides it), and on a terminal a compile line; link with -ldl -lm, no -lcuda: the "
+                       "launcher loads libcuda.so.1 from the NVIDIA driver when it runs. Example: "
+                       "cc -std=c11 -O2 $(python -m cudattn export --print-cflags --out DIR) "
+                       "DIR/examples/attention.c -ldl -lm -o attention")
     e.add_argument("--arch", type=_arch, action="append", default=None,
-                   help="compile target, repeatable (default: sm_90a)")
-    e.add_argument("--out", required=True, help="directory to write (created; files of the same names replaced)")
+                   help=f"compile target, repeatable (default: {DEFAULT_ARCH})")
+    e.add_argument("--out", default=None, help="directory to write (created; files of the same names replaced); "
+                   "required but with --print-cflags")
     e.add_argument("--jobs", type=_positive_int, default=None, help="compile processes (default: the CPU count)")
-    e.set_defaults(fn=cmd_export)
+    e.add_argument("--print-cflags", action="store_true", help="print the C compiler's -I options for the export "
+                   "in --out (or cuda.h's alone) on one line, and on a terminal a compile line, then exit")
+    e.set_defaults(fn=cmd_export, parser=e)
     c = sub.add_parser("cache", help="the on-disk kernel cache: info, clear, or warm (compile every kernel)")
     c.add_argument("action", choices=("info", "clear", "warm"), help="what to do")
-    c.add_argument("--arch", type=_arch, default="sm_90a", help="compile target for warm")
+    c.add_argument("--arch", type=_arch, default=None,
+                   help=f"warm: the target to compile for ({DEFAULT_ARCH} when not given); info, clear: only the "
+                   "entries of this target (every entry when not given)")
     c.add_argument("--jobs", type=_positive_int, default=None, help="compile processes for warm (default: the CPU count)")
     c.set_defaults(fn=cmd_cache)
     return ap

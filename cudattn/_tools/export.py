@@ -12,7 +12,11 @@ as a C array), ``DIR/include/cudattn.h`` (the header-only launcher) and
 parallel first where missing (`_tools.warm`).
 
 A manifest names its format and cudattn version; `read_manifest` refuses another of either,
-since a cubin and the parameter layout it reads change together.
+since a cubin and the parameter layout it reads change together. Exports into one directory add
+up: an earlier export's other targets stay listed when it was written by the same cudattn (format,
+version, commit, structs and rules equal); otherwise they are dropped, with a note, and the files
+the old manifest listed that the new one does not are removed. `--out` is checked before anything
+compiles.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import hashlib
 import json
 import os
 import re
+import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,7 +40,7 @@ from .._kernels import registry as _kernels
 from .._kernels import catalog as _catalog
 from .._kernels import traits as _traits
 
-__all__ = ["FORMAT", "ExportError", "export", "read_manifest"]
+__all__ = ["FORMAT", "ExportError", "OutDirError", "check_out", "export", "read_manifest"]
 
 #: Bumped whenever the manifest's schema or the meaning of a field changes.
 FORMAT = 1
@@ -42,6 +48,10 @@ FORMAT = 1
 
 class ExportError(RuntimeError):
     """A manifest this cudattn cannot use (another format or version), or an export that failed."""
+
+
+class OutDirError(ExportError):
+    """The export directory cannot be created or written (found before anything compiles)."""
 
 
 def _kind(spec) -> str:
@@ -139,28 +149,101 @@ def _rules() -> dict:
     }
 
 
+def check_out(out_dir: str | os.PathLike, archs: Sequence[str] = ()) -> Path:
+    """Create ``out_dir`` and prove it writable, before anything compiles: OutDirError names why not
+    (a file in the way, no permission, a read-only file system)."""
+    out = Path(out_dir)
+    try:
+        if out.exists() and not out.is_dir():
+            raise OutDirError(f"{out}: exists and is not a directory")
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutDirError(f"{out}: cannot be created ({e.strerror or e})") from None
+    for sub in ("include", "examples", *archs):
+        if (out / sub).exists() and not (out / sub).is_dir():
+            raise OutDirError(f"{out / sub}: is in the way (the export writes a directory there)")
+    if (out / "manifest.json").is_dir():
+        raise OutDirError(f"{out / 'manifest.json'}: is a directory (the export writes a file there)")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".cudattn-export-", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise OutDirError(f"{out}: not writable ({e.strerror or e})") from None
+    return out
+
+
+def _earlier(out: Path, fresh: dict) -> tuple[dict | None, str | None]:
+    """The manifest an earlier export left in ``out`` (None if none or unreadable) and, when its
+    targets cannot be listed with this export's, why (cubins and tables must come from one build)."""
+    path = out / "manifest.json"
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as e:
+        return None, f"{path} is unreadable ({e})"
+    if not isinstance(old, dict) or not isinstance(old.get("archs"), dict):
+        return None, f"{path} is not a cudattn export manifest"
+    differs = [k for k in ("format", "cudattn", "commit", "structs", "rules") if old.get(k) != fresh[k]]
+    if differs:
+        return old, (f"{path} was written by another build (cudattn {old.get('cudattn')}, commit "
+                     f"{old.get('commit')}; {', '.join(differs)} differ)")
+    return old, None
+
+
+def _listed(manifest: dict | None) -> set[tuple[str, str]]:
+    """(arch, file) of every cubin a manifest lists, of the names an export writes only."""
+    found = set()
+    for arch, entry in ((manifest or {}).get("archs") or {}).items():
+        for k in (entry.get("kernels") or []) if isinstance(entry, dict) else []:
+            name = k.get("file") if isinstance(k, dict) else None
+            if arch in _kernels.ARCHS and isinstance(name, str) and re.fullmatch(r"[a-z0-9_.]+\.cubin", name):
+                found.add((arch, name))
+    return found
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Replace ``path`` whole (a temp file renamed over it): a reader never sees half of it."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def export(out_dir: str | os.PathLike, archs: Sequence[str] = ("sm_90a",), *, jobs: int | None = None,
            cache=None, progress: bool = True) -> dict:
     """Write the export for ``archs`` into ``out_dir`` (created; existing files of the same names are
-    replaced). Returns the manifest."""
+    replaced; the targets of an earlier export there by the same build stay listed). Returns the
+    manifest."""
     from . import warm as _warm
     from ..bench.manifest import git_commit
 
-    out = Path(out_dir)
     archs = list(dict.fromkeys(archs))
     for arch in archs:
         if arch not in _traits.ARCH_SMEM_LIMIT:
             raise ExportError(f"unknown compile target {arch!r}; cudattn builds for {', '.join(_kernels.ARCHS)}")
+    out = check_out(out_dir, archs)
     manifest: dict = {
         "format": FORMAT, "cudattn": __version__, "id": None, "commit": git_commit(),
         "nvrtc": ".".join(map(str, nvrtc_cache.nvrtc_version())),
         "structs": {_cabi.c_name(name): {"kernel_name": name, **_cabi.layout(cls)} for cls, name in _cabi.STRUCTS},
         "rules": _rules(), "archs": {},
     }
+    old, why_not = _earlier(out, manifest)
+    kept = {} if old is None or why_not else {a: e for a, e in old["archs"].items()
+                                              if a in _kernels.ARCHS and a not in archs}
+    gone = sorted(a for a, e in kept.items() if not all((out / a / k["file"]).is_file() for k in e["kernels"]))
+    if gone:  # deleted by hand since: listing them would hand the C launcher missing files
+        why_not, kept = f"{out} lacks files its manifest lists", {a: e for a, e in kept.items() if a not in gone}
+    dropped = sorted(a for a in ((old or {}).get("archs") or {}) if a not in archs and a not in kept)
+    if why_not and (dropped or old is None):
+        print(f"note: {why_not}: " + (f"its {', '.join(dropped)} kernels are not kept (export them again with "
+              f"{' '.join('--arch ' + a for a in dropped)})" if dropped else "it is replaced"), file=sys.stderr)
     report = _warm.warm(archs, jobs=jobs, cache=cache, progress=progress)  # one pool for every arch
     if report.failed:
         raise ExportError(f"{len(report.failed)} kernels failed to compile: {report.failed[0][0]}: "
                           f"{report.failed[0][1]}")
+    written: dict[str, dict] = {}
     for arch in archs:
         (out / arch).mkdir(parents=True, exist_ok=True)
         kernels: list[dict] = []
@@ -182,23 +265,29 @@ def export(out_dir: str | os.PathLike, archs: Sequence[str] = ("sm_90a",), *, jo
                 "ptxas": {e: dataclasses.asdict(res.ptxas[e]) for e in entries if e in res.ptxas},
                 "select": _selection_inputs(spec), "sha256": hashlib.sha256(res.cubin).hexdigest(),
             })
-        manifest["archs"][arch] = {"kernels": kernels, "selection": _selection_table(arch, files),
-                                   "smem_limit": _traits.ARCH_SMEM_LIMIT[arch]}
-    # One fingerprint of every cubin: the C launcher compiled against this export's tables refuses
-    # any other export, even one of the same cudattn version (re-tuned tiles change the table).
+        written[arch] = {"kernels": kernels, "selection": _selection_table(arch, files),
+                         "smem_limit": _traits.ARCH_SMEM_LIMIT[arch]}
+    merged = {**kept, **written}
+    manifest["archs"] = {a: merged[a] for a in _kernels.ARCHS if a in merged}  # one order, whatever was given
+    # One fingerprint of every cubin listed: the C launcher compiled against this export's tables
+    # refuses any other export, even one of the same cudattn version (re-tuned tiles change the table).
     digest = hashlib.sha256()
-    for arch in archs:
-        for k in manifest["archs"][arch]["kernels"]:
+    for arch, entry in manifest["archs"].items():
+        for k in entry["kernels"]:
             digest.update(f"{arch}/{k['file']}:{k['sha256']}\n".encode())
     manifest["id"] = digest.hexdigest()[:32]
     inc = out / "include"
     inc.mkdir(parents=True, exist_ok=True)
-    (inc / "cudattn_params.h").write_text(_cabi.header(__version__, FORMAT), encoding="utf-8")
-    (inc / "cudattn_kernels.h").write_text(kernel_table_header(manifest), encoding="utf-8")
-    (inc / "cudattn.h").write_text(_export_file("cudattn.h"), encoding="utf-8")
+    _write_text(inc / "cudattn_params.h", _cabi.header(__version__, FORMAT))
+    _write_text(inc / "cudattn_kernels.h", kernel_table_header(manifest))
+    _write_text(inc / "cudattn.h", _export_file("cudattn.h"))
     (out / "examples").mkdir(exist_ok=True)
-    (out / "examples" / "attention.c").write_text(_export_file("attention.c"), encoding="utf-8")
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    _write_text(out / "examples" / "attention.c", _export_file("attention.c"))
+    _write_text(out / "manifest.json", json.dumps(manifest, indent=1) + "\n")
+    for arch, name in sorted(_listed(old) - _listed(manifest)):  # what no manifest lists any more
+        (out / arch / name).unlink(missing_ok=True)
+        if (out / arch).is_dir() and not any((out / arch).iterdir()):
+            (out / arch).rmdir()
     return manifest
 
 
@@ -261,9 +350,33 @@ def kernel_table_header(manifest: dict) -> str:
 
 def _export_file(name: str) -> str:
     """A file the export copies as it is (package data in cu_src/export): the launcher, the example."""
-    import importlib.resources
+    return _kernels.source_root().joinpath("export", name).read_text(encoding="utf-8")
 
-    return importlib.resources.files("cu_src").joinpath("export", name).read_text(encoding="utf-8")
+
+def cuda_include() -> str | None:
+    """A directory holding cuda.h, for C programs built against an export: $CUDATTN_CUDA_INCLUDE,
+    else the nvidia-cuda-runtime wheel's (where NVRTC's headers come from), else a CUDA toolkit's
+    ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda)."""
+    import cuda.pathfinder
+
+    try:
+        wheel = cuda.pathfinder.find_nvidia_header_directory("cudart")
+    except Exception:  # noqa: BLE001  (a pathfinder that cannot tell: look further)
+        wheel = None
+    found = [os.environ.get("CUDATTN_CUDA_INCLUDE"), wheel]
+    found += [os.path.join(os.environ[v], "include") for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    found.append("/usr/local/cuda/include")
+    return next((d for d in found if d and os.path.isfile(os.path.join(d, "cuda.h"))), None)
+
+
+def c_flags(out_dir: str | os.PathLike | None) -> list[str]:
+    """The -I options that compile the launcher and example of the export in ``out_dir`` (None:
+    cuda.h's only); ExportError when no cuda.h is found."""
+    inc = cuda_include()
+    if inc is None:
+        raise ExportError("no cuda.h found: pip install nvidia-cuda-runtime, or set CUDATTN_CUDA_INCLUDE to a "
+                          "directory holding it")
+    return ([f"-I{Path(out_dir).resolve() / 'include'}"] if out_dir is not None else []) + [f"-I{inc}"]
 
 
 def read_manifest(out_dir: str | os.PathLike) -> dict:
