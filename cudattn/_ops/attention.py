@@ -200,9 +200,8 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
             q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse, q_descale=q_descale,
             k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype, num_splits=num_splits, out=out,
             stream=stream, window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes)
-    # (DeviceArrays, the common warm case, answer by their type alone)
-    if host_q or host_k or host_v or type(q) is not DeviceArray and kind_of(q) == OTHER or \
-            type(k) is not DeviceArray and kind_of(k) == OTHER or type(v) is not DeviceArray and kind_of(v) == OTHER:
+    # q alone is asked its kind (a k or v that is no array is named by the importer as it adapts them)
+    if host_q or host_k or host_v or type(q) is not DeviceArray and kind_of(q) == OTHER:
         check_not_mixed((("q", q), ("k", k), ("v", v)))  # the one message for host/device mixes and non-arrays
     # Operands: q, k, v, out, then (when any is given) the descales, sinks and slopes that are arrays;
     # a scalar or NumPy one stays out of the operands (the key holds it; the full path reads or refuses it).

@@ -182,10 +182,11 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     >>> lens += 1                                                # the call leaves lens as it was
     """
     mods = (window_size, softcap, sinks, alibi_slopes)
-    host = isinstance(q, np.ndarray) and isinstance(k_cache, np.ndarray) and isinstance(v_cache, np.ndarray) and \
-        (k_new is None or isinstance(k_new, np.ndarray)) and (v_new is None or isinstance(v_new, np.ndarray))
-    if not host and (_not_device(q) or _not_device(k_cache) or _not_device(v_cache) or
-                     k_new is not None and _not_device(k_new) or v_new is not None and _not_device(v_new)):
+    kv_host = [isinstance(x, np.ndarray) for x in (q, k_cache, v_cache)]
+    new_host = [isinstance(x, np.ndarray) for x in (k_new, v_new) if x is not None]
+    host = all(kv_host + new_host)
+    # q alone is asked its kind (a cache or new rows that are no array are named by the importer)
+    if not host and (any(kv_host + new_host) or type(q) is not DeviceArray and kind_of(q) == OTHER):
         check_not_mixed((n, x) for i, (n, x) in enumerate(zip(_NAMES, (q, k_cache, v_cache, k_new, v_new)))
                         if i < 3 or x is not None)  # the one message for host/device mixes and non-arrays
     packed = None
@@ -260,11 +261,6 @@ def _full(call: Call, args, qa, ka, va, kn, vn, oa, sl, bt, cq, sk=None, al=None
 
 _NAMES = ("q", "k_cache", "v_cache", "k_new", "v_new", "out", "cache_seqlens", "block_table", "cu_seqlens_q", "sinks",
           "alibi_slopes", "q_descale", "k_descale", "v_descale")
-
-
-def _not_device(x) -> bool:
-    """A NumPy array, or an object of no runtime cudattn knows (a DLPack or CAI producer, or no array)."""
-    return type(x) is not DeviceArray and (isinstance(x, np.ndarray) or kind_of(x) == OTHER)
 
 
 def _ranges_meet(a, b) -> bool:

@@ -45,9 +45,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if all(host):
         return _numpy_varlen.attention_varlen_host(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, descales, flags, out,
                          stream, mods)
-    if any(host) or type(q) is not _array.DeviceArray and kind_of(q) == OTHER or \
-            type(k) is not _array.DeviceArray and kind_of(k) == OTHER or \
-            type(v) is not _array.DeviceArray and kind_of(v) == OTHER:
+    if any(host) or type(q) is not _array.DeviceArray and kind_of(q) == OTHER:  # (k, v: see attention)
         check_not_mixed((("q", q), ("k", k), ("v", v)))
     host_offsets = False
     for name, x in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
