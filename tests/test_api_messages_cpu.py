@@ -80,7 +80,8 @@ def test_attention_names_every_argument_that_is_no_array(varlen):
 def test_attention_with_a_device_q_names_the_argument_that_is_no_array(varlen):
     # a q of a producer cudattn does not know (CAI here) sends the call through the argument check;
     # a DeviceArray, torch or CuPy q does not (the warm path asks q alone): there the importer names
-    # a k or v that is no array as it adapts it, on the call's stream (a GPU test)
+    # a k or v that is no array as it adapts it, on the call's stream
+    # (test_importer_names_what_is_no_array below)
     q_kind = _CAI
     shape = SHAPE[1:] if varlen else SHAPE
     kw = _VARLEN if varlen else {}
@@ -266,3 +267,13 @@ def test_empty_cache_still_frees_where_cuda_is_in_use(monkeypatch):
     monkeypatch.setattr(_array._alloc, "trim", lambda device_id: done.append(("trim", device_id)))
     assert cudattn.empty_cache(1) is None
     assert done == [("device", 1), "sync", ("release", 1), ("trim", 1)]
+
+
+def test_importer_names_what_is_no_array():
+    """What a call with a device q says of a k, v or new rows that are no array (the importer's
+    words, as the call adapts them)."""
+    from cudattn._arrays.importer import as_device_array
+
+    for name, x, got in (("k", [1, 2], "list"), ("v", None, "NoneType"), ("k_new", (1,), "tuple")):
+        _raises(lambda: as_device_array(x, name=name, stream_handle=0), TypeError,
+                rf"^{name}: expected a NumPy array or a CUDA device array \(.*\), got {got}$")
