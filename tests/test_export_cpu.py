@@ -199,9 +199,7 @@ def test_cli_export(kernel_cache, tmp_path, monkeypatch):
 def test_launcher_and_example_compile(exported, tmp_path):
     """cudattn.h (with the generated tables) and the C example: C11 and C++, every warning an error,
     against the CUDA headers of the pip wheels."""
-    from test_export_gpu import _cuda_include
-
-    inc = _cuda_include()
+    inc = _export.cuda_include()
     if inc is None or shutil.which("cc") is None:
         pytest.skip("no cuda.h in the CUDA pip wheels, or no C compiler")
     out, _ = exported
@@ -229,9 +227,7 @@ def test_c_selection_and_splits_are_the_python_ones(exported, tmp_path):
     from types import SimpleNamespace
 
     from cudattn._kernels import decode as _decode
-    from test_export_gpu import _cuda_include
-
-    inc = _cuda_include()
+    inc = _export.cuda_include()
     if inc is None or shutil.which("cc") is None:
         pytest.skip("no cuda.h in the CUDA pip wheels, or no C compiler")
     out, manifest = exported
