@@ -11,6 +11,8 @@
   cache), `gather_kv` (each sequence's valid keys as contiguous arrays), and
   `attention_with_kvcache` / `attention_with_kvcache_naive`, which run `attention` /
   `attention_naive` per sequence over its gathered keys.
+- `attention_backward`: exact float64 gradients (dq, dk, dv, and the sinks' own) of `attention`
+  or of a packed batch, under every score modifier.
 - `merge_attention_states`: combine partial results ``(out_s, lse_s)`` over disjoint key sets
   (split-KV) into the result over their union, in float64.
 - FP8 (e4m3): `attention` and `attention_naive` take FlashAttention-3's ``q/k/v_descale``
@@ -27,13 +29,14 @@ Memory: work is done one (batch, query head) at a time, in blocks of query rows,
 one block of one head's score matrix (about 4 Mi scores, 32 MiB in float64) is held at once.
 
 Modules (the public names above are all re-exported here, ``cudattn.reference.<name>``):
-`dense` (`attention`, `attention_naive` and their score-modifier path), `varlen`, `kvcache`,
+`dense` (`attention`, `attention_naive` and their score-modifier path), `backward`, `varlen`, `kvcache`,
 `merge`, `fp8` (quantiser, e4m3 rounding, emulated FP8 attention) and `rule` (`check_close`,
 `error_stats`, `check_close_fp8`).
 """
 
 from __future__ import annotations
 
+from .backward import attention_backward
 from .dense import attention, attention_naive
 from .fp8 import E4M3_MAX, attention_fp8_emulated, dequantize, quantize_fp8
 from .kvcache import (
@@ -56,6 +59,7 @@ from .varlen import attention_varlen
 
 __all__ = [
     "attention",
+    "attention_backward",
     "attention_naive",
     "attention_varlen",
     "check_close",
