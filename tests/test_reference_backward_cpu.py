@@ -9,6 +9,7 @@ GQA and MQA, causal with Sq ≠ Sk, rows that see no key, and packed batches.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -155,3 +156,32 @@ def test_bad_arguments_are_named():
         reference.attention_backward(q[0], q[0], q[0], q[0], cu_seqlens_q=np.array([0, 4], np.int32))
     with pytest.raises(ValueError, match="window"):
         reference.attention_backward(q, q, q, q, window_size=(-3, 0))
+
+
+@pytest.mark.parametrize("dtype, worst", [(np.float16, 2e-3), (ml_dtypes.bfloat16, 1.5e-2)], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", [dict(), dict(causal=True, softcap=3.0, alibi_slopes="h", sinks=True)],
+                         ids=["plain", "modifiers"])
+def test_the_naive_baseline_is_the_dtype_s_error_away(dtype, worst, case):
+    """`attention_backward_naive`: the gradients of 16-bit inputs done in 16 bits, within the dtype's
+    error of the exact ones (relative to the largest gradient), never equal to them; and the rule
+    `check_close` built on it refuses a gradient 5 % off."""
+    rng = np.random.default_rng(8)
+    B, Sq, Sk, Hq, Hkv, D = 2, 67, 93, 4, 2, 64
+    q, k, v = (rng.standard_normal(s).astype(dtype) for s in ((B, Sq, Hq, D), (B, Sk, Hkv, D), (B, Sk, Hkv, D)))
+    dout = rng.standard_normal(q.shape).astype(dtype)
+    kw = _mods(case, rng, B, Hq)
+    ref = reference.attention_backward(dout, q, k, v, **kw)
+    naive = reference.attention_backward_naive(dout, q, k, v, **kw)
+    assert [g.dtype for g in naive[:3]] == [np.dtype(dtype)] * 3
+    for r, n in zip(ref, naive):
+        rel = np.abs(n.astype(np.float64) - r).max() / np.abs(r).max()
+        assert 0 < rel <= worst, rel
+        assert reference.check_close(n, r, n)[0]
+    ok, err, bound = reference.check_close(ref[0] * 1.05, ref[0], naive[0])
+    assert not ok, (err, bound)
+
+
+def test_the_naive_baseline_wants_a_16_bit_dtype():
+    x = np.zeros((1, 4, 2, 8), np.float32)
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        reference.attention_backward_naive(x, x, x, x)

@@ -12,7 +12,8 @@
   `attention_with_kvcache` / `attention_with_kvcache_naive`, which run `attention` /
   `attention_naive` per sequence over its gathered keys.
 - `attention_backward`: exact float64 gradients (dq, dk, dv, and the sinks' own) of `attention`
-  or of a packed batch, under every score modifier.
+  or of a packed batch, under every score modifier; `attention_backward_naive`, the same in the
+  inputs' 16-bit dtype, the baseline of `check_close` for gradients.
 - `merge_attention_states`: combine partial results ``(out_s, lse_s)`` over disjoint key sets
   (split-KV) into the result over their union, in float64.
 - FP8 (e4m3): `attention` and `attention_naive` take FlashAttention-3's ``q/k/v_descale``
@@ -36,7 +37,7 @@ Modules (the public names above are all re-exported here, ``cudattn.reference.<n
 
 from __future__ import annotations
 
-from .backward import attention_backward
+from .backward import attention_backward, attention_backward_naive
 from .dense import attention, attention_naive
 from .fp8 import E4M3_MAX, attention_fp8_emulated, dequantize, quantize_fp8
 from .kvcache import (
@@ -60,6 +61,7 @@ from .varlen import attention_varlen
 __all__ = [
     "attention",
     "attention_backward",
+    "attention_backward_naive",
     "attention_naive",
     "attention_varlen",
     "check_close",
