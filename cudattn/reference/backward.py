@@ -30,7 +30,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from .._arrays.types import HostArrayLike, Layout
+from .._arrays.types import DTypeLike, HostArrayLike, Layout
 from .._spec.varlen import check_cu_seqlens
 from . import _common
 from ._common import _BF16, _as_bhsd, _from_bhsd, _mods_kwargs, _parse_mods, _round_to, _shapes
@@ -80,7 +80,7 @@ def attention_backward_naive(dout: HostArrayLike, q: HostArrayLike, k: HostArray
                              causal: bool = False, scale: float | None = None, layout: Layout = "bshd",
                              window_size: tuple[int, int] | None = None, softcap: float | None = None,
                              alibi_slopes: HostArrayLike | None = None, sinks: HostArrayLike | None = None,
-                             dtype=None) -> tuple[np.ndarray, ...]:
+                             dtype: DTypeLike | None = None) -> tuple[np.ndarray, ...]:
     """`attention_backward` as a plain GPU implementation would do it in the inputs' dtype.
 
     The inputs and ``dout`` are rounded to ``dtype`` (default: q's, which must then be float16 or
