@@ -1,6 +1,6 @@
 """Host µs per warm call of several versions of cudattn, interleaved in one process.
 
-    python tools/host_ab.py prepare --base 5a88854 [--base COMMIT ...] [--dir .ab/pkgs]   # here
+    python tools/host_ab.py prepare --base 5a88854 [--base COMMIT ...] [--dir .ab/pkgs]   # here (.ab/ is ignored)
     python tools/host_ab.py run [--dir .ab/pkgs] [--rounds 12] [--opcodes]              # on the GPU
 
 A host-time change of a microsecond or two cannot be told apart by timing two versions one after
