@@ -22,6 +22,7 @@ import pytest
 import nvrtc_cache
 from cudattn._kernels import registry as _kernels
 from cudattn._kernels import traits as _traits
+import _sass as _sass_mod
 
 UNPACK = re.compile(r"\bF2FP\.\S*UNPACK")  # any packed conversion out of an 8-bit float type
 LOCAL = re.compile(r"\b(LDL|STL)\b")
@@ -32,25 +33,8 @@ def cache(kernel_cache):
     return kernel_cache  # conftest: every kernel for sm_80, sm_89 and sm_90a, built in parallel
 
 
-def _tool(name):
-    try:
-        import cuda.pathfinder as pf
-
-        return pf.find_nvidia_binary_utility(name) or shutil.which(name)
-    except Exception:
-        return shutil.which(name)
-
-
 def _sass(cubin: bytes, tmp_path) -> str:
-    tool, disasm = _tool("cuobjdump"), _tool("nvdisasm")
-    if tool is None or disasm is None:
-        pytest.skip("cuobjdump/nvdisasm not installed (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
-    path = tmp_path / "k.cubin"
-    path.write_bytes(cubin)
-    env = dict(os.environ, NVDISASM_PATH=os.path.dirname(disasm))  # cuobjdump -sass runs nvdisasm
-    proc = subprocess.run([tool, "-sass", str(path)], capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+    return _sass_mod.sass(cubin, tmp_path)
 
 
 def _compile_checked(cache, variant, arch, tmp_path):
@@ -60,7 +44,7 @@ def _compile_checked(cache, variant, arch, tmp_path):
     assert variant.smem_bytes <= _traits.ARCH_SMEM_LIMIT[arch]
     rep = res.ptxas.get(variant.kernel_name)
     if rep is None:  # NVRTC sometimes returns no -v log (see test_kernels_compile): read the cubin
-        tool = _tool("cuobjdump")
+        tool = _sass_mod.tool("cuobjdump")
         if tool is None:
             pytest.skip("NVRTC gave no ptxas report and cuobjdump is not installed")
         path = tmp_path / "r.cubin"

@@ -5,9 +5,7 @@ cp.async; the Hopper family: wgmma, TMA loads and stores, setmaxnreg). NVRTC nee
 from __future__ import annotations
 
 import ctypes
-import os
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -16,6 +14,7 @@ import nvrtc_cache
 from cudattn._kernels import registry as _kernels
 from cudattn._kernels import traits as _traits
 from cudattn._kernels.params import FwdParams, FwdSm90Params
+import _sass as _sass_mod
 
 ARCHS = ("sm_80", "sm_89", "sm_90a")
 
@@ -58,7 +57,7 @@ def test_variant_compiles_without_spills(cache, arch, variant, tmp_path):
 
 def _resource_usage(cubin: bytes, name: str, tmp_path) -> tuple[int, int]:
     """(registers, local-memory bytes) of the kernel, from `cuobjdump -res-usage`."""
-    tool = _tool("cuobjdump")
+    tool = _sass_mod.tool("cuobjdump")
     if tool is None:
         pytest.skip("NVRTC gave no ptxas report and cuobjdump is not installed")
     path = tmp_path / "k.cubin"
@@ -69,25 +68,8 @@ def _resource_usage(cubin: bytes, name: str, tmp_path) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2)) + int(m.group(3))
 
 
-def _tool(name):
-    try:
-        import cuda.pathfinder as pf
-
-        return pf.find_nvidia_binary_utility(name) or shutil.which(name)
-    except Exception:
-        return shutil.which(name)
-
-
 def _sass(cache, variant, arch, tmp_path) -> str:
-    tool, disasm = _tool("cuobjdump"), _tool("nvdisasm")
-    if tool is None or disasm is None:
-        pytest.skip("cuobjdump/nvdisasm not installed (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
-    cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(_kernels.compile_variant(variant, arch, cache=cache).cubin)
-    env = dict(os.environ, NVDISASM_PATH=os.path.dirname(disasm))  # cuobjdump -sass runs nvdisasm
-    proc = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+    return _sass_mod.sass(_kernels.compile_variant(variant, arch, cache=cache).cubin, tmp_path)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -183,12 +165,7 @@ def test_decode_kernels_compile_without_spills(cache, arch, kernel, tmp_path):
 
 
 def _sass_of(cubin: bytes, tmp_path) -> str | None:
-    tool = _tool("cuobjdump")
-    if tool is None:
-        return None
-    path = tmp_path / "d.cubin"
-    path.write_bytes(cubin)
-    return subprocess.run([tool, "-sass", str(path)], check=True, capture_output=True, text=True).stdout
+    return _sass_mod.sass_or_none(cubin, tmp_path)
 
 
 def test_decode_params_structs_match_header():

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import ctypes
 import re
-import shutil
-import subprocess
 
 import pytest
 
@@ -18,6 +16,7 @@ from cudattn._kernels import quantize as _quantize_kernels
 from cudattn._spec import quantize as _quantize_rule
 from cudattn._kernels.quantize import Fp8QuantParams, all_quantize_kernels
 from _quantize_cases import F16
+import _sass as _sass_mod
 
 
 # ---------------------------------------------------------------------------- launch geometry
@@ -115,17 +114,7 @@ def test_quantize_kernels_need_sm89(cache):
 
 
 def _sass(cubin: bytes, tmp_path) -> str | None:
-    try:
-        import cuda.pathfinder as pf
-
-        tool = pf.find_nvidia_binary_utility("cuobjdump") or shutil.which("cuobjdump")
-    except Exception:
-        tool = shutil.which("cuobjdump")
-    if tool is None:
-        return None
-    path = tmp_path / "q.cubin"
-    path.write_bytes(cubin)
-    return subprocess.run([tool, "-sass", str(path)], check=True, capture_output=True, text=True).stdout
+    return _sass_mod.sass_or_none(cubin, tmp_path)
 
 
 def test_params_struct_matches_source():

@@ -8,10 +8,8 @@ S = Q Kᵀ and O = bf16(S) V on TMA-loaded, 128-byte-swizzled tiles; checked aga
 from __future__ import annotations
 
 import ctypes
-import os
 import pathlib
 import re
-import subprocess
 
 import ml_dtypes
 import numpy as np
@@ -19,6 +17,7 @@ import pytest
 
 import nvrtc_cache
 from cudattn._kernels import registry as _kernels
+import _sass as _sass_mod
 
 SOURCE = pathlib.Path(__file__).with_name("cuda") / "sm90_selftest.cu"
 DTYPES = {"float16": (np.float16, []), "bfloat16": (ml_dtypes.bfloat16, ["-DCUDATTN_DTYPE_BF16"])}
@@ -30,32 +29,13 @@ def _compile(dtype: str, cache=None):
                                options=["-lineinfo", *DTYPES[dtype][1]], arch="sm_90a", cache=cache)
 
 
-def _tool(name):
-    import shutil
-
-    try:
-        import cuda.pathfinder as pf
-
-        return pf.find_nvidia_binary_utility(name) or shutil.which(name)
-    except Exception:
-        return shutil.which(name)
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_selftest_compiles_to_hopper_instructions(dtype, tmp_path):
     res = _compile(dtype, nvrtc_cache.Cache(str(tmp_path / "cache")))
     rep = res.ptxas.get("sm90_selftest")
     if rep is not None:
         assert rep.spill_stores == 0 and rep.spill_loads == 0 and rep.stack_bytes == 0
-    tool, disasm = _tool("cuobjdump"), _tool("nvdisasm")
-    if tool is None or disasm is None:
-        pytest.skip("cuobjdump/nvdisasm not installed")
-    cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(res.cubin)
-    env = dict(os.environ, NVDISASM_PATH=os.path.dirname(disasm))
-    proc = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stderr
-    sass = proc.stdout
+    sass = _sass_mod.sass(res.cubin, tmp_path)
     assert "HGMMA.64x64x16.F32" in sass and "HGMMA.64x128x16.F32" in sass, "wgmma m64n64 and m64n128 expected"
     assert "UTMALDG" in sass, "TMA loads expected"
     assert not re.search(r"\b(LDL|STL)\b", sass), "local memory traffic"

@@ -74,20 +74,16 @@ def merge_attention_states(outs: ArrayLike | Sequence[ArrayLike], lses: ArrayLik
     ((1, 4, 8, 64), (1, 8, 4))
     """
     named = _named_parts(outs, "outs") + _named_parts(lses, "lses")
-    if any(not isinstance(x, np.ndarray) for _, x in named):  # a device part, or no array: one message
-        check_not_mixed(named, "merge_attention_states: ", "the parts of outs and lses")
-    if not _any_device(outs) and not _any_device(lses):  # NumPy parts, or no arrays: the host path's checks
+    if all(isinstance(x, np.ndarray) for _, x in named):  # NumPy parts, or no arrays: the host path's checks
         return merge_host(outs, lses, layout)
+    check_not_mixed(named, "merge_attention_states: ", "the parts of outs and lses")  # all device arrays after
     _first_part(outs, "outs")
     _first_part(lses, "lses")
     o_stacked, l_stacked = _is_array(outs), _is_array(lses)
-    objs = (*((outs,) if o_stacked else tuple(outs)), *((lses,) if l_stacked else tuple(lses)))
     n_o = 1 if o_stacked else len(outs)
-    names = (("outs",) if o_stacked else tuple(f"outs[{i}]" for i in range(n_o))) + \
-        (("lses",) if l_stacked else tuple(f"lses[{i}]" for i in range(len(objs) - n_o)))
-    call = Call("merge", objs, names, stream)
+    call = Call("merge", tuple(x for _, x in named), tuple(n for n, _ in named), stream)
     return call.run((n_o, o_stacked, l_stacked, layout), None, _full, (n_o, o_stacked, l_stacked, layout),
-                    tensors=len(objs), out_index=None, allocates=True)
+                    tensors=len(call.ops), out_index=None, allocates=True)
 
 
 def _full(call: Call, args, *ops):
@@ -109,14 +105,6 @@ def _named_parts(parts, name: str) -> tuple:
     if isinstance(parts, (str, bytes)) or not isinstance(parts, Sequence):
         return ()
     return tuple((f"{name}[{i}]", p) for i, p in enumerate(parts))
-
-
-def _any_device(x) -> bool:
-    """A device array, or a sequence holding one."""
-    if _is_array(x):
-        return not isinstance(x, np.ndarray)
-    return (isinstance(x, Sequence) and not isinstance(x, (str, bytes))
-            and any(not isinstance(p, np.ndarray) and _importer.is_device_array_like(p) for p in x))
 
 
 def _first_part(parts, name: str):

@@ -9,6 +9,7 @@ import ml_dtypes
 import numpy as np
 
 from .._spec.modifiers import parse_modifiers
+from .._spec.varlen import check_cu_seqlens
 
 # Scores held at once (per block of query rows of one head): 4M float64 = 32 MiB.
 _BLOCK_ELEMENTS = 1 << 22
@@ -183,3 +184,12 @@ def _mods_kwargs(window_size, softcap, sinks, mods, b: int) -> dict:
     if mods.alibi is not None:
         kw["alibi_slopes"] = mods.alibi[b].astype(np.float32)
     return kw
+
+
+def _packed_offsets(q: np.ndarray, k: np.ndarray, v: np.ndarray, cu_seqlens_q, cu_seqlens_k):
+    """A packed batch's shapes checked and its offsets ``(cq, ck)`` (FlashAttention's varlen layout)."""
+    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3 or k.shape != v.shape or q.shape[2] != k.shape[2]:
+        raise ValueError(f"varlen q, k, v must be (total_q, Hq, D), (total_k, Hkv, D) twice; got {q.shape}, "
+                         f"{k.shape}, {v.shape}")
+    cq = check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.shape[0])
+    return cq, check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", k.shape[0], batch=cq.size - 1)

@@ -31,9 +31,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._arrays.types import DTypeLike, HostArrayLike, Layout
-from .._spec.varlen import check_cu_seqlens
 from . import _common
-from ._common import _BF16, _as_bhsd, _from_bhsd, _mods_kwargs, _parse_mods, _round_to, _shapes
+from ._common import _BF16, _as_bhsd, _from_bhsd, _mods_kwargs, _packed_offsets, _parse_mods, _round_to, _shapes
 from .dense import _softmax_sink
 
 Grads = tuple[NDArray[np.float64], ...]
@@ -155,13 +154,9 @@ def _packed(dout, q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, window_siz
             sinks) -> Grads:
     """`attention_backward` of a packed batch: each sequence as a batch of one."""
     q, k, v, dout = (np.asarray(x) for x in (q, k, v, dout))
-    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3 or k.shape != v.shape or q.shape[2] != k.shape[2]:
-        raise ValueError(f"packed q, k, v must be (total_q, Hq, D), (total_k, Hkv, D) twice; got {q.shape}, "
-                         f"{k.shape}, {v.shape}")
+    cq, ck = _packed_offsets(q, k, v, cu_seqlens_q, cu_seqlens_k)
     if dout.shape != q.shape:
         raise ValueError(f"dout must have q's shape {q.shape}; got {dout.shape}")
-    cq = check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.shape[0])
-    ck = check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", k.shape[0], batch=cq.size - 1)
     B, Hq = cq.size - 1, q.shape[1]
     mods = _parse_mods(window_size, softcap, sinks, alibi_slopes, causal, B, Hq)  # checks them once
     dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)

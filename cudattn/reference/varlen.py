@@ -7,8 +7,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._arrays.types import HostArrayLike
-from .._spec.varlen import check_cu_seqlens, check_max_seqlen
-from ._common import _mods_kwargs, _parse_mods
+from .._spec.varlen import check_max_seqlen
+from ._common import _mods_kwargs, _packed_offsets, _parse_mods
 from .dense import attention
 
 
@@ -41,11 +41,7 @@ def attention_varlen(q: HostArrayLike, k: HostArrayLike, v: HostArrayLike, cu_se
         ``(Hq, total_q)`` (float64), as FlashAttention's varlen functions return it.
     """
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
-    if q.ndim != 3 or k.ndim != 3 or v.ndim != 3 or k.shape != v.shape or q.shape[2] != k.shape[2]:
-        raise ValueError(f"varlen q, k, v must be (total_q, Hq, D), (total_k, Hkv, D) twice; got {q.shape}, "
-                         f"{k.shape}, {v.shape}")
-    cq = check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.shape[0])
-    ck = check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", k.shape[0], batch=cq.size - 1)
+    cq, ck = _packed_offsets(q, k, v, cu_seqlens_q, cu_seqlens_k)
     lq, lk = np.diff(cq), np.diff(ck)
     for name, n, lens in (("max_seqlen_q", max_seqlen_q, lq), ("max_seqlen_k", max_seqlen_k, lk)):
         if n is not None:
