@@ -8,6 +8,7 @@ CuPy, PyTorch, JAX, Numba: a DeviceArray result, asynchronously on the operands'
 Operations
     attention                -- fused attention: causal, GQA/MQA, FP8, windows, softcap, ALiBi, sinks, varlen
     attention_with_kvcache   -- decode against a contiguous or paged KV cache, appending new keys in place
+    attention_backward       -- its gradients (dq, dk, dv; dsinks): every modifier, varlen, deterministic mode
     merge_attention_states   -- merge partial attentions over disjoint key sets by their log-sum-exps
     quantize_fp8             -- float to FP8 e4m3 with per-tensor or per-head descales
     dequantize               -- FP8 e4m3 back to float32, float16 or bfloat16
@@ -42,6 +43,7 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
 
 from . import reference
 from ._ops.attention import attention
+from ._ops.backward import attention_backward
 from ._arrays.array import DeviceArray, empty_cache
 from ._arrays.host_io import to_device, to_host
 from ._runtime.errors import CudaError, NoDeviceError, OutOfMemoryError
@@ -50,4 +52,4 @@ from ._ops.merge import merge_attention_states
 from ._arrays.pinned import empty_pinned
 from ._ops.quantize import dequantize, quantize_fp8
 
-__all__ = ["attention", "attention_with_kvcache", "merge_attention_states", "quantize_fp8", "dequantize", "reference", "DeviceArray", "empty_cache", "to_device", "to_host", "empty_pinned", "CudaError", "NoDeviceError", "OutOfMemoryError", "__version__"]
+__all__ = ["attention", "attention_backward", "attention_with_kvcache", "merge_attention_states", "quantize_fp8", "dequantize", "reference", "DeviceArray", "empty_cache", "to_device", "to_host", "empty_pinned", "CudaError", "NoDeviceError", "OutOfMemoryError", "__version__"]

@@ -106,7 +106,7 @@ class Replay:
         self.n_operands = n_operands
         self.steps = steps
         self.results = results
-        self.pair = pair  # the call returned (out, lse)
+        self.pair = pair  # the call returned a tuple: (out, lse), or the backward's gradients
         self.allocations = []  # (shape, dtype, strides, offset in the scratch block or None: a result)
         offset = 0
         for i, (shape, dtype, strides) in enumerate(allocations):
@@ -131,10 +131,12 @@ class Replay:
             launch_prepared(st.args, stream, st.build(ptrs, device_id) if entry is None else entry[0], st.name)
         if made is None:  # out= given, no workspace: the results are operands
             res = self.results
-            return (operands[res[0]], operands[res[1]]) if self.pair else operands[res[0]]
+            if self.pair:  # (out, lse), or the backward's gradients
+                return (operands[res[0]], operands[res[1]]) if len(res) == 2 else tuple(operands[s] for s in res)
+            return operands[res[0]]
         n = self.n_operands
         res = [operands[s] if s < n else made[s - n] for s in self.results]  # made on `stream` already
-        return (res[0], res[1]) if self.pair else res[0]
+        return ((res[0], res[1]) if len(res) == 2 else tuple(res)) if self.pair else res[0]
 
     def _allocate(self, ptrs: list, device_id: int, stream: int, keep: object, capturing: bool | None = None) -> list:
         """Take the call's allocations, their addresses appended to ``ptrs``; returns what each slot

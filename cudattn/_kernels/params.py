@@ -69,6 +69,24 @@ class FwdSm90Params(ctypes.Structure):
     ]
 
 
+class BwdParams(ctypes.Structure):
+    """`BwdParams` of cu_src/include/cudattn/bwd/params.cuh: the forward's FwdParams, the gradients
+    and the backward's workspace."""
+
+    _fields_ = [
+        ("f", FwdParams),
+        ("dout", _c_ptr), ("dq", _c_ptr), ("dk", _c_ptr), ("dv", _c_ptr),
+        ("dq_accum", _c_ptr), ("dsum", _c_ptr), ("lse2", _c_ptr), ("dsinks", _c_ptr), ("semaphores", _c_ptr),
+        ("do_stride_b", _c_i64), ("do_stride_s", _c_i64), ("do_stride_h", _c_i64),
+        ("dq_stride_b", _c_i64), ("dq_stride_s", _c_i64), ("dq_stride_h", _c_i64),
+        ("dk_stride_b", _c_i64), ("dk_stride_s", _c_i64), ("dk_stride_h", _c_i64),
+        ("dv_stride_b", _c_i64), ("dv_stride_s", _c_i64), ("dv_stride_h", _c_i64),
+        ("rows_b", _c_i32), ("rows_s", _c_i32),
+        ("tile_dim", _c_i32), ("num_n_blocks", _c_i32),
+        ("scale", ctypes.c_float), ("deterministic", _c_i32),
+    ]
+
+
 # ------------------------------------------------------------ decode path (params_decode.cuh)
 
 

@@ -1,0 +1,227 @@
+// FlashAttention-2-style backward for sm_80+ (mma.sync, cp.async). One block owns BN keys of one
+// KV head and walks every query block that sees them, for each query head of the KV head's group
+// (so dK and dV are summed over the group in registers: no expanded K/V, no atomics for them):
+//
+//   S^T = K.Q^T      P^T = exp2(S^T * scale_log2 - lse2)       (recomputed from the forward's LSE)
+//   dP^T = V.dO^T    dS^T = P^T * (dP^T - D)                    (D = rowsum(dO * O), bwd/rows.cuh)
+//   dV += P^T.dO     dK += dS^T.Q                               (registers, BN x D per block)
+//   dQ += dS.K                                                  (float32 in global memory, bwd/dq.cuh)
+//
+// Each warp owns KF 16-key fragments of the block, so the transposed products leave P^T and dS^T
+// in exactly the A-operand layout that dV and dK need: neither goes through shared memory. dS^T
+// does, once, for dQ, whose rows are queries. Q and dO (and their LSE and D) are double-buffered
+// while K and V stay.
+#pragma once
+#include "cudattn/bwd/dq.cuh"
+#include "cudattn/bwd/params.cuh"
+#include "cudattn/bwd/scores.cuh"
+#include "cudattn/mask.cuh"
+#include "cudattn/seqlen.cuh"
+#include "cudattn/smem_tile.cuh"
+#include "cudattn/tile_products.cuh"
+
+namespace cudattn {
+
+__device__ __forceinline__ void cp_async_4(u32 dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
+}
+
+template <typename T, int D, int BM, int BN, int NW, int STAGES, bool CAUSAL, int MODS>
+struct BwdSm80 {
+    static constexpr int NT = NW * 32;
+    static constexpr int KF = BN / (16 * NW);  // 16-key fragments per warp
+    static constexpr int MF = BM / 8;          // 8-query fragments of S^T
+    static constexpr int DF = D / 8;
+    static constexpr int RQ = BM / 16;         // dQ: warps as RQ row fragments x CQ column groups
+    static constexpr int CQ = NW / RQ;
+    static constexpr int DQF = DF / CQ;
+    static constexpr bool SOFTCAP = (MODS & MOD_SOFTCAP) != 0;
+    static_assert(KF >= 1 && BN == KF * 16 * NW, "BN must be a multiple of 16 * warps");
+    static_assert(BM % 16 == 0 && NW % RQ == 0 && DF % CQ == 0 && DQF % 2 == 0, "dQ warp tiling");
+    static_assert(STAGES == 1 || STAGES == 2, "Q/dO stages");
+    static constexpr int SMEM_BYTES = (2 * BN * D + 2 * STAGES * BM * D + BN * BM) * 2 + 2 * STAGES * BM * 4;
+
+    static __device__ __forceinline__ long long lse_row0(const FwdParams& f, const SeqSpan& sq, int b, int hq) {
+        return f.cu_seqlens_q != nullptr ? (long long)hq * f.seqlen_q + sq.q0 : ((long long)b * f.heads_q + hq) * f.seqlen_q;
+    }
+
+    static __device__ __forceinline__ void run(const BwdParams& P) {
+        const FwdParams& p = P.f;
+        extern __shared__ __align__(128) unsigned char smem_raw[];
+        T* sK = reinterpret_cast<T*>(smem_raw);
+        T* sV = sK + BN * D;
+        T* sQ = sV + BN * D;               // STAGES x BM x D
+        T* sdO = sQ + STAGES * BM * D;     // STAGES x BM x D
+        T* sdS = sdO + STAGES * BM * D;    // BN x BM: dS^T
+        float* sLse2 = reinterpret_cast<float*>(sdS + BN * BM);  // STAGES x BM
+        float* sDsum = sLse2 + STAGES * BM;                      // STAGES x BM
+
+        const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+        const int n_block = blockIdx.x, hkv = blockIdx.y, b = blockIdx.z;
+        const SeqSpan sq = seq_span(p, b);
+        const int n_start = n_block * BN;
+        if (n_start >= sq.seqlen_k) return;  // the grid covers the longest sequence
+        const int keys_valid = min(BN, sq.seqlen_k - n_start);
+        const int chunks_valid = p.head_dim / 8;
+        const int off = sq.causal_offset;
+
+        // Query blocks whose key range (mask.cuh, key_tiles: the forward's own rule) holds this block.
+        const int wl = p.has_window ? p.window_left : -1;
+        const int wr_ = CAUSAL ? 0 : (p.has_window ? p.window_right : -1);
+        const int num_m = (sq.seqlen_q + BM - 1) / BM;
+        int m_lo = 0, m_hi = num_m - 1;
+        if (wr_ >= 0) {  // some row i sees the block's first key iff n_start <= i + off + right
+            const int need = n_start - off - wr_;  // the first row that may see it
+            m_lo = need <= 0 ? 0 : need / BM;
+        }
+        if (wl >= 0) {  // ... and its last key iff n_start + BN - 1 >= i + off - left
+            const int last = n_start + BN - 1 - off + wl;  // the last row that may see it
+            m_hi = last < 0 ? -1 : min(m_hi, last / BM);
+        }
+        const int nm = max(0, m_hi - m_lo + 1);
+        const int total = nm * p.group;  // (query head of the group, query block) pairs
+
+        const BwdMask mask{sq.seqlen_q, sq.seqlen_k, off, wl, wr_};
+        const float alibi_scale = p.alibi_mul;
+        const T* q_base = static_cast<const T*>(p.q) + b * p.q_stride_b + (long long)sq.q0 * p.q_stride_s;
+        const T* do_base = static_cast<const T*>(P.dout) + b * P.do_stride_b + (long long)sq.q0 * P.do_stride_s;
+
+        // K and V stay for the whole walk.
+        {
+            const long long k_off = b * p.k_stride_b + hkv * p.k_stride_h + (long long)(sq.k0 + n_start) * p.k_stride_s;
+            const long long v_off = b * p.v_stride_b + hkv * p.v_stride_h + (long long)(sq.k0 + n_start) * p.v_stride_s;
+            TileLoader<T, BN, D, NT> kl(static_cast<const T*>(p.k) + k_off, p.k_stride_s, tid, chunks_valid);
+            kl.template copy<true>(sK, p.k_stride_s, keys_valid, chunks_valid);
+            TileLoader<T, BN, D, NT> vl(static_cast<const T*>(p.v) + v_off, p.v_stride_s, tid, chunks_valid);
+            vl.template copy<true>(sV, p.v_stride_s, keys_valid, chunks_valid);
+        }
+        // Pair `it`: query head hkv * group + it / nm, query block m_lo + it % nm, into slot it % STAGES.
+        auto load_q = [&](int it) {
+            const int hq = hkv * p.group + it / nm, m_start = (m_lo + it % nm) * BM, slot = it % STAGES;
+            const int rows = min(BM, sq.seqlen_q - m_start);
+            TileLoader<T, BM, D, NT> ql(q_base + hq * p.q_stride_h + (long long)m_start * p.q_stride_s, p.q_stride_s, tid,
+                                        chunks_valid);
+            ql.template copy<true>(sQ + slot * BM * D, p.q_stride_s, rows, chunks_valid);
+            TileLoader<T, BM, D, NT> dl(do_base + hq * P.do_stride_h + (long long)m_start * P.do_stride_s, P.do_stride_s,
+                                        tid, chunks_valid);
+            dl.template copy<true>(sdO + slot * BM * D, P.do_stride_s, rows, chunks_valid);
+            if (tid < 2 * BM) {
+                const int r = tid % BM;
+                const long long idx = lse_row0(p, sq, b, hq) + m_start + min(r, rows - 1);
+                const float* src = tid < BM ? P.lse2 + idx : P.dsum + idx;
+                float* dst = (tid < BM ? sLse2 : sDsum) + slot * BM + r;
+                cp_async_4(smem_addr(dst), src, r < rows);
+            }
+        };
+        if (total > 0) load_q(0);
+        cp_async_commit();
+
+        float dk[KF][DF][4], dv[KF][DF][4];
+        zero_fragments(dk);
+        zero_fragments(dv);
+
+        const int key_row0 = warp * KF * 16;  // in the tile
+        const LaneTile<D> a_lane(key_row0 + (lane & 15), lane >> 4);                   // K, V rows as A
+        const LaneTile<D> b_lane(((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1);     // Q, dO rows as B (S^T, dP^T)
+        const LaneTile<D> bt_lane((((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4);   // Q, dO transposed (dK, dV)
+        const u32 sK_addr = smem_addr(sK), sV_addr = smem_addr(sV), sQ_addr = smem_addr(sQ), sdO_addr = smem_addr(sdO);
+        const u32 sdS_addr = smem_addr(sdS);
+        const int wr = warp % RQ, wc = warp / RQ;
+
+        for (int it = 0; it < total; ++it) {
+            if constexpr (STAGES == 2) {
+                if (it + 1 < total) load_q(it + 1);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                if (it > 0) {
+                    load_q(it);
+                    cp_async_commit();
+                }
+                cp_async_wait<0>();
+            }
+            __syncthreads();
+            const int hq = hkv * p.group + it / nm, m_block = m_lo + it % nm, m_start = m_block * BM;
+            const int slot = it % STAGES;
+            const int rows = min(BM, sq.seqlen_q - m_start);
+            const TileRange tiles = key_tiles<BN, CAUSAL>(p, sq, m_start, rows);
+            const u32 q_addr = sQ_addr + slot * BM * D * 2, do_addr = sdO_addr + slot * BM * D * 2;
+            const float* lse2s = sLse2 + slot * BM;
+            const float* dsums = sDsum + slot * BM;
+            // This pair's query block may lie outside the block's range only at the range's rounded ends.
+            const bool seen = n_block >= tiles.first && n_block < tiles.first + tiles.count;
+
+            if (seen) {
+                const bool masked = m_start + BM > sq.seqlen_q || tile_needs_mask<BN, CAUSAL>(p, sq, n_start, m_start, rows);
+                float s[KF][MF][4];
+                qk_product<T, KF, MF, D / 16>(s, sK_addr, a_lane, q_addr, b_lane);
+                float dp[KF][MF][4];
+                qk_product<T, KF, MF, D / 16>(dp, sV_addr, a_lane, do_addr, b_lane);
+                const float alibi = (MODS & MOD_ALIBI) ? alibi_scale * p.alibi[(long long)b * p.alibi_stride_b + hq] : 0.f;
+                if constexpr (SOFTCAP) {
+                    float pr[KF][MF][4];
+                    bwd_probs<MODS, KF, MF>(s, pr, lse2s, p.scale_log2, p.softcap_pre, alibi, n_start + key_row0,
+                                            m_start, masked, mask, lane);
+                    pv_product_16bit<T, KF, BM / 16, DF>(dv, pr, do_addr, bt_lane);
+                    bwd_dscores<MODS, KF, MF>(dp, pr, s, dsums, lane);
+                } else {
+                    bwd_probs<MODS, KF, MF>(s, s, lse2s, p.scale_log2, p.softcap_pre, alibi, n_start + key_row0,
+                                            m_start, masked, mask, lane);
+                    pv_product_16bit<T, KF, BM / 16, DF>(dv, s, do_addr, bt_lane);
+                    bwd_dscores<MODS, KF, MF>(dp, s, s, dsums, lane);
+                }
+                pv_product_16bit<T, KF, BM / 16, DF>(dk, dp, q_addr, bt_lane);
+                // dS^T to shared memory (rows: this warp's keys), for dQ
+                const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+                for (int kf = 0; kf < KF; ++kf)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int r = key_row0 + kf * 16 + g + 8 * h;
+#pragma unroll
+                        for (int mf = 0; mf < MF; ++mf)
+                            *reinterpret_cast<u32*>(sdS + tile_offset<BM>(r, mf) + 2 * t) =
+                                Mma<T>::pack(dp[kf][mf][2 * h], dp[kf][mf][2 * h + 1]);
+                    }
+            }
+            __syncthreads();
+            if (seen) {
+                float dq[DQF][4];
+                dq_product<T, BM, BN, D, DQF>(dq, sdS_addr, sK_addr, wr, wc, lane);
+                const long long row_stride = (long long)p.heads_q * P.tile_dim;
+                const long long row0 = (p.cu_seqlens_q != nullptr ? 0 : (long long)b * p.seqlen_q) + sq.q0 + m_start;
+                float* accum = P.dq_accum + row0 * row_stride + (long long)hq * P.tile_dim;
+                int* counter = P.semaphores != nullptr
+                                   ? P.semaphores + ((long long)b * p.heads_q + hq) * p.num_m_blocks + m_block
+                                   : nullptr;
+                if (counter != nullptr) wait_turn(counter, n_block - tiles.first);
+                dq_accumulate<DQF>(dq, accum, row_stride, wr * 16, wc * DQF * 8, rows, lane);
+                if (counter != nullptr) pass_turn(counter);
+            }
+            __syncthreads();  // the slot and sdS are free for the next pair
+        }
+        cp_async_wait<0>();
+
+        // dK (times the scale) and dV, straight from the accumulators.
+        const int g = lane >> 2, t = lane & 3;
+        T* gk = static_cast<T*>(P.dk) + b * P.dk_stride_b + hkv * P.dk_stride_h + (long long)(sq.k0 + n_start) * P.dk_stride_s;
+        T* gv = static_cast<T*>(P.dv) + b * P.dv_stride_b + hkv * P.dv_stride_h + (long long)(sq.k0 + n_start) * P.dv_stride_s;
+#pragma unroll
+        for (int kf = 0; kf < KF; ++kf)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = key_row0 + kf * 16 + g + 8 * h;
+                if (r >= keys_valid) continue;
+#pragma unroll
+                for (int df = 0; df < DF; ++df) {
+                    const int c = df * 8 + 2 * t;
+                    if (c >= p.head_dim) continue;
+                    *reinterpret_cast<u32*>(gk + r * P.dk_stride_s + c) =
+                        Mma<T>::pack(dk[kf][df][2 * h] * P.scale, dk[kf][df][2 * h + 1] * P.scale);
+                    *reinterpret_cast<u32*>(gv + r * P.dv_stride_s + c) = Mma<T>::pack(dv[kf][df][2 * h], dv[kf][df][2 * h + 1]);
+                }
+            }
+    }
+};
+
+}  // namespace cudattn
