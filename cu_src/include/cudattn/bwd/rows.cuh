@@ -1,6 +1,7 @@
 // The backward's row-wise passes, one warp-slice of lanes per query row of one head:
 //   bwd_prepare   D = rowsum(dO * O) and lse2 = LSE * log2 e for every row, and the row's dQ
-//                 accumulator zeroed (the main kernel adds into it);
+//                 accumulator zeroed (the main kernel adds into it), as are the deterministic
+//                 mode's turn counters;
 //   bwd_finish_dq dQ = scale * accumulator, converted to the input dtype;
 //   bwd_dsinks    the sinks' gradient, -sum over a head's rows of exp(sink - LSE) * D, summed in a
 //                 fixed order (one block per head), so it is the same bit for bit run to run.
@@ -43,6 +44,13 @@ template <typename T, int TD, int NT>
 __device__ __forceinline__ void bwd_prepare(const BwdParams& p) {
     typedef typename ElemOf<T>::type E;
     typedef RowLanes<TD> RL;
+    if (p.semaphores != nullptr) {  // deterministic: every turn counter back to 0 (grid-stride)
+        const long long count = (long long)p.f.batch * p.f.heads_q * p.f.num_m_blocks;
+        const long long nthreads = (long long)gridDim.x * gridDim.y * gridDim.z * NT;
+        for (long long j = ((blockIdx.z * (long long)gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * NT + threadIdx.x;
+             j < count; j += nthreads)
+            p.semaphores[j] = 0;
+    }
     int b, h, i, col;
     const bool ok = row_of<TD, NT>(p, b, h, i, col);
     float acc = 0.f;
