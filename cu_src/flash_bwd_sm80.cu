@@ -19,7 +19,7 @@ typedef cudattn::BwdSm80<cudattn_elem_t, CUDATTN_HEAD_DIM, CUDATTN_BLOCK_M, CUDA
                          CUDATTN_STAGES, (CUDATTN_CAUSAL != 0), CUDATTN_MODS>
     cudattn_bwd_variant;
 
-extern "C" __global__ void __launch_bounds__(CUDATTN_WARPS * 32, 1) flash_bwd_sm80(const __grid_constant__ BwdParams params) {
+extern "C" __global__ void __launch_bounds__(CUDATTN_WARPS * 32, CUDATTN_MIN_BLOCKS) flash_bwd_sm80(const __grid_constant__ BwdParams params) {
     cudattn_bwd_variant::run(params);
 }
 

@@ -20,14 +20,19 @@ ENTRIES = ("flash_bwd_prepare", "flash_bwd_sm80", "flash_bwd_finish_dq", "flash_
 BWD_TILE_DIMS = (32, 64, 128)
 ROW_THREADS = 128  # CUDATTN_ROW_THREADS: the row-wise kernels' blocks
 
-# Fastest first; the first that fits the device's shared memory is used. With softcap or ALiBi
-# the 128-wide build halves BLOCK_M: S^T, P^T and dP^T beside dK and dV spill at 64 query rows.
+# Fastest first; the first that fits the device's shared memory is used. A warp's share of the
+# keys sets how often Q and dO are read from shared memory per product (the kernel's bound with
+# mma.sync): 32 keys a warp up to head dim 64, where dK and dV of 32 rows fit in registers beside
+# S^T and dP^T of 32 queries, with two blocks an SM; 16 at 128. With softcap or ALiBi the 128-wide build halves BLOCK_M: S^T, P^T
+# and dP^T beside dK and dV spill at 64 query rows.
 _CANDIDATES = {
-    32: (Tiles(64, 128, 8, 2, 1), Tiles(64, 64, 4, 1, 1)),
-    64: (Tiles(64, 128, 8, 2, 1), Tiles(64, 64, 4, 1, 1)),
+    32: (Tiles(32, 128, 4, 2, 2), Tiles(64, 64, 4, 1, 1)),
+    64: (Tiles(32, 128, 4, 2, 2), Tiles(64, 64, 4, 1, 1)),
     128: (Tiles(64, 128, 8, 2, 1), Tiles(64, 64, 4, 1, 1)),
 }
 _MODS_CANDIDATES = {128: (Tiles(32, 128, 8, 2, 1), Tiles(32, 64, 4, 1, 1))}
+# A softcap keeps P^T apart from the scores (their tanh enters dS): at width 64, 16 keys a warp.
+_SOFTCAP_CANDIDATES = {64: (Tiles(32, 64, 4, 2, 2), Tiles(32, 64, 4, 1, 1))}
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,7 @@ class BwdKernel:
         t = self.tiles
         d = {"CUDATTN_DTYPE_BF16": int(self.dtype == "bfloat16"), "CUDATTN_HEAD_DIM": self.tile_dim,
              "CUDATTN_BLOCK_M": t.block_m, "CUDATTN_BLOCK_N": t.block_n, "CUDATTN_WARPS": t.warps,
-             "CUDATTN_STAGES": t.stages, "CUDATTN_CAUSAL": int(self.causal)}
+             "CUDATTN_STAGES": t.stages, "CUDATTN_CAUSAL": int(self.causal), "CUDATTN_MIN_BLOCKS": t.min_blocks}
         if self.mods:
             d["CUDATTN_MODS"] = self.mods
         return d
@@ -84,6 +89,8 @@ def select_backward(dtype, head_dim: int, causal: bool, smem_limit: int, mods: i
     d = tile_dim_for(head_dim, BWD_TILE_DIMS)
     mods &= MOD_SOFTCAP | MOD_ALIBI
     cands = _MODS_CANDIDATES.get(d, _CANDIDATES[d]) if mods else _CANDIDATES[d]
+    if mods & MOD_SOFTCAP:
+        cands = _SOFTCAP_CANDIDATES.get(d, cands)
     for tiles in cands:
         k = BwdKernel(name, d, bool(causal), tiles, mods)
         if k.smem_bytes <= smem_limit:

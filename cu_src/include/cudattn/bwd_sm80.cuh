@@ -96,8 +96,13 @@ struct BwdSm80 {
             vl.template copy<true>(sV, p.v_stride_s, keys_valid, chunks_valid);
         }
         // Pair `it`: query head hkv * group + it / nm, query block m_lo + it % nm, into slot it % STAGES.
+        // Deterministic: query blocks from the last down, so that every key block of a head starts on
+        // the block all of them see and the turns (key blocks in order) cost one step of lag each,
+        // not a climb through the blocks below; otherwise upward, key blocks a few steps apart, so
+        // their float atomics seldom meet on one address.
+        auto m_of = [&](int it) { return P.semaphores != nullptr ? m_hi - it % nm : m_lo + it % nm; };
         auto load_q = [&](int it) {
-            const int hq = hkv * p.group + it / nm, m_start = (m_lo + it % nm) * BM, slot = it % STAGES;
+            const int hq = hkv * p.group + it / nm, m_start = m_of(it) * BM, slot = it % STAGES;
             const int rows = min(BM, sq.seqlen_q - m_start);
             TileLoader<T, BM, D, NT> ql(q_base + hq * p.q_stride_h + (long long)m_start * p.q_stride_s, p.q_stride_s, tid,
                                         chunks_valid);
@@ -141,7 +146,7 @@ struct BwdSm80 {
                 cp_async_wait<0>();
             }
             __syncthreads();
-            const int hq = hkv * p.group + it / nm, m_block = m_lo + it % nm, m_start = m_block * BM;
+            const int hq = hkv * p.group + it / nm, m_block = m_of(it), m_start = m_block * BM;
             const int slot = it % STAGES;
             const int rows = min(BM, sq.seqlen_q - m_start);
             const TileRange tiles = key_tiles<BN, CAUSAL>(p, sq, m_start, rows);
@@ -186,6 +191,9 @@ struct BwdSm80 {
             }
             __syncthreads();
             if (seen) {
+                // (the pair's indices again, rather than kept live through the products above)
+                const int hq = hkv * p.group + it / nm, m_block = m_of(it), m_start = m_block * BM;
+                const int rows = min(BM, sq.seqlen_q - m_start);
                 float dq[DQF][4];
                 dq_product<T, BM, BN, D, DQF>(dq, sdS_addr, sK_addr, wr, wc, lane);
                 const long long row_stride = (long long)p.heads_q * P.tile_dim;
@@ -194,7 +202,7 @@ struct BwdSm80 {
                 int* counter = P.semaphores != nullptr
                                    ? P.semaphores + ((long long)b * p.heads_q + hq) * p.num_m_blocks + m_block
                                    : nullptr;
-                if (counter != nullptr) wait_turn(counter, n_block - tiles.first);
+                if (counter != nullptr) wait_turn(counter, n_block - key_tiles<BN, CAUSAL>(p, sq, m_start, rows).first);
                 dq_accumulate<DQF>(dq, accum, row_stride, wr * 16, wc * DQF * 8, rows, lane);
                 if (counter != nullptr) pass_turn(counter);
             }
