@@ -7,13 +7,21 @@ from dataclasses import asdict, dataclass
 DTYPES = ("float16", "bfloat16")  # the grids' default
 FP8 = "float8_e4m3fn"
 ALL_DTYPES = DTYPES + (FP8,)  # --dtype float8_e4m3fn adds FP8 rows (no peer: torch SDPA has no FP8 backend)
-GRIDS = ("quick", "prefill", "decode", "all", "overhead")  # overhead: host time per call (bench.overhead), no rows
+GRIDS = ("quick", "prefill", "decode", "all", "backward", "overhead")  # overhead: host time per call, no rows
 DECODE_MAX_SQ = 16  # up to this many query tokens a case is decode (bandwidth-bound, reported in TB/s)
+# The rows of a backward case (`bench.backward`), each with its FLOPs in forward FLOPs: the backward
+# does five matrix products of the forward's size (S = q kᵀ again, dV = Pᵀ dO, dP = dO vᵀ, dQ = dS k,
+# dK = dSᵀ q) against the forward's two, so 2.5 forwards; a training step (forward with its LSE, then
+# the backward) 3.5. "backward det": the backward with deterministic=True.
+BACKWARD_OPS = {"backward": 2.5, "backward det": 2.5, "train step": 3.5}
+BACKWARD_MAX_D = 128  # head dims the backward supports (256 raises NotImplementedError)
 
 
 @dataclass(frozen=True)
 class Case:
-    """One attention problem: q ``(B, Sq, Hq, D)``, k/v ``(B, Sk, Hkv, D)`` (layout "bshd")."""
+    """One attention problem: q ``(B, Sq, Hq, D)``, k/v ``(B, Sk, Hkv, D)`` (layout "bshd"), and
+    what is timed on it, ``op``: "forward" (``attention``), or one of BACKWARD_OPS. The cases of the
+    backward grid carry op "backward" and run as one row per BACKWARD_OPS (`bench.backward`)."""
 
     dtype: str
     B: int
@@ -24,9 +32,17 @@ class Case:
     D: int
     causal: bool
     page_size: int = 0  # decode: a paged KV cache of this page size (shuffled pages); 0: contiguous k/v
+    op: str = "forward"
+
+    def __post_init__(self):
+        if self.op != "forward" and self.op not in BACKWARD_OPS:
+            raise ValueError(f"op must be 'forward' or one of {', '.join(BACKWARD_OPS)}; got {self.op!r}")
 
     @property
     def kind(self) -> str:
+        """The row's kind: "prefill" or "decode" for the forward, else the op ("backward", ...)."""
+        if self.op != "forward":
+            return self.op
         return "decode" if self.Sq <= DECODE_MAX_SQ else "prefill"
 
     @property
@@ -45,14 +61,23 @@ class Case:
         return float(sum(min(self.Sk, max(0, i + off + 1)) for i in range(self.Sq)))
 
     @property
-    def flops(self) -> float:
+    def forward_flops(self) -> float:
         """4·B·Hq·D per visible pair (two matrix products of 2 FLOPs per multiply-add)."""
         return 4.0 * self.B * self.Hq * self.D * self.visible_pairs
 
     @property
+    def flops(self) -> float:
+        """The op's FLOPs: the forward's, times BACKWARD_OPS[op] for the backward rows."""
+        return self.forward_flops * BACKWARD_OPS.get(self.op, 1.0)
+
+    @property
     def bytes(self) -> int:
-        """Bytes that must cross device memory at least once: q and out, k and v."""
-        return self.itemsize * self.D * self.B * (2 * self.Sq * self.Hq + 2 * self.Sk * self.Hkv)
+        """Bytes that must cross device memory at least once: q and out, k and v; for the backward
+        ops also dout and dq, dk and dv (and the float32 LSE)."""
+        if self.op == "forward":
+            return self.itemsize * self.D * self.B * (2 * self.Sq * self.Hq + 2 * self.Sk * self.Hkv)
+        return self.itemsize * self.D * self.B * (4 * self.Sq * self.Hq + 4 * self.Sk * self.Hkv) + \
+            4 * self.B * self.Hq * self.Sq
 
     def label(self) -> str:
         heads = f"{self.Hq}" if self.Hq == self.Hkv else f"{self.Hq}/{self.Hkv}"
@@ -60,7 +85,8 @@ class Case:
         return f"{self.B}x{heads}x{seq}x{self.D}" + (f" paged{self.page_size}" if self.page_size else "")
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "kind": self.kind, "flops": self.flops, "bytes": self.bytes}
+        return {**asdict(self), "kind": self.kind, "flops": self.flops, "forward_flops": self.forward_flops,
+                "bytes": self.bytes}
 
 
 # Prefill: every shape of the peer table (../shared/peers/H200.md), plus shapes that complete a
@@ -95,6 +121,24 @@ def _decode(dtypes) -> list[Case]:
             for (b, hq, hkv, s) in _PEER_DECODE]
 
 
+# Backward (--grid backward): (B, Hq, Hkv, S, D), long sequences (S >= 4096) at head dims 64 and 128,
+# and one GQA shape (64 query heads on 8 KV heads). Head dim 256 is left out: the backward does not
+# support it yet (it raises NotImplementedError above BACKWARD_MAX_D).
+_BACKWARD = [(4, 16, 16, 4096, 64), (2, 16, 16, 8192, 64), (4, 16, 16, 4096, 128), (2, 16, 16, 8192, 128),
+             (1, 16, 16, 16384, 128), (1, 64, 8, 8192, 128)]
+
+
+def _backward(dtypes, causals) -> list[Case]:
+    _no_fp8(dtypes)
+    return [Case(dt, b, hq, hkv, s, s, d, c, op="backward") for dt in dtypes for (b, hq, hkv, s, d) in _BACKWARD
+            for c in causals]
+
+
+def _no_fp8(dtypes) -> None:
+    if FP8 in dtypes:
+        raise ValueError("the backward grid takes float16 and bfloat16 only (attention_backward has no FP8)")
+
+
 # --grid overhead: problems small enough that the host, not the GPU, bounds a call. Prefill runs
 # `attention` (B, H, S, D = 1, 8, 512, 64); decode `attention_with_kvcache` on a contiguous cache of
 # OVERHEAD_DECODE.Sk keys per sequence, with the lengths in OVERHEAD_SEQLENS (one per sequence).
@@ -120,6 +164,8 @@ def named_grid(name: str, dtypes=None, causals=None) -> list[Case]:
         cases += _prefill(pdt, pc)
     if name in ("decode", "all"):
         cases += _decode(ddt)
+    if name == "backward":
+        cases += _backward(pdt, pc)
     return cases
 
 
@@ -142,11 +188,16 @@ def parse_shape(text: str) -> tuple[int, int, int, int, int, int]:
     return tuple(nums)
 
 
-def explicit_cases(shapes, dtypes=None, causals=None) -> list[Case]:
-    """Cases from ``--shape`` strings; decode-like shapes (Sq <= 16) default to non-causal."""
+def explicit_cases(shapes, dtypes=None, causals=None, op: str = "forward") -> list[Case]:
+    """Cases from ``--shape`` strings; decode-like shapes (Sq <= 16) default to non-causal.
+    ``op="backward"``: the backward rows of those shapes (head dim up to BACKWARD_MAX_D, no FP8)."""
     out = []
+    if op != "forward":
+        _no_fp8(dtypes or DTYPES)
     for text in shapes:
         b, hq, hkv, sq, sk, d = parse_shape(text)
+        if op != "forward" and d > BACKWARD_MAX_D:
+            raise ValueError(f"--shape {text!r}: the backward supports head dims up to {BACKWARD_MAX_D}; got {d}")
         cs = causals if causals is not None else ((False,) if sq <= DECODE_MAX_SQ else (False, True))
-        out += [Case(dt, b, hq, hkv, sq, sk, d, c) for dt in (dtypes or DTYPES) for c in cs]
+        out += [Case(dt, b, hq, hkv, sq, sk, d, c, op=op) for dt in (dtypes or DTYPES) for c in cs]
     return out

@@ -52,9 +52,54 @@ def _percent_of_ceiling(case: Case, result: dict, ceilings: dict) -> float | Non
     return None if not cap else 100.0 * result["tflops"] / cap
 
 
+def new_row(case: Case) -> dict:
+    """A row with nothing measured yet: the case, and a place for each implementation and ratio."""
+    return {"case": case.as_dict(), "label": case.label(), "impls": {}, "ratio": {}, "ratio_as_called": {},
+            "ratio_back_to_back": {}, "ratio_as_called_torch": {}}
+
+
+def time_ours(case: Case, s: Session, call, sets: list) -> dict:
+    """cudattn's figures of a row: ``call(st, stream)`` (``stream`` defaults to the session's) over the
+    rotated ``sets``, on the GPU (with its throughput and % of ceiling) and as called; where torch runs,
+    also as called with torch views of the same sets on the peers' stream (what a torch user sees)."""
+    n = len(sets)
+    t = s.time(lambda i: call(sets[i % n]))
+    ours = {**t.as_dict(), **throughput(case, t.median_ms)}
+    ours["pct_of_ceiling"] = _percent_of_ceiling(case, ours, s.ceilings)
+    ours.update(s.as_called(lambda i: call(sets[i % n])))
+    if s.peers is not None and case.dtype != FP8:
+        tours = [tuple(s.peers.torch.from_dlpack(a) for a in st) for st in sets]
+        with s.peers.scope():
+            ours.update(s.as_called(lambda i: call(tours[i % n], s.peers.stream), tag="_torch"))
+        del tours
+    return ours
+
+
+def time_peer(row: dict, name: str, case: Case, s: Session, make, scope) -> None:
+    """Peer ``name``'s figures into ``row``: inside ``scope`` (a context manager, entered once: a torch
+    user pays no context per call), ``fn = make()`` and ``fn(i)`` (call i, on the peers' stream) timed
+    on the GPU and as called; then its ratios to cudattn's figures in ``row``. A backend that refuses
+    the case (RuntimeError, from ``make`` or a call) leaves its error, shown as n/a."""
+    ours = row["impls"]["cudattn"]
+    try:
+        with scope:
+            fn = make()
+            pt = s.time(fn)
+            res = {**pt.as_dict(), **throughput(case, pt.median_ms), **s.as_called(fn)}
+    except RuntimeError as e:  # backend does not support this case
+        row["impls"][name] = {"error": (str(e).strip().splitlines() or [type(e).__name__])[0][:200]}
+        return
+    row["impls"][name] = res
+    # peer ms / cudattn ms: >1 means cudattn is faster, for each way of timing
+    row["ratio"][name] = res["median_ms"] / ours["median_ms"]
+    row["ratio_as_called"][name] = res["as_called_ms"] / ours["as_called_ms"]
+    row["ratio_back_to_back"][name] = res["back_to_back_ms"] / ours["back_to_back_ms"]
+    if "as_called_torch_ms" in ours:
+        row["ratio_as_called_torch"][name] = res["as_called_ms"] / ours["as_called_torch_ms"]
+
+
 def run_case(case: Case, s: Session) -> dict:
-    row = {"case": case.as_dict(), "label": case.label(), "impls": {}, "ratio": {}, "ratio_as_called": {},
-           "ratio_back_to_back": {}, "ratio_as_called_torch": {}}
+    row = new_row(case)
     h = s.stream_handle
     host = inputs.host_inputs(case, s.rng)
     sets = inputs.device_sets(host, inputs.set_count(case, s.props.l2_cache_size), h)
@@ -71,42 +116,20 @@ def run_case(case: Case, s: Session) -> dict:
     row["check"] = check.check_output(case, *host, to_host(_poison_and_call(call, ours_sets[0], case, h), stream=h),
                                       s.rng)
 
-    n = len(sets)
-    t = s.time(lambda i: call(ours_sets[i % n]))
-    ours = {**t.as_dict(), **throughput(case, t.median_ms)}
-    ours["pct_of_ceiling"] = _percent_of_ceiling(case, ours, s.ceilings)
-    ours.update(s.as_called(lambda i: call(ours_sets[i % n])))
-    if s.peers is not None and case.dtype != FP8:  # what a torch user sees: torch views of the same sets
-        tours = [tuple(s.peers.torch.from_dlpack(a) for a in st) for st in ours_sets]
-        with s.peers.scope():
-            ours.update(s.as_called(lambda i: call(tours[i % n], s.peers.stream), tag="_torch"))
-        del tours
+    ours = time_ours(case, s, call, ours_sets)
     row["impls"]["cudattn"] = ours
-    row["sets"] = n
+    row["sets"] = len(sets)
 
     if s.peers is not None:
         why = s.peers.skip_reason(case)
         tsets = None if why else [s.peers.tensors(x) for x in sets]
+        n = len(sets)
         for name in BACKENDS:
             if why:
                 row["impls"][name] = {"error": why}
                 continue
-            f, bare = s.peers.call(name, case), s.peers.bare(case)
-            try:
-                pt = s.time(lambda i: f(*tsets[i % n]))
-                with s.peers.scope(name):  # entered once: a torch user pays no context per call
-                    res = {**pt.as_dict(), **throughput(case, pt.median_ms),
-                           **s.as_called(lambda i: bare(*tsets[i % n]))}
-            except RuntimeError as e:  # backend does not support this case
-                row["impls"][name] = {"error": str(e).strip().splitlines()[0][:200]}
-                continue
-            row["impls"][name] = res
-            # peer ms / cudattn ms: >1 means cudattn is faster, for each way of timing
-            row["ratio"][name] = res["median_ms"] / t.median_ms
-            row["ratio_as_called"][name] = res["as_called_ms"] / ours["as_called_ms"]
-            row["ratio_back_to_back"][name] = res["back_to_back_ms"] / ours["back_to_back_ms"]
-            if "as_called_torch_ms" in ours:
-                row["ratio_as_called_torch"][name] = res["as_called_ms"] / ours["as_called_torch_ms"]
+            bare = s.peers.bare(case)
+            time_peer(row, name, case, s, lambda: lambda i: bare(*tsets[i % n]), s.peers.scope(name))
         del tsets
         s.peers.torch.cuda.empty_cache()  # give the peers' copies back before the next case
     del sets, ours_sets
