@@ -18,10 +18,10 @@ import cudattn
 
 ROOT = pathlib.Path(cudattn.__file__).parent
 
-#: Top to bottom. The tools (CLI, export, bench, selfcheck) and the reference sit above the
-#: library and may use any of it; nothing in the library uses them.
+#: Top to bottom. The tools (CLI, export, bench, selfcheck), the reference and the torch adapter
+#: sit above the library and may use any of it; nothing in the library uses them.
 LAYERS = ("_ops", "_numpy", "_calls", "_kernels", "_arrays", "_spec", "_runtime")
-APPLICATIONS = ("_tools", "bench", "_selfcheck", "reference", "__init__", "__main__")
+APPLICATIONS = ("_tools", "bench", "_selfcheck", "reference", "torch", "__init__", "__main__")
 #: Imports inside functions are for optional third-party packages and the CLI's start-up only.
 LAZY_ALLOWED = ("_tools", "bench", "_selfcheck")
 

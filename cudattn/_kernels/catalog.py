@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import decode_traits, traits
+from .backward_traits import all_backward_kernels
 from .fp8 import TRANSPOSE_V_KERNEL
 from .quantize import all_quantize_kernels
 from .registry import ARCHS
@@ -14,11 +15,12 @@ def all_kernels(arch: str) -> list:
     """Every kernel the API can launch on a device of compile target ``arch``, one entry per
     distinct build: both forward families on Hopper (the portable one serves broadcast kv heads
     and ``CUDATTN_KERNEL_FAMILY=sm80``), FP8 from sm_89, split-KV decode and its combine, the
-    KV-cache append, FP8 quantize/dequantize and the FP8 V transpose."""
+    KV-cache append, FP8 quantize/dequantize, the FP8 V transpose and the backward (one build per
+    variant: its four entry points share a cubin)."""
     if arch not in traits.ARCH_SMEM_LIMIT:
         raise ValueError(f"unknown compile target {arch!r}; cudattn builds for {', '.join(ARCHS)}")
     specs = [*traits.all_variants(arch), *traits.all_fp8_variants(arch), *decode_traits.all_decode_kernels(arch),
-             *all_quantize_kernels(arch)]
+             *all_quantize_kernels(arch), *all_backward_kernels(arch)]
     if arch in traits.FP8_ARCHS:
         specs.append(TRANSPOSE_V_KERNEL)
     seen: set = set()

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import ctypes
 
-from .._kernels.params import AppendParams, CombineParams, DecodeParams, FwdParams, FwdSm90Params, KvCacheGeom, TransposeVParams
+from .._kernels.params import (AppendParams, BwdParams, CombineParams, DecodeParams, FwdParams, FwdSm90Params, KvCacheGeom,
+                               TransposeVParams)
 from .._kernels.quantize import Fp8QuantParams
 
 __all__ = ["STRUCTS", "c_name", "header", "kernel_asserts", "layout"]
@@ -23,6 +24,7 @@ STRUCTS = (
     (KvCacheGeom, "KvCacheGeom"),
     (FwdParams, "FwdParams"),
     (FwdSm90Params, "FwdSm90Params"),
+    (BwdParams, "BwdParams"),
     (DecodeParams, "DecodeParams"),
     (CombineParams, "CombineParams"),
     (AppendParams, "AppendParams"),

@@ -138,11 +138,12 @@ def cmd_cache(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from cudattn._tools import cbuild as _cbuild
     from cudattn._tools import export as _export
 
     if args.print_cflags:
         try:
-            flags = " ".join(shlex.quote(f) for f in _export.c_flags(args.out))
+            flags = " ".join(shlex.quote(f) for f in _cbuild.c_flags(args.out))
         except _export.ExportError as e:
             print(f"{args.parser.prog}: {e}", file=sys.stderr)
             return 1

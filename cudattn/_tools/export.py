@@ -2,13 +2,15 @@
 
 For each compile target the export writes ``DIR/<arch>/<kernel>.cubin`` (every build
 `_catalog.all_kernels` lists: prefill of both families, FP8, decode, combine, append, quantize,
-V transpose), ``DIR/manifest.json`` (per cubin: entry points, compile options, ptxas resources,
-threads, dynamic shared memory, what it serves; a selection table that maps the inputs of
-`_kernels.traits.select` and `_kernels.decode_traits.select_decode` to a cubin, so a C launcher chooses exactly
-as the Python path does; the parameter structs' layouts; cudattn's version and commit),
-``DIR/include/cudattn_params.h`` (`_tools.cabi`), ``DIR/include/cudattn_kernels.h`` (the selection table
-as a C array), ``DIR/include/cudattn.h`` (the header-only launcher) and
-``DIR/examples/attention.c`` (a C program that uses them). The kernels come from the disk cache, compiled in
+V transpose, backward), ``DIR/manifest.json`` (per cubin: entry points, compile options, ptxas
+resources, threads, dynamic shared memory (a backward cubin: per entry point, under "launch"), what
+it serves; a selection table that maps the inputs of `_kernels.traits.select`,
+`_kernels.decode_traits.select_decode` and `_kernels.backward_traits.select_backward` to a cubin, so a C
+launcher chooses exactly as the Python path does; the parameter structs' layouts; cudattn's version
+and commit), ``DIR/include/cudattn_params.h`` (`_tools.cabi`), ``DIR/include/cudattn_kernels.h`` (the
+selection table as a C array, `_tools.cbuild`), ``DIR/include/cudattn.h`` with
+``cudattn_backward.h`` (the header-only launcher) and ``DIR/examples/attention.c`` (a C program
+that uses them). The kernels come from the disk cache, compiled in
 parallel first where missing (`_tools.warm`).
 
 A manifest names its format and cudattn version; `read_manifest` refuses another of either,
@@ -41,11 +43,16 @@ from .._kernels import decode_traits as _decode_traits
 from .._kernels import registry as _kernels
 from .._kernels import catalog as _catalog
 from .._kernels import traits as _traits
+from .._spec.modifiers import MOD_ALIBI, MOD_SOFTCAP
 
 __all__ = ["FORMAT", "ExportError", "OutDirError", "check_out", "export", "read_manifest"]
 
 #: Bumped whenever the manifest's schema or the meaning of a field changes.
-FORMAT = 1
+FORMAT = 2
+
+
+#: The launcher's headers, copied into DIR/include as they are (cudattn.h includes the others).
+HEADERS = ("cudattn.h", "cudattn_backward.h")
 
 
 class OutDirError(ExportError):
@@ -53,6 +60,8 @@ class OutDirError(ExportError):
 
 
 def _kind(spec) -> str:
+    if isinstance(spec, _bwd_traits.BwdKernel):
+        return "backward"
     if isinstance(spec, _traits.Variant):
         return "prefill"
     if isinstance(spec, _decode_traits.DecodeVariant):
@@ -66,16 +75,18 @@ def _file_name(spec, kind: str) -> str:
     defines that make the build."""
     if isinstance(spec, (_traits.Variant, _decode_traits.DecodeVariant)):
         text = ("prefill " if kind == "prefill" else "") + spec.describe()
+    elif kind == "backward":  # one cubin for the four entry points: named without the main one's
+        text = spec.describe().replace(f" {spec.entry}", "", 1)
     else:
         text = " ".join([kind, *(f"{k.removeprefix('CUDATTN_').lower()}{v}" for k, v in sorted(spec.defines().items()))])
     return re.sub(r"[^a-z0-9_.]", "", text.lower().replace("->", " to ").replace(" ", "_")) + ".cubin"
 
 
 def _selection_inputs(spec) -> dict:
-    if isinstance(spec, (_traits.Variant, _decode_traits.DecodeVariant)):
+    if isinstance(spec, (_traits.Variant, _decode_traits.DecodeVariant, _bwd_traits.BwdKernel)):
         d = dataclasses.asdict(spec)
-        d.pop("source", None)
-        d.pop("kernel_name", None)
+        for name in ("source", "kernel_name", "entry"):
+            d.pop(name, None)
         return d
     return {"defines": spec.defines()}
 
@@ -118,7 +129,26 @@ def _selection_table(arch: str, files: dict) -> list[dict]:
     for i, o in _decode_traits.COMBINE_PAIRS:
         add({"kind": "combine", "in_dtype": i, "out_dtype": o}, _decode_traits.combine_kernel(i, o))
     add({"kind": "append"}, _decode_traits.APPEND_KERNEL)
+    for dt in _traits.DTYPE_NAMES.values():
+        for d in _bwd_traits.BWD_TILE_DIMS:
+            for causal in (False, True):
+                for mods in _BWD_MODS:
+                    add({"kind": "backward", "dtype": dt, "tile_dim": d, "causal": causal, "mods": mods},
+                        _bwd_traits.select_backward(dt, d, causal, limit, mods))
     return rows
+
+
+#: The backward's compile-time modifiers (`_spec.modifiers`): none, softcap, ALiBi, both.
+_BWD_MODS = (0, MOD_SOFTCAP, MOD_ALIBI, MOD_SOFTCAP | MOD_ALIBI)
+
+
+def _launch(spec) -> dict | None:
+    """A backward build's entry points with the threads and dynamic shared memory each launches
+    with (`_kernels.backward.run_backward`); None for a build of one entry point."""
+    if not isinstance(spec, _bwd_traits.BwdKernel):
+        return None
+    return {e: {"threads": spec.entry_point(e).threads, "dynamic_smem": spec.entry_point(e).smem_bytes}
+            for e in _bwd_traits.ENTRIES}
 
 
 def _build_key(spec) -> tuple:
@@ -144,6 +174,10 @@ def _rules() -> dict:
         "head_dims": list(_traits.SUPPORTED_HEAD_DIMS),
         "fp8_head_dims": "multiples of 16 up to 256",
         "fp8_archs": list(_traits.FP8_ARCHS),
+        "backward": f"tile_dim: the smallest of {list(_bwd_traits.BWD_TILE_DIMS)} that is >= head_dim (head_dim a "
+                    "multiple of 8 up to 128); mods: 1 with a softcap, 2 with ALiBi slopes, 3 with both (windows and "
+                    "sinks are read at run time); one cubin, its entry points launched in the order of 'launch' "
+                    "(flash_bwd_dsinks only with sinks)",
     }
 
 
@@ -257,11 +291,13 @@ def export(out_dir: str | os.PathLike, archs: Sequence[str] = ("sm_90a",), *, jo
             # the entry from ptxas's report; the kernel's name when the stored report lists none
             # (seen on the GPU machine for some decode builds read back from the cache)
             entries = sorted(k for k, r in res.ptxas.items() if r.entry) or [spec.kernel_name]
+            launch = _launch(spec)
             kernels.append({
                 "file": name, "kind": kind, "family": spec.family, "source": spec.source, "entries": entries,
                 "options": _kernels.options_for(spec), "threads": spec.threads, "dynamic_smem": spec.smem_bytes,
                 "ptxas": {e: dataclasses.asdict(res.ptxas[e]) for e in entries if e in res.ptxas},
                 "select": _selection_inputs(spec), "sha256": hashlib.sha256(res.cubin).hexdigest(),
+                **({"launch": launch} if launch else {}),
             })
         written[arch] = {"kernels": kernels, "selection": _selection_table(arch, files),
                          "smem_limit": _traits.ARCH_SMEM_LIMIT[arch]}
@@ -278,7 +314,8 @@ def export(out_dir: str | os.PathLike, archs: Sequence[str] = ("sm_90a",), *, jo
     inc.mkdir(parents=True, exist_ok=True)
     _write_text(inc / "cudattn_params.h", _cabi.header(__version__, FORMAT))
     _write_text(inc / "cudattn_kernels.h", kernel_table_header(manifest))
-    _write_text(inc / "cudattn.h", _export_file("cudattn.h"))
+    for name in HEADERS:
+        _write_text(inc / name, _export_file(name))
     (out / "examples").mkdir(exist_ok=True)
     _write_text(out / "examples" / "attention.c", _export_file("attention.c"))
     _write_text(out / "manifest.json", json.dumps(manifest, indent=1) + "\n")
