@@ -92,3 +92,45 @@ def test_bench_overhead_grid_end_to_end(tmp_path):
     assert text.startswith("# Host overhead\n") and "## Host time per call (µs)" in text
     assert "## Prefill" not in text
     assert "overhead, prefill: cudattn (DeviceArray)" in res.stdout
+
+
+@pytest.mark.gpu
+def test_backward_rows_on_gpu():
+    """The backward grid's rows on one tiny shape (GQA, causal): checked, timed both ways; with torch's
+    peers where torch runs (a backend that refuses the shape is n/a, not a failure)."""
+    from cudattn.bench import backward, runner
+    from cudattn.bench.peers import TorchPeers, load_torch
+
+    torch_mod = load_torch()
+    s = runner.Session(peers=TorchPeers(torch_mod) if torch_mod is not None else None, iters=3, warmup=1)
+    s.ceilings = {"copy_tbps": 1.0, "gemm_bf16_tflops": 800.0}
+    case = grids.Case("bfloat16", 2, 8, 2, 256, 256, 64, True, op="backward")
+    rows = backward.run_case(case, s)
+    assert [r["case"]["kind"] for r in rows] == ["backward", "backward det", "train step"]
+    for r in rows:
+        assert r["check"]["ok"], (r["case"]["kind"], r["check"])
+        ours = r["impls"]["cudattn"]
+        assert 0 < ours["median_ms"] <= ours["p90_ms"] and ours["samples"] == 3
+        assert ours["tflops"] > 0 and ours["as_called_ms"] > 0 and ours["back_to_back_ms"] > 0
+        assert r["case"]["flops"] == grids.BACKWARD_OPS[r["case"]["kind"]] * case.forward_flops
+        for b in ("cudnn", "flash") if s.peers is not None else ():
+            p = r["impls"][b]
+            assert "error" in p or (p["median_ms"] > 0 and r["ratio"][b] > 0 and r["ratio_as_called"][b] > 0), p
+    assert rows[1]["check"]["repeatable"]
+    if torch_mod is not None:  # the peers left torch's deterministic mode as they found it
+        assert not torch_mod.are_deterministic_algorithms_enabled()
+
+
+@pytest.mark.gpu
+def test_bench_backward_cli_end_to_end(tmp_path):
+    js, md = tmp_path / "b.json", tmp_path / "b.md"
+    cmd = [sys.executable, "-m", "cudattn", "bench", "--grid", "backward", "--shape", "1,4,300,64", "--dtype",
+           "float16", "--causal", "1", "--iters", "3", "--json", str(js), "--markdown", str(md)]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rep = json.loads(js.read_text())
+    assert [r["case"]["kind"] for r in rep["rows"]] == ["backward", "backward det", "train step"]
+    assert all(r["check"]["ok"] for r in rep["rows"])
+    text = md.read_text()
+    assert text.startswith("# Backward performance\n") and "## Training step: forward and backward" in text
+    assert "backward: geometric mean" in res.stdout or not rep["environment"]["peers"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._arrays import host_io as _host_io
-from .._arrays.array import DeviceArray
+from .._arrays.array import ArrayResult, DeviceArray
 from .._arrays.importer import OTHER, kind_of
 from .._arrays.types import ArrayLike, Layout, StreamLike
 from .._calls.call import Call
@@ -29,7 +29,7 @@ def attention_backward(dout: ArrayLike, q: ArrayLike, k: ArrayLike, v: ArrayLike
                        cu_seqlens_q: ArrayLike | None = None, cu_seqlens_k: ArrayLike | None = None,
                        max_seqlen_q: int | None = None, max_seqlen_k: int | None = None,
                        deterministic: bool = False, dq: ArrayLike | None = None, dk: ArrayLike | None = None,
-                       dv: ArrayLike | None = None, stream: StreamLike = None):
+                       dv: ArrayLike | None = None, stream: StreamLike = None) -> tuple[ArrayResult, ...]:
     """Gradients of :func:`cudattn.attention` with respect to q, k and v (and the sinks).
 
     Parameters

@@ -7,7 +7,9 @@ against the float64 reference, subsampled), `peers` (torch SDPA backends, when t
 importable), `runner` (one row per case), `ascalled` (each row's calls timed as their caller
 sees them: one call on an idle stream, and back to back), `hostmode` (the NumPy end-to-end
 call), `overhead` (`--grid overhead`: host time per call by operand kind, beside torch SDPA's),
-`manifest` (the environment), `report` (table, Markdown, JSON) and `plot` (matplotlib).
+`backward` (`--grid backward`: the backward alone, deterministic, and a training step, each
+beside torch SDPA's backward, checked by `check_backward`), `manifest` (the environment),
+`report` (table, Markdown, JSON) and `plot` (matplotlib).
 
 The library itself never imports torch: only `peers` does, and only when asked.
 """

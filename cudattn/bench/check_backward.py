@@ -77,7 +77,7 @@ def _dkv_columns(case: Case, q, k, v, dout, out, lse, cols):
         for gi, g in enumerate(kvs):
             for h in range(g * group, (g + 1) * group):
                 for dt, acc in res.items():
-                    rnd = (lambda x: x) if dt is np.float64 else (lambda x: x.astype(low).astype(np.float32))  # noqa: E731
+                    rnd = (lambda x: x) if dt is np.float64 else (lambda x: x.astype(low).astype(np.float32))
                     qh, gh, oh = (x[b, :, h].astype(dt) for x in (q, dout, out))
                     kc, vc = k[b, cols, g].astype(dt), v[b, cols, g].astype(dt)
                     x = (qh @ kc.T) * dt(scale)

@@ -41,11 +41,14 @@ def add_arguments(p) -> None:
     p.add_argument("--grid", choices=grids.GRIDS, default=None,
                    help="named grid: quick (3 shapes), prefill (the peer table's shapes and a curve of "
                         "S = 512..16384 for D = 64, 128, 256), decode (one query token, long KV caches), "
-                        "all (prefill + decode), overhead (host microseconds per warm call by operand kind: "
+                        "all (prefill + decode), backward (attention_backward alone, deterministic, and a "
+                        "training step, beside torch SDPA's backward; S = 4096..16384, D = 64, 128, and a GQA "
+                        "shape), overhead (host microseconds per warm call by operand kind: "
                         "cudattn, torch, CuPy, JAX arrays, beside torch SDPA; no kernel rows); default quick "
                         "unless --shape is given")
     p.add_argument("--shape", action="append", type=_shape, default=[], metavar="B,H,S,D",
-                   help="explicit case, B,H,S,D or B,Hq,Hkv,Sq,Sk,D (repeatable; replaces --grid)")
+                   help="explicit case, B,H,S,D or B,Hq,Hkv,Sq,Sk,D (repeatable; replaces --grid, except "
+                        "with --grid backward: the backward rows of these shapes)")
     p.add_argument("--dtype", action="append", choices=grids.ALL_DTYPES, default=None,
                    help="only these dtypes (repeatable); default: the grid's")
     p.add_argument("--causal", choices=("0", "1", "both"), default=None,
@@ -69,7 +72,8 @@ def _cases(args) -> list:
     if args.causal == "both":
         causals = (False, True)
     if args.shape:
-        return grids.explicit_cases(args.shape, args.dtype, causals)
+        op = "backward" if args.grid == "backward" else "forward"
+        return grids.explicit_cases(args.shape, args.dtype, causals, op)
     return grids.named_grid(args.grid or "quick", args.dtype, causals)
 
 
@@ -79,14 +83,19 @@ def _progress(i: int, n: int, label: str) -> None:
 
 
 def run(args, argv) -> int:
-    if args.shape and args.grid:
-        print("python -m cudattn bench: error: give either --grid or --shape, not both", file=sys.stderr)
+    if args.shape and args.grid not in (None, "backward"):
+        print("python -m cudattn bench: error: give either --grid or --shape, not both (but --grid backward "
+              "with --shape: the backward of those shapes)", file=sys.stderr)
         return 2
-    cases = _cases(args)
+    try:
+        cases = _cases(args)
+    except ValueError as e:
+        print(f"python -m cudattn bench: error: {e}", file=sys.stderr)
+        return 2
     if _device.gpu_count() == 0:
         print("cudattn bench: no CUDA GPU found; nothing was measured (the bench needs a GPU).", file=sys.stderr)
         return 2
-    from . import ceilings, hostmode, manifest, report, runner
+    from . import backward, ceilings, hostmode, manifest, report, runner
     from .peers import TorchPeers, load_torch
 
     torch_mod = None if args.no_peers else load_torch()
@@ -114,9 +123,9 @@ def run(args, argv) -> int:
         print("\n" + report.header(peers is not None))
     for i, case in enumerate(cases):
         _progress(i, len(cases), f"{case.kind} {case.dtype} {case.label()} causal={case.causal}")
-        row = runner.run_case(case, s)
-        rows.append(row)
-        print(report.row_line(row, peers is not None), flush=True)
+        for row in backward.run_case(case, s) if case.op != "forward" else [runner.run_case(case, s)]:
+            rows.append(row)
+            print(report.row_line(row, peers is not None), flush=True)
     overhead_rows, graph_step = [], None
     if args.grid == "overhead":
         from . import overhead
@@ -130,11 +139,12 @@ def run(args, argv) -> int:
         graph_step = graphstep.run(s.device_id)
         print("\n" + graphstep.line(graph_step), flush=True)
     host_rows = []
-    if args.host:
+    host_cases = [c for c in cases if c.op == "forward"]  # the NumPy path of `attention`
+    if args.host and host_cases:
         print("\nNumPy end to end (attention(numpy...), transfers included)\n" + report.host_header())
-        for i, case in enumerate(cases):
+        for i, case in enumerate(host_cases):
             for memory in hostmode.MEMORY:
-                _progress(i, len(cases), f"host {case.dtype} {case.label()} causal={case.causal} {memory}")
+                _progress(i, len(host_cases), f"host {case.dtype} {case.label()} causal={case.causal} {memory}")
                 r = hostmode.run_host_case(case, s, memory=memory)
                 host_rows.append(r)
                 print(report.host_line(r), flush=True)

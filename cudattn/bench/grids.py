@@ -149,6 +149,7 @@ OVERHEAD_SEQLENS = (1024, 1000, 700, 513)
 
 def named_grid(name: str, dtypes=None, causals=None) -> list[Case]:
     """The cases of grid ``name``. ``dtypes``/``causals`` (None: the grid's own) narrow it.
+    ``backward``'s cases carry op "backward" (each runs as the rows of BACKWARD_OPS; no FP8).
     ``overhead`` has no cases: its problems are fixed (OVERHEAD_*), and it makes no kernel rows."""
     if name not in GRIDS:
         raise ValueError(f"unknown grid {name!r}; choose one of {', '.join(GRIDS)}")

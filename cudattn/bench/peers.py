@@ -88,7 +88,7 @@ class TorchPeers:
         return lambda i: grad(outs[i % n], tsets[i % n][:3], tsets[i % n][3], retain_graph=True)
 
     @contextlib.contextmanager
-    def deterministic(self, on: bool = True):
+    def _deterministic(self, on: bool):
         """torch's deterministic mode (``on``), without its filling of new tensors (timed, it would add
         memory writes no kernel asks for); torch's settings restored after."""
         t = self.torch
@@ -112,9 +112,10 @@ class TorchPeers:
                 fill.fill_uninitialized_memory = filled
 
     @contextlib.contextmanager
-    def scope(self, backend: str | None = None):
-        """The peers' stream made torch's current stream, and ``backend`` (None: all) made SDPA's only one."""
-        with self.torch.cuda.stream(self.stream):
+    def scope(self, backend: str | None = None, *, deterministic: bool = False):
+        """The peers' stream made torch's current stream, ``backend`` (None: all) made SDPA's only one,
+        and with ``deterministic`` torch's deterministic mode on."""
+        with self.torch.cuda.stream(self.stream), self._deterministic(deterministic):
             if backend is None:
                 yield
             else:

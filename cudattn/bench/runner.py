@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 
 import numpy as np
@@ -123,18 +124,22 @@ def run_case(case: Case, s: Session) -> dict:
     if s.peers is not None:
         why = s.peers.skip_reason(case)
         tsets = None if why else [s.peers.tensors(x) for x in sets]
-        n = len(sets)
         for name in BACKENDS:
             if why:
                 row["impls"][name] = {"error": why}
                 continue
-            bare = s.peers.bare(case)
-            time_peer(row, name, case, s, lambda: lambda i: bare(*tsets[i % n]), s.peers.scope(name))
+            make = functools.partial(_sdpa_calls, s.peers.bare(case), tsets)
+            time_peer(row, name, case, s, make, s.peers.scope(name))
         del tsets
         s.peers.torch.cuda.empty_cache()  # give the peers' copies back before the next case
     del sets, ours_sets
     gc.collect()
     return row
+
+
+def _sdpa_calls(bare, tsets: list):
+    """``f(i)``: the peer's forward of set ``i % len(tsets)``."""
+    return lambda i: bare(*tsets[i % len(tsets)])
 
 
 def _poison_and_call(call, st, case: Case, h):
