@@ -252,3 +252,24 @@ def test_torch_graph_capture_with_gradients_given():
     direct = cudattn.attention_backward(dout, q, k, v, out, lse, causal=True, deterministic=True)
     for got, want in zip((dq, dk, dv), direct):
         assert torch.equal(got.view(torch.int16), torch.from_dlpack(want).view(torch.int16))
+
+
+def test_warm_calls_replay_and_still_refuse_overlaps():
+    """A second call of a signature replays the recorded launches (new addresses patched in) and
+    gives the direct result; gradients that overlap an input or each other are still refused."""
+    dtype = F16
+    dout, q, k, v = _inputs(1, 257, 257, 4, 2, 64, dtype)
+    dev = [cudattn.to_device(x) for x in (dout, q, k, v)]
+    out, lse = cudattn.attention(*dev[1:], causal=True, return_lse=True)
+    ref, naive = _expect(dout, q, k, v, dtype, causal=True)
+    for _ in range(3):  # first: full path and recording; then replays into fresh poisoned buffers
+        given = dict(dq=_poisoned(q.shape, dtype), dk=_poisoned(k.shape, dtype), dv=_poisoned(v.shape, dtype))
+        res = cudattn.attention_backward(dev[0], *dev[1:], out, lse, causal=True, **given)
+        assert res == (given["dq"], given["dk"], given["dv"])
+        _check(res, ref, naive, "warm")
+    kv = cudattn.to_device(np.zeros((1, 257, 4, 64), dtype))
+    with pytest.raises(ValueError, match="dq overlaps q"):
+        cudattn.attention_backward(dev[0], *dev[1:], out, lse, causal=True, dq=dev[1], dk=given["dk"], dv=given["dv"])
+    with pytest.raises(ValueError, match="dv overlaps dk"):
+        cudattn.attention_backward(dev[0], *dev[1:], out, lse, causal=True, dq=given["dq"], dk=kv[:, :, 0:2],
+                                   dv=kv[:, :, 1:3])

@@ -95,7 +95,7 @@ class Call:
         return StreamRef(self.consumer, self.keep)
 
     def run(self, flags: tuple, key, full, args, *, tensors: int, out_index: int | None, allocates: bool,
-            force_full: bool = False):
+            force_full: bool = False, more_outs: tuple = ()):
         """This call: its recorded plan when there is one, else its full path (then recorded).
 
         The signature is the operation, the operands' part, ``flags`` with their types, and ``key``
@@ -104,7 +104,9 @@ class Call:
         arguments; ``tensors``: the leading operands that are attention tensors
         (checked for null pointers and overlap with the output at ``out_index``); ``allocates``: the
         call returns arrays cudattn allocates (no ``out=``, or an LSE); ``force_full``: an
-        address-dependent case the entry wants the full path to judge. Returns what ``full`` returns."""
+        address-dependent case the entry wants the full path to judge; ``more_outs``: the slots of further
+        outputs after ``out_index`` (the backward's dk and dv), checked as ``out_index``'s is and apart
+        from it. Returns what ``full`` returns."""
         objs, ops, names, consumer, keep = self.objs, self.ops, self.names, self.consumer, self.keep
         if _lifetime.pending:
             _lifetime.release_done()
@@ -139,11 +141,15 @@ class Call:
                 if len(_plans) >= _PLANS_MAX:  # many distinct shapes (variable lengths): keep the table bounded
                     _plans.clear()
                 try:
-                    _plans[key] = RecordedCall(_replay.record(full_path, ops, consumer), ops, tensors, out_index)
+                    _plans[key] = RecordedCall(_replay.record(full_path, ops, consumer), ops, tensors, out_index,
+                                               more_outs)
                 except _replay.NotReplayable:
                     _plans[key] = _FULL_ONLY
         if out_index is not None and ops[out_index] is not None:
             ops[out_index].stream_handle = consumer  # consumers of `out` now order after this call
+        for i in more_outs:
+            if ops[i] is not None:
+                ops[i].stream_handle = consumer
         if held is not None:
             _lifetime.hold(consumer, held)
         return result
@@ -151,11 +157,11 @@ class Call:
 
 class RecordedCall:
     """A recorded call signature: its replay, and what the per-call checks need, fixed by the
-    signature: which operands are non-empty tensors, and the byte spans of the output and inputs."""
+    signature: which operands are non-empty tensors, and the byte spans of the outputs and inputs."""
 
-    __slots__ = ("replay", "nonempty", "out_index", "out_span", "inputs")
+    __slots__ = ("replay", "nonempty", "out_index", "out_span", "inputs", "more")
 
-    def __init__(self, replay, ops, tensors: int, out_index: int | None):
+    def __init__(self, replay, ops, tensors: int, out_index: int | None, more_outs: tuple = ()):
         self.replay = replay
         spans = [None if a is None or 0 in a.shape else _span(a.shape, a.strides, a.dtype.itemsize)
                  for a in ops[:tensors]]
@@ -165,10 +171,19 @@ class RecordedCall:
         # (slot, span start, span end) of each non-empty input, checked against the output's span
         self.inputs = () if self.out_span is None else tuple(
             (i, *spans[i]) for i in range(out_index) if spans[i] is not None)
+        # further outputs: (slot, span start, span end, the inputs' and earlier outputs' (slot, start, end))
+        more = []
+        if out_index is not None:
+            earlier = [(j, *spans[j]) for j in range(out_index + 1) if spans[j] is not None]
+            for i in more_outs:
+                if spans[i] is not None:
+                    more.append((i, *spans[i], tuple(earlier)))
+                    earlier.append((i, *spans[i]))
+        self.more = tuple(more)
 
     def plain(self, ptrs: list) -> bool:
-        """True when the addresses need no closer look: non-null, 16-byte aligned, the output's byte
-        range apart from every input's. False sends the call to `check_addresses` and the full path."""
+        """True when the addresses need no closer look: non-null, 16-byte aligned, each output's byte
+        range apart from every input's and from the other outputs'. False sends the call to `check_addresses` and the full path."""
         for i in self.nonempty:
             p = ptrs[i]
             if not p or p & 15:
@@ -177,6 +192,13 @@ class RecordedCall:
             o = ptrs[self.out_index]
             lo, hi = o + self.out_span[0], o + self.out_span[1]
             for i, a, b in self.inputs:
+                p = ptrs[i]
+                if p + a < hi and lo < p + b:
+                    return False
+        for k, c, d, others in self.more:
+            o = ptrs[k]
+            lo, hi = o + c, o + d
+            for i, a, b in others:
                 p = ptrs[i]
                 if p + a < hi and lo < p + b:
                     return False

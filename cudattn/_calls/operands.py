@@ -96,8 +96,9 @@ def check_addresses(ops, names, tensors: int, out_index: int | None) -> None:
             for a, n in zip(ops[:out_index], names):
                 if a is not None and a.ptr and 0 not in a.shape and share_bytes(
                         o.ptr, o.shape, o.strides, o.dtype.itemsize, a.ptr, a.shape, a.strides, a.dtype.itemsize):
-                    raise ValueError(f"out overlaps {n} (they share device memory); the kernel would overwrite "
-                                     f"an input it still reads: pass a separate out")
+                    o_name = names[out_index]
+                    raise ValueError(f"{o_name} overlaps {n} (they share device memory); the kernel would "
+                                     f"overwrite an input it still reads: pass a separate {o_name}")
 
 
 def check_one_device(ops, names) -> None:

@@ -95,12 +95,12 @@ def attention_backward(dout: ArrayLike, q: ArrayLike, k: ArrayLike, v: ArrayLike
     host_offsets = varlen is not None and any(type(c) is np.ndarray for c in varlen[:2])
     cu_objs = [None, None] if varlen is None else [None if type(c) is np.ndarray else c for c in varlen[:2]]
     call = Call("backward", [dout, q, k, v, out, lse, dq, dk, dv, sinks, alibi_slopes, *cu_objs], _NAMES, stream)
-    given = dq is not None or dk is not None or dv is not None
+    # Operands 0-5 are read, 6-8 written: a warm call checks that the gradients given touch no input
+    # and none of each other (its recorded spans), else the full path judges (validate_backward).
     return call.run((causal, scale, layout, deterministic, max_seqlen_q, max_seqlen_k),
                     (tag(window_size), tag(softcap), varlen[:2] if host_offsets else None),
-                    _full, (varlen, flags, sinks, alibi_slopes),
-                    tensors=5, out_index=None, allocates=not (dq is not None and dk is not None and dv is not None)
-                    or sinks is not None, force_full=given)
+                    _full, (varlen, flags, sinks, alibi_slopes), tensors=9, out_index=6, more_outs=(7, 8),
+                    allocates=dq is None or dk is None or dv is None or sinks is not None)
 
 
 def _full(call: Call, args, do, qa, ka, va, oa, la, dqa, dka, dva, sk, al, cq, ck):
@@ -118,9 +118,5 @@ def _full(call: Call, args, do, qa, ka, va, oa, la, dqa, dka, dva, sk, al, cq, c
     if varlen is not None:
         cq, ck = (_host_io.to_device(c, device=device, stream=sref) if isinstance(c, np.ndarray) else c
                   for c in (cq, ck))
-    res = _device_path.run_backward(problem, bwd, do, qa, ka, va, oa, la, dqa, dka, dva, device, device_id, sref,
-                                    cq, ck)
-    for g in (dqa, dka, dva):  # consumers of a gradient given in place now order after this call
-        if g is not None:
-            g.stream_handle = call.consumer
-    return res
+    return _device_path.run_backward(problem, bwd, do, qa, ka, va, oa, la, dqa, dka, dva, device, device_id, sref,
+                                     cq, ck)
