@@ -19,11 +19,13 @@ import pytest
 from cudattn import __version__
 from cudattn._kernels import registry as _kernels
 from cudattn._tools import cabi as _cabi
+from cudattn._tools import cbuild as _cbuild
 from cudattn._tools import cli as _cli
 from cudattn._tools import export as _export
 
 REPO = Path(__file__).resolve().parents[1]
 HEADER = _kernels.source_root().joinpath("export", "cudattn.h").read_text(encoding="utf-8")
+HEADERS = {name: _kernels.source_root().joinpath("export", name).read_text(encoding="utf-8") for name in _export.HEADERS}
 EXAMPLE = _kernels.source_root().joinpath("export", "attention.c").read_text(encoding="utf-8")
 EXIT_NO_GPU = 3
 
@@ -46,7 +48,7 @@ def _real_libcuda() -> bool:
 def test_every_driver_function_called_is_loaded_and_redirected():
     listed = _driver_functions()
     assert len(listed) == len(set(listed)) >= 25
-    called = set(re.findall(r"\b(cu[A-Z]\w*)\s*\(", HEADER + EXAMPLE))
+    called = set(re.findall(r"\b(cu[A-Z]\w*)\s*\(", "".join(HEADERS.values()) + EXAMPLE))
     assert called <= set(listed), sorted(called - set(listed))
     redirected = re.findall(r"#undef (cu\w+)\n#define \1 \(cudattn__cu_fn\([01]\)->p_\1\)", HEADER)
     assert redirected == listed
@@ -63,8 +65,9 @@ def _fake_export(out: Path) -> Path:
     (out / "include").mkdir(parents=True)
     (out / "examples").mkdir()
     (out / "include" / "cudattn_params.h").write_text(_cabi.header(__version__, _export.FORMAT))
-    (out / "include" / "cudattn_kernels.h").write_text(_export.kernel_table_header(manifest))
-    (out / "include" / "cudattn.h").write_text(HEADER)
+    (out / "include" / "cudattn_kernels.h").write_text(_cbuild.kernel_table_header(manifest))
+    for name, text in HEADERS.items():
+        (out / "include" / name).write_text(text)
     (out / "examples" / "attention.c").write_text(EXAMPLE)
     return out
 
@@ -104,7 +107,7 @@ def test_print_cflags_needs_no_out_and_compiles_nothing():
 
 def test_print_cflags_on_a_terminal_adds_a_compile_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
-    if _export.cuda_include() is None:
+    if _cbuild.cuda_include() is None:
         pytest.skip("no cuda.h")
     assert _cli.main(["export", "--print-cflags", "--out", str(tmp_path / "x")]) == 0
     out, err = capsys.readouterr()
@@ -205,7 +208,12 @@ def test_ci_script_exports_builds_links_and_runs(tmp_path):
 def test_the_program_of_the_docs_builds_as_written_and_runs_to_its_check(built, tmp_path):
     out, flags, _ = built
     doc = (REPO / "docs" / "C_API.md").read_text(encoding="utf-8")
-    (src,) = re.findall(r"```c\n(.*?)```", doc, re.S)
+    blocks = re.findall(r"```c\n(.*?)```", doc, re.S)
+    (src,) = [b for b in blocks if "int main" in b]
+    for i, fragment in enumerate(b for b in blocks if "int main" not in b):  # functions of a program: they compile
+        (tmp_path / f"fragment{i}.c").write_text('#include "cudattn.h"\n' + fragment + "int main(void) { return 0; }\n")
+        subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-function", "-fsyntax-only",
+                        *flags, str(tmp_path / f"fragment{i}.c")], check=True)
     assert "my_program.c -ldl -o my_program" in doc and "attention.c -ldl -lm -o attention" in doc
     (tmp_path / "my_program.c").write_text(src.replace('"cudattn_kernels"', f'"{out}"'))
     subprocess.run(["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", *flags, str(tmp_path / "my_program.c"),

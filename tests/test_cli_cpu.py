@@ -14,6 +14,7 @@ import cudattn
 from cudattn._tools import cli as _cli
 from cudattn._runtime import device as _device
 from cudattn._kernels import registry as _kernels
+from cudattn._kernels import backward_traits as _bt
 from cudattn._kernels import catalog as _catalog
 from cudattn._kernels import traits as _traits
 from cudattn._tools import warm as _warm
@@ -99,8 +100,15 @@ def test_warm_covers_every_kernel_the_api_can_select(arch):
                         for seqlen_q in (None, 1, 2048, 2049):
                             v = _traits.select(dt, d, causal, limit, fam, out, seqlen_q)
                             assert (v.source, tuple(sorted(v.defines().items()))) in builds, v.describe()
+    for dt in ("float16", "bfloat16"):  # the backward: its four entry points share the build
+        for d in range(8, _bt.BWD_TILE_DIMS[-1] + 1, 8):
+            for causal in (False, True):
+                for mods in (0, 1, 2, 3):
+                    b = _bt.select_backward(dt, d, causal, limit, mods)
+                    assert (b.source, tuple(sorted(b.defines().items()))) in builds, b.describe()
     sources = {s.source for s in _catalog.all_kernels(arch)}
-    assert {"flash_decode.cu", "split_kv_combine.cu", "kv_cache_append.cu", "fp8_quantize.cu"} <= sources
+    assert {"flash_decode.cu", "split_kv_combine.cu", "kv_cache_append.cu", "fp8_quantize.cu",
+            "flash_bwd_sm80.cu"} <= sources
     assert ("fp8_transpose_v.cu" in sources) == (arch in _traits.FP8_ARCHS)
 
 

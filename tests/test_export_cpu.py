@@ -15,6 +15,8 @@ import pytest
 import nvrtc_cache
 from cudattn import __version__
 from cudattn._tools import cabi as _cabi
+from cudattn._tools import cbuild as _cbuild
+from cudattn._kernels import backward_traits as _bt
 from cudattn._kernels import decode_traits as _decode_traits
 from cudattn._tools import export as _export
 from cudattn._kernels import registry as _kernels
@@ -51,7 +53,13 @@ def test_every_build_is_written_once_and_intact(exported):
             assert blob[:4] == b"\x7fELF" and hashlib.sha256(blob).hexdigest() == k["sha256"]
             assert k["entries"] and all("registers" in k["ptxas"][e] for e in k["entries"])
         kinds = {k["kind"] for k in entry["kernels"]}
-        assert {"prefill", "decode", "combine", "append", "dequantize"} <= kinds
+        assert {"prefill", "decode", "combine", "append", "dequantize", "backward"} <= kinds
+        for k in entry["kernels"]:  # a backward build: one cubin, its four entry points and how each launches
+            if k["kind"] == "backward":
+                assert k["entries"] == sorted(_bt.ENTRIES) and list(k["launch"]) == list(_bt.ENTRIES), k["file"]
+                assert k["launch"]["flash_bwd_sm80"] == {"threads": k["threads"], "dynamic_smem": k["dynamic_smem"]}
+            else:
+                assert "launch" not in k
         assert ({"quantize", "transpose"} <= kinds) == (arch in _traits.FP8_ARCHS)
     assert json.loads((out / "manifest.json").read_text()) == json.loads(json.dumps(manifest))
     digest = hashlib.sha256()
@@ -109,6 +117,14 @@ def test_selection_table_picks_what_python_picks(exported, arch):
     for i, o in _decode_traits.COMBINE_PAIRS:
         assert _table_row(entry, kind="combine", in_dtype=i, out_dtype=o)["file"] == \
             _file_of(entry, _decode_traits.combine_kernel(i, o))
+    tiles = rules["tile_dims"]["backward"]
+    for dt in ("float16", "bfloat16"):
+        for d in range(8, _bt.BWD_TILE_DIMS[-1] + 1, 8):
+            for causal in (False, True):
+                for mods in (0, 1, 2, 3):
+                    row = _table_row(entry, kind="backward", dtype=dt, tile_dim=min(t for t in tiles if t >= d),
+                                     causal=causal, mods=mods)
+                    assert row["file"] == _file_of(entry, _bt.select_backward(dt, d, causal, limit, mods))
 
 
 def test_manifest_layouts_are_the_mirrors(exported):
@@ -148,7 +164,8 @@ def test_header_compiles_and_its_asserts_bite(exported, tmp_path, compiler, lang
 
 def _kernel_probes():
     """(source name, extra options, struct names): where each struct is declared for the kernels."""
-    return [(None, [], ["FwdParams", "FwdSm90Params", "KvCacheGeom", "DecodeParams", "CombineParams", "AppendParams"]),
+    return [(None, [], ["FwdParams", "FwdSm90Params", "KvCacheGeom", "DecodeParams", "CombineParams", "AppendParams",
+                        "BwdParams"]),
             ("fp8_transpose_v.cu", [], ["TransposeVParams"]),
             ("fp8_quantize.cu", ["-DCUDATTN_DQ_OUT=0"], ["Fp8QuantParams"])]
 
@@ -159,7 +176,8 @@ def test_kernel_declarations_have_the_mirrors_layout(tmp_path, source, options, 
     by_name = {n: c for c, n in _cabi.STRUCTS}
     if source is None:
         _, headers = _kernels.sources()
-        text = '#include "cudattn/sm90/params.cuh"\n#include "cudattn/params_decode.cuh"\n'
+        text = ('#include "cudattn/sm90/params.cuh"\n#include "cudattn/params_decode.cuh"\n'
+                '#include "cudattn/bwd/params.cuh"\n')
     else:
         text, headers = _kernels.sources(source)
     asserts = "".join(_cabi.kernel_asserts(by_name[n], n) for n in names)
@@ -199,11 +217,12 @@ def test_cli_export(kernel_cache, tmp_path, monkeypatch):
 def test_launcher_and_example_compile(exported, tmp_path):
     """cudattn.h (with the generated tables) and the C example: C11 and C++, every warning an error,
     against the CUDA headers of the pip wheels."""
-    inc = _export.cuda_include()
+    inc = _cbuild.cuda_include()
     if inc is None or shutil.which("cc") is None:
         pytest.skip("no cuda.h in the CUDA pip wheels, or no C compiler")
     out, _ = exported
-    assert {p.name for p in (out / "include").iterdir()} == {"cudattn.h", "cudattn_kernels.h", "cudattn_params.h"}
+    assert {p.name for p in (out / "include").iterdir()} == {"cudattn.h", "cudattn_backward.h", "cudattn_kernels.h",
+                                                            "cudattn_params.h"}
     flags = ["-Wall", "-Wextra", "-Werror", "-fsyntax-only", f"-I{out / 'include'}", f"-I{inc}"]
     res = subprocess.run(["cc", "-std=c11", *flags, str(out / "examples" / "attention.c")], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
@@ -217,7 +236,9 @@ def test_launcher_and_example_compile(exported, tmp_path):
     _, manifest = exported
     rows = sum(len(e["selection"]) for e in manifest["archs"].values())
     transposes = sum(any(k["kind"] == "transpose" for k in e["kernels"]) for e in manifest["archs"].values())
-    assert table.count('\n    {"sm_') == rows + transposes
+    backward = sum(r["kind"] == "backward" for e in manifest["archs"].values() for r in e["selection"])
+    assert table.count('\n    {"sm_') == rows + transposes + (len(_bt.ENTRIES) - 1) * backward  # a row per entry point
+    assert table.count('"flash_bwd_dsinks", 256, 0, ') == backward
 
 
 def test_c_selection_and_splits_are_the_python_ones(exported, tmp_path):
@@ -227,7 +248,7 @@ def test_c_selection_and_splits_are_the_python_ones(exported, tmp_path):
     from types import SimpleNamespace
 
     from cudattn._kernels import decode as _decode
-    inc = _export.cuda_include()
+    inc = _cbuild.cuda_include()
     if inc is None or shutil.which("cc") is None:
         pytest.skip("no cuda.h in the CUDA pip wheels, or no C compiler")
     out, manifest = exported

@@ -15,6 +15,7 @@ import pytest
 import cudattn
 from cudattn._calls import call as _callpath
 from cudattn._runtime import device as _device
+from cudattn._tools import cbuild as _cbuild
 from cudattn._tools import export as _export
 from cudattn._kernels import plan as _plan
 from cudattn._kernels import traits as _traits
@@ -31,12 +32,12 @@ def program(tmp_path_factory):
     ``export --print-cflags`` prints, and ``-ldl -lm`` (the launcher loads libcuda at run time)."""
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")
-    if _export.cuda_include() is None:
+    if _cbuild.cuda_include() is None:
         pytest.skip("no cuda.h in the CUDA pip wheels")
     out = tmp_path_factory.mktemp("export")
     _export.export(out, [_device.device_properties(0).arch], progress=False)
     exe = out / "attention"
-    res = subprocess.run(["cc", "-std=c11", "-O2", "-Wall", "-Werror", *_export.c_flags(out),
+    res = subprocess.run(["cc", "-std=c11", "-O2", "-Wall", "-Werror", *_cbuild.c_flags(out),
                           str(out / "examples" / "attention.c"), "-o", str(exe), "-ldl", "-lm"],
                          capture_output=True, text=True)
     if res.returncode != 0:
@@ -201,3 +202,169 @@ def test_example_refuses_an_export_of_another_version(program, tmp_path):
                                                                '"cudattn": "0.0.0-other"', 1))
     res = subprocess.run([str(exe), str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
     assert res.returncode == 1 and "CUDATTN_ERROR_EXPORT" in res.stderr and "0.0.0-other" in res.stderr
+
+
+BACKWARD_PROGRAM = r'''
+/* The exported backward on inputs from files: DIR/args.txt "dtype B Sq Sk Hq Hkv D causal deterministic
+ * window_left window_right softcap alibi sinks" (alibi 0 none, 1 (Hq,), 2 (B, Hq); sinks 0 or 1), the
+ * forward's inputs and results DIR/{q,k,v,out,dout}.bin (contiguous (B, S, H, D)) and DIR/lse.bin,
+ * DIR/{alibi,sinks}.bin when used; writes DIR/{dq,dk,dv}.c.bin and with sinks DIR/dsinks.c.bin. */
+#include <stdio.h>
+#include <stdlib.h>
+#include "cudattn.h"
+
+static void* slurp(const char* dir, const char* name, size_t n) {
+    char path[4200];
+    void* p = malloc(n);
+    FILE* f;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    f = fopen(path, "rb");
+    if (!f || fread(p, 1, n, f) != n) { fprintf(stderr, "cannot read %s\n", path); exit(2); }
+    fclose(f);
+    return p;
+}
+
+static void spill(const char* dir, const char* name, CUdeviceptr d, size_t n) {
+    char path[4200];
+    void* p = malloc(n);
+    FILE* f;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (cuMemcpyDtoH(p, d, n) != CUDA_SUCCESS) { fprintf(stderr, "cuMemcpyDtoH failed\n"); exit(2); }
+    f = fopen(path, "wb");
+    if (!f || fwrite(p, 1, n, f) != n) { fprintf(stderr, "cannot write %s\n", path); exit(2); }
+    fclose(f);
+    free(p);
+}
+
+static CUdeviceptr device(const void* host, size_t n) { /* a copy of host, or n poison bytes (NaN) */
+    CUdeviceptr d;
+    if (cuMemAlloc(&d, n ? n : 1) != CUDA_SUCCESS) { fprintf(stderr, "cuMemAlloc failed\n"); exit(2); }
+    if ((host ? cuMemcpyHtoD(d, host, n) : cuMemsetD8(d, 0xff, n)) != CUDA_SUCCESS) exit(2);
+    return d;
+}
+
+static cudattn_tensor bshd(CUdeviceptr p, int S, int H, int D) {
+    cudattn_tensor t;
+    t.ptr = p; t.stride_b = (long long)S * H * D; t.stride_s = (long long)H * D; t.stride_h = D;
+    return t;
+}
+
+int main(int argc, char** argv) {
+    const char* io = argc > 2 ? argv[2] : ".";
+    cudattn_backward_args a = cudattn_backward_defaults();
+    cudattn_handle h;
+    cudattn_status st;
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream stream;
+    int B, Sq, Sk, Hq, Hkv, D, alibi, sinks;
+    size_t nq, nk, nl;
+    FILE* f;
+    char path[4200];
+    if (argc < 3 || cudattn_load_driver() || cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS) return 3;
+    snprintf(path, sizeof path, "%s/args.txt", io);
+    f = fopen(path, "r");
+    if (!f || fscanf(f, "%d %d %d %d %d %d %d %d %d %d %d %lf %d %d", &a.dtype, &B, &Sq, &Sk, &Hq, &Hkv, &D, &a.causal,
+                     &a.deterministic, &a.window_left, &a.window_right, &a.softcap, &alibi, &sinks) != 14) return 2;
+    fclose(f);
+    if (cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS ||
+        cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return 2;
+    nq = (size_t)B * Sq * Hq * D * 2; nk = (size_t)B * Sk * Hkv * D * 2; nl = (size_t)B * Hq * Sq * 4;
+    a.batch = B; a.seqlen_q = Sq; a.seqlen_k = Sk; a.heads_q = Hq; a.heads_kv = Hkv; a.head_dim = D;
+    a.q = bshd(device(slurp(io, "q.bin", nq), nq), Sq, Hq, D);
+    a.k = bshd(device(slurp(io, "k.bin", nk), nk), Sk, Hkv, D);
+    a.v = bshd(device(slurp(io, "v.bin", nk), nk), Sk, Hkv, D);
+    a.o = bshd(device(slurp(io, "out.bin", nq), nq), Sq, Hq, D);
+    a.dout = bshd(device(slurp(io, "dout.bin", nq), nq), Sq, Hq, D);
+    a.lse = device(slurp(io, "lse.bin", nl), nl);
+    a.dq = bshd(device(NULL, nq), Sq, Hq, D);
+    a.dk = bshd(device(NULL, nk), Sk, Hkv, D);
+    a.dv = bshd(device(NULL, nk), Sk, Hkv, D);
+    if (alibi) {
+        const size_t n = (size_t)(alibi == 2 ? B : 1) * Hq * 4;
+        a.alibi_slopes = device(slurp(io, "alibi.bin", n), n);
+        a.alibi_per_batch = alibi == 2;
+    }
+    if (sinks) {
+        a.sinks = device(slurp(io, "sinks.bin", (size_t)Hq * 4), (size_t)Hq * 4);
+        a.dsinks = device(NULL, (size_t)Hq * 4);
+    }
+    if ((st = cudattn_open(&h, argv[1], dev)) != CUDATTN_OK) {
+        fprintf(stderr, "cudattn_open: %s: %s\n", cudattn_status_string(st), cudattn_message(&h));
+        return 1;
+    }
+    a.workspace_bytes = cudattn_backward_workspace_bytes(&h, &a);
+    if (a.workspace_bytes == (size_t)-1) { fprintf(stderr, "%s\n", cudattn_message(&h)); return 1; }
+    a.workspace = device(NULL, a.workspace_bytes); /* poisoned: the kernels must clear what they add into */
+    if ((st = cudattn_backward(&h, &a, stream)) != CUDATTN_OK) {
+        fprintf(stderr, "cudattn_backward: %s: %s\n", cudattn_status_string(st), cudattn_message(&h));
+        return 1;
+    }
+    if (cuStreamSynchronize(stream) != CUDA_SUCCESS) { fprintf(stderr, "the kernels failed\n"); return 2; }
+    spill(io, "dq.c.bin", a.dq.ptr, nq);
+    spill(io, "dk.c.bin", a.dk.ptr, nk);
+    spill(io, "dv.c.bin", a.dv.ptr, nk);
+    if (sinks) spill(io, "dsinks.c.bin", a.dsinks, (size_t)Hq * 4);
+    printf("workspace %zu bytes\n", a.workspace_bytes);
+    cudattn_close(&h);
+    return 0;
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def backward_program(program):
+    """The program above, built against the export like the example."""
+    out, _ = program
+    src = out / "backward.c"
+    src.write_text(BACKWARD_PROGRAM)
+    exe = out / "backward"
+    res = subprocess.run(["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", *_cbuild.c_flags(out), str(src),
+                          "-o", str(exe), "-ldl", "-lm"], capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.fail(f"the backward program does not build: {res.stderr}")
+    return out, exe
+
+
+# (dtype, B, Sq, Sk, Hq, Hkv, D, causal, deterministic, window, softcap, alibi, sinks): a small causal
+# GQA case; every modifier at once; a non-deterministic one (dk, dv and dsinks compared only).
+BACKWARD_CASES = [
+    ("float16", 2, 200, 333, 8, 2, 64, True, True, None, 0.0, None, False),
+    ("bfloat16", 1, 129, 129, 6, 3, 128, True, True, (64, -1), 20.0, "head", True),
+    ("float16", 2, 77, 300, 4, 1, 40, False, False, (50, 30), 0.0, "batch", True),
+]
+
+
+@pytest.mark.parametrize("case", BACKWARD_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_exported_backward_equals_the_python_path_bit_for_bit(backward_program, case, tmp_path):
+    """cudattn_backward against cudattn.attention_backward on the forward's own out and lse."""
+    out, exe = backward_program
+    dt, B, Sq, Sk, Hq, Hkv, D, causal, det, window, softcap, alibi, sinks = case
+    rng = np.random.default_rng(sum(case[1:7]))
+    mk = lambda S, H: (rng.standard_normal((B, S, H, D), dtype=np.float32) * 0.7).astype(NP[dt])
+    q, k, v, dout = mk(Sq, Hq), mk(Sk, Hkv), mk(Sk, Hkv), mk(Sq, Hq)
+    slopes = None if alibi is None else rng.uniform(0.01, 0.2, size=(Hq,) if alibi == "head" else (B, Hq)).astype(
+        np.float32)
+    sink = rng.standard_normal(Hq).astype(np.float32) if sinks else None
+    dev = {n: cudattn.to_device(x) for n, x in (("q", q), ("k", k), ("v", v), ("dout", dout))}
+    mods = dict(causal=causal, window_size=window, softcap=softcap or None,
+                alibi_slopes=None if slopes is None else cudattn.to_device(slopes),
+                sinks=None if sink is None else cudattn.to_device(sink))
+    o, lse = cudattn.attention(dev["q"], dev["k"], dev["v"], return_lse=True, **mods)
+    files = {"q": q, "k": k, "v": v, "dout": dout, "out": cudattn.to_host(o), "lse": cudattn.to_host(lse),
+             "alibi": slopes, "sinks": sink}
+    for name, x in files.items():
+        if x is not None:
+            (tmp_path / f"{name}.bin").write_bytes(np.ascontiguousarray(x).tobytes())
+    w = window or (-1, -1)
+    (tmp_path / "args.txt").write_text(f"{CODES[dt]} {B} {Sq} {Sk} {Hq} {Hkv} {D} {int(causal)} {int(det)} {w[0]} {w[1]} "
+                                       f"{softcap!r} {0 if alibi is None else 1 if alibi == 'head' else 2} {int(sinks)}\n")
+    res = subprocess.run([str(exe), str(out), str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+    grads = cudattn.attention_backward(dev["dout"], dev["q"], dev["k"], dev["v"], o, lse, deterministic=det, **mods)
+    names = ("dq", "dk", "dv", "dsinks")[:len(grads)]
+    for name, g in zip(names, grads):
+        if name == "dq" and not det:
+            continue  # atomics: its last bits may differ run to run
+        assert (tmp_path / f"{name}.c.bin").read_bytes() == cudattn.to_host(g).tobytes(), name

@@ -25,7 +25,9 @@
  * cudattn.attention does: call cudattn_decode for those.
  * Served: prefill (float16, bfloat16, FP8 e4m3 with descales; both kernel families) and split-KV
  * decode against contiguous or paged KV caches (float16, bfloat16), with new keys appended in
- * place first; the merge of attention states over disjoint key sets.
+ * place first; the merge of attention states over disjoint key sets; the backward pass (float16,
+ * bfloat16, head_dim up to 128; windows, softcap, ALiBi and sinks; cudattn_backward.h, included
+ * below), with a workspace of cudattn_backward_workspace_bytes(&h, &a).
  */
 #ifndef CUDATTN_H
 #define CUDATTN_H
@@ -244,7 +246,7 @@ typedef struct cudattn_handle {
     CUdevice device;
     CUcontext context; /* current at cudattn_open: the modules load into it, every call runs in it */
     int sm_count, smem_optin, smem_per_sm, l2_bytes;
-    CUmodule modules[CUDATTN_KERNEL_COUNT]; /* loaded on first use */
+    CUmodule modules[CUDATTN_KERNEL_COUNT]; /* loaded on first use (once a cubin: see cudattn__function) */
     CUfunction functions[CUDATTN_KERNEL_COUNT];
     char message[512]; /* what the last failing call said */
 } cudattn_handle;
@@ -440,29 +442,37 @@ static inline cudattn_status cudattn__in_context(cudattn_handle* h) {
     return CUDATTN_OK;
 }
 
-/* The loaded function of table row i (into the current context), its dynamic shared memory allowed. */
+/* The loaded function of table row i (into the current context), its dynamic shared memory allowed.
+ * Rows of one cubin (the entry points of a backward build, the rows of one prefill build) share
+ * its module: the row that loaded it holds it in h->modules, the others only their functions. */
 static inline cudattn_status cudattn__function(cudattn_handle* h, int i, CUfunction* fn) {
     const cudattn_kernel_row* r = &cudattn_kernel_table[i];
     if (!h->functions[i]) { /* built in locals, kept only once all of it worked */
-        char* image = NULL;
-        size_t size = 0;
         CUmodule mod = NULL;
         CUfunction f = NULL;
-        CUresult res;
         cudattn_status st;
-        CUDATTN__TRY(cudattn__read(h, r->file, &image, &size));
-        res = cuModuleLoadData(&mod, image);
-        free(image);
-        CUDATTN__TRY(cudattn__cu(h, res, "cuModuleLoadData"));
+        int j, loaded = 0;
+        for (j = 0; j < CUDATTN_KERNEL_COUNT && !mod; ++j)
+            if (h->modules[j] && strcmp(cudattn_kernel_table[j].file, r->file) == 0) mod = h->modules[j];
+        if (!mod) {
+            char* image = NULL;
+            size_t size = 0;
+            CUresult res;
+            CUDATTN__TRY(cudattn__read(h, r->file, &image, &size));
+            res = cuModuleLoadData(&mod, image);
+            free(image);
+            CUDATTN__TRY(cudattn__cu(h, res, "cuModuleLoadData"));
+            loaded = 1;
+        }
         st = cudattn__cu(h, cuModuleGetFunction(&f, mod, r->entry), "cuModuleGetFunction");
         if (st == CUDATTN_OK && r->dynamic_smem > 48 * 1024)
             st = cudattn__cu(h, cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                    r->dynamic_smem), "cuFuncSetAttribute");
         if (st != CUDATTN_OK) {
-            cuModuleUnload(mod);
+            if (loaded) cuModuleUnload(mod);
             return st;
         }
-        h->modules[i] = mod;
+        if (loaded) h->modules[i] = mod;
         h->functions[i] = f;
     }
     *fn = h->functions[i];
@@ -1076,6 +1086,10 @@ static inline cudattn_status cudattn_merge(cudattn_handle* h, const cudattn_merg
                                          (unsigned)cudattn_kernel_table[row].threads, 1, 1, 0, stream, args, NULL),
                        "cuLaunchKernel(split_kv_combine)");
 }
+
+/* ------------------------------------------------------------------ backward */
+
+#include "cudattn_backward.h"
 
 #undef CUDATTN__TRY
 

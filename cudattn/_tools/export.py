@@ -161,7 +161,7 @@ def _rules() -> dict:
         "tile_dim": "the smallest tile width in the family's list that is >= head_dim",
         "tile_dims": {"sm80": list(_traits.TILE_DIMS), "sm90": list(_traits.SM90_TILE_DIMS),
                       "fp8_sm80": list(_traits.FP8_TILE_DIMS), "fp8_sm90": list(_traits.FP8_SM90_TILE_DIMS),
-                      "decode": list(_decode_traits.DECODE_TILE_DIMS)},
+                      "decode": list(_decode_traits.DECODE_TILE_DIMS), "backward": list(_bwd_traits.BWD_TILE_DIMS)},
         "family": f"sm90 on {list(_traits.HOPPER_ARCHS)} when every q/k/v stride fits a TMA map (positive, a "
                   "multiple of 16 bytes, below 2**40 bytes), else sm80",
         "seqlen_q_max": "a row with seqlen_q_max applies when seqlen_q <= it (causal only); otherwise the row "
@@ -174,10 +174,9 @@ def _rules() -> dict:
         "head_dims": list(_traits.SUPPORTED_HEAD_DIMS),
         "fp8_head_dims": "multiples of 16 up to 256",
         "fp8_archs": list(_traits.FP8_ARCHS),
-        "backward": f"tile_dim: the smallest of {list(_bwd_traits.BWD_TILE_DIMS)} that is >= head_dim (head_dim a "
-                    "multiple of 8 up to 128); mods: 1 with a softcap, 2 with ALiBi slopes, 3 with both (windows and "
-                    "sinks are read at run time); one cubin, its entry points launched in the order of 'launch' "
-                    "(flash_bwd_dsinks only with sinks)",
+        "backward": "tile_dim as for prefill, from tile_dims.backward (head_dim a multiple of 8 up to 128); mods: 1 "
+                    "with a softcap, 2 with ALiBi slopes, 3 with both (windows and sinks are read at run time); one "
+                    "cubin, its entry points launched in the order of 'launch' (flash_bwd_dsinks only with sinks)",
     }
 
 
@@ -324,6 +323,11 @@ def export(out_dir: str | os.PathLike, archs: Sequence[str] = ("sm_90a",), *, jo
         if (out / arch).is_dir() and not any((out / arch).iterdir()):
             (out / arch).rmdir()
     return manifest
+
+
+def _export_file(name: str) -> str:
+    """A file the export copies as it is (package data in cu_src/export): the launcher, the example."""
+    return _kernels.source_root().joinpath("export", name).read_text(encoding="utf-8")
 
 
 def read_manifest(out_dir: str | os.PathLike) -> dict:
