@@ -228,7 +228,41 @@ def cmd_demo(args) -> int:
     ok, err, bound = reference.check_close(out[sub].astype(np.float64), ref, naive)
     print(f"max |out - ref| = {err:.3g} (bound {bound:.3g}, float64 reference on batch {sub.start}..{sub.stop - 1}): "
           f"{'OK' if ok else 'FAIL'}")
+    if D <= 128:  # the backward's head dims
+        ok = _demo_backward(args, (q, k, v), (qd, kd, vd), flops, rng) and ok
     return 0 if ok else 1
+
+
+def _demo_backward(args, host, dev, flops: float, rng) -> bool:
+    """The gradients of the demo's attention: timed, and checked on batch 0's first two heads."""
+    import cudattn
+    from cudattn import reference
+    from cudattn._runtime import launch as _launch
+
+    q, k, v = host
+    dout = rng.standard_normal(q.shape, dtype=np.float32).astype(q.dtype)
+    dd = cudattn.to_device(dout)
+    out, lse = cudattn.attention(*dev, causal=args.causal, return_lse=True)
+
+    def step():
+        return cudattn.attention_backward(dd, *dev, out, lse, causal=args.causal)
+
+    grads = step()
+    ms = float(np.median([_launch.time_ms(step) for _ in range(args.iters)]))
+    print(f"backward (dq, dk, dv): {ms:.3f} ms median of {args.iters}, {2.5 * flops / ms / 1e9:.1f} TFLOP/s")
+    part = (slice(0, 1), slice(None), slice(0, 2))
+    args_ = [x[part] for x in (dout, q, k, v)]
+    ref = reference.attention_backward(*args_, causal=args.causal)
+    naive = reference.attention_backward_naive(*args_, causal=args.causal)
+    worst = []
+    for name, g, r, n in zip(("dq", "dk", "dv"), grads, ref, naive):
+        eps = 2 * float(np.abs((r + 0.3).astype(q.dtype).astype(np.float64) - 0.3 - r).max())
+        ok, err, bound = reference.check_close(cudattn.to_host(g)[part].astype(np.float64), r, n, atol=eps + 1e-5)
+        worst.append((ok, name, err, bound))
+    ok = all(w[0] for w in worst)
+    print("max |grad - ref| " + ", ".join(f"{n} {e:.3g} (bound {b:.3g})" for _, n, e, b in worst) +
+          f", float64 reference on batch 0, heads 0..1: {'OK' if ok else 'FAIL'}")
+    return ok
 
 
 def build_parser(argv=None) -> argparse.ArgumentParser:
