@@ -154,6 +154,10 @@ def test_foreign_inputs_stay_alive_until_the_kernel_is_done(torch):
     shape = (2, 1024, 4, 128)  # 2 MiB each: torch's large-block pool, reused best-fit
     q, k, v = (_rand(rng, shape, F16) for _ in range(3))
     cudattn.attention(*(_to_torch(torch, x) for x in (q, k, v)))  # warm
+    # torch's pool holds enough free blocks for every tensor below, so none waits on a cudaMalloc
+    # (in a fresh process those outlasted the spin, and the hazard went unexercised)
+    pool = [torch.empty(shape, dtype=torch.float16, device="cuda") for _ in range(9)]
+    del pool
     torch.cuda.synchronize()
     B = torch.cuda.Stream()
     qt, kt, vt = (_to_torch(torch, x) for x in (q, k, v))
@@ -161,7 +165,7 @@ def test_foreign_inputs_stay_alive_until_the_kernel_is_done(torch):
         torch.cuda._sleep(SPIN)
     out = cudattn.attention(qt, kt, vt, stream=B)
     del qt, kt, vt
-    junk = [torch.full(shape, NAN, dtype=torch.float16, device="cuda") for _ in range(6)]
+    junk = [torch.full(shape, NAN, dtype=torch.float16, device="cuda") for _ in range(9)]  # the freed blocks too
     busy = not B.query()
     torch.cuda.synchronize()
     del junk
