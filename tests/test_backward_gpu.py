@@ -20,7 +20,7 @@ import pytest
 
 import cudattn
 from cudattn import reference
-from cudattn.reference.rule import check_close
+from cudattn.reference.rule import check_close, gradient_eps
 
 pytestmark = pytest.mark.gpu
 
@@ -41,14 +41,6 @@ def _poisoned(shape, dtype):
     return cudattn.to_device(np.full(shape, np.nan, dtype))
 
 
-def _eps(ref, dtype):
-    """FlashAttention-3's atol for gradients: 2·max|round(ref + 0.3) − 0.3 − ref| in the 16-bit dtype."""
-    r = np.asarray(ref, np.float64)
-    if dtype == np.float32:  # dsinks: float32 sums
-        return 1e-5
-    return 2 * float(np.abs((r + 0.3).astype(dtype).astype(np.float64) - 0.3 - r).max(initial=0)) + 1e-5
-
-
 def _sinks_eps(dout, q, k, v, dtype, **mods):
     """The eps of dsinks = −Σ_rows exp(sink − LSE)·D, D = Σ_d dO·O over the forward's O in the
     16-bit dtype. Rounding O moves each O_d by up to u·|O_d| (u: the dtype's unit roundoff),
@@ -66,7 +58,9 @@ def _sinks_eps(dout, q, k, v, dtype, **mods):
 def _check(grads, ref, naive, what, sinks_eps=None):
     for name, g, r, n in zip(("dq", "dk", "dv", "dsinks"), grads, ref, naive):
         g = g if isinstance(g, np.ndarray) else cudattn.to_host(g)
-        eps = sinks_eps if name == "dsinks" and sinks_eps is not None else _eps(r, np.asarray(n).dtype)
+        dt = np.asarray(n).dtype
+        eps = sinks_eps if name == "dsinks" and sinks_eps is not None else \
+            1e-5 if dt == np.float32 else gradient_eps(r, dt)  # dsinks: float32 sums
         ok, err, bound = check_close(g, r, n, atol=eps)
         assert ok, f"{what}: {name} off by {err:.3g} > {bound:.3g}"
 

@@ -32,14 +32,20 @@ def run_backward(problem, bwd, dout, q, k, v, out, lse, dq, dk, dv, device, devi
     vl = problem.varlen
     packed = vl is not None
     Hq, Hkv, D = problem.heads_q, problem.heads_kv, problem.head_dim
-    shapes = ((vl.total_q, Hq, D), (vl.total_k, Hkv, D)) if packed else _shapes(problem)
+    # (shape, seqlen, heads) of dq and of dk and dv, allocated C-contiguous where not given
+    if packed:
+        like = ((vl.total_q, Hq, D), 0, Hq), ((vl.total_k, Hkv, D), 0, Hkv)
+    else:
+        B, Sq, Sk = problem.batch, problem.seqlen_q, problem.seqlen_k
+        bshd = problem.layout == "bshd"
+        like = (((B, Sq, Hq, D) if bshd else (B, Hq, Sq, D)), Sq, Hq), \
+            (((B, Sk, Hkv, D) if bshd else (B, Hkv, Sk, D)), Sk, Hkv)
     geoms = [bwd.dq, bwd.dk, bwd.dv]
     grads = []
-    for i, (g, shape) in enumerate(zip((dq, dk, dv), (shapes[0], shapes[1], shapes[1]))):
+    for i, (g, (shape, seqlen, heads)) in enumerate(zip((dq, dk, dv), (like[0], like[1], like[1]))):
         if g is None:
             g = _array.empty_on(shape, problem.dtype, device, sref)
-            geoms[i] = TensorGeom(0, shape[1] * D, D) if packed else \
-                contiguous_geom(_seq_of(problem, i), _heads_of(problem, i), D, problem.layout)
+            geoms[i] = TensorGeom(0, heads * D, D) if packed else contiguous_geom(seqlen, heads, D, problem.layout)
         grads.append(g)
     sinks = problem.mods is not None and problem.mods.sinks
     dsinks = _array.empty_on((Hq,), _F32, device, sref) if sinks else None
@@ -97,22 +103,6 @@ def run_backward(problem, bwd, dout, q, k, v, out, lse, dq, dk, dv, device, devi
         _launch.launch(kernel, grid, (block, 1, 1), smem, h, P)
     del accum, dsum, lse2, sems  # freed stream-ordered, after the launches
     return (*grads, dsinks) if sinks else tuple(grads)
-
-
-def _shapes(problem):
-    B, Sq, Sk, Hq, Hkv, D = problem.batch, problem.seqlen_q, problem.seqlen_k, problem.heads_q, problem.heads_kv, \
-        problem.head_dim
-    if problem.layout == "bshd":
-        return (B, Sq, Hq, D), (B, Sk, Hkv, D)
-    return (B, Hq, Sq, D), (B, Hkv, Sk, D)
-
-
-def _seq_of(problem, i):
-    return problem.seqlen_q if i == 0 else problem.seqlen_k
-
-
-def _heads_of(problem, i):
-    return problem.heads_q if i == 0 else problem.heads_kv
 
 
 def _fwd(problem, q, k, v, o, lse, num_m, cu_q, cu_k) -> FwdParams:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dtypes import FLOAT8_E4M3, dtype_name
-from .geometry import TensorGeom, share_bytes
+from .geometry import TensorGeom, c_strides, share_bytes
 from .problem import Problem
 from .tensors import describe_array, check_no_overlap, kind_name, tensor_geom
 from .validate import check_bool, validate
@@ -92,8 +92,7 @@ def validate_backward(dout, q, k, v, out, lse, dq, dk, dv, *, host: bool, causal
         raise ValueError(f"lse must be the forward's LSE, float32 {names} = {want}; got shape {tuple(l_shape)}")
     if l_dt != _F32:
         raise TypeError(f"lse must be float32 (the forward's LSE); got {dtype_name(l_dt)}")
-    expect = tuple(int(np.prod(want[i + 1:], dtype=np.int64)) * 4 for i in range(len(want)))
-    if any(s != e for s, e, n in zip(l_strides, expect, want) if n > 1):
+    if any(s != e for s, e, n in zip(l_strides, c_strides(want, 4), want) if n > 1):
         raise ValueError(f"lse must be C-contiguous (as attention returns it); got strides {tuple(l_strides)} bytes")
 
     # the gradients given

@@ -256,8 +256,8 @@ def _demo_backward(args, host, dev, flops: float, rng) -> bool:
     naive = reference.attention_backward_naive(*args_, causal=args.causal)
     worst = []
     for name, g, r, n in zip(("dq", "dk", "dv"), grads, ref, naive):
-        eps = 2 * float(np.abs((r + 0.3).astype(q.dtype).astype(np.float64) - 0.3 - r).max())
-        ok, err, bound = reference.check_close(cudattn.to_host(g)[part].astype(np.float64), r, n, atol=eps + 1e-5)
+        ok, err, bound = reference.check_close(cudattn.to_host(g)[part].astype(np.float64), r, n,
+                                               atol=reference.gradient_eps(r, q.dtype))
         worst.append((ok, name, err, bound))
     ok = all(w[0] for w in worst)
     print("max |grad - ref| " + ", ".join(f"{n} {e:.3g} (bound {b:.3g})" for _, n, e, b in worst) +

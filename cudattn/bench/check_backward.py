@@ -14,7 +14,7 @@
   `attention_backward_naive` rounds them).
 
 The rule, per gradient: ``max|grad - ref| <= 2·max|naive - ref| + eps``, with FlashAttention-3's
-eps for gradients: twice the rounding of ``ref + 0.3`` to the input dtype, plus 1e-5.
+eps for gradients (`reference.gradient_eps`).
 """
 
 from __future__ import annotations
@@ -24,17 +24,11 @@ import math
 import numpy as np
 
 from .. import reference
-from ..reference.rule import check_close
+from ..reference.rule import check_close, gradient_eps
 from .check import sample_rows
 from .grids import Case
 
 ROWS = 32  # query rows at each end for dq
-
-
-def grad_eps(ref: np.ndarray, dtype) -> float:
-    """FlashAttention-3's atol for gradients: 2·max|round(ref + 0.3) - 0.3 - ref| in ``dtype``, + 1e-5."""
-    r = np.asarray(ref, np.float64)
-    return 2 * float(np.abs((r + 0.3).astype(dtype).astype(np.float64) - 0.3 - r).max(initial=0)) + 1e-5
 
 
 def _picked(case: Case):
@@ -102,7 +96,7 @@ def check_grads(case: Case, q, k, v, dout, out, lse, grads, rng: np.random.Gener
     low = np.dtype(q.dtype)
     each = {}
     for name, (got, ref, naive) in parts.items():
-        ok, err, bound = check_close(got, ref, naive, atol=grad_eps(ref, low))
+        ok, err, bound = check_close(got, ref, naive, atol=gradient_eps(ref, low))
         each[name] = {"ok": ok, "max_err": err, "bound": bound}
     res = combine(*each.values())
     res.update(grads=each, batches=bs, heads=hs, rows=2 * min(ROWS, case.Sq), of_rows=case.Sq,

@@ -32,7 +32,7 @@ one block of one head's score matrix (about 4 Mi scores, 32 MiB in float64) is h
 Modules (the public names above are all re-exported here, ``cudattn.reference.<name>``):
 `dense` (`attention`, `attention_naive` and their score-modifier path), `backward`, `varlen`, `kvcache`,
 `merge`, `fp8` (quantiser, e4m3 rounding, emulated FP8 attention) and `rule` (`check_close`,
-`error_stats`, `check_close_fp8`).
+`gradient_eps`, `error_stats`, `check_close_fp8`).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from .rule import (
     check_close,
     check_close_fp8,
     error_stats,
+    gradient_eps,
 )
 from .varlen import attention_varlen
 
@@ -65,6 +66,7 @@ __all__ = [
     "attention_naive",
     "attention_varlen",
     "check_close",
+    "gradient_eps",
     "kvcache_append",
     "gather_kv",
     "attention_with_kvcache",

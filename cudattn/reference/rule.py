@@ -1,6 +1,7 @@
 """The correctness rules GPU results are held to: `check_close` (FlashAttention's rule,
-``max|out − ref| ≤ 2·max|naive − ref| + atol``, NaN never passing) and, for FP8, `error_stats`
-(the accuracy metrics) and `check_close_fp8` (measured against `attention_fp8_emulated`)."""
+``max|out − ref| ≤ 2·max|naive − ref| + atol``, NaN never passing), `gradient_eps` (its atol for
+gradients) and, for FP8, `error_stats` (the accuracy metrics) and `check_close_fp8` (measured
+against `attention_fp8_emulated`)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,14 @@ def check_close(out: HostArrayLike, ref: HostArrayLike, naive: HostArrayLike, *,
     err = float(diff.max()) if diff.size else 0.0
     ok = bool(math.isfinite(err) and err <= bound)
     return ok, err, bound
+
+
+def gradient_eps(ref: HostArrayLike, dtype: Any) -> float:
+    """FlashAttention-3's atol for gradients in `check_close`: ``2·max|round(ref + 0.3) − 0.3 − ref|``
+    with the rounding to the 16-bit ``dtype``, plus 1e-5: room for the gradient's own rounding to
+    16 bits (naive's error holds one such rounding, but as a maximum over elements, not a bound)."""
+    r = np.asarray(ref, np.float64)
+    return 2 * float(np.abs((r + 0.3).astype(dtype).astype(np.float64) - 0.3 - r).max(initial=0)) + 1e-5
 
 
 def error_stats(out: HostArrayLike, ref: HostArrayLike) -> dict[str, float]:
