@@ -1,13 +1,11 @@
 // Entry points of the backward pass (sm_80+), one NVRTC program per variant (CUDATTN_* macros from
 // cudattn/_kernels/backward.py): the row-wise prepare pass, the main kernel over key blocks, the dQ
 // conversion and the sinks' gradient, launched in that order on one stream.
-#include "cudattn/bwd/rows.cuh"
 #include "cudattn/bwd_sm80.cuh"
 
 #ifndef CUDATTN_MODS
 #define CUDATTN_MODS 0
 #endif
-#define CUDATTN_ROW_THREADS 128
 
 #if CUDATTN_DTYPE_BF16
 typedef __nv_bfloat16 cudattn_elem_t;
@@ -15,22 +13,12 @@ typedef __nv_bfloat16 cudattn_elem_t;
 typedef __half cudattn_elem_t;
 #endif
 
+#include "cudattn/bwd/row_kernels.cuh"
+
 typedef cudattn::BwdSm80<cudattn_elem_t, CUDATTN_HEAD_DIM, CUDATTN_BLOCK_M, CUDATTN_BLOCK_N, CUDATTN_WARPS,
                          CUDATTN_STAGES, (CUDATTN_CAUSAL != 0), CUDATTN_MODS>
     cudattn_bwd_variant;
 
 extern "C" __global__ void __launch_bounds__(CUDATTN_WARPS * 32, CUDATTN_MIN_BLOCKS) flash_bwd_sm80(const __grid_constant__ BwdParams params) {
     cudattn_bwd_variant::run(params);
-}
-
-extern "C" __global__ void __launch_bounds__(CUDATTN_ROW_THREADS) flash_bwd_prepare(const __grid_constant__ BwdParams params) {
-    cudattn::bwd_prepare<cudattn_elem_t, CUDATTN_HEAD_DIM, CUDATTN_ROW_THREADS>(params);
-}
-
-extern "C" __global__ void __launch_bounds__(CUDATTN_ROW_THREADS) flash_bwd_finish_dq(const __grid_constant__ BwdParams params) {
-    cudattn::bwd_finish_dq<cudattn_elem_t, CUDATTN_HEAD_DIM, CUDATTN_ROW_THREADS>(params);
-}
-
-extern "C" __global__ void __launch_bounds__(256) flash_bwd_dsinks(const __grid_constant__ BwdParams params) {
-    cudattn::bwd_dsinks<256>(params);
 }

@@ -22,7 +22,7 @@ import cudattn
 from cudattn import reference
 from cudattn.reference.rule import check_close, gradient_eps
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("kernel_family")]
 
 F16 = np.dtype(np.float16)
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -165,7 +165,7 @@ def test_header_compiles_and_its_asserts_bite(exported, tmp_path, compiler, lang
 def _kernel_probes():
     """(source name, extra options, struct names): where each struct is declared for the kernels."""
     return [(None, [], ["FwdParams", "FwdSm90Params", "KvCacheGeom", "DecodeParams", "CombineParams", "AppendParams",
-                        "BwdParams"]),
+                        "BwdParams", "BwdSm90Params"]),
             ("fp8_transpose_v.cu", [], ["TransposeVParams"]),
             ("fp8_quantize.cu", ["-DCUDATTN_DQ_OUT=0"], ["Fp8QuantParams"])]
 
@@ -177,7 +177,7 @@ def test_kernel_declarations_have_the_mirrors_layout(tmp_path, source, options, 
     if source is None:
         _, headers = _kernels.sources()
         text = ('#include "cudattn/sm90/params.cuh"\n#include "cudattn/params_decode.cuh"\n'
-                '#include "cudattn/bwd/params.cuh"\n')
+                '#include "cudattn/bwd/sm90_params.cuh"\n')
     else:
         text, headers = _kernels.sources(source)
     asserts = "".join(_cabi.kernel_asserts(by_name[n], n) for n in names)

@@ -11,6 +11,7 @@ import pathlib
 
 SS_WIDTHS = (64, 80, 96, 128, 176, 192, 256) # S = Q K^T: N = keys per tile
 RS_WIDTHS = (64, 128, 192, 256)               # O += P V: N = head-dim tile
+SST_WIDTHS = (32, 64)                         # backward dQ = dS K: N = a consumer's share of the head dim
 FP8_SS_WIDTHS = (64, 96, 128, 192, 256)  # e4m3, k = 32: keys per tile
 FP8_RS_WIDTHS = (64, 128, 256)   # e4m3: head-dim tile
 
@@ -62,6 +63,23 @@ def _rs(n: int) -> list[str]:
     ]
 
 
+def _sst(n: int) -> list[str]:
+    r = n // 2
+    names, binds = _regs(n)
+    return [
+        f"/* D(64x{n}) (+)= A(64x16, shared) * B(16x{n}, shared); TransA/TransB 1: MN-major, 0: K-major */",
+        "template <int TransA, int TransB>",
+        f"static __device__ __forceinline__ void sst(float (&d)[{r}], unsigned long long desc_a,",
+        "                                           unsigned long long desc_b, bool accumulate) {",
+        f'    asm volatile("{{\\n\\t.reg .pred p;\\n\\tsetp.ne.b32 p, %{r + 2}, 0;\\n\\t"',
+        f'                 "wgmma.mma_async.sync.aligned.m64n{n}k16.f32." TY "." TY " "',
+        f'                 "{{{names}}}, %{r}, %{r + 1}, p, 1, 1, %{r + 3}, %{r + 4};\\n\\t}}"',
+        f"                 : {binds}",
+        '                 : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(TransA), "n"(TransB));',
+        "}",
+    ]
+
+
 def _rs_fp8(n: int) -> list[str]:
     r = n // 2
     names, binds = _regs(n)
@@ -94,6 +112,8 @@ def main() -> None:
         body += _ss(n)
     for n in RS_WIDTHS:
         body += _rs(n)
+    for n in SST_WIDTHS:
+        body += _sst(n)
     lines += _macro("CUDATTN_SM90_WGMMA_OPS(TY)", body)
     body = []
     for n in FP8_SS_WIDTHS:

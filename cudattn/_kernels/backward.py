@@ -1,12 +1,15 @@
 """Launch one validated backward problem on device arrays.
 
-Four launches on the call's stream (cu_src/flash_bwd_sm80.cu): the prepare pass (D = rowsum(dO * O),
+Four launches on the call's stream (cu_src/flash_bwd_sm80.cu, or on Hopper cu_src/flash_bwd_sm90.cu,
+whose main kernel reads q, k, v and dout through TMA maps encoded here): the prepare pass (D = rowsum(dO * O),
 the LSE in log2 units, the float32 dQ accumulator and, deterministic, the turn counters zeroed), the
 main kernel over key blocks (dK, dV; dS.K added into the accumulator), the dQ conversion, and with
 sinks their gradient. Workspace: O(B * H * S * D), never S x S.
 """
 
 from __future__ import annotations
+
+import ctypes
 
 import numpy as np
 
@@ -16,8 +19,9 @@ from .._runtime import device as _device
 from .._runtime import launch as _launch
 from .._spec.geometry import TensorGeom, contiguous_geom
 from . import registry as _kernels
-from .backward_traits import ROW_THREADS, select_backward
-from .params import BwdParams, FwdParams, fill_params, scale_log2
+from . import tma as _tma
+from .backward_traits import ROW_THREADS, select_for_device
+from .params import BwdParams, BwdSm90Params, FwdParams, fill_params, scale_log2
 
 __all__ = ["run_backward"]
 
@@ -60,8 +64,7 @@ def run_backward(problem, bwd, dout, q, k, v, out, lse, dq, dk, dv, device, devi
         return (*grads, dsinks) if sinks else tuple(grads)
 
     props = _device.device_properties(device_id)
-    kern = select_backward(problem.dtype, D, problem.causal, props.max_shared_memory_per_block_optin,
-                           problem.mods.bits if problem.mods is not None else 0)
+    kern = select_for_device(problem.dtype, D, problem.causal, props, problem.mods.bits if problem.mods is not None else 0)
     t = kern.tiles
     num_m = -(-problem.seqlen_q // t.block_m)
     num_n = -(-problem.seqlen_k // t.block_n)
@@ -93,16 +96,36 @@ def run_backward(problem, bwd, dout, q, k, v, out, lse, dq, dk, dv, device, devi
     arch = props.arch
     rows_per_block = ROW_THREADS // 32 * (32 // min(32, kern.tile_dim // 8))
     row_grid = (-(-rows_s // rows_per_block), Hq, rows_b)
+    main = _sm90_params(problem, bwd, P, kern, q.ptr, k.ptr, v.ptr, dout.ptr) if kern.family == "sm90" else P
     h = sref.handle
-    for entry, grid, block, smem in (
-            ("flash_bwd_prepare", row_grid, ROW_THREADS, 0),
-            ("flash_bwd_sm80", (num_n, Hkv, problem.batch), kern.threads, kern.smem_bytes),
-            ("flash_bwd_finish_dq", row_grid, ROW_THREADS, 0),
-            *((("flash_bwd_dsinks", (Hq, 1, 1), 256, 0),) if sinks else ())):
+    for entry, grid, block, smem, args in (
+            ("flash_bwd_prepare", row_grid, ROW_THREADS, 0, P),
+            (kern.main, (num_n, Hkv, problem.batch), kern.threads, kern.smem_bytes, main),
+            ("flash_bwd_finish_dq", row_grid, ROW_THREADS, 0, P),
+            *((("flash_bwd_dsinks", (Hq, 1, 1), 256, 0, P),) if sinks else ())):
         kernel = _kernels.get_kernel(kern.entry_point(entry), device, device_id, arch)
-        _launch.launch(kernel, grid, (block, 1, 1), smem, h, P)
+        _launch.launch(kernel, grid, (block, 1, 1), smem, h, args)
     del accum, dsum, lse2, sems  # freed stream-ordered, after the launches
     return (*grads, dsinks) if sinks else tuple(grads)
+
+
+def _sm90_params(problem, bwd, P: BwdParams, kern, q: int, k: int, v: int, dout: int) -> BwdSm90Params:
+    """The Hopper kernel's argument: BwdParams behind the TMA maps of q, k, v and dout (4-D over
+    head dim, seq, head, batch; a packed operand is one batch entry of all its rows), boxes of 64
+    columns by the kernel's query or key block."""
+    S = BwdSm90Params()
+    S.p = P
+    vl, t, D, dt = problem.varlen, kern.tiles, problem.head_dim, problem.dtype
+    (Sq, Bq), (Sk, Bk) = ((vl.total_q, 1), (vl.total_k, 1)) if vl is not None else \
+        ((problem.seqlen_q, problem.batch), (problem.seqlen_k, problem.batch))
+    for field, ptr, seqlen, heads, batch, geom, rows in (
+            ("tma_q", q, Sq, problem.heads_q, Bq, problem.q_strides, t.block_m),
+            ("tma_k", k, Sk, problem.heads_kv, Bk, problem.k_strides, t.block_n),
+            ("tma_v", v, Sk, problem.heads_kv, Bk, problem.v_strides, t.block_n),
+            ("tma_do", dout, Sq, problem.heads_q, Bq, bwd.dout, t.block_m)):
+        raw = _tma.encode_attention_operand(ptr, dt, D, seqlen, heads, batch, geom, rows)
+        ctypes.memmove(ctypes.addressof(getattr(S, field)), raw, len(raw))
+    return S
 
 
 def _fwd(problem, q, k, v, o, lse, num_m, cu_q, cu_k) -> FwdParams:

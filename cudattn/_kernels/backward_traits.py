@@ -1,9 +1,13 @@
-"""Compile-time variants of the backward kernels (cu_src/flash_bwd_sm80.cu), and which one serves a problem.
+"""Compile-time variants of the backward kernels, and which one serves a problem.
 
-One build holds four entry points (the prepare pass, the main kernel, the dQ conversion and the
-sinks' gradient): a `BwdKernel` names one of them, and the four of a variant share one cubin.
-The main kernel runs on every sm_80+ device, Hopper included (mma.sync). Tiles per head-dim
-width: BLOCK_M query rows per step, BLOCK_N keys per block (16 per warp), Q/dO stages.
+Two families, as the forward's: "sm80", the portable kernel (cu_src/flash_bwd_sm80.cu: mma.sync,
+cp.async) that every sm_80+ device runs, and on Hopper "sm90" (cu_src/flash_bwd_sm90.cu: TMA,
+wgmma, warp specialization) for head dims up to 128 without softcap or ALiBi (those compile into
+the portable kernel only). One build holds four entry points (the prepare pass, the main kernel,
+the dQ conversion and the sinks' gradient): a `BwdKernel` names one of them, and the four of a
+variant share one cubin. Portable tiles per head-dim width: BLOCK_M query rows per step, BLOCK_N
+keys per block (16 per warp), Q/dO stages; the Hopper kernel's are fixed by its width
+(bwd_sm90.cuh).
 """
 
 from __future__ import annotations
@@ -11,13 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .._spec.modifiers import MOD_ALIBI, MOD_SOFTCAP
-from .traits import ARCH_SMEM_LIMIT, DTYPE_NAMES, Tiles, _dtype_name, tile_dim_for
+from .traits import ARCH_SMEM_LIMIT, DTYPE_NAMES, HOPPER_ARCHS, Tiles, _dtype_name, family_for, tile_dim_for
 
-__all__ = ["BwdKernel", "select_backward", "all_backward_kernels", "BWD_TILE_DIMS", "ENTRIES"]
+__all__ = ["BwdKernel", "select_backward", "all_backward_kernels", "BWD_TILE_DIMS", "SM90_BWD_TILE_DIMS", "ENTRIES"]
 
-SOURCE = "flash_bwd_sm80.cu"
-ENTRIES = ("flash_bwd_prepare", "flash_bwd_sm80", "flash_bwd_finish_dq", "flash_bwd_dsinks")
+SOURCES = {"sm80": "flash_bwd_sm80.cu", "sm90": "flash_bwd_sm90.cu"}
+MAIN = {"sm80": "flash_bwd_sm80", "sm90": "flash_bwd_sm90"}
+ROW_ENTRIES = ("flash_bwd_prepare", "flash_bwd_finish_dq", "flash_bwd_dsinks")
+ENTRIES = ("flash_bwd_prepare", "flash_bwd_sm80", "flash_bwd_finish_dq", "flash_bwd_dsinks")  # the portable build's
 BWD_TILE_DIMS = (32, 64, 128)
+SM90_BWD_TILE_DIMS = (64, 128)
+# The Hopper kernel's shape per width (bwd_sm90.cuh): BLOCK_M, BLOCK_N, 12 warps, 2 stages.
+_SM90_TILES = {64: Tiles(128, 128, 12, 2, 1), 128: Tiles(64, 128, 12, 2, 1)}
 ROW_THREADS = 128  # CUDATTN_ROW_THREADS: the row-wise kernels' blocks
 
 # Fastest first; the first that fits the device's shared memory is used. A warp's share of the
@@ -45,23 +54,39 @@ class BwdKernel:
     entry: str = "flash_bwd_sm80"
     family: str = "sm80"
 
-    source = SOURCE
+    @property
+    def source(self) -> str:
+        return SOURCES[self.family]
 
     @property
     def kernel_name(self) -> str:
         return self.entry
 
     @property
+    def main(self) -> str:
+        """The main kernel's entry point of this build."""
+        return MAIN[self.family]
+
+    @property
+    def entries(self) -> tuple[str, ...]:
+        """The build's entry points in launch order (the last one only with sinks)."""
+        return ("flash_bwd_prepare", self.main, "flash_bwd_finish_dq", "flash_bwd_dsinks")
+
+    @property
     def threads(self) -> int:
-        return self.tiles.warps * 32 if self.entry == "flash_bwd_sm80" else 256 if self.entry == "flash_bwd_dsinks" \
+        return self.tiles.warps * 32 if self.entry == self.main else 256 if self.entry == "flash_bwd_dsinks" \
             else ROW_THREADS
 
     @property
     def smem_bytes(self) -> int:
-        """Dynamic shared memory of the main kernel (bwd_sm80.cuh, SMEM_BYTES); the others use none."""
-        if self.entry != "flash_bwd_sm80":
+        """Dynamic shared memory of the main kernel (bwd_sm80.cuh and bwd_sm90.cuh, SMEM_BYTES); the
+        others use none."""
+        if self.entry != self.main:
             return 0
         t, d = self.tiles, self.tile_dim
+        if self.family == "sm90":  # K, V; Q and dO stages; two dS^T tiles; lse2 and D stages; alignment
+            return (2 * t.block_n * d + 2 * t.stages * t.block_m * d + 2 * t.block_n * t.block_m) * 2 \
+                + 2 * t.stages * t.block_m * 4 + 1024
         return (2 * t.block_n * d + 2 * t.stages * t.block_m * d + t.block_n * t.block_m) * 2 + 2 * t.stages * t.block_m * 4
 
     def entry_point(self, entry: str) -> BwdKernel:
@@ -83,11 +108,19 @@ class BwdKernel:
                 f"{t.block_m}x{t.block_n} w{t.warps} s{t.stages}{mods}")
 
 
-def select_backward(dtype, head_dim: int, causal: bool, smem_limit: int, mods: int = 0) -> BwdKernel:
-    """The main kernel's variant for a problem (`BwdKernel.entry_point` gives its siblings)."""
+def select_backward(dtype, head_dim: int, causal: bool, smem_limit: int, mods: int = 0,
+                    family: str = "sm80") -> BwdKernel:
+    """The main kernel's variant for a problem (`BwdKernel.entry_point` gives its siblings).
+    ``family`` "sm90" (a Hopper device: `family_for`) picks the Hopper kernel where it serves the
+    problem, else the portable one."""
     name = _dtype_name(dtype)
-    d = tile_dim_for(head_dim, BWD_TILE_DIMS)
     mods &= MOD_SOFTCAP | MOD_ALIBI
+    if family == "sm90" and not mods and head_dim <= SM90_BWD_TILE_DIMS[-1]:
+        d = tile_dim_for(head_dim, SM90_BWD_TILE_DIMS)
+        k = BwdKernel(name, d, bool(causal), _SM90_TILES[d], 0, MAIN["sm90"], "sm90")
+        if k.smem_bytes <= smem_limit:
+            return k
+    d = tile_dim_for(head_dim, BWD_TILE_DIMS)
     cands = _MODS_CANDIDATES.get(d, _CANDIDATES[d]) if mods else _CANDIDATES[d]
     if mods & MOD_SOFTCAP:
         cands = _SOFTCAP_CANDIDATES.get(d, cands)
@@ -99,10 +132,21 @@ def select_backward(dtype, head_dim: int, causal: bool, smem_limit: int, mods: i
                      f"memory")
 
 
+def select_for_device(dtype, head_dim: int, causal: bool, props, mods: int = 0) -> BwdKernel:
+    """`select_backward` for a device with properties ``props`` (its family, `traits.FORCED_FAMILY` honoured)."""
+    return select_backward(dtype, head_dim, causal, props.max_shared_memory_per_block_optin, mods,
+                           family_for(props.arch))
+
+
 def all_backward_kernels(arch: str, with_mods: bool = True) -> list[BwdKernel]:
     """Every backward build the API can launch on a device of this compile target (one entry per
-    build: the main kernel's; its siblings share the cubin)."""
+    build: the main kernel's; its siblings share the cubin): the portable ones, and on Hopper the
+    Hopper kernel's too."""
     limit = ARCH_SMEM_LIMIT[arch]
     mods_list = (0, MOD_SOFTCAP, MOD_ALIBI, MOD_SOFTCAP | MOD_ALIBI) if with_mods else (0,)
-    return [select_backward(dt, d, c, limit, m) for dt in DTYPE_NAMES.values() for d in BWD_TILE_DIMS
-            for c in (False, True) for m in mods_list]
+    out = [select_backward(dt, d, c, limit, m) for dt in DTYPE_NAMES.values() for d in BWD_TILE_DIMS
+           for c in (False, True) for m in mods_list]
+    if arch in HOPPER_ARCHS:
+        out += [select_backward(dt, d, c, limit, 0, "sm90") for dt in DTYPE_NAMES.values() for d in SM90_BWD_TILE_DIMS
+                for c in (False, True)]
+    return out

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ctypes
 
-from .._kernels.params import (AppendParams, BwdParams, CombineParams, DecodeParams, FwdParams, FwdSm90Params, KvCacheGeom,
+from .._kernels.params import (AppendParams, BwdParams, BwdSm90Params, CombineParams, DecodeParams, FwdParams, FwdSm90Params, KvCacheGeom,
                                TransposeVParams)
 from .._kernels.quantize import Fp8QuantParams
 
@@ -25,6 +25,7 @@ STRUCTS = (
     (FwdParams, "FwdParams"),
     (FwdSm90Params, "FwdSm90Params"),
     (BwdParams, "BwdParams"),
+    (BwdSm90Params, "BwdSm90Params"),
     (DecodeParams, "DecodeParams"),
     (CombineParams, "CombineParams"),
     (AppendParams, "AppendParams"),

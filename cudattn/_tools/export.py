@@ -148,7 +148,7 @@ def _launch(spec) -> dict | None:
     if not isinstance(spec, _bwd_traits.BwdKernel):
         return None
     return {e: {"threads": spec.entry_point(e).threads, "dynamic_smem": spec.entry_point(e).smem_bytes}
-            for e in _bwd_traits.ENTRIES}
+            for e in spec.entries}
 
 
 def _build_key(spec) -> tuple:

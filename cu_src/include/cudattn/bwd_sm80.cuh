@@ -15,6 +15,7 @@
 #include "cudattn/bwd/dq.cuh"
 #include "cudattn/bwd/params.cuh"
 #include "cudattn/bwd/scores.cuh"
+#include "cudattn/bwd/walk.cuh"
 #include "cudattn/mask.cuh"
 #include "cudattn/seqlen.cuh"
 #include "cudattn/smem_tile.cuh"
@@ -41,10 +42,6 @@ struct BwdSm80 {
     static_assert(STAGES == 1 || STAGES == 2, "Q/dO stages");
     static constexpr int SMEM_BYTES = (2 * BN * D + 2 * STAGES * BM * D + BN * BM) * 2 + 2 * STAGES * BM * 4;
 
-    static __device__ __forceinline__ long long lse_row0(const FwdParams& f, const SeqSpan& sq, int b, int hq) {
-        return f.cu_seqlens_q != nullptr ? (long long)hq * f.seqlen_q + sq.q0 : ((long long)b * f.heads_q + hq) * f.seqlen_q;
-    }
-
     static __device__ __forceinline__ void run(const BwdParams& P) {
         const FwdParams& p = P.f;
         extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -65,21 +62,10 @@ struct BwdSm80 {
         const int chunks_valid = p.head_dim / 8;
         const int off = sq.causal_offset;
 
-        // Query blocks whose key range (mask.cuh, key_tiles: the forward's own rule) holds this block.
+        const BwdWalk<BM, BN, CAUSAL> walk(p, sq, n_start, hkv, P.semaphores != nullptr);
+        const int total = walk.total, nm = walk.nm;
         const int wl = p.has_window ? p.window_left : -1;
         const int wr_ = CAUSAL ? 0 : (p.has_window ? p.window_right : -1);
-        const int num_m = (sq.seqlen_q + BM - 1) / BM;
-        int m_lo = 0, m_hi = num_m - 1;
-        if (wr_ >= 0) {  // some row i sees the block's first key iff n_start <= i + off + right
-            const int need = n_start - off - wr_;  // the first row that may see it
-            m_lo = need <= 0 ? 0 : need / BM;
-        }
-        if (wl >= 0) {  // ... and its last key iff n_start + BN - 1 >= i + off - left
-            const int last = n_start + BN - 1 - off + wl;  // the last row that may see it
-            m_hi = last < 0 ? -1 : min(m_hi, last / BM);
-        }
-        const int nm = max(0, m_hi - m_lo + 1);
-        const int total = nm * p.group;  // (query head of the group, query block) pairs
 
         const BwdMask mask{sq.seqlen_q, sq.seqlen_k, off, wl, wr_};
         const float alibi_scale = p.alibi_mul;
@@ -95,12 +81,8 @@ struct BwdSm80 {
             TileLoader<T, BN, D, NT> vl(static_cast<const T*>(p.v) + v_off, p.v_stride_s, tid, chunks_valid);
             vl.template copy<true>(sV, p.v_stride_s, keys_valid, chunks_valid);
         }
-        // Pair `it`: query head hkv * group + it / nm, query block m_lo + it % nm, into slot it % STAGES.
-        // Deterministic: query blocks from the last down, so that every key block of a head starts on
-        // the block all of them see and the turns (key blocks in order) cost one step of lag each,
-        // not a climb through the blocks below; otherwise upward, key blocks a few steps apart, so
-        // their float atomics seldom meet on one address.
-        auto m_of = [&](int it) { return P.semaphores != nullptr ? m_hi - it % nm : m_lo + it % nm; };
+        // Pair `it`: query head walk.head(it), query block walk.m_block(it), into slot it % STAGES.
+        auto m_of = [&](int it) { return walk.m_block(it); };
         auto load_q = [&](int it) {
             const int hq = hkv * p.group + it / nm, m_start = m_of(it) * BM, slot = it % STAGES;
             const int rows = min(BM, sq.seqlen_q - m_start);
@@ -112,7 +94,7 @@ struct BwdSm80 {
             dl.template copy<true>(sdO + slot * BM * D, P.do_stride_s, rows, chunks_valid);
             if (tid < 2 * BM) {
                 const int r = tid % BM;
-                const long long idx = lse_row0(p, sq, b, hq) + m_start + min(r, rows - 1);
+                const long long idx = bwd_lse_row0(p, sq, b, hq) + m_start + min(r, rows - 1);
                 const float* src = tid < BM ? P.lse2 + idx : P.dsum + idx;
                 float* dst = (tid < BM ? sLse2 : sDsum) + slot * BM + r;
                 cp_async_4(smem_addr(dst), src, r < rows);

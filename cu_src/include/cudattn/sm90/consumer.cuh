@@ -15,11 +15,6 @@
 namespace cudattn {
 namespace sm90 {
 
-template <int N>
-__device__ __forceinline__ float (&flat(float (&a)[1][N / 8][4]))[N / 2] {
-    return *reinterpret_cast<float(*)[N / 2]>(&a[0][0][0]);
-}
-
 template <class K>
 struct Sm90Consumer {
     typedef typename K::T T;

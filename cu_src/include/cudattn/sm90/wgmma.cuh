@@ -53,6 +53,13 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// A 64xN accumulator tile as fragments [1][N/8][4] (the mma.sync C layout's shape), as the flat
+// N/2 floats the instruction wrappers take.
+template <int N>
+__device__ __forceinline__ float (&flat(float (&a)[1][N / 8][4]))[N / 2] {
+    return *reinterpret_cast<float(*)[N / 2]>(&a[0][0][0]);
+}
+
 // Two 16-bit values (lo = the lower column) packed for a register A operand.
 __device__ __forceinline__ unsigned pack2(float lo, float hi, __half) {
     __half2 h = __floats2half2_rn(lo, hi);

@@ -1,0 +1,18 @@
+// Entry points of the Hopper backward pass (sm_90a), one NVRTC program per variant (CUDATTN_*
+// macros from cudattn/_kernels/backward.py): the row-wise passes shared with the portable family
+// and the main kernel (bwd_sm90.cuh), launched prepare, main, dQ conversion, sinks' gradient.
+#include "cudattn/bwd_sm90.cuh"
+
+#if CUDATTN_DTYPE_BF16
+typedef __nv_bfloat16 cudattn_elem_t;
+#else
+typedef __half cudattn_elem_t;
+#endif
+
+#include "cudattn/bwd/row_kernels.cuh"
+
+typedef cudattn::sm90::BwdSm90<cudattn_elem_t, CUDATTN_HEAD_DIM, (CUDATTN_CAUSAL != 0)> cudattn_bwd_variant;
+
+extern "C" __global__ void __launch_bounds__(cudattn_bwd_variant::NT, 1) flash_bwd_sm90(const __grid_constant__ BwdSm90Params params) {
+    cudattn_bwd_variant::run(params);
+}

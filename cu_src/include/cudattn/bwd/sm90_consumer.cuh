@@ -1,0 +1,219 @@
+// The Hopper backward's consumers (bwd_sm90.cuh): two warpgroups, 64 keys of the CTA's block each,
+// walk the query blocks the producer loads. Per block, with wgmma:
+//   S^T  = K.Q^T,  dP^T = V.dO^T    shared x shared (both K-major: the head dim is contiguous)
+//   P^T, dS^T in registers           (bwd/scores.cuh: the accumulators have the mma.sync layout)
+//   dV  += P^T.dO, dK += dS^T.Q      registers x shared (dO, Q MN-major), accumulated per CTA
+//   dQ   = dS.K                      dS^T through shared memory (MN-major A), then float atomics
+// dQ's 64 x D tile is split between the warpgroups: by query rows where the block has 128 (head
+// dim 64), by head-dim columns where it has 64 (head dim 128), so each reads a whole swizzle atom
+// of dS^T or K. dV's product runs while dS is computed; dK's while dS^T is stored and the two
+// warpgroups meet. K is the kernel (BwdSm90): its shape and barriers.
+#pragma once
+#include "cudattn/bwd/dq.cuh"
+#include "cudattn/bwd/scores.cuh"
+#include "cudattn/bwd/sm90_params.cuh"
+#include "cudattn/bwd/walk.cuh"
+#include "cudattn/sm90/sync.cuh"
+#include "cudattn/sm90/wgmma.cuh"
+
+namespace cudattn {
+namespace sm90 {
+
+template <class K>
+struct BwdSm90Consumer {
+    typedef typename K::T T;
+    typedef typename K::Barriers Barriers;
+    static constexpr bool CAUSAL = K::CAUSAL;
+    static constexpr int D = K::D, BM = K::BM, BN = K::BN, STAGES = K::STAGES, KB = K::KB;
+    static constexpr int Q_BOX = K::Q_BOX, KV_BOX = K::KV_BOX, Q_BYTES = K::Q_BYTES, DS_BOX = K::DS_BOX;
+    static constexpr int DS_BYTES = K::DS_BYTES;
+    static constexpr bool DQ_BY_ROWS = BM == 128;    // else by columns
+    static constexpr int DQ_N = DQ_BY_ROWS ? D : D / 2;  // dQ columns per warpgroup
+    static_assert(DQ_N == 64, "dQ: one 64-column swizzle atom per warpgroup");
+    static constexpr int BAR_DS = 1, BAR_DQ = 2;  // named barriers of the 256 consumer threads
+
+    struct ConsumerSync {
+        __device__ __forceinline__ void operator()() const { named_sync(BAR_DQ, 256); }
+    };
+
+    // D(64 x BM) = A(64 rows of K or V) . B(BM rows of Q or dO)^T over the head dim: k-steps of 32
+    // bytes inside each 128-byte box row, boxes apart by the tiles' box sizes.
+    static __device__ __forceinline__ void issue_scores(float (&acc)[1][BM / 8][4], unsigned long long a,
+                                                        unsigned long long b) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const unsigned step = (kk % 4) * (32 >> 4), box = kk / 4;
+            Wgmma<T>::ss(flat<BM>(acc), a + step + box * (KV_BOX >> 4), b + step + box * (Q_BOX >> 4), kk > 0);
+        }
+    }
+
+    // acc(64 x D) += A(registers, 64 keys x BM queries) . B(BM query rows of a stage, MN-major):
+    // 16 queries (2048 bytes of rows) per k-step.
+    static __device__ __forceinline__ void issue_grad(float (&acc)[1][D / 8][4], const unsigned (&a)[BM / 16][4],
+                                                      unsigned long long b) {
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk) Wgmma<T>::template rs<1>(flat<D>(acc), a[kk], b + kk * (2048 >> 4), true);
+    }
+
+    // fp32 accumulators -> the A operand of the next product (the warp's 16 rows, 16 columns a step).
+    static __device__ __forceinline__ void to_operand(unsigned (&a)[BM / 16][4], const float (&s)[1][BM / 8][4]) {
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk) {
+            a[kk][0] = pack2(s[0][2 * kk][0], s[0][2 * kk][1], T());
+            a[kk][1] = pack2(s[0][2 * kk][2], s[0][2 * kk][3], T());
+            a[kk][2] = pack2(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1], T());
+            a[kk][3] = pack2(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3], T());
+        }
+    }
+
+    // This warp's dS^T rows into the tile (BN key rows; BM / 64 boxes of 64 queries, 128-byte rows
+    // in the 128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8)).
+    static __device__ __forceinline__ void store_ds(unsigned char* tile, const unsigned (&a)[BM / 16][4], int row0,
+                                                    int lane) {
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = row0 + g + 8 * h;
+#pragma unroll
+            for (int mf = 0; mf < BM / 8; ++mf) {  // query fragment: 8 columns, one 16-byte chunk
+                const int box = mf / 8, chunk = (mf % 8) ^ (r % 8);
+                *reinterpret_cast<unsigned*>(tile + box * DS_BOX + r * 128 + chunk * 16 + 4 * t) = a[mf / 2][2 * (mf % 2) + h];
+            }
+        }
+    }
+
+    static __device__ __forceinline__ void release(unsigned long long* bar, int lane) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar);
+    }
+
+    static __device__ __forceinline__ void consume(const BwdSm90Params& P, Barriers& bars, const typename K::Smem& sm,
+                                                   const BwdWalk<BM, BN, CAUSAL>& walk, const SeqSpan& sq, int n_block,
+                                                   int b, int cw, int ltid) {
+        const BwdParams& bp = P.p;
+        const FwdParams& p = bp.f;
+        const int warp = ltid / 32, lane = ltid % 32;
+        const int n_start = n_block * BN;
+        const int key_row0 = cw * 64 + warp * 16;  // this warp's first key row in the block
+        const int wl = p.has_window ? p.window_left : -1;
+        const int wr = CAUSAL ? 0 : (p.has_window ? p.window_right : -1);
+        const BwdMask mask{sq.seqlen_q, sq.seqlen_k, sq.causal_offset, wl, wr};
+
+        // Descriptors (a byte offset b is added as b >> 4). K-major: K and V rows of this warpgroup
+        // as A, Q and dO rows as B. MN-major: Q and dO as B of dK and dV; dS^T as A and K as B of dQ.
+        const unsigned long long k_a = smem_desc_sw128(sm.k + cw * 64 * 128, 16, 1024);
+        const unsigned long long v_a = smem_desc_sw128(sm.v + cw * 64 * 128, 16, 1024);
+        const unsigned long long q_b = smem_desc_sw128(sm.q, 16, 1024);
+        const unsigned long long do_b = smem_desc_sw128(sm.dout, 16, 1024);
+        const unsigned long long q_mn = smem_desc_sw128(sm.q, Q_BOX, 1024);
+        const unsigned long long do_mn = smem_desc_sw128(sm.dout, Q_BOX, 1024);
+        const unsigned long long ds_a = smem_desc_sw128(sm.ds + (DQ_BY_ROWS ? cw * DS_BOX : 0), DS_BOX, 1024);
+        const unsigned long long k_mn = smem_desc_sw128(sm.k + (DQ_BY_ROWS ? 0 : cw * KV_BOX), KV_BOX, 1024);
+        const int dq_row0 = (DQ_BY_ROWS ? cw * 64 : 0) + warp * 16, dq_col0 = DQ_BY_ROWS ? 0 : cw * 64;
+
+        float dk[1][D / 8][4], dv[1][D / 8][4];
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dk[0][i][e] = dv[0][i][e] = 0.f;
+
+        mbar_wait(&bars.kv_full, 0);
+        int used = 0;  // blocks that went through dS^T's double buffer
+        for (int it = 0; it < walk.total; ++it) {
+            const int st = it % STAGES;
+            const int hq = walk.head(it), m_block = walk.m_block(it), m_start = m_block * BM;
+            const int rows = min(BM, sq.seqlen_q - m_start);
+            const TileRange tiles = key_tiles<BN, CAUSAL>(p, sq, m_start, rows);
+            mbar_wait(&bars.q_full[st], (it / STAGES) & 1);
+            // The walk's query blocks may miss this key block only at its range's rounded ends.
+            if (n_block < tiles.first || n_block >= tiles.first + tiles.count) {
+                release(&bars.q_empty[st], lane);
+                continue;
+            }
+            const bool masked = m_start + BM > sq.seqlen_q || tile_needs_mask<BN, CAUSAL>(p, sq, n_start, m_start, rows);
+            float s[1][BM / 8][4], dp[1][BM / 8][4];
+            wgmma_fence();
+            issue_scores(s, k_a, q_b + st * (Q_BYTES >> 4));
+            wgmma_commit();
+            issue_scores(dp, v_a, do_b + st * (Q_BYTES >> 4));
+            wgmma_commit();
+            wgmma_wait<1>();
+            fence_operands(flat<BM>(s));
+            bwd_probs<0, 1, BM / 8>(s, s, sm.lse2 + st * BM, p.scale_log2, 0.f, 0.f, n_start + key_row0, m_start,
+                                    masked, mask, lane);
+            unsigned pk[BM / 16][4], dsk[BM / 16][4];
+            if constexpr (!DQ_BY_ROWS) {  // 64 x 64 scores: dV's product runs while dS is computed
+                to_operand(pk, s);
+                wgmma_fence();
+                issue_grad(dv, pk, do_mn + st * (Q_BYTES >> 4));
+                wgmma_commit();
+                wgmma_wait<1>();  // dP^T is in; dV's product may still run
+                fence_operands(flat<BM>(dp));
+                bwd_dscores<0, 1, BM / 8>(dp, s, s, sm.dsum + st * BM, lane);
+            } else {  // 64 x 128: P^T's operand beside both fp32 tiles would not fit in registers
+                wgmma_wait<0>();
+                fence_operands(flat<BM>(dp));
+                bwd_dscores<0, 1, BM / 8>(dp, s, s, sm.dsum + st * BM, lane);
+                to_operand(pk, s);
+                wgmma_fence();
+                issue_grad(dv, pk, do_mn + st * (Q_BYTES >> 4));
+                wgmma_commit();
+            }
+            to_operand(dsk, dp);
+            unsigned char* ds_tile = sm.ds + (used & 1) * DS_BYTES;
+            store_ds(ds_tile, dsk, key_row0, lane);
+            wgmma_fence();
+            issue_grad(dk, dsk, q_mn + st * (Q_BYTES >> 4));
+            wgmma_commit();
+            // dS^T complete from both warpgroups (and visible to wgmma) before dQ reads it. With two
+            // buffers, the barrier also keeps a warpgroup from rewriting one the other still reads.
+            fence_proxy_async_smem();
+            named_sync(BAR_DS, 256);
+            float dq[1][DQ_N / 8][4];
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk)
+                Wgmma<T>::template sst<1, 1>(flat<DQ_N>(dq), ds_a + (used & 1) * (DS_BYTES >> 4) + kk * (2048 >> 4),
+                                             k_mn + kk * (2048 >> 4), kk > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_operands(flat<D>(dv));
+            fence_operands(flat<D>(dk));
+            fence_operands(flat<DQ_N>(dq));
+            release(&bars.q_empty[st], lane);
+            ++used;
+
+            const long long row_stride = (long long)p.heads_q * bp.tile_dim;
+            const long long row0 = (p.cu_seqlens_q != nullptr ? 0 : (long long)b * p.seqlen_q) + sq.q0 + m_start;
+            float* accum = bp.dq_accum + row0 * row_stride + (long long)hq * bp.tile_dim;
+            int* counter = bp.semaphores != nullptr
+                               ? bp.semaphores + ((long long)b * p.heads_q + hq) * p.num_m_blocks + m_block
+                               : nullptr;
+            const bool leader = cw == 0 && ltid == 0;
+            if (counter != nullptr) wait_turn(counter, n_block - tiles.first, leader, ConsumerSync());
+            dq_accumulate<DQ_N / 8>(dq[0], accum, row_stride, dq_row0, dq_col0, rows, lane);
+            if (counter != nullptr) pass_turn(counter, leader, ConsumerSync());
+        }
+
+        // dK (times the scale) and dV, straight from the accumulators.
+        const int g = lane >> 2, t = lane & 3;
+        const int keys_valid = min(BN, sq.seqlen_k - n_start);
+        T* gk = static_cast<T*>(bp.dk) + b * bp.dk_stride_b + walk.hkv * bp.dk_stride_h + (long long)(sq.k0 + n_start) * bp.dk_stride_s;
+        T* gv = static_cast<T*>(bp.dv) + b * bp.dv_stride_b + walk.hkv * bp.dv_stride_h + (long long)(sq.k0 + n_start) * bp.dv_stride_s;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = key_row0 + g + 8 * h;
+            if (r >= keys_valid) continue;
+#pragma unroll
+            for (int df = 0; df < D / 8; ++df) {
+                const int c = df * 8 + 2 * t;
+                if (c >= p.head_dim) continue;
+                *reinterpret_cast<unsigned*>(gk + r * bp.dk_stride_s + c) = pack2(dk[0][df][2 * h] * bp.scale, dk[0][df][2 * h + 1] * bp.scale, T());
+                *reinterpret_cast<unsigned*>(gv + r * bp.dv_stride_s + c) = pack2(dv[0][df][2 * h], dv[0][df][2 * h + 1], T());
+            }
+        }
+    }
+};
+
+}  // namespace sm90
+}  // namespace cudattn

@@ -1,0 +1,48 @@
+// Which query blocks a key block's CTA visits, in which order: every block whose key range (the
+// forward's own rule, mask.cuh key_tiles) may hold the key block, for each query head of the KV
+// head's group. Shared by the backward kernels of both families.
+#pragma once
+#include "cudattn/mask.cuh"
+#include "cudattn/seqlen.cuh"
+
+namespace cudattn {
+
+template <int BM, int BN, bool CAUSAL>
+struct BwdWalk {
+    int m_lo, m_hi, nm, total;  // query blocks m_lo..m_hi (nm of them) for each of the group's heads
+    int hkv, group;
+    bool top_down;
+
+    // top_down (deterministic): query blocks from the last down, so that every key block of a head
+    // starts on the block all of them see and the turns (key blocks in order) cost one step of
+    // lag each, not a climb through the blocks below; otherwise upward, key blocks a few steps
+    // apart, so their float atomics seldom meet on one address.
+    __device__ __forceinline__ BwdWalk(const FwdParams& p, const SeqSpan& sq, int n_start, int hkv_, bool top_down_)
+        : hkv(hkv_), group(p.group), top_down(top_down_) {
+        const int off = sq.causal_offset;
+        const int wl = p.has_window ? p.window_left : -1;
+        const int wr = CAUSAL ? 0 : (p.has_window ? p.window_right : -1);
+        const int num_m = (sq.seqlen_q + BM - 1) / BM;
+        m_lo = 0;
+        m_hi = num_m - 1;
+        if (wr >= 0) {  // some row i sees the block's first key iff n_start <= i + off + right
+            const int need = n_start - off - wr;  // the first row that may see it
+            m_lo = need <= 0 ? 0 : need / BM;
+        }
+        if (wl >= 0) {  // ... and its last key iff n_start + BN - 1 >= i + off - left
+            const int last = n_start + BN - 1 - off + wl;  // the last row that may see it
+            m_hi = last < 0 ? -1 : min(m_hi, last / BM);
+        }
+        nm = max(0, m_hi - m_lo + 1);
+        total = nm * p.group;
+    }
+    __device__ __forceinline__ int m_block(int it) const { return top_down ? m_hi - it % nm : m_lo + it % nm; }
+    __device__ __forceinline__ int head(int it) const { return hkv * group + it / nm; }
+};
+
+// The row of (batch b, query head hq)'s first query in the LSE layout (bwd/params.cuh).
+__device__ __forceinline__ long long bwd_lse_row0(const FwdParams& f, const SeqSpan& sq, int b, int hq) {
+    return f.cu_seqlens_q != nullptr ? (long long)hq * f.seqlen_q + sq.q0 : ((long long)b * f.heads_q + hq) * f.seqlen_q;
+}
+
+}  // namespace cudattn

@@ -1,0 +1,88 @@
+// FlashAttention-3-style backward for Hopper (sm_90a): TMA, wgmma and warp specialization. One CTA
+// owns BN = 128 keys of one KV head (grid: key blocks x KV heads x batch) and walks every query
+// block that sees them, for each query head of the group (bwd/walk.cuh), as the portable kernel
+// (bwd_sm80.cuh) does; the products are those of bwd_sm80.cuh on wgmma. 1 + 2 warpgroups:
+//   warpgroup 0, the producer (bwd/sm90_producer.cuh): one warp loads K and V once, then Q, dO
+//     and the blocks' lse2 and D rows into a two-stage ring;
+//   warpgroups 1 and 2, the consumers (bwd/sm90_consumer.cuh): 64 keys each; dK and dV stay in
+//     registers for the whole walk, dQ goes through float atomics (ordered turns when
+//     deterministic, bwd/dq.cuh).
+// Query blocks of 128 rows at head dim 64 (S^T and dP^T of 64 x 128 beside dK and dV of 64 x 64),
+// 64 at head dim 128 (dK and dV of 64 x 128 leave room for 64 x 64 scores). The row-wise passes
+// (bwd/rows.cuh) are the portable kernel's.
+#pragma once
+#include "cudattn/bwd/sm90_consumer.cuh"
+#include "cudattn/bwd/sm90_params.cuh"
+#include "cudattn/bwd/sm90_producer.cuh"
+#include "cudattn/bwd/walk.cuh"
+#include "cudattn/sm90/sync.cuh"
+
+namespace cudattn {
+namespace sm90 {
+
+template <typename T_, int D_, bool CAUSAL_>
+struct BwdSm90 {
+    typedef T_ T;
+    static constexpr int D = D_;
+    static constexpr bool CAUSAL = CAUSAL_;
+    static_assert(D == 64 || D == 128, "head-dim tiles of 64 or 128");
+    static constexpr int BM = D == 64 ? 128 : 64, BN = 128, STAGES = 2;
+    static constexpr int NT = 384;  // the producer warpgroup + two consumers
+    static constexpr int KB = D / 64;               // 128-byte boxes per Q/K/V/dO row
+    static constexpr int Q_BOX = BM * 128, KV_BOX = BN * 128;
+    static constexpr int Q_BYTES = KB * Q_BOX, KV_BYTES = KB * KV_BOX;  // one tile of Q or dO; of K or V
+    static constexpr int DS_BOX = BN * 128, DS_BYTES = BM / 64 * DS_BOX;  // dS^T: BN key rows, boxes of 64 queries
+    static constexpr int SMEM_BYTES = 2 * KV_BYTES + 2 * STAGES * Q_BYTES + 2 * DS_BYTES + 2 * STAGES * BM * 4 + 1024;
+    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;  // 128 * 24 + 256 * 240 fit in 64K
+
+    struct Barriers {
+        unsigned long long kv_full, q_full[STAGES], q_empty[STAGES];
+    };
+    struct Smem {
+        unsigned char *k, *v, *q, *dout, *ds;  // 1 KiB aligned (swizzle atoms)
+        float *lse2, *dsum;                   // STAGES x BM each
+    };
+
+    static __device__ __forceinline__ void run(const BwdSm90Params& P) {
+        extern __shared__ unsigned char smem_raw[];
+        __shared__ Barriers bars;
+        const FwdParams& p = P.p.f;
+        const int n_block = blockIdx.x, hkv = blockIdx.y, b = blockIdx.z;
+        const SeqSpan sq = seq_span(p, b);
+        const int n_start = n_block * BN;
+        if (n_start >= sq.seqlen_k) return;  // the grid covers the longest sequence (uniform: the whole CTA)
+
+        Smem sm;
+        sm.k = reinterpret_cast<unsigned char*>((reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~1023ull);
+        sm.v = sm.k + KV_BYTES;
+        sm.q = sm.v + KV_BYTES;
+        sm.dout = sm.q + STAGES * Q_BYTES;
+        sm.ds = sm.dout + STAGES * Q_BYTES;
+        sm.lse2 = reinterpret_cast<float*>(sm.ds + 2 * DS_BYTES);
+        sm.dsum = sm.lse2 + STAGES * BM;
+
+        if (threadIdx.x == 0) {
+            mbar_init(&bars.kv_full, 1);
+#pragma unroll
+            for (int s = 0; s < STAGES; ++s) {
+                mbar_init(&bars.q_full[s], 32);  // the producer warp's lanes, after their lse2/D stores
+                mbar_init(&bars.q_empty[s], 8);  // every consumer warp, after the block's last product
+            }
+            fence_mbar_init();
+        }
+        __syncthreads();
+
+        const BwdWalk<BM, BN, CAUSAL> walk(p, sq, n_start, hkv, P.p.semaphores != nullptr);
+        const int wg = threadIdx.x / 128;
+        if (wg == 0) {
+            setmaxnreg_dec<PRODUCER_REGS>();
+            if (threadIdx.x < 32) BwdSm90Producer<BwdSm90>::produce(P, bars, sm, walk, sq, n_start, b, threadIdx.x);
+        } else {
+            setmaxnreg_inc<CONSUMER_REGS>();
+            BwdSm90Consumer<BwdSm90>::consume(P, bars, sm, walk, sq, n_block, b, wg - 1, threadIdx.x % 128);
+        }
+    }
+};
+
+}  // namespace sm90
+}  // namespace cudattn
