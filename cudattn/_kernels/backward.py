@@ -112,7 +112,7 @@ def run_backward(problem, bwd, dout, q, k, v, out, lse, dq, dk, dv, device, devi
 def _sm90_params(problem, bwd, P: BwdParams, kern, q: int, k: int, v: int, dout: int) -> BwdSm90Params:
     """The Hopper kernel's argument: BwdParams behind the TMA maps of q, k, v and dout (4-D over
     head dim, seq, head, batch; a packed operand is one batch entry of all its rows), boxes of 64
-    columns by the kernel's query or key block."""
+    columns by the kernel's query or key block, and of the dQ accumulator it adds into."""
     S = BwdSm90Params()
     S.p = P
     vl, t, D, dt = problem.varlen, kern.tiles, problem.head_dim, problem.dtype
@@ -125,6 +125,8 @@ def _sm90_params(problem, bwd, P: BwdParams, kern, q: int, k: int, v: int, dout:
             ("tma_do", dout, Sq, problem.heads_q, Bq, bwd.dout, t.block_m)):
         raw = _tma.encode_attention_operand(ptr, dt, D, seqlen, heads, batch, geom, rows)
         ctypes.memmove(ctypes.addressof(getattr(S, field)), raw, len(raw))
+    raw = _tma.encode_dq_accum(P.dq_accum, kern.tile_dim, problem.heads_q, P.rows_s, P.rows_b, t.block_m)
+    ctypes.memmove(ctypes.addressof(S.tma_dq), raw, len(raw))
     return S
 
 

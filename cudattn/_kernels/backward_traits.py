@@ -84,9 +84,9 @@ class BwdKernel:
         if self.entry != self.main:
             return 0
         t, d = self.tiles, self.tile_dim
-        if self.family == "sm90":  # K, V; Q and dO stages; two dS^T tiles; lse2 and D stages; alignment
+        if self.family == "sm90":  # K, V; Q and dO stages; two dS^T tiles; dQ's float32 tile; lse2 and D; alignment
             return (2 * t.block_n * d + 2 * t.stages * t.block_m * d + 2 * t.block_n * t.block_m) * 2 \
-                + 2 * t.stages * t.block_m * 4 + 1024
+                + t.block_m * d * 4 + 2 * t.stages * t.block_m * 4 + 1024
         return (2 * t.block_n * d + 2 * t.stages * t.block_m * d + t.block_n * t.block_m) * 2 + 2 * t.stages * t.block_m * 4
 
     def entry_point(self, entry: str) -> BwdKernel:

@@ -88,13 +88,15 @@ class BwdParams(ctypes.Structure):
 
 
 class BwdSm90Params(ctypes.Structure):
-    """`BwdSm90Params` of cu_src/include/cudattn/bwd/sm90_params.cuh: the TMA maps of q, k, v and
-    dout (each at a 64-byte offset), the shared BwdParams, padded to the C struct's 64-byte alignment."""
+    """`BwdSm90Params` of cu_src/include/cudattn/bwd/sm90_params.cuh: the TMA maps of q, k, v, dout
+    and the dQ accumulator (each at a 64-byte offset), the shared BwdParams, padded to the C struct's
+    64-byte alignment."""
 
     _fields_ = [
         ("tma_q", _TensorMap), ("tma_k", _TensorMap), ("tma_v", _TensorMap), ("tma_do", _TensorMap),
+        ("tma_dq", _TensorMap),
         ("p", BwdParams),
-        ("pad_", ctypes.c_uint8 * (-(4 * 128 + ctypes.sizeof(BwdParams)) % 64)),
+        ("pad_", ctypes.c_uint8 * (-(5 * 128 + ctypes.sizeof(BwdParams)) % 64)),
     ]
 
 

@@ -23,6 +23,7 @@ _DATA_TYPE = {
     FLOAT16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
     BFLOAT16: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
     FLOAT8_E4M3: driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,  # TMA only moves the bytes
+    np.dtype(np.float32): driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,  # the backward's dQ sums
 }
 
 
@@ -39,13 +40,13 @@ _SWIZZLE = {128: driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
 
 
 def encode(ptr: int, dtype, dims, strides_bytes, box, swizzle: int = 128) -> bytes:
-    """A tiled map of a tensor at ``ptr`` (16-bit or e4m3 elements). ``dims`` and ``box`` list the axes
+    """A tiled map of a tensor at ``ptr`` (16-bit, e4m3 or float32 elements). ``dims`` and ``box`` list the axes
     innermost first (the innermost has unit stride); ``strides_bytes`` the byte strides of the
     others. Boxes land in shared memory in the ``swizzle``-byte swizzle layout (128 or 64), so a box
     row is at most that many bytes. Out-of-bounds elements of a box read as zero and are not stored."""
     dt = np.dtype(dtype)
     if dt not in _DATA_TYPE:
-        raise TypeError(f"TMA maps are made for float16, bfloat16 and float8_e4m3fn here; got {dt}")
+        raise TypeError(f"TMA maps are made for float16, bfloat16, float8_e4m3fn and float32 here; got {dt}")
     if len(strides_bytes) != len(dims) - 1 or len(box) != len(dims):
         raise ValueError(f"{len(dims)} dims need {len(dims) - 1} strides and {len(dims)} box sizes")
     if swizzle not in _SWIZZLE:
@@ -86,6 +87,25 @@ def encode_vt(ptr: int, dtype, head_dim: int, seq_pad: int, heads: int, batch: i
     if _recording.active:
         _note(ptr, raw)
     return raw
+
+
+def encode_dq_accum(ptr: int, tile_dim: int, heads: int, rows_s: int, rows_b: int, box_rows: int) -> bytes:
+    """The 4-D map (column, head, row, batch) of the backward's float32 dQ accumulator, contiguous
+    (rows_b * rows_s, heads, tile_dim), boxes of 32 columns (one 128-byte swizzle row) x ``box_rows``
+    rows of one head: the Hopper kernel adds its blocks into it. Rows past rows_s are outside the
+    map, so a block's tail is dropped. A recorded call notes the map's address."""
+    raw = _encode_dq_accum(ptr, tile_dim, heads, rows_s, rows_b, box_rows)
+    if _recording.active:
+        _note(ptr, raw)
+    return raw
+
+
+@functools.lru_cache(maxsize=256)
+def _encode_dq_accum(ptr: int, tile_dim: int, heads: int, rows_s: int, rows_b: int, box_rows: int) -> bytes:
+    """Memoised as `_encode_attention_operand` is: the workspace is often at the address it had last call."""
+    row = tile_dim * 4
+    return encode(ptr, np.float32, (tile_dim, heads, rows_s, rows_b), (row, row * heads, row * heads * rows_s),
+                  (32, 1, box_rows, 1))
 
 
 def _note(ptr: int, raw: bytes) -> None:

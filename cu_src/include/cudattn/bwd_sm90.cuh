@@ -2,16 +2,18 @@
 // owns BN = 128 keys of one KV head (grid: key blocks x KV heads x batch) and walks every query
 // block that sees them, for each query head of the group (bwd/walk.cuh), as the portable kernel
 // (bwd_sm80.cuh) does; the products are those of bwd_sm80.cuh on wgmma. 1 + 2 warpgroups:
-//   warpgroup 0, the producer (bwd/sm90_producer.cuh): one warp loads K and V once, then Q, dO
-//     and the blocks' lse2 and D rows into a two-stage ring;
+//   warpgroup 0: two producer warps (bwd/sm90_producer.cuh) load K and V once, then Q, dO and
+//     the blocks' lse2 and D rows into a two-stage ring; the dQ writer warp
+//     (bwd/sm90_dq_writer.cuh) adds each block's dQ tile into the float32 accumulator with TMA
+//     reductions (in key-block turns when deterministic);
 //   warpgroups 1 and 2, the consumers (bwd/sm90_consumer.cuh): 64 keys each; dK and dV stay in
-//     registers for the whole walk, dQ goes through float atomics (ordered turns when
-//     deterministic, bwd/dq.cuh).
+//     registers for the whole walk, dQ's tile goes to shared memory for the writer.
 // Query blocks of 128 rows at head dim 64 (S^T and dP^T of 64 x 128 beside dK and dV of 64 x 64),
 // 64 at head dim 128 (dK and dV of 64 x 128 leave room for 64 x 64 scores). The row-wise passes
 // (bwd/rows.cuh) are the portable kernel's.
 #pragma once
 #include "cudattn/bwd/sm90_consumer.cuh"
+#include "cudattn/bwd/sm90_dq_writer.cuh"
 #include "cudattn/bwd/sm90_params.cuh"
 #include "cudattn/bwd/sm90_producer.cuh"
 #include "cudattn/bwd/walk.cuh"
@@ -32,14 +34,18 @@ struct BwdSm90 {
     static constexpr int Q_BOX = BM * 128, KV_BOX = BN * 128;
     static constexpr int Q_BYTES = KB * Q_BOX, KV_BYTES = KB * KV_BOX;  // one tile of Q or dO; of K or V
     static constexpr int DS_BOX = BN * 128, DS_BYTES = BM / 64 * DS_BOX;  // dS^T: BN key rows, boxes of 64 queries
-    static constexpr int SMEM_BYTES = 2 * KV_BYTES + 2 * STAGES * Q_BYTES + 2 * DS_BYTES + 2 * STAGES * BM * 4 + 1024;
-    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;  // 128 * 24 + 256 * 240 fit in 64K
+    static constexpr int DQ_BYTES = BM * D * 4;  // dQ's float32 tile: slabs of 32 columns (the dQ map's boxes)
+    static constexpr int SMEM_BYTES =
+        2 * KV_BYTES + 2 * STAGES * Q_BYTES + 2 * DS_BYTES + DQ_BYTES + 2 * STAGES * BM * 4 + 1024;
+    // Registers a thread after setmaxnreg: the launch holds 384 x 168; 128 x 24 + 256 x 240 is the
+    // same total (the consumers' increase waits until the producers have given that many back).
+    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
 
     struct Barriers {
-        unsigned long long kv_full, q_full[STAGES], q_empty[STAGES];
+        unsigned long long kv_full, q_full[STAGES], q_empty[STAGES], dq_full, dq_empty;
     };
     struct Smem {
-        unsigned char *k, *v, *q, *dout, *ds;  // 1 KiB aligned (swizzle atoms)
+        unsigned char *k, *v, *q, *dout, *ds, *dq;  // 1 KiB aligned (swizzle atoms)
         float *lse2, *dsum;                   // STAGES x BM each
     };
 
@@ -58,16 +64,19 @@ struct BwdSm90 {
         sm.q = sm.v + KV_BYTES;
         sm.dout = sm.q + STAGES * Q_BYTES;
         sm.ds = sm.dout + STAGES * Q_BYTES;
-        sm.lse2 = reinterpret_cast<float*>(sm.ds + 2 * DS_BYTES);
+        sm.dq = sm.ds + 2 * DS_BYTES;
+        sm.lse2 = reinterpret_cast<float*>(sm.dq + DQ_BYTES);
         sm.dsum = sm.lse2 + STAGES * BM;
 
         if (threadIdx.x == 0) {
             mbar_init(&bars.kv_full, 1);
 #pragma unroll
             for (int s = 0; s < STAGES; ++s) {
-                mbar_init(&bars.q_full[s], 32);  // the producer warp's lanes, after their lse2/D stores
+                mbar_init(&bars.q_full[s], 33);  // the TMA warp's leader, and every lane of the rows warp
                 mbar_init(&bars.q_empty[s], 8);  // every consumer warp, after the block's last product
             }
+            mbar_init(&bars.dq_full, 8);  // every consumer warp, after its part of the dQ tile
+            mbar_init(&bars.dq_empty, 1);  // the writer, once its reductions have read the tile
             fence_mbar_init();
         }
         __syncthreads();
@@ -76,7 +85,13 @@ struct BwdSm90 {
         const int wg = threadIdx.x / 128;
         if (wg == 0) {
             setmaxnreg_dec<PRODUCER_REGS>();
-            if (threadIdx.x < 32) BwdSm90Producer<BwdSm90>::produce(P, bars, sm, walk, sq, n_start, b, threadIdx.x);
+            const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+            if (warp == 0)
+                BwdSm90Producer<BwdSm90>::produce(P, bars, sm, walk, sq, n_start, b, lane);
+            else if (warp == 1)
+                BwdSm90DqWriter<BwdSm90>::write(P, bars, sm, walk, sq, n_block, b, lane);
+            else if (warp == 2)
+                BwdSm90Producer<BwdSm90>::load_rows(P, bars, sm, walk, sq, b, lane);
         } else {
             setmaxnreg_inc<CONSUMER_REGS>();
             BwdSm90Consumer<BwdSm90>::consume(P, bars, sm, walk, sq, n_block, b, wg - 1, threadIdx.x % 128);

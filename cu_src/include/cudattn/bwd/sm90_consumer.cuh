@@ -3,13 +3,13 @@
 //   S^T  = K.Q^T,  dP^T = V.dO^T    shared x shared (both K-major: the head dim is contiguous)
 //   P^T, dS^T in registers           (bwd/scores.cuh: the accumulators have the mma.sync layout)
 //   dV  += P^T.dO, dK += dS^T.Q      registers x shared (dO, Q MN-major), accumulated per CTA
-//   dQ   = dS.K                      dS^T through shared memory (MN-major A), then float atomics
+//   dQ   = dS.K                      dS^T through shared memory (MN-major A); dQ's tile staged in
+//                                    shared memory for the writer warp (bwd/sm90_dq_writer.cuh)
 // dQ's 64 x D tile is split between the warpgroups: by query rows where the block has 128 (head
 // dim 64), by head-dim columns where it has 64 (head dim 128), so each reads a whole swizzle atom
 // of dS^T or K. dV's product runs while dS is computed; dK's while dS^T is stored and the two
 // warpgroups meet. K is the kernel (BwdSm90): its shape and barriers.
 #pragma once
-#include "cudattn/bwd/dq.cuh"
 #include "cudattn/bwd/scores.cuh"
 #include "cudattn/bwd/sm90_params.cuh"
 #include "cudattn/bwd/walk.cuh"
@@ -30,11 +30,7 @@ struct BwdSm90Consumer {
     static constexpr bool DQ_BY_ROWS = BM == 128;    // else by columns
     static constexpr int DQ_N = DQ_BY_ROWS ? D : D / 2;  // dQ columns per warpgroup
     static_assert(DQ_N == 64, "dQ: one 64-column swizzle atom per warpgroup");
-    static constexpr int BAR_DS = 1, BAR_DQ = 2;  // named barriers of the 256 consumer threads
-
-    struct ConsumerSync {
-        __device__ __forceinline__ void operator()() const { named_sync(BAR_DQ, 256); }
-    };
+    static constexpr int BAR_DS = 1;  // a named barrier of the 256 consumer threads
 
     // D(64 x BM) = A(64 rows of K or V) . B(BM rows of Q or dO)^T over the head dim: k-steps of 32
     // bytes inside each 128-byte box row, boxes apart by the tiles' box sizes.
@@ -67,18 +63,33 @@ struct BwdSm90Consumer {
     }
 
     // This warp's dS^T rows into the tile (BN key rows; BM / 64 boxes of 64 queries, 128-byte rows
-    // in the 128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8)).
-    static __device__ __forceinline__ void store_ds(unsigned char* tile, const unsigned (&a)[BM / 16][4], int row0,
+    // in the 128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8)). The tile is 1 KiB
+    // aligned and r % 8 = g, so the swizzle is an XOR of the chunk bits into one base a row: no
+    // address registers per store.
+    static __device__ __forceinline__ void store_ds(unsigned tile, const unsigned (&a)[BM / 16][4], int row0,
                                                     int lane) {
         const int g = lane >> 2, t = lane & 3;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int r = row0 + g + 8 * h;
+            const unsigned base = tile + (row0 + g + 8 * h) * 128 + (g << 4) + 4 * t;
 #pragma unroll
-            for (int mf = 0; mf < BM / 8; ++mf) {  // query fragment: 8 columns, one 16-byte chunk
-                const int box = mf / 8, chunk = (mf % 8) ^ (r % 8);
-                *reinterpret_cast<unsigned*>(tile + box * DS_BOX + r * 128 + chunk * 16 + 4 * t) = a[mf / 2][2 * (mf % 2) + h];
-            }
+            for (int mf = 0; mf < BM / 8; ++mf)  // query fragment: 8 columns, one 16-byte chunk
+                st_shared((base ^ ((mf % 8) << 4)) + (mf / 8) * DS_BOX, a[mf / 2][2 * (mf % 2) + h]);
+        }
+    }
+
+    // This warp's dQ part (16 rows from row0, 64 columns from col0) into the float32 staging tile:
+    // slabs of 32 columns x BM rows, 128-byte rows in the 128-byte swizzle (the dQ map's boxes).
+    // Column 8i + 2t sits in chunk 2(i % 4) + t / 2 of slab i / 4, at byte 8 (t % 2) of it.
+    static __device__ __forceinline__ void store_dq(unsigned tile, const float (&dq)[1][DQ_N / 8][4], int row0,
+                                                    int col0, int lane) {
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const unsigned base = tile + (col0 / 32) * (BM * 128) + (row0 + g + 8 * h) * 128 + (((t >> 1) ^ g) << 4) + 8 * (t & 1);
+#pragma unroll
+            for (int i = 0; i < DQ_N / 8; ++i)
+                st_shared((base ^ ((i % 4) << 5)) + (i / 4) * (BM * 128), dq[0][i][2 * h], dq[0][i][2 * h + 1]);
         }
     }
 
@@ -121,12 +132,12 @@ struct BwdSm90Consumer {
         int used = 0;  // blocks that went through dS^T's double buffer
         for (int it = 0; it < walk.total; ++it) {
             const int st = it % STAGES;
-            const int hq = walk.head(it), m_block = walk.m_block(it), m_start = m_block * BM;
+            const int m_start = walk.m_block(it) * BM;
             const int rows = min(BM, sq.seqlen_q - m_start);
-            const TileRange tiles = key_tiles<BN, CAUSAL>(p, sq, m_start, rows);
+            int first;
+            const bool seen = walk.sees(p, sq, it, n_block, first);
             mbar_wait(&bars.q_full[st], (it / STAGES) & 1);
-            // The walk's query blocks may miss this key block only at its range's rounded ends.
-            if (n_block < tiles.first || n_block >= tiles.first + tiles.count) {
+            if (!seen) {
                 release(&bars.q_empty[st], lane);
                 continue;
             }
@@ -160,7 +171,7 @@ struct BwdSm90Consumer {
                 wgmma_commit();
             }
             to_operand(dsk, dp);
-            unsigned char* ds_tile = sm.ds + (used & 1) * DS_BYTES;
+            const unsigned ds_tile = smem_u32(sm.ds) + (used & 1) * DS_BYTES;
             store_ds(ds_tile, dsk, key_row0, lane);
             wgmma_fence();
             issue_grad(dk, dsk, q_mn + st * (Q_BYTES >> 4));
@@ -169,6 +180,11 @@ struct BwdSm90Consumer {
             // buffers, the barrier also keeps a warpgroup from rewriting one the other still reads.
             fence_proxy_async_smem();
             named_sync(BAR_DS, 256);
+            // dV's and dK's products done (they mostly are, behind the barrier): their register
+            // operands free before dQ's accumulators are live.
+            wgmma_wait<0>();
+            fence_operands(flat<D>(dv));
+            fence_operands(flat<D>(dk));
             float dq[1][DQ_N / 8][4];
             wgmma_fence();
 #pragma unroll
@@ -181,18 +197,13 @@ struct BwdSm90Consumer {
             fence_operands(flat<D>(dk));
             fence_operands(flat<DQ_N>(dq));
             release(&bars.q_empty[st], lane);
+            // dQ's part to the staging tile once the writer's last reduction has read it; the writer
+            // (bwd/sm90_dq_writer.cuh) adds it into the accumulator.
+            if (used > 0) mbar_wait(&bars.dq_empty, (used - 1) & 1);
+            store_dq(smem_u32(sm.dq), dq, dq_row0, dq_col0, lane);
+            fence_proxy_async_smem();
+            release(&bars.dq_full, lane);
             ++used;
-
-            const long long row_stride = (long long)p.heads_q * bp.tile_dim;
-            const long long row0 = (p.cu_seqlens_q != nullptr ? 0 : (long long)b * p.seqlen_q) + sq.q0 + m_start;
-            float* accum = bp.dq_accum + row0 * row_stride + (long long)hq * bp.tile_dim;
-            int* counter = bp.semaphores != nullptr
-                               ? bp.semaphores + ((long long)b * p.heads_q + hq) * p.num_m_blocks + m_block
-                               : nullptr;
-            const bool leader = cw == 0 && ltid == 0;
-            if (counter != nullptr) wait_turn(counter, n_block - tiles.first, leader, ConsumerSync());
-            dq_accumulate<DQ_N / 8>(dq[0], accum, row_stride, dq_row0, dq_col0, rows, lane);
-            if (counter != nullptr) pass_turn(counter, leader, ConsumerSync());
         }
 
         // dK (times the scale) and dV, straight from the accumulators.

@@ -1,8 +1,9 @@
-// The Hopper backward's producer (bwd_sm90.cuh): one warp loads the CTA's K and V block once, then
-// walks its query blocks (bwd/walk.cuh), loading Q and dO by TMA into a STAGES-deep ring and the
-// blocks' lse2 and D rows with plain loads beside them. A stage completes on its "full" mbarrier:
-// the TMA bytes plus one arrival of each lane after its stores (release order); the consumers hand
-// it back through its "empty" one. K is the kernel (BwdSm90): its shape and barriers.
+// The Hopper backward's producers (bwd_sm90.cuh): one warp loads the CTA's K and V block once, then
+// walks its query blocks (bwd/walk.cuh), loading Q and dO by TMA into a STAGES-deep ring; another
+// stores the blocks' lse2 and D rows beside them with plain loads. A stage completes on its "full"
+// mbarrier: the TMA bytes and the first warp's arrival, plus one arrival of each lane of the other
+// after its stores (release order); the consumers hand it back through its "empty" one. K is the
+// kernel (BwdSm90): its shape and barriers.
 #pragma once
 #include "cudattn/bwd/sm90_params.cuh"
 #include "cudattn/bwd/walk.cuh"
@@ -37,14 +38,6 @@ struct BwdSm90Producer {
             const int s = it % STAGES;
             if (it >= STAGES) mbar_wait(&bars.q_empty[s], ((it / STAGES) - 1) & 1);
             const int hq = walk.head(it), m_start = walk.m_block(it) * BM;
-            const int rows = min(BM, sq.seqlen_q - m_start);
-            const long long row0 = bwd_lse_row0(p, sq, b, hq) + m_start;
-#pragma unroll
-            for (int r = lane; r < BM; r += 32) {  // rows past the sequence repeat its last (masked)
-                const long long i = row0 + min(r, rows - 1);
-                sm.lse2[s * BM + r] = P.p.lse2[i];
-                sm.dsum[s * BM + r] = P.p.dsum[i];
-            }
             if (leader) {
                 mbar_arrive_expect_tx(&bars.q_full[s], 2 * Q_BYTES);
 #pragma unroll
@@ -53,9 +46,30 @@ struct BwdSm90Producer {
                     tma_load_4d(sm.dout + s * Q_BYTES + kb * Q_BOX, &P.tma_do, 64 * kb, sq.q0 + m_start, hq, qb,
                                 &bars.q_full[s]);
                 }
-            } else {
-                mbar_arrive(&bars.q_full[s]);
             }
+        }
+    }
+
+    // Another warp of the producer warpgroup: each block's lse2 and D rows into the stage beside
+    // its Q and dO (a warp of its own: the TMA warp's 24 registers hold no more).
+    static __device__ __forceinline__ void load_rows(const BwdSm90Params& P, Barriers& bars, const typename K::Smem& sm,
+                                                     const BwdWalk<BM, BN, K::CAUSAL>& walk, const SeqSpan& sq, int b,
+                                                     int lane) {
+        const FwdParams& p = P.p.f;
+        for (int it = 0; it < walk.total; ++it) {
+            const int s = it % STAGES;
+            if (it >= STAGES) mbar_wait(&bars.q_empty[s], ((it / STAGES) - 1) & 1);
+            const int m_start = walk.m_block(it) * BM;
+            const int rows = min(BM, sq.seqlen_q - m_start);
+            const long long row0 = bwd_lse_row0(p, sq, b, walk.head(it)) + m_start;
+            const unsigned l_dst = smem_u32(sm.lse2 + s * BM), d_dst = smem_u32(sm.dsum + s * BM);
+#pragma unroll
+            for (int r = lane; r < BM; r += 32) {  // rows past the sequence repeat its last (masked)
+                const int i = min(r, rows - 1);
+                st_shared(l_dst + 4 * r, __float_as_uint(P.p.lse2[row0 + i]));
+                st_shared(d_dst + 4 * r, __float_as_uint(P.p.dsum[row0 + i]));
+            }
+            mbar_arrive(&bars.q_full[s]);  // release: the stores before the consumers' wait returns
         }
     }
 };

@@ -38,6 +38,14 @@ struct BwdWalk {
     }
     __device__ __forceinline__ int m_block(int it) const { return top_down ? m_hi - it % nm : m_lo + it % nm; }
     __device__ __forceinline__ int head(int it) const { return hkv * group + it / nm; }
+    // Whether pair it's query block has key block n_block in its key range (the walk's blocks miss
+    // it only at the range's rounded ends); `first` gets the range's first key block.
+    __device__ __forceinline__ bool sees(const FwdParams& p, const SeqSpan& sq, int it, int n_block, int& first) const {
+        const int m_start = m_block(it) * BM;
+        const TileRange tiles = key_tiles<BN, CAUSAL>(p, sq, m_start, min(BM, sq.seqlen_q - m_start));
+        first = tiles.first;
+        return n_block >= tiles.first && n_block < tiles.first + tiles.count;
+    }
 };
 
 // The row of (batch b, query head hq)'s first query in the LSE layout (bwd/params.cuh).
