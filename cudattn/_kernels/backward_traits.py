@@ -26,7 +26,7 @@ ENTRIES = ("flash_bwd_prepare", "flash_bwd_sm80", "flash_bwd_finish_dq", "flash_
 BWD_TILE_DIMS = (32, 64, 128)
 SM90_BWD_TILE_DIMS = (64, 128)
 # The Hopper kernel's shape per width (bwd_sm90.cuh): BLOCK_M, BLOCK_N, 12 warps, 2 stages.
-_SM90_TILES = {64: Tiles(64, 128, 12, 2, 1), 128: Tiles(64, 128, 12, 2, 1)}
+_SM90_TILES = {64: Tiles(128, 128, 12, 2, 1), 128: Tiles(64, 128, 12, 2, 1)}
 ROW_THREADS = 128  # CUDATTN_ROW_THREADS: the row-wise kernels' blocks
 
 # Fastest first; the first that fits the device's shared memory is used. A warp's share of the
@@ -84,9 +84,9 @@ class BwdKernel:
         if self.entry != self.main:
             return 0
         t, d = self.tiles, self.tile_dim
-        if self.family == "sm90":  # K, V; Q and dO stages; dS^T; two float32 dQ tiles; lse2 and D; alignment
-            return (2 * t.block_n * d + 2 * t.stages * t.block_m * d + t.block_n * t.block_m) * 2 \
-                + 2 * t.block_m * d * 4 + 2 * t.stages * t.block_m * 4 + 1024
+        if self.family == "sm90":  # K, V; Q and dO stages; two dS^T tiles; dQ's float32 tile; lse2 and D; alignment
+            return (2 * t.block_n * d + 2 * t.stages * t.block_m * d + 2 * t.block_n * t.block_m) * 2 \
+                + t.block_m * d * 4 + 2 * t.stages * t.block_m * 4 + 1024
         return (2 * t.block_n * d + 2 * t.stages * t.block_m * d + t.block_n * t.block_m) * 2 + 2 * t.stages * t.block_m * 4
 
     def entry_point(self, entry: str) -> BwdKernel:

@@ -4,13 +4,13 @@
 // (bwd_sm80.cuh) does; the products are those of bwd_sm80.cuh on wgmma. 1 + 2 warpgroups:
 //   warpgroup 0: two producer warps (bwd/sm90_producer.cuh) load K and V once, then Q, dO and
 //     the blocks' lse2 and D rows into a two-stage ring; the dQ writer warp
-//     (bwd/sm90_dq_writer.cuh) adds the consumers' dQ tiles into the float32 accumulator with TMA
+//     (bwd/sm90_dq_writer.cuh) adds each block's dQ tile into the float32 accumulator with TMA
 //     reductions (in key-block turns when deterministic);
-//   warpgroups 1 and 2, the consumers (bwd/sm90_consumer.cuh): 64 keys each, independent of each
-//     other; dK and dV stay in registers for the whole walk, each one's dQ part (over its own
-//     keys) goes to its own staging tile for the writer.
-// Query blocks of 64 rows: S^T and dP^T of 64 x 64 beside dK, dV and dQ of 64 x D. The row-wise
-// passes (bwd/rows.cuh) are the portable kernel's.
+//   warpgroups 1 and 2, the consumers (bwd/sm90_consumer.cuh): 64 keys each; dK and dV stay in
+//     registers for the whole walk, dQ's tile goes to shared memory for the writer.
+// Query blocks of 128 rows at head dim 64 (S^T and dP^T of 64 x 128 beside dK and dV of 64 x 64),
+// 64 at head dim 128 (dK and dV of 64 x 128 leave room for 64 x 64 scores). The row-wise passes
+// (bwd/rows.cuh) are the portable kernel's.
 #pragma once
 #include "cudattn/bwd/sm90_consumer.cuh"
 #include "cudattn/bwd/sm90_dq_writer.cuh"
@@ -28,21 +28,21 @@ struct BwdSm90 {
     static constexpr int D = D_;
     static constexpr bool CAUSAL = CAUSAL_;
     static_assert(D == 64 || D == 128, "head-dim tiles of 64 or 128");
-    static constexpr int BM = 64, BN = 128, STAGES = 2;
+    static constexpr int BM = D == 64 ? 128 : 64, BN = 128, STAGES = 2;
     static constexpr int NT = 384;  // the producer warpgroup + two consumers
     static constexpr int KB = D / 64;               // 128-byte boxes per Q/K/V/dO row
     static constexpr int Q_BOX = BM * 128, KV_BOX = BN * 128;
     static constexpr int Q_BYTES = KB * Q_BOX, KV_BYTES = KB * KV_BOX;  // one tile of Q or dO; of K or V
-    static constexpr int DS_BOX = BN * 128, DS_BYTES = DS_BOX;  // dS^T: BN key rows of 64 queries (128 bytes)
-    static constexpr int DQ_BYTES = BM * D * 4;  // a consumer's float32 dQ tile: slabs of 32 columns (the dQ map's boxes)
+    static constexpr int DS_BOX = BN * 128, DS_BYTES = BM / 64 * DS_BOX;  // dS^T: BN key rows, boxes of 64 queries
+    static constexpr int DQ_BYTES = BM * D * 4;  // dQ's float32 tile: slabs of 32 columns (the dQ map's boxes)
     static constexpr int SMEM_BYTES =
-        2 * KV_BYTES + 2 * STAGES * Q_BYTES + DS_BYTES + 2 * DQ_BYTES + 2 * STAGES * BM * 4 + 1024;
+        2 * KV_BYTES + 2 * STAGES * Q_BYTES + 2 * DS_BYTES + DQ_BYTES + 2 * STAGES * BM * 4 + 1024;
     // Registers a thread after setmaxnreg: the launch holds 384 x 168; 128 x 24 + 256 x 240 is the
     // same total (the consumers' increase waits until the producers have given that many back).
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
 
     struct Barriers {
-        unsigned long long kv_full, q_full[STAGES], q_empty[STAGES], dq_full[2], dq_empty[2];
+        unsigned long long kv_full, q_full[STAGES], q_empty[STAGES], dq_full, dq_empty;
     };
     struct Smem {
         unsigned char *k, *v, *q, *dout, *ds, *dq;  // 1 KiB aligned (swizzle atoms)
@@ -64,8 +64,8 @@ struct BwdSm90 {
         sm.q = sm.v + KV_BYTES;
         sm.dout = sm.q + STAGES * Q_BYTES;
         sm.ds = sm.dout + STAGES * Q_BYTES;
-        sm.dq = sm.ds + DS_BYTES;
-        sm.lse2 = reinterpret_cast<float*>(sm.dq + 2 * DQ_BYTES);
+        sm.dq = sm.ds + 2 * DS_BYTES;
+        sm.lse2 = reinterpret_cast<float*>(sm.dq + DQ_BYTES);
         sm.dsum = sm.lse2 + STAGES * BM;
 
         if (threadIdx.x == 0) {
@@ -75,11 +75,8 @@ struct BwdSm90 {
                 mbar_init(&bars.q_full[s], 33);  // the TMA warp's leader, and every lane of the rows warp
                 mbar_init(&bars.q_empty[s], 8);  // every consumer warp, after the block's last product
             }
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                mbar_init(&bars.dq_full[c], 4);   // every warp of consumer c, after its rows of c's dQ tile
-                mbar_init(&bars.dq_empty[c], 1);  // the writer, once its reductions have read that tile
-            }
+            mbar_init(&bars.dq_full, 8);  // every consumer warp, after its part of the dQ tile
+            mbar_init(&bars.dq_empty, 1);  // the writer, once its reductions have read the tile
             fence_mbar_init();
         }
         __syncthreads();

@@ -1,14 +1,14 @@
 // The Hopper backward's consumers (bwd_sm90.cuh): two warpgroups, 64 keys of the CTA's block each,
-// walk the query blocks the producer loads. Per block of 64 queries, with wgmma:
+// walk the query blocks the producer loads. Per block, with wgmma:
 //   S^T  = K.Q^T,  dP^T = V.dO^T    shared x shared (both K-major: the head dim is contiguous)
 //   P^T, dS^T in registers           (bwd/scores.cuh: the accumulators have the mma.sync layout)
 //   dV  += P^T.dO, dK += dS^T.Q      registers x shared (dO, Q MN-major), accumulated per CTA
-//   dQ_w = dS_w.K_w                  this warpgroup's 64 keys only: dS^T through shared memory
-//                                    (MN-major A), K's rows MN-major
-// Each warpgroup's dQ part goes to its own staging tile, and the writer warp
-// (bwd/sm90_dq_writer.cuh) adds both into the accumulator: the warpgroups never wait for each
-// other, so one's element-wise work runs while the other's products hold the tensor cores. dV's
-// product runs while dS is computed, dK's while dS^T is stored. K is the kernel (BwdSm90).
+//   dQ   = dS.K                      dS^T through shared memory (MN-major A); dQ's tile staged in
+//                                    shared memory for the writer warp (bwd/sm90_dq_writer.cuh)
+// dQ's 64 x D tile is split between the warpgroups: by query rows where the block has 128 (head
+// dim 64), by head-dim columns where it has 64 (head dim 128), so each reads a whole swizzle atom
+// of dS^T or K. dV's product runs while dS is computed; dK's while dS^T is stored and the two
+// warpgroups meet. K is the kernel (BwdSm90): its shape and barriers.
 #pragma once
 #include "cudattn/bwd/scores.cuh"
 #include "cudattn/bwd/sm90_params.cuh"
@@ -27,9 +27,10 @@ struct BwdSm90Consumer {
     static constexpr int D = K::D, BM = K::BM, BN = K::BN, STAGES = K::STAGES, KB = K::KB;
     static constexpr int Q_BOX = K::Q_BOX, KV_BOX = K::KV_BOX, Q_BYTES = K::Q_BYTES, DS_BOX = K::DS_BOX;
     static constexpr int DS_BYTES = K::DS_BYTES;
-    static constexpr int DQ_BYTES = K::DQ_BYTES;  // one warpgroup's dQ staging tile
-    static_assert(BM == 64, "one wgmma row tile of queries per block");
-    static constexpr int BAR_DS = 1;  // named barriers 1 and 2: one warpgroup's 128 threads
+    static constexpr bool DQ_BY_ROWS = BM == 128;    // else by columns
+    static constexpr int DQ_N = DQ_BY_ROWS ? D : D / 2;  // dQ columns per warpgroup
+    static_assert(DQ_N == 64, "dQ: one 64-column swizzle atom per warpgroup");
+    static constexpr int BAR_DS = 1;  // a named barrier of the 256 consumer threads
 
     // D(64 x BM) = A(64 rows of K or V) . B(BM rows of Q or dO)^T over the head dim: k-steps of 32
     // bytes inside each 128-byte box row, boxes apart by the tiles' box sizes.
@@ -77,16 +78,17 @@ struct BwdSm90Consumer {
         }
     }
 
-    // This warp's 16 dQ rows (from row0, all D columns) into the warpgroup's float32 staging tile:
+    // This warp's dQ part (16 rows from row0, 64 columns from col0) into the float32 staging tile:
     // slabs of 32 columns x BM rows, 128-byte rows in the 128-byte swizzle (the dQ map's boxes).
     // Column 8i + 2t sits in chunk 2(i % 4) + t / 2 of slab i / 4, at byte 8 (t % 2) of it.
-    static __device__ __forceinline__ void store_dq(unsigned tile, const float (&dq)[1][D / 8][4], int row0, int lane) {
+    static __device__ __forceinline__ void store_dq(unsigned tile, const float (&dq)[1][DQ_N / 8][4], int row0,
+                                                    int col0, int lane) {
         const int g = lane >> 2, t = lane & 3;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const unsigned base = tile + (row0 + g + 8 * h) * 128 + (((t >> 1) ^ g) << 4) + 8 * (t & 1);
+            const unsigned base = tile + (col0 / 32) * (BM * 128) + (row0 + g + 8 * h) * 128 + (((t >> 1) ^ g) << 4) + 8 * (t & 1);
 #pragma unroll
-            for (int i = 0; i < D / 8; ++i)
+            for (int i = 0; i < DQ_N / 8; ++i)
                 st_shared((base ^ ((i % 4) << 5)) + (i / 4) * (BM * 128), dq[0][i][2 * h], dq[0][i][2 * h + 1]);
         }
     }
@@ -116,9 +118,9 @@ struct BwdSm90Consumer {
         const unsigned long long do_b = smem_desc_sw128(sm.dout, 16, 1024);
         const unsigned long long q_mn = smem_desc_sw128(sm.q, Q_BOX, 1024);
         const unsigned long long do_mn = smem_desc_sw128(sm.dout, Q_BOX, 1024);
-        const unsigned long long ds_a = smem_desc_sw128(sm.ds + cw * 64 * 128, DS_BOX, 1024);
-        const unsigned long long k_mn = smem_desc_sw128(sm.k + cw * 64 * 128, KV_BOX, 1024);
-        const unsigned ds_tile = smem_u32(sm.ds), dq_tile = smem_u32(sm.dq) + cw * DQ_BYTES;
+        const unsigned long long ds_a = smem_desc_sw128(sm.ds + (DQ_BY_ROWS ? cw * DS_BOX : 0), DS_BOX, 1024);
+        const unsigned long long k_mn = smem_desc_sw128(sm.k + (DQ_BY_ROWS ? 0 : cw * KV_BOX), KV_BOX, 1024);
+        const int dq_row0 = (DQ_BY_ROWS ? cw * 64 : 0) + warp * 16, dq_col0 = DQ_BY_ROWS ? 0 : cw * 64;
 
         float dk[1][D / 8][4], dv[1][D / 8][4];
 #pragma unroll
@@ -127,7 +129,7 @@ struct BwdSm90Consumer {
             for (int e = 0; e < 4; ++e) dk[0][i][e] = dv[0][i][e] = 0.f;
 
         mbar_wait(&bars.kv_full, 0);
-        int used = 0;  // blocks staged for the writer
+        int used = 0;  // blocks that went through dS^T's double buffer
         for (int it = 0; it < walk.total; ++it) {
             const int st = it % STAGES;
             const int m_start = walk.m_block(it) * BM;
@@ -151,41 +153,56 @@ struct BwdSm90Consumer {
             bwd_probs<0, 1, BM / 8>(s, s, sm.lse2 + st * BM, p.scale_log2, 0.f, 0.f, n_start + key_row0, m_start,
                                     masked, mask, lane);
             unsigned pk[BM / 16][4], dsk[BM / 16][4];
-            to_operand(pk, s);
-            wgmma_fence();
-            issue_grad(dv, pk, do_mn + st * (Q_BYTES >> 4));
-            wgmma_commit();
-            wgmma_wait<1>();  // dP^T is in; dV's product may still run
-            fence_operands(flat<BM>(dp));
-            bwd_dscores<0, 1, BM / 8>(dp, s, s, sm.dsum + st * BM, lane);
+            if constexpr (!DQ_BY_ROWS) {  // 64 x 64 scores: dV's product runs while dS is computed
+                to_operand(pk, s);
+                wgmma_fence();
+                issue_grad(dv, pk, do_mn + st * (Q_BYTES >> 4));
+                wgmma_commit();
+                wgmma_wait<1>();  // dP^T is in; dV's product may still run
+                fence_operands(flat<BM>(dp));
+                bwd_dscores<0, 1, BM / 8>(dp, s, s, sm.dsum + st * BM, lane);
+            } else {  // 64 x 128: P^T's operand beside both fp32 tiles would not fit in registers
+                wgmma_wait<0>();
+                fence_operands(flat<BM>(dp));
+                bwd_dscores<0, 1, BM / 8>(dp, s, s, sm.dsum + st * BM, lane);
+                to_operand(pk, s);
+                wgmma_fence();
+                issue_grad(dv, pk, do_mn + st * (Q_BYTES >> 4));
+                wgmma_commit();
+            }
             to_operand(dsk, dp);
+            const unsigned ds_tile = smem_u32(sm.ds) + (used & 1) * DS_BYTES;
+            store_ds(ds_tile, dsk, key_row0, lane);
             wgmma_fence();
             issue_grad(dk, dsk, q_mn + st * (Q_BYTES >> 4));
             wgmma_commit();
-            // This warpgroup's dS^T rows, complete (and visible to wgmma) before its dQ reads them.
-            // The last dQ product that read them completed before the last block's staging.
-            store_ds(ds_tile, dsk, key_row0, lane);
+            // dS^T complete from both warpgroups (and visible to wgmma) before dQ reads it. With two
+            // buffers, the barrier also keeps a warpgroup from rewriting one the other still reads.
             fence_proxy_async_smem();
-            named_sync(BAR_DS + cw, 128);
-            // dV's and dK's products done: their register operands free before dQ's accumulators,
-            // and the stage (Q, dO, lse2, D) free for the producer.
+            named_sync(BAR_DS, 256);
+            // dV's and dK's products done (they mostly are, behind the barrier): their register
+            // operands free before dQ's accumulators are live.
             wgmma_wait<0>();
             fence_operands(flat<D>(dv));
             fence_operands(flat<D>(dk));
-            release(&bars.q_empty[st], lane);
-            float dq[1][D / 8][4];
+            float dq[1][DQ_N / 8][4];
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < 64 / 16; ++kk)
-                Wgmma<T>::template sst<1, 1>(flat<D>(dq), ds_a + kk * (2048 >> 4), k_mn + kk * (2048 >> 4), kk > 0);
+            for (int kk = 0; kk < BN / 16; ++kk)
+                Wgmma<T>::template sst<1, 1>(flat<DQ_N>(dq), ds_a + (used & 1) * (DS_BYTES >> 4) + kk * (2048 >> 4),
+                                             k_mn + kk * (2048 >> 4), kk > 0);
             wgmma_commit();
             wgmma_wait<0>();
-            fence_operands(flat<D>(dq));
-            // dQ's part to the staging tile once the writer's last reduction has read it.
-            if (used > 0) mbar_wait(&bars.dq_empty[cw], (used - 1) & 1);
-            store_dq(dq_tile, dq, warp * 16, lane);
+            fence_operands(flat<D>(dv));
+            fence_operands(flat<D>(dk));
+            fence_operands(flat<DQ_N>(dq));
+            release(&bars.q_empty[st], lane);
+            // dQ's part to the staging tile once the writer's last reduction has read it; the writer
+            // (bwd/sm90_dq_writer.cuh) adds it into the accumulator.
+            if (used > 0) mbar_wait(&bars.dq_empty, (used - 1) & 1);
+            store_dq(smem_u32(sm.dq), dq, dq_row0, dq_col0, lane);
             fence_proxy_async_smem();
-            release(&bars.dq_full[cw], lane);
+            release(&bars.dq_full, lane);
             ++used;
         }
 
