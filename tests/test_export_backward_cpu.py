@@ -24,7 +24,7 @@ from cudattn._kernels import backward as _backward
 from cudattn._kernels import backward_traits as _bt
 from cudattn._kernels import catalog as _catalog
 from cudattn._kernels import traits as _traits
-from cudattn._kernels.params import BwdParams
+from cudattn._kernels.params import BwdParams, BwdSm90Params
 from cudattn._spec.backward import validate_backward
 from cudattn._tools import cabi as _cabi
 from cudattn._tools import cbuild as _cbuild
@@ -80,10 +80,13 @@ def test_every_backward_build_has_a_row_per_entry_point(dry_export):
         builds = [k for k in manifest["archs"][arch]["kernels"] if k["kind"] == "backward"]
         assert len(builds) == len({(s.source, tuple(sorted(s.defines().items()))) for s in _bt.all_backward_kernels(arch)})
         rows = [r for r in manifest["archs"][arch]["selection"] if r["kind"] == "backward"]
-        assert len(rows) == 2 * len(_bt.BWD_TILE_DIMS) * 2 * 4
+        hopper = 2 * len(_bt.SM90_BWD_TILE_DIMS) * 2 if arch in _traits.HOPPER_ARCHS else 0
+        assert len(rows) == 2 * len(_bt.BWD_TILE_DIMS) * 2 * 4 + hopper
+        assert {k["family"] for k in builds} == ({"sm80", "sm90"} if hopper else {"sm80"})
         for k in builds:
-            assert list(k["launch"]) == list(_bt.ENTRIES)
-            for e in _bt.ENTRIES:
+            entries = ["flash_bwd_prepare", _bt.MAIN[k["family"]], "flash_bwd_finish_dq", "flash_bwd_dsinks"]
+            assert list(k["launch"]) == entries
+            for e in entries:
                 assert table.count(f'"{arch}/{k["file"]}", "{e}", ') == sum(r["file"] == k["file"] for r in rows)
 
 
@@ -155,8 +158,11 @@ def _python_launches(case, ops, monkeypatch):
     monkeypatch.setattr(_backward._device, "device_properties", lambda i: SimpleNamespace(
         max_shared_memory_per_block_optin=_traits.ARCH_SMEM_LIMIT[arch], arch=arch))
     monkeypatch.setattr(_backward._kernels, "get_kernel", lambda variant, device, device_id, a: variant)
+    # the Hopper kernel's TMA maps need the driver: stand-ins (their fields are the C side's own code)
+    monkeypatch.setattr(_backward._tma, "encode_attention_operand", lambda *a, **k: bytes(128))
+    monkeypatch.setattr(_backward._tma, "encode_dq_accum", lambda *a, **k: bytes(128))
     monkeypatch.setattr(_backward._launch, "launch", lambda kernel, grid, block, smem, h, P: launches.append(
-        (kernel, tuple(grid), block, smem, BwdParams.from_buffer_copy(bytes(P)))))
+        (kernel, tuple(grid), block, smem, BwdParams.from_buffer_copy(bytes(P.p if isinstance(P, BwdSm90Params) else P)))))
     _backward.run_backward(problem, bwd, ops["dout"], ops["q"], ops["k"], ops["v"], ops["out"], ops["lse"], ops["dq"],
                            ops["dk"], ops["dv"], None, 0, SimpleNamespace(handle=0))
     return allocs[1:] if sinks else allocs, launches  # the first allocation with sinks: dsinks, the caller's in C
@@ -288,6 +294,7 @@ BAD = [
     ("a.window_left = -2;", "window_left and window_right must be >= -1"),
     ("a.sinks = 4096;", "dsinks"),
     ("a.lse = 0;", "lse (the forward's LSE) is required"),
+    ("a.family = 90;", "family must be 0 (automatic) or 80 (portable)"),
 ]
 
 

@@ -56,8 +56,9 @@ def test_every_build_is_written_once_and_intact(exported):
         assert {"prefill", "decode", "combine", "append", "dequantize", "backward"} <= kinds
         for k in entry["kernels"]:  # a backward build: one cubin, its four entry points and how each launches
             if k["kind"] == "backward":
-                assert k["entries"] == sorted(_bt.ENTRIES) and list(k["launch"]) == list(_bt.ENTRIES), k["file"]
-                assert k["launch"]["flash_bwd_sm80"] == {"threads": k["threads"], "dynamic_smem": k["dynamic_smem"]}
+                entries = ["flash_bwd_prepare", _bt.MAIN[k["family"]], "flash_bwd_finish_dq", "flash_bwd_dsinks"]
+                assert k["entries"] == sorted(entries) and list(k["launch"]) == entries, k["file"]
+                assert k["launch"][_bt.MAIN[k["family"]]] == {"threads": k["threads"], "dynamic_smem": k["dynamic_smem"]}
             else:
                 assert "launch" not in k
         assert ({"quantize", "transpose"} <= kinds) == (arch in _traits.FP8_ARCHS)
@@ -122,9 +123,13 @@ def test_selection_table_picks_what_python_picks(exported, arch):
         for d in range(8, _bt.BWD_TILE_DIMS[-1] + 1, 8):
             for causal in (False, True):
                 for mods in (0, 1, 2, 3):
-                    row = _table_row(entry, kind="backward", dtype=dt, tile_dim=min(t for t in tiles if t >= d),
-                                     causal=causal, mods=mods)
+                    row = _table_row(entry, kind="backward", family="sm80", dtype=dt,
+                                     tile_dim=min(t for t in tiles if t >= d), causal=causal, mods=mods)
                     assert row["file"] == _file_of(entry, _bt.select_backward(dt, d, causal, limit, mods))
+                    if arch in _traits.HOPPER_ARCHS and mods == 0:
+                        row = _table_row(entry, kind="backward", family="sm90", dtype=dt, causal=causal, mods=0,
+                                         tile_dim=min(t for t in rules["tile_dims"]["backward_sm90"] if t >= d))
+                        assert row["file"] == _file_of(entry, _bt.select_backward(dt, d, causal, limit, 0, "sm90"))
 
 
 def test_manifest_layouts_are_the_mirrors(exported):

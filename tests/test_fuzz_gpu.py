@@ -192,7 +192,7 @@ def test_broadcast_kv_heads(family, layout, request):
     """k and v with stride 0 along their heads axis (one kv head read by all): validation takes them
     (DESIGN §2: any strides with a unit last stride; tests/test_validate.py), so the kernels must.
     The fuzzing found the Hopper kernel refusing them after the GPU work had begun (its TMA maps
-    need positive strides); such calls now take the portable kernel (_plan._tma_can_map)."""
+    need positive strides); such calls now take the portable kernel (_plan.tma_can_map)."""
     if family == "portable" and not _is_hopper():
         pytest.skip("the portable family is the default here: covered by 'fastest'")
     rng = np.random.default_rng(11)

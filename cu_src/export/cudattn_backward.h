@@ -9,9 +9,10 @@
  *
  * The gradients that cudattn.attention_backward computes, through the same kernels with the same
  * variant, parameters, launches and workspace layout: dq, dk, dv and dsinks equal the Python
- * path's bit for bit (dq only with deterministic = 1; otherwise its float32 sums are added with
- * atomics, in an order that may change from run to run). Four launches on the caller's stream:
- * the prepare pass, the main kernel over key blocks, the dQ conversion and, with sinks, their
+ * path's bit for bit (dq only with deterministic = 1; otherwise its float32 sums are added in an
+ * order that may change from run to run). Four launches on the caller's stream: the prepare pass,
+ * the main kernel over key blocks (on sm_90a the Hopper kernel where it serves the call: head_dim
+ * up to 128, no softcap or ALiBi; else the portable one), the dQ conversion and, with sinks, their
  * gradient. The workspace needs no clearing: the prepare pass zeroes what must start at zero.
  */
 #ifndef CUDATTN_BACKWARD_H
@@ -43,6 +44,7 @@ typedef struct cudattn_backward_args {
     CUdeviceptr sinks;         /* 0, or float32 (heads_q,) sink logits */
     CUdeviceptr dsinks;        /* with sinks: written, float32 (heads_q,), their gradient */
     int deterministic;         /* 1: dq is bit-identical run to run (dk, dv and dsinks always are) */
+    int family;                /* 0: the kernel the Python path picks; 80: the portable kernel, on Hopper too */
     CUdeviceptr workspace;     /* cudattn_backward_workspace_bytes() bytes, 256-byte aligned */
     size_t workspace_bytes;
 } cudattn_backward_args;
@@ -55,25 +57,45 @@ static inline cudattn_backward_args cudattn_backward_defaults(void) {
     return a;
 }
 
-/* The entry points of a backward cubin, in launch order (the last one only with sinks). */
+/* The entry points of a backward cubin, in launch order (the last one only with sinks); the main
+ * one is the family's (cudattn__bwd_main). */
 static const char* const cudattn__bwd_entries[4] = {"flash_bwd_prepare", "flash_bwd_sm80", "flash_bwd_finish_dq",
                                                     "flash_bwd_dsinks"};
+static inline const char* cudattn__bwd_main(int family) { return family == 90 ? "flash_bwd_sm90" : "flash_bwd_sm80"; }
+
+/* Whether TMA maps can describe q, k, v and dout, as cudattn/_kernels/plan.py tma_can_map: every
+ * axis of more than one element has a positive stride below 2^40 bytes. */
+static inline int cudattn__bwd_tma_can_map(const cudattn_backward_args* a) {
+    const cudattn_tensor* t[4] = {&a->q, &a->k, &a->v, &a->dout};
+    const int seq[4] = {a->seqlen_q, a->seqlen_k, a->seqlen_k, a->seqlen_q};
+    const int heads[4] = {a->heads_q, a->heads_kv, a->heads_kv, a->heads_q};
+    int i, j;
+    for (i = 0; i < 4; ++i) {
+        const long long st[3] = {t[i]->stride_b, t[i]->stride_s, t[i]->stride_h};
+        const int n[3] = {a->batch, seq[i], heads[i]};
+        for (j = 0; j < 3; ++j)
+            if (n[j] > 1 && !(st[j] > 0 && st[j] * 2 < (1LL << 40))) return 0;
+    }
+    return 1;
+}
 
 typedef struct cudattn__backward_plan {
     int empty;      /* no query row or no key: no kernel runs */
+    int family;     /* 90: the Hopper kernel (TMA maps of q, k, v, dout and the dQ accumulator); 80 portable */
     int rows[4];    /* the table rows of the four entry points */
     int num_m, num_n, row_blocks; /* query blocks, key blocks, blocks of the row-wise kernels */
     size_t dq_accum, dsum, lse2, semaphores, bytes; /* workspace offsets and size */
 } cudattn__backward_plan;
 
-/* The main kernel's row of the build select_backward picks: the smallest tile width that holds
- * head_dim, with the modifiers compiled in (1 softcap, 2 ALiBi); -1 if none. */
-static inline int cudattn__select_backward(const cudattn_handle* h, int dtype, int head_dim, int causal, int mods) {
+/* The main kernel's row of the build select_backward picks in a family: the smallest tile width
+ * that holds head_dim, with the modifiers compiled in (1 softcap, 2 ALiBi); -1 if none. */
+static inline int cudattn__select_backward(const cudattn_handle* h, int family, int dtype, int head_dim, int causal,
+                                           int mods) {
     int i, best = -1;
     for (i = 0; i < CUDATTN_KERNEL_COUNT; ++i) {
         const cudattn_kernel_row* r = &cudattn_kernel_table[i];
         if (r->kind != 5 || strcmp(r->arch, h->arch) != 0 || r->dtype != dtype || r->causal != causal ||
-            r->mods != mods || r->tile_dim < head_dim || strcmp(r->entry, cudattn__bwd_entries[1]) != 0)
+            r->mods != mods || r->tile_dim < head_dim || strcmp(r->entry, cudattn__bwd_main(family)) != 0)
             continue;
         if (best < 0 || r->tile_dim < cudattn_kernel_table[best].tile_dim) best = i;
     }
@@ -133,7 +155,16 @@ static inline cudattn_status cudattn__backward_plan_of(cudattn_handle* h, const 
         return CUDATTN_OK;
     }
     if (!a->lse) return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "lse (the forward's LSE) is required");
-    pl->rows[1] = cudattn__select_backward(h, a->dtype, a->head_dim, a->causal != 0, mods);
+    if (a->family != 0 && a->family != 80)
+        return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "family must be 0 (automatic) or 80 (portable); got %d",
+                             a->family);
+    /* as cudattn/_kernels/backward_traits.py select_for_device: the Hopper kernel where it serves the call */
+    pl->family = a->family == 0 && strcmp(h->arch, "sm_90a") == 0 && mods == 0 && cudattn__bwd_tma_can_map(a) ? 90 : 80;
+    pl->rows[1] = cudattn__select_backward(h, pl->family, a->dtype, a->head_dim, a->causal != 0, mods);
+    if (pl->rows[1] < 0 && pl->family == 90) {
+        pl->family = 80;
+        pl->rows[1] = cudattn__select_backward(h, 80, a->dtype, a->head_dim, a->causal != 0, mods);
+    }
     if (pl->rows[1] < 0)
         return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "no backward kernel of this export serves dtype %d, "
                              "head_dim %d on %s", a->dtype, a->head_dim, h->arch);
@@ -223,6 +254,40 @@ static inline void cudattn__backward_params(const cudattn_backward_args* a, cons
     P->deterministic = a->deterministic != 0;
 }
 
+/* The Hopper kernel's argument, as cudattn/_kernels/backward.py _sm90_params: P behind the maps of
+ * q, k, v and dout (boxes of 64 columns x the block's rows) and of the float32 dQ accumulator
+ * (tile width, heads_q, seqlen_q, batch), boxes of 32 columns x the query block. */
+static inline cudattn_status cudattn__backward_maps(cudattn_handle* h, const cudattn_backward_args* a,
+                                                    const cudattn__backward_plan* pl, const cudattn_BwdParams* P,
+                                                    cudattn_BwdSm90Params* S) {
+    const cudattn_kernel_row* r = &cudattn_kernel_table[pl->rows[1]];
+    const cuuint64_t row = (cuuint64_t)r->tile_dim * 4;
+    cuuint64_t dims[4], strides[3];
+    cuuint32_t box[4], estr[4] = {1, 1, 1, 1};
+    CUtensorMap m;
+    memset(S, 0, sizeof *S);
+    S->p = *P;
+    CUDATTN__TRY(cudattn__map(h, S->tma_q, a->q.ptr, a->dtype, a->head_dim, a->seqlen_q, a->heads_q, a->batch, &a->q,
+                              r->block_m, 128));
+    CUDATTN__TRY(cudattn__map(h, S->tma_k, a->k.ptr, a->dtype, a->head_dim, a->seqlen_k, a->heads_kv, a->batch, &a->k,
+                              r->block_n, 128));
+    CUDATTN__TRY(cudattn__map(h, S->tma_v, a->v.ptr, a->dtype, a->head_dim, a->seqlen_k, a->heads_kv, a->batch, &a->v,
+                              r->block_n, 128));
+    CUDATTN__TRY(cudattn__map(h, S->tma_do, a->dout.ptr, a->dtype, a->head_dim, a->seqlen_q, a->heads_q, a->batch,
+                              &a->dout, r->block_m, 128));
+    dims[0] = (cuuint64_t)r->tile_dim; dims[1] = (cuuint64_t)a->heads_q;
+    dims[2] = (cuuint64_t)a->seqlen_q; dims[3] = (cuuint64_t)a->batch;
+    strides[0] = row; strides[1] = row * (cuuint64_t)a->heads_q; strides[2] = strides[1] * (cuuint64_t)a->seqlen_q;
+    box[0] = 32; box[1] = 1; box[2] = (cuuint32_t)r->block_m; box[3] = 1;
+    CUDATTN__TRY(cudattn__cu(h, cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, (void*)P->dq_accum, dims,
+                                                        strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+                             "cuTensorMapEncodeTiled(dQ accumulator)"));
+    memcpy(S->tma_dq, &m, 128);
+    return CUDATTN_OK;
+}
+
 /* The grid of launch i (cudattn__bwd_entries[i]), as run_backward: the row-wise kernels over (row
  * blocks, heads_q, batch), the main one over (key blocks, heads_kv, batch), the sinks' over heads_q;
  * each launches with its table row's threads and dynamic shared memory. */
@@ -237,10 +302,11 @@ static inline void cudattn__backward_grid(const cudattn_backward_args* a, const 
  * row or no key runs no kernel: with batch = 0 it only zeroes dsinks; otherwise every gradient is
  * 0 and CUDATTN_ERROR_NOT_SUPPORTED says so, the caller to fill them. */
 static inline cudattn_status cudattn_backward(cudattn_handle* h, const cudattn_backward_args* a, CUstream stream) {
-    static const char* const what[4] = {"cuLaunchKernel(flash_bwd_prepare)", "cuLaunchKernel(flash_bwd_sm80)",
+    static const char* const what[4] = {"cuLaunchKernel(flash_bwd_prepare)", "cuLaunchKernel(main backward kernel)",
                                         "cuLaunchKernel(flash_bwd_finish_dq)", "cuLaunchKernel(flash_bwd_dsinks)"};
     cudattn__backward_plan pl;
     cudattn_BwdParams P;
+    cudattn_BwdSm90Params S;
     CUfunction fn[4];
     void* args[1];
     const cudattn_kernel_row* r;
@@ -277,10 +343,11 @@ static inline cudattn_status cudattn_backward(cudattn_handle* h, const cudattn_b
                              "limit); split the call");
     for (i = 0; i < launches; ++i) CUDATTN__TRY(cudattn__function(h, pl.rows[i], &fn[i])); /* before anything is queued */
     cudattn__backward_params(a, &pl, &P);
-    args[0] = &P;
+    if (pl.family == 90) CUDATTN__TRY(cudattn__backward_maps(h, a, &pl, &P, &S));
     for (i = 0; i < launches; ++i) {
         const cudattn_kernel_row* e = &cudattn_kernel_table[pl.rows[i]];
         unsigned g[3];
+        args[0] = i == 1 && pl.family == 90 ? (void*)&S : (void*)&P;
         cudattn__backward_grid(a, &pl, i, g);
         CUDATTN__TRY(cudattn__cu(h, cuLaunchKernel(fn[i], g[0], g[1], g[2], (unsigned)e->threads, 1, 1,
                                                    (unsigned)e->dynamic_smem, stream, args, NULL), what[i]));

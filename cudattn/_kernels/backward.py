@@ -19,6 +19,7 @@ from .._runtime import device as _device
 from .._runtime import launch as _launch
 from .._spec.geometry import TensorGeom, contiguous_geom
 from . import registry as _kernels
+from . import plan as _plan
 from . import tma as _tma
 from .backward_traits import ROW_THREADS, select_for_device
 from .params import BwdParams, BwdSm90Params, FwdParams, fill_params, scale_log2
@@ -64,7 +65,8 @@ def run_backward(problem, bwd, dout, q, k, v, out, lse, dq, dk, dv, device, devi
         return (*grads, dsinks) if sinks else tuple(grads)
 
     props = _device.device_properties(device_id)
-    kern = select_for_device(problem.dtype, D, problem.causal, props, problem.mods.bits if problem.mods is not None else 0)
+    kern = select_for_device(problem.dtype, D, problem.causal, props, problem.mods.bits if problem.mods is not None else 0,
+                             tma=_plan.tma_can_map(problem, (bwd.dout,)))
     t = kern.tiles
     num_m = -(-problem.seqlen_q // t.block_m)
     num_n = -(-problem.seqlen_k // t.block_n)

@@ -132,10 +132,11 @@ def select_backward(dtype, head_dim: int, causal: bool, smem_limit: int, mods: i
                      f"memory")
 
 
-def select_for_device(dtype, head_dim: int, causal: bool, props, mods: int = 0) -> BwdKernel:
-    """`select_backward` for a device with properties ``props`` (its family, `traits.FORCED_FAMILY` honoured)."""
+def select_for_device(dtype, head_dim: int, causal: bool, props, mods: int = 0, tma: bool = True) -> BwdKernel:
+    """`select_backward` for a device with properties ``props`` (its family, `traits.FORCED_FAMILY`
+    honoured); ``tma`` False (operands TMA cannot map: `plan.tma_can_map`) keeps to the portable kernel."""
     return select_backward(dtype, head_dim, causal, props.max_shared_memory_per_block_optin, mods,
-                           family_for(props.arch))
+                           family_for(props.arch) if tma else "sm80")
 
 
 def all_backward_kernels(arch: str, with_mods: bool = True) -> list[BwdKernel]:

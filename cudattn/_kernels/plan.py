@@ -39,7 +39,7 @@ def make_plan(problem: Problem, props) -> Plan:
     """The plan for this problem's shape on a device with properties ``props`` (memoised: on the
     hot path a repeated shape is one lookup)."""
     family = _traits.family_for(props.arch)
-    if family == "sm90" and (problem.seqlen_k == 0 or not _tma_can_map(problem)):
+    if family == "sm90" and (problem.seqlen_k == 0 or not tma_can_map(problem)):
         # The portable kernel reads any valid strides; and no keys (a call with sinks: LSE = sink)
         # has no TMA map to describe.
         family = "sm80"
@@ -61,14 +61,25 @@ def make_plan(problem: Problem, props) -> Plan:
 _TMA_MAX_STRIDE = 1 << 40
 
 
-def _tma_can_map(problem: Problem) -> bool:
-    """Whether the Hopper kernel's TMA maps can describe q, k and v: not when an axis of more than
-    one element has stride 0 (a broadcast view, e.g. kv heads expanded from one) or a huge stride."""
+def tma_can_map(problem: Problem, q_like: tuple = ()) -> bool:
+    """Whether the Hopper kernels' TMA maps can describe q, k and v (and the TensorGeoms ``q_like``
+    of more operands shaped as q, e.g. the backward's dout): not when an axis of more than one
+    element has stride 0 (a broadcast view, e.g. kv heads expanded from one) or a huge stride."""
     q, k, v = problem.q_strides, problem.k_strides, problem.v_strides
-    strides = (q.batch, q.seq, q.head, k.batch, k.seq, k.head, v.batch, v.seq, v.head)
+    strides = (q.batch, q.seq, q.head, k.batch, k.seq, k.head, v.batch, v.seq, v.head,
+               *(st for g in q_like for st in (g.batch, g.seq, g.head)))
     item = problem.dtype.itemsize
     if min(strides) > 0 and max(strides) * item < _TMA_MAX_STRIDE:  # every call but odd views: one test
         return True
+    (sq, bq), (sk, bk) = map_extents(problem)
+    for geom, seqlen, heads, batch in ((problem.q_strides, sq, problem.heads_q, bq),
+                                       (problem.k_strides, sk, problem.heads_kv, bk),
+                                       (problem.v_strides, sk, problem.heads_kv, bk),
+                                       *((g, sq, problem.heads_q, bq) for g in q_like)):
+        for st, n in ((geom.batch, batch), (geom.seq, seqlen), (geom.head, heads)):
+            if n > 1 and not 0 < st * item < _TMA_MAX_STRIDE:
+                return False
+    return True
     (sq, bq), (sk, bk) = map_extents(problem)
     for geom, seqlen, heads, batch in ((problem.q_strides, sq, problem.heads_q, bq),
                                        (problem.k_strides, sk, problem.heads_kv, bk),

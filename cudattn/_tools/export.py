@@ -133,8 +133,13 @@ def _selection_table(arch: str, files: dict) -> list[dict]:
         for d in _bwd_traits.BWD_TILE_DIMS:
             for causal in (False, True):
                 for mods in _BWD_MODS:
-                    add({"kind": "backward", "dtype": dt, "tile_dim": d, "causal": causal, "mods": mods},
-                        _bwd_traits.select_backward(dt, d, causal, limit, mods))
+                    add({"kind": "backward", "family": "sm80", "dtype": dt, "tile_dim": d, "causal": causal,
+                         "mods": mods}, _bwd_traits.select_backward(dt, d, causal, limit, mods))
+        if arch in _traits.HOPPER_ARCHS:  # the Hopper kernel: no compiled-in modifiers
+            for d in _bwd_traits.SM90_BWD_TILE_DIMS:
+                for causal in (False, True):
+                    add({"kind": "backward", "family": "sm90", "dtype": dt, "tile_dim": d, "causal": causal, "mods": 0},
+                        _bwd_traits.select_backward(dt, d, causal, limit, 0, "sm90"))
     return rows
 
 
@@ -161,9 +166,13 @@ def _rules() -> dict:
         "tile_dim": "the smallest tile width in the family's list that is >= head_dim",
         "tile_dims": {"sm80": list(_traits.TILE_DIMS), "sm90": list(_traits.SM90_TILE_DIMS),
                       "fp8_sm80": list(_traits.FP8_TILE_DIMS), "fp8_sm90": list(_traits.FP8_SM90_TILE_DIMS),
-                      "decode": list(_decode_traits.DECODE_TILE_DIMS), "backward": list(_bwd_traits.BWD_TILE_DIMS)},
+                      "decode": list(_decode_traits.DECODE_TILE_DIMS), "backward": list(_bwd_traits.BWD_TILE_DIMS),
+                      "backward_sm90": list(_bwd_traits.SM90_BWD_TILE_DIMS)},
         "family": f"sm90 on {list(_traits.HOPPER_ARCHS)} when every q/k/v stride fits a TMA map (positive, a "
                   "multiple of 16 bytes, below 2**40 bytes), else sm80",
+        "backward_family": f"sm90 on {list(_traits.HOPPER_ARCHS)} when the call has no softcap or ALiBi, head_dim "
+                           f"<= {_bwd_traits.SM90_BWD_TILE_DIMS[-1]} and q/k/v/dout strides that fit a TMA map, "
+                           "else sm80",
         "seqlen_q_max": "a row with seqlen_q_max applies when seqlen_q <= it (causal only); otherwise the row "
                         "with null",
         "rows_max": "decode: a row with rows_max applies when (heads_q / heads_kv) * seqlen_q <= it; otherwise "

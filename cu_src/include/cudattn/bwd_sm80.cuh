@@ -62,8 +62,13 @@ struct BwdSm80 {
         const int chunks_valid = p.head_dim / 8;
         const int off = sq.causal_offset;
 
-        const BwdWalk<BM, BN, CAUSAL> walk(p, sq, n_start, hkv, P.semaphores != nullptr);
-        const int total = walk.total, nm = walk.nm;
+        // The walk's range (bwd/walk.cuh), held as plain values: the order below reads the
+        // deterministic flag from the parameters rather than keep a register for it.
+        int m_lo, m_hi, nm, total;
+        {
+            const BwdWalk<BM, BN, CAUSAL> walk(p, sq, n_start, hkv, false);
+            m_lo = walk.m_lo, m_hi = walk.m_hi, nm = walk.nm, total = walk.total;
+        }
         const int wl = p.has_window ? p.window_left : -1;
         const int wr_ = CAUSAL ? 0 : (p.has_window ? p.window_right : -1);
 
@@ -81,8 +86,9 @@ struct BwdSm80 {
             TileLoader<T, BN, D, NT> vl(static_cast<const T*>(p.v) + v_off, p.v_stride_s, tid, chunks_valid);
             vl.template copy<true>(sV, p.v_stride_s, keys_valid, chunks_valid);
         }
-        // Pair `it`: query head walk.head(it), query block walk.m_block(it), into slot it % STAGES.
-        auto m_of = [&](int it) { return walk.m_block(it); };
+        // Pair `it`: query head hkv * group + it / nm, query block as BwdWalk::m_block orders them
+        // (top down when deterministic), into slot it % STAGES.
+        auto m_of = [&](int it) { return P.semaphores != nullptr ? m_hi - it % nm : m_lo + it % nm; };
         auto load_q = [&](int it) {
             const int hq = hkv * p.group + it / nm, m_start = m_of(it) * BM, slot = it % STAGES;
             const int rows = min(BM, sq.seqlen_q - m_start);
