@@ -537,7 +537,7 @@ static inline cudattn_status cudattn__check_tensor(cudattn_handle* h, const char
     return CUDATTN_OK;
 }
 
-/* Whether the Hopper kernel's TMA maps can describe q, k and v, as cudattn/_kernels/plan.py _tma_can_map: every
+/* Whether the Hopper kernel's TMA maps can describe q, k and v, as cudattn/_kernels/plan.py tma_can_map: every
  * axis of more than one element has a positive stride below 2^40 bytes. */
 static inline int cudattn__tma_can_map(const cudattn_prefill_args* a, int item) {
     const cudattn_tensor* t[3] = {&a->q, &a->k, &a->v};

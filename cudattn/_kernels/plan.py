@@ -80,14 +80,6 @@ def tma_can_map(problem: Problem, q_like: tuple = ()) -> bool:
             if n > 1 and not 0 < st * item < _TMA_MAX_STRIDE:
                 return False
     return True
-    (sq, bq), (sk, bk) = map_extents(problem)
-    for geom, seqlen, heads, batch in ((problem.q_strides, sq, problem.heads_q, bq),
-                                       (problem.k_strides, sk, problem.heads_kv, bk),
-                                       (problem.v_strides, sk, problem.heads_kv, bk)):
-        for st, n in ((geom.batch, batch), (geom.seq, seqlen), (geom.head, heads)):
-            if n > 1 and not 0 < st * item < _TMA_MAX_STRIDE:
-                return False
-    return True
 
 
 def map_extents(problem: Problem) -> tuple[tuple[int, int], tuple[int, int]]:

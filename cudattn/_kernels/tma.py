@@ -93,7 +93,8 @@ def encode_dq_accum(ptr: int, tile_dim: int, heads: int, rows_s: int, rows_b: in
     """The 4-D map (column, head, row, batch) of the backward's float32 dQ accumulator, contiguous
     (rows_b * rows_s, heads, tile_dim), boxes of 32 columns (one 128-byte swizzle row) x ``box_rows``
     rows of one head: the Hopper kernel adds its blocks into it. Rows past rows_s are outside the
-    map, so a block's tail is dropped. A recorded call notes the map's address."""
+    map, so a padded batch's block tail is dropped; in a packed batch the tail's rows are the next
+    sequence's, and get zeros added (those queries' dS is 0). A recorded call notes the map's address."""
     raw = _encode_dq_accum(ptr, tile_dim, heads, rows_s, rows_b, box_rows)
     if _recording.active:
         _note(ptr, raw)

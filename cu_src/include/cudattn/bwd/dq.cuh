@@ -61,27 +61,21 @@ __device__ __forceinline__ void dq_accumulate(const float (&dq)[DQF][4], float* 
     }
 }
 
-// Deterministic turns. The leader waits for the counter to reach `turn`, then `sync` (the threads
-// that add: __syncthreads, or a named barrier of a warp-specialized kernel's consumers) lets all add.
-struct BlockSync {
-    __device__ __forceinline__ void operator()() const { __syncthreads(); }
-};
-template <class Sync = BlockSync>
-__device__ __forceinline__ void wait_turn(const int* counter, int turn, bool leader = threadIdx.x == 0, Sync sync = Sync()) {
-    if (leader) {
+// Deterministic turns. One thread waits for the counter to reach `turn`; the block then adds.
+__device__ __forceinline__ void wait_turn(const int* counter, int turn) {
+    if (threadIdx.x == 0) {
         int v;
         do {
             asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
         } while (v != turn);
     }
-    sync();
+    __syncthreads();
 }
 // After every thread's adds: make them visible, then pass the turn on.
-template <class Sync = BlockSync>
-__device__ __forceinline__ void pass_turn(int* counter, bool leader = threadIdx.x == 0, Sync sync = Sync()) {
+__device__ __forceinline__ void pass_turn(int* counter) {
     __threadfence();
-    sync();
-    if (leader) asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
+    __syncthreads();
+    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
 }
 
 }  // namespace cudattn

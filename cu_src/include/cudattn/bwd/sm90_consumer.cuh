@@ -5,7 +5,7 @@
 //   dV  += P^T.dO, dK += dS^T.Q      registers x shared (dO, Q MN-major), accumulated per CTA
 //   dQ   = dS.K                      dS^T through shared memory (MN-major A); dQ's tile staged in
 //                                    shared memory for the writer warp (bwd/sm90_dq_writer.cuh)
-// dQ's 64 x D tile is split between the warpgroups: by query rows where the block has 128 (head
+// dQ's BM x D tile is split between the warpgroups: by query rows where the block has 128 (head
 // dim 64), by head-dim columns where it has 64 (head dim 128), so each reads a whole swizzle atom
 // of dS^T or K. dV's product runs while dS is computed; dK's while dS^T is stored and the two
 // warpgroups meet. K is the kernel (BwdSm90): its shape and barriers.
