@@ -25,22 +25,28 @@ def _regs(n: int) -> tuple[str, str]:
     return names, binds
 
 
-def _ss(n: int, fp8: bool = False) -> list[str]:
+def _ss(n: int, fp8: bool = False, transposed: bool = False) -> list[str]:
+    """Both operands from shared memory. ``transposed``: the `sst` form, whose TransA/TransB
+    template arguments say which operands are MN-major (16-bit only)."""
     r = n // 2
     names, binds = _regs(n)
     k = 32 if fp8 else 16
     shape = f'"wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 "' if fp8 else \
         f'"wgmma.mma_async.sync.aligned.m64n{n}k16.f32." TY "." TY " "'
-    tail = "" if fp8 else ", 0, 0"  # e4m3 has no transpose immediates: both operands K-major
-    return [
-        f"/* D(64x{n}) (+)= A(64x{k}, shared, K-major) * B({n}x{k}, shared, K-major)^T */",
-        f"static __device__ __forceinline__ void ss(float (&d)[{r}], unsigned long long desc_a,",
-        "                                          unsigned long long desc_b, bool accumulate) {",
+    # e4m3 has no transpose immediates: both operands K-major
+    tail = "" if fp8 else f", %{r + 3}, %{r + 4}" if transposed else ", 0, 0"
+    name, extra = ("sst", ', "n"(TransA), "n"(TransB)') if transposed else ("ss", "")
+    head = ([f"/* D(64x{n}) (+)= A(64x16, shared) * B(16x{n}, shared); TransA/TransB 1: MN-major, 0: K-major */",
+             "template <int TransA, int TransB>"] if transposed else
+            [f"/* D(64x{n}) (+)= A(64x{k}, shared, K-major) * B({n}x{k}, shared, K-major)^T */"])
+    return head + [
+        f"static __device__ __forceinline__ void {name}(float (&d)[{r}], unsigned long long desc_a,",
+        " " * (len(name) - 2) + "                                          unsigned long long desc_b, bool accumulate) {",
         f'    asm volatile("{{\\n\\t.reg .pred p;\\n\\tsetp.ne.b32 p, %{r + 2}, 0;\\n\\t"',
         f'                 {shape}',
         f'                 "{{{names}}}, %{r}, %{r + 1}, p, 1, 1{tail};\\n\\t}}"',
         f"                 : {binds}",
-        '                 : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));',
+        f'                 : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)){extra});',
         "}",
     ]
 
@@ -59,23 +65,6 @@ def _rs(n: int) -> list[str]:
         f"                 : {binds}",
         '                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)), '
         '"n"(TransB));',
-        "}",
-    ]
-
-
-def _sst(n: int) -> list[str]:
-    r = n // 2
-    names, binds = _regs(n)
-    return [
-        f"/* D(64x{n}) (+)= A(64x16, shared) * B(16x{n}, shared); TransA/TransB 1: MN-major, 0: K-major */",
-        "template <int TransA, int TransB>",
-        f"static __device__ __forceinline__ void sst(float (&d)[{r}], unsigned long long desc_a,",
-        "                                           unsigned long long desc_b, bool accumulate) {",
-        f'    asm volatile("{{\\n\\t.reg .pred p;\\n\\tsetp.ne.b32 p, %{r + 2}, 0;\\n\\t"',
-        f'                 "wgmma.mma_async.sync.aligned.m64n{n}k16.f32." TY "." TY " "',
-        f'                 "{{{names}}}, %{r}, %{r + 1}, p, 1, 1, %{r + 3}, %{r + 4};\\n\\t}}"',
-        f"                 : {binds}",
-        '                 : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(TransA), "n"(TransB));',
         "}",
     ]
 
@@ -113,7 +102,7 @@ def main() -> None:
     for n in RS_WIDTHS:
         body += _rs(n)
     for n in SST_WIDTHS:
-        body += _sst(n)
+        body += _ss(n, transposed=True)
     lines += _macro("CUDATTN_SM90_WGMMA_OPS(TY)", body)
     body = []
     for n in FP8_SS_WIDTHS:
