@@ -537,19 +537,26 @@ static inline cudattn_status cudattn__check_tensor(cudattn_handle* h, const char
     return CUDATTN_OK;
 }
 
-/* Whether the Hopper kernel's TMA maps can describe q, k and v, as cudattn/_kernels/plan.py tma_can_map: every
- * axis of more than one element has a positive stride below 2^40 bytes. */
-static inline int cudattn__tma_can_map(const cudattn_prefill_args* a, int item) {
-    const cudattn_tensor* t[3] = {&a->q, &a->k, &a->v};
-    const int seq[3] = {a->seqlen_q, a->seqlen_k, a->seqlen_k}, heads[3] = {a->heads_q, a->heads_kv, a->heads_kv};
+/* Whether TMA maps can describe `count` operands (t[i]: seq[i] rows of heads[i] heads in `batch` entries,
+ * `item`-byte elements), as cudattn/_kernels/plan.py tma_can_map: every axis of more than one element has a
+ * positive stride below 2^40 bytes. */
+static inline int cudattn__tma_can_map_all(const cudattn_tensor* const* t, const int* seq, const int* heads, int count,
+                                           int batch, int item) {
     int i, j;
-    for (i = 0; i < 3; ++i) {
+    for (i = 0; i < count; ++i) {
         const long long st[3] = {t[i]->stride_b, t[i]->stride_s, t[i]->stride_h};
-        const int n[3] = {a->batch, seq[i], heads[i]};
+        const int n[3] = {batch, seq[i], heads[i]};
         for (j = 0; j < 3; ++j)
             if (n[j] > 1 && !(st[j] > 0 && st[j] * item < (1LL << 40))) return 0;
     }
     return 1;
+}
+
+/* Whether the Hopper kernel's TMA maps can describe a prefill call's q, k and v. */
+static inline int cudattn__tma_can_map(const cudattn_prefill_args* a, int item) {
+    const cudattn_tensor* t[3] = {&a->q, &a->k, &a->v};
+    const int seq[3] = {a->seqlen_q, a->seqlen_k, a->seqlen_k}, heads[3] = {a->heads_q, a->heads_kv, a->heads_kv};
+    return cudattn__tma_can_map_all(t, seq, heads, 3, a->batch, item);
 }
 
 /* A 4-D map of a (head dim, seq, head, batch) operand: boxes of one swizzle row x box_rows rows;

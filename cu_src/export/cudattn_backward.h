@@ -63,20 +63,12 @@ static const char* const cudattn__bwd_entries[4] = {"flash_bwd_prepare", "flash_
                                                     "flash_bwd_dsinks"};
 static inline const char* cudattn__bwd_main(int family) { return family == 90 ? "flash_bwd_sm90" : "flash_bwd_sm80"; }
 
-/* Whether TMA maps can describe q, k, v and dout, as cudattn/_kernels/plan.py tma_can_map: every
- * axis of more than one element has a positive stride below 2^40 bytes. */
+/* Whether the Hopper kernel's TMA maps can describe a backward call's q, k, v and dout (16-bit). */
 static inline int cudattn__bwd_tma_can_map(const cudattn_backward_args* a) {
     const cudattn_tensor* t[4] = {&a->q, &a->k, &a->v, &a->dout};
     const int seq[4] = {a->seqlen_q, a->seqlen_k, a->seqlen_k, a->seqlen_q};
     const int heads[4] = {a->heads_q, a->heads_kv, a->heads_kv, a->heads_q};
-    int i, j;
-    for (i = 0; i < 4; ++i) {
-        const long long st[3] = {t[i]->stride_b, t[i]->stride_s, t[i]->stride_h};
-        const int n[3] = {a->batch, seq[i], heads[i]};
-        for (j = 0; j < 3; ++j)
-            if (n[j] > 1 && !(st[j] > 0 && st[j] * 2 < (1LL << 40))) return 0;
-    }
-    return 1;
+    return cudattn__tma_can_map_all(t, seq, heads, 4, a->batch, 2);
 }
 
 typedef struct cudattn__backward_plan {

@@ -117,9 +117,8 @@ def _sm90_params(problem, bwd, P: BwdParams, kern, q: int, k: int, v: int, dout:
     columns by the kernel's query or key block, and of the dQ accumulator it adds into."""
     S = BwdSm90Params()
     S.p = P
-    vl, t, D, dt = problem.varlen, kern.tiles, problem.head_dim, problem.dtype
-    (Sq, Bq), (Sk, Bk) = ((vl.total_q, 1), (vl.total_k, 1)) if vl is not None else \
-        ((problem.seqlen_q, problem.batch), (problem.seqlen_k, problem.batch))
+    t, D, dt = kern.tiles, problem.head_dim, problem.dtype
+    (Sq, Bq), (Sk, Bk) = _plan.map_extents(problem)
     for field, ptr, seqlen, heads, batch, geom, rows in (
             ("tma_q", q, Sq, problem.heads_q, Bq, problem.q_strides, t.block_m),
             ("tma_k", k, Sk, problem.heads_kv, Bk, problem.k_strides, t.block_n),

@@ -21,7 +21,6 @@ __all__ = ["BwdKernel", "select_backward", "all_backward_kernels", "BWD_TILE_DIM
 
 SOURCES = {"sm80": "flash_bwd_sm80.cu", "sm90": "flash_bwd_sm90.cu"}
 MAIN = {"sm80": "flash_bwd_sm80", "sm90": "flash_bwd_sm90"}
-ROW_ENTRIES = ("flash_bwd_prepare", "flash_bwd_finish_dq", "flash_bwd_dsinks")
 ENTRIES = ("flash_bwd_prepare", "flash_bwd_sm80", "flash_bwd_finish_dq", "flash_bwd_dsinks")  # the portable build's
 BWD_TILE_DIMS = (32, 64, 128)
 SM90_BWD_TILE_DIMS = (64, 128)
