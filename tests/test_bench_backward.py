@@ -24,11 +24,11 @@ def test_backward_grid_cases():
     cases = grids.named_grid("backward")
     shapes = {(c.B, c.Hq, c.Hkv, c.Sq, c.D) for c in cases}
     assert shapes == {(4, 16, 16, 4096, 64), (2, 16, 16, 8192, 64), (4, 16, 16, 4096, 128), (2, 16, 16, 8192, 128),
-                      (1, 16, 16, 16384, 128), (1, 64, 8, 8192, 128)}
-    assert len(cases) == 6 * 2 * 2 and len(set(cases)) == len(cases)
+                      (1, 16, 16, 16384, 128), (1, 64, 8, 8192, 128), (2, 16, 16, 4096, 256)}
+    assert len(cases) == 7 * 2 * 2 and len(set(cases)) == len(cases)
     assert {c.dtype for c in cases} == {"float16", "bfloat16"} and {c.causal for c in cases} == {False, True}
     assert all(c.op == "backward" and c.kind == "backward" and c.Sq == c.Sk >= 4096 for c in cases)
-    assert max(c.D for c in cases) <= grids.BACKWARD_MAX_D == 128  # head dim 256: not supported by the backward
+    assert max(c.D for c in cases) == 256
     # narrowed like the other grids; "all" stays the forward's
     assert {(c.dtype, c.causal) for c in grids.named_grid("backward", ["bfloat16"], (True,))} == {("bfloat16", True)}
     assert all(c.op == "forward" for c in grids.named_grid("all"))
@@ -60,9 +60,7 @@ def test_backward_flops_and_bytes():
 def test_backward_explicit_shapes():
     cases = grids.explicit_cases(["2,4,1,300,300,64"], ["float16"], None, "backward")
     assert [(c.Hq, c.Hkv, c.causal, c.op) for c in cases] == [(4, 1, False, "backward"), (4, 1, True, "backward")]
-    with pytest.raises(ValueError, match="up to 128"):
-        grids.explicit_cases(["1,4,256,256"], op="backward")
-    assert grids.explicit_cases(["1,4,256,256"])[0].op == "forward"  # the forward takes 256
+    assert grids.explicit_cases(["1,4,256,256"], ["float16"], None, "backward")[0].D == 256
 
 
 # ---------------------------------------------------------------------- the command line
@@ -77,7 +75,7 @@ def _args(*argv):
 def test_cli_grid_backward():
     args = _args("--grid", "backward", "--dtype", "bfloat16", "--causal", "1")
     cases = cli._cases(args)
-    assert len(cases) == 6 and all(c.op == "backward" and c.causal and c.dtype == "bfloat16" for c in cases)
+    assert len(cases) == 7 and all(c.op == "backward" and c.causal and c.dtype == "bfloat16" for c in cases)
     # --shape with --grid backward: the backward rows of those shapes
     cases = cli._cases(_args("--grid", "backward", "--shape", "1,8,2,512,512,64", "--causal", "0"))
     assert [(c.Hq, c.Hkv, c.Sq, c.D, c.op) for c in cases] == [(8, 2, 512, 64, "backward")] * 2  # both dtypes
@@ -85,7 +83,6 @@ def test_cli_grid_backward():
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--grid", "backward", "--shape", "1,4,512,256"], "head dims up to 128"),
     (["--grid", "backward", "--dtype", "float8_e4m3fn"], "FP8"),
     (["--grid", "prefill", "--shape", "1,4,512,64"], "not both"),
 ])

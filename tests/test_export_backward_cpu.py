@@ -102,6 +102,8 @@ CASES = [
     ("sm_90a", "bfloat16", 4, 64, 64, 2, 1, 32, False, None, None, 1e-30, "batch", False, True, "bshd"),
     ("sm_89", "float16", 1, 513, 2049, 3, 1, 72, True, 2.0, (300, 7), 50.0, "head", True, True, "bshd"),
     ("sm_80", "bfloat16", 2, 1, 4096, 8, 8, 128, False, None, None, 0.0, None, True, True, "bhsd"),
+    ("sm_90a", "bfloat16", 1, 150, 211, 4, 2, 160, True, None, None, 0.0, None, False, True, "bshd"),
+    ("sm_89", "float16", 2, 99, 130, 2, 1, 256, False, None, (40, 3), 10.0, "head", True, True, "bhsd"),
 ]
 
 
@@ -287,7 +289,7 @@ def _differs(a, b) -> list[str]:
 BAD = [
     ("a.dtype = 3;", "FP8 (e4m3) has no backward pass"),
     ("a.dtype = 0;", "dtype must be CUDATTN_FLOAT16 or CUDATTN_BFLOAT16"),
-    ("a.head_dim = 136;", "head_dim up to 128"),
+    ("a.head_dim = 264;", "head_dim must be a multiple of 8 from 8 to 256"),
     ("a.head_dim = 60;", "head_dim must be a multiple of 8"),
     ("a.heads_kv = 3;", "must be a multiple of heads_kv"),
     ("a.softcap = -1;", "softcap must be finite and >= 0"),

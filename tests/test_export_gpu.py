@@ -328,12 +328,15 @@ def backward_program(program):
 
 # (dtype, B, Sq, Sk, Hq, Hkv, D, causal, deterministic, window, softcap, alibi, sinks): a small causal
 # GQA case and a head dim short of its tile (on Hopper both run the Hopper kernel); every modifier
-# at once; a non-deterministic one (dk, dv and dsinks compared only).
+# at once; a non-deterministic one (dk, dv and dsinks compared only); the wide heads' tiles (192,
+# whose row-wise passes take 8 lanes a row, and 256).
 BACKWARD_CASES = [
     ("float16", 2, 200, 333, 8, 2, 64, True, True, None, 0.0, None, False),
     ("bfloat16", 1, 257, 513, 4, 2, 96, False, True, None, 0.0, None, False),
     ("bfloat16", 1, 129, 129, 6, 3, 128, True, True, (64, -1), 20.0, "head", True),
     ("float16", 2, 77, 300, 4, 1, 40, False, False, (50, 30), 0.0, "batch", True),
+    ("bfloat16", 1, 150, 211, 4, 2, 160, True, True, None, 0.0, None, False),
+    ("float16", 1, 99, 130, 2, 1, 256, False, True, None, 10.0, None, True),
 ]
 
 

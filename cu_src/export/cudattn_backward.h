@@ -27,7 +27,7 @@
 typedef struct cudattn_backward_args {
     int dtype; /* of q, k, v, o, dout, dq, dk and dv: CUDATTN_FLOAT16 or CUDATTN_BFLOAT16 */
     int batch, seqlen_q, seqlen_k, heads_q, heads_kv;
-    int head_dim;              /* a multiple of 8 up to 128 */
+    int head_dim;              /* a multiple of 8 up to 256 */
     cudattn_tensor q, k, v;    /* the forward's inputs */
     cudattn_tensor o;          /* the forward's output (q's shape) */
     CUdeviceptr lse;           /* the forward's LSE: (batch, heads_q, seqlen_q) float32, contiguous */
@@ -104,6 +104,13 @@ static inline int cudattn__entry_row(int of, const char* entry) {
     return -1;
 }
 
+/* Lanes a query row in the row-wise kernels (bwd/rows.cuh, RowLanes): a power of two, at most 32,
+   that splits the row's 8-element pieces evenly. */
+static inline int cudattn__row_lanes(int tile_dim) {
+    int pieces = tile_dim / 8;
+    return pieces >= 32 ? 32 : pieces % 16 == 0 ? 16 : pieces % 8 == 0 ? 8 : pieces % 4 == 0 ? 4 : 2;
+}
+
 /* Checks a call's sizes and flags, picks its kernels and lays out its workspace (as
  * cudattn/_kernels/backward.py run_backward: the float32 dQ accumulator (batch * seqlen_q,
  * heads_q, tile width), dsum and lse2 in the LSE's layout, and with deterministic the int32 turn
@@ -128,9 +135,6 @@ static inline cudattn_status cudattn__backward_plan_of(cudattn_handle* h, const 
                              a->heads_q, a->heads_kv);
     if (a->head_dim < 8 || a->head_dim > 256 || a->head_dim % 8)
         return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "head_dim must be a multiple of 8 from 8 to 256; got %d",
-                             a->head_dim);
-    if (a->head_dim > 128)
-        return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "the backward supports head_dim up to 128; got %d",
                              a->head_dim);
     if (!isfinite(a->softcap) || a->softcap < 0)
         return cudattn__fail(h, CUDATTN_ERROR_INVALID_VALUE, "softcap must be finite and >= 0 (0: off); got %g",
@@ -167,8 +171,8 @@ static inline cudattn_status cudattn__backward_plan_of(cudattn_handle* h, const 
     r = &cudattn_kernel_table[pl->rows[1]];
     pl->num_m = (int)(((long long)a->seqlen_q + r->block_m - 1) / r->block_m);
     pl->num_n = (int)(((long long)a->seqlen_k + r->block_n - 1) / r->block_n);
-    /* the row-wise kernels' rows a block: its warps, each 32 / (tile width / 8) rows at a time */
-    per_block = cudattn_kernel_table[pl->rows[0]].threads / 32 * (32 / (r->tile_dim / 8 < 32 ? r->tile_dim / 8 : 32));
+    /* the row-wise kernels' rows a block: its warps, each 32 / (lanes a row) rows at a time */
+    per_block = cudattn_kernel_table[pl->rows[0]].threads / 32 * (32 / cudattn__row_lanes(r->tile_dim));
     pl->row_blocks = (int)(((long long)a->seqlen_q + per_block - 1) / per_block);
     pl->dq_accum = 0;
     pl->dsum = cudattn__align256(rows_all * (size_t)r->tile_dim * 4);

@@ -21,7 +21,7 @@ from .._spec.geometry import TensorGeom, contiguous_geom
 from . import registry as _kernels
 from . import plan as _plan
 from . import tma as _tma
-from .backward_traits import ROW_THREADS, select_for_device
+from .backward_traits import ROW_THREADS, row_lanes, select_for_device
 from .params import BwdParams, BwdSm90Params, FwdParams, fill_params, scale_log2
 
 __all__ = ["run_backward"]
@@ -96,7 +96,7 @@ def run_backward(problem, bwd, dout, q, k, v, out, lse, dq, dk, dv, device, devi
     P.deterministic = int(bwd.deterministic)
 
     arch = props.arch
-    rows_per_block = ROW_THREADS // 32 * (32 // min(32, kern.tile_dim // 8))
+    rows_per_block = ROW_THREADS // 32 * (32 // row_lanes(kern.tile_dim))
     row_grid = (-(-rows_s // rows_per_block), Hq, rows_b)
     main = _sm90_params(problem, bwd, P, kern, q.ptr, k.ptr, v.ptr, dout.ptr) if kern.family == "sm90" else P
     h = sref.handle

@@ -22,11 +22,18 @@ __all__ = ["BwdKernel", "select_backward", "all_backward_kernels", "BWD_TILE_DIM
 SOURCES = {"sm80": "flash_bwd_sm80.cu", "sm90": "flash_bwd_sm90.cu"}
 MAIN = {"sm80": "flash_bwd_sm80", "sm90": "flash_bwd_sm90"}
 ENTRIES = ("flash_bwd_prepare", "flash_bwd_sm80", "flash_bwd_finish_dq", "flash_bwd_dsinks")  # the portable build's
-BWD_TILE_DIMS = (32, 64, 128)
+BWD_TILE_DIMS = (32, 64, 128, 192, 256)
 SM90_BWD_TILE_DIMS = (64, 128)
 # The Hopper kernel's shape per width (bwd_sm90.cuh): BLOCK_M, BLOCK_N, 12 warps, 2 stages.
 _SM90_TILES = {64: Tiles(128, 128, 12, 2, 1), 128: Tiles(64, 128, 12, 2, 1)}
 ROW_THREADS = 128  # CUDATTN_ROW_THREADS: the row-wise kernels' blocks
+
+
+def row_lanes(tile_dim: int) -> int:
+    """Lanes per query row in the row-wise kernels (bwd/rows.cuh, RowLanes): a power of two, at most
+    32, that splits the row's 8-element pieces evenly."""
+    pieces = tile_dim // 8
+    return 32 if pieces >= 32 else next(n for n in (16, 8, 4, 2) if pieces % n == 0)
 
 # Fastest first; the first that fits the device's shared memory is used. A warp's share of the
 # keys sets how often Q and dO are read from shared memory per product (the kernel's bound with
@@ -37,6 +44,11 @@ _CANDIDATES = {
     32: (Tiles(32, 128, 4, 2, 2), Tiles(64, 64, 4, 1, 1)),
     64: (Tiles(32, 128, 4, 2, 2), Tiles(64, 64, 4, 1, 1)),
     128: (Tiles(64, 128, 8, 2, 1), Tiles(64, 64, 4, 1, 1)),
+    # Wider heads: dK and dV of 16 keys x D would not fit a warp's registers, so the warps split the
+    # block's columns in two (bwd_sm80.cuh): 4 x 2 warps over 64 keys; 2 x 2 over 32 where shared
+    # memory is 99 KB.
+    192: (Tiles(64, 64, 8, 2, 1), Tiles(64, 64, 8, 1, 1), Tiles(32, 32, 4, 2, 1), Tiles(32, 32, 4, 1, 1)),
+    256: (Tiles(64, 64, 8, 2, 1), Tiles(64, 64, 8, 1, 1), Tiles(32, 32, 4, 1, 1)),
 }
 _MODS_CANDIDATES = {128: (Tiles(32, 128, 8, 2, 1), Tiles(32, 64, 4, 1, 1))}
 # A softcap keeps P^T apart from the scores (their tanh enters dS): at width 64, 16 keys a warp.
@@ -86,7 +98,9 @@ class BwdKernel:
         if self.family == "sm90":  # K, V; Q and dO stages; two dS^T tiles; dQ's float32 tile; lse2 and D; alignment
             return (2 * t.block_n * d + 2 * t.stages * t.block_m * d + 2 * t.block_n * t.block_m) * 2 \
                 + t.block_m * d * 4 + 2 * t.stages * t.block_m * 4 + 1024
-        return (2 * t.block_n * d + 2 * t.stages * t.block_m * d + t.block_n * t.block_m) * 2 + 2 * t.stages * t.block_m * 4
+        split = t.block_n // 16 < t.warps  # warps split the columns: P^T goes through shared memory too
+        return (2 * t.block_n * d + 2 * t.stages * t.block_m * d + (2 if split else 1) * t.block_n * t.block_m) * 2 \
+            + 2 * t.stages * t.block_m * 4
 
     def entry_point(self, entry: str) -> BwdKernel:
         return replace(self, entry=entry)

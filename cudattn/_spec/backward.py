@@ -23,7 +23,7 @@ from .varlen import validate_varlen
 __all__ = ["Backward", "validate_backward", "BACKWARD_MAX_HEAD_DIM"]
 
 #: The widest head dim the backward kernels are built for.
-BACKWARD_MAX_HEAD_DIM = 128
+BACKWARD_MAX_HEAD_DIM = 256
 _F32 = np.dtype(np.float32)
 
 

@@ -183,7 +183,7 @@ def _rules() -> dict:
         "head_dims": list(_traits.SUPPORTED_HEAD_DIMS),
         "fp8_head_dims": "multiples of 16 up to 256",
         "fp8_archs": list(_traits.FP8_ARCHS),
-        "backward": "tile_dim as for prefill, from tile_dims.backward (head_dim a multiple of 8 up to 128); mods: 1 "
+        "backward": "tile_dim as for prefill, from tile_dims.backward (head_dim a multiple of 8 up to 256); mods: 1 "
                     "with a softcap, 2 with ALiBi slopes, 3 with both (windows and sinks are read at run time); one "
                     "cubin, its entry points launched in the order of 'launch' (flash_bwd_dsinks only with sinks)",
     }

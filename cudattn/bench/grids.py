@@ -14,7 +14,6 @@ DECODE_MAX_SQ = 16  # up to this many query tokens a case is decode (bandwidth-b
 # dK = dSᵀ q) against the forward's two, so 2.5 forwards; a training step (forward with its LSE, then
 # the backward) 3.5. "backward det": the backward with deterministic=True.
 BACKWARD_OPS = {"backward": 2.5, "backward det": 2.5, "train step": 3.5}
-BACKWARD_MAX_D = 128  # head dims the backward supports (256 raises NotImplementedError)
 
 
 @dataclass(frozen=True)
@@ -121,11 +120,10 @@ def _decode(dtypes) -> list[Case]:
             for (b, hq, hkv, s) in _PEER_DECODE]
 
 
-# Backward (--grid backward): (B, Hq, Hkv, S, D), long sequences (S >= 4096) at head dims 64 and 128,
-# and one GQA shape (64 query heads on 8 KV heads). Head dim 256 is left out: the backward does not
-# support it yet (it raises NotImplementedError above BACKWARD_MAX_D).
+# Backward (--grid backward): (B, Hq, Hkv, S, D), long sequences (S >= 4096) at head dims 64, 128
+# and 256, and one GQA shape (64 query heads on 8 KV heads).
 _BACKWARD = [(4, 16, 16, 4096, 64), (2, 16, 16, 8192, 64), (4, 16, 16, 4096, 128), (2, 16, 16, 8192, 128),
-             (1, 16, 16, 16384, 128), (1, 64, 8, 8192, 128)]
+             (1, 16, 16, 16384, 128), (1, 64, 8, 8192, 128), (2, 16, 16, 4096, 256)]
 
 
 def _backward(dtypes, causals) -> list[Case]:
@@ -191,14 +189,12 @@ def parse_shape(text: str) -> tuple[int, int, int, int, int, int]:
 
 def explicit_cases(shapes, dtypes=None, causals=None, op: str = "forward") -> list[Case]:
     """Cases from ``--shape`` strings; decode-like shapes (Sq <= 16) default to non-causal.
-    ``op="backward"``: the backward rows of those shapes (head dim up to BACKWARD_MAX_D, no FP8)."""
+    ``op="backward"``: the backward rows of those shapes (no FP8)."""
     out = []
     if op != "forward":
         _no_fp8(dtypes or DTYPES)
     for text in shapes:
         b, hq, hkv, sq, sk, d = parse_shape(text)
-        if op != "forward" and d > BACKWARD_MAX_D:
-            raise ValueError(f"--shape {text!r}: the backward supports head dims up to {BACKWARD_MAX_D}; got {d}")
         cs = causals if causals is not None else ((False,) if sq <= DECODE_MAX_SQ else (False, True))
         out += [Case(dt, b, hq, hkv, sq, sk, d, c, op=op) for dt in (dtypes or DTYPES) for c in cs]
     return out

@@ -53,7 +53,8 @@ struct BwdSm90 {
         extern __shared__ unsigned char smem_raw[];
         __shared__ Barriers bars;
         const FwdParams& p = P.p.f;
-        const int n_block = blockIdx.x, hkv = blockIdx.y, b = blockIdx.z;
+        const BwdBlock<CAUSAL> blk;
+        const int n_block = blk.n_block, hkv = blk.hkv, b = blk.b;
         const SeqSpan sq = seq_span(p, b);
         const int n_start = n_block * BN;
         if (n_start >= sq.seqlen_k) return;  // the grid covers the longest sequence (uniform: the whole CTA)

@@ -12,12 +12,17 @@
 
 namespace cudattn {
 
-// Lanes that share a row: 16 bytes (8 elements) each across the tile width, at most a warp.
+// Lanes that share a row: a power of two (their sum is a butterfly of shuffles), at most a warp,
+// each with a whole number of 16-byte (8-element) pieces: 8 elements a lane up to width 256,
+// except 192 (24 pieces: 8 lanes of 24 elements). The host sizes the row grid by the same rule
+// (cudattn/_kernels/backward.py, row_lanes; the export's cudattn_backward.h).
 template <int TD>
 struct RowLanes {
-    static constexpr int L = TD / 8 < 32 ? TD / 8 : 32;
-    static constexpr int PER_LANE = TD / L;  // 8 elements (TD <= 256)
+    static constexpr int PIECES = TD / 8;
+    static constexpr int L = PIECES >= 32 ? 32 : PIECES % 16 == 0 ? 16 : PIECES % 8 == 0 ? 8 : PIECES % 4 == 0 ? 4 : 2;
+    static constexpr int PER_LANE = TD / L;
     static constexpr int ROWS_PER_WARP = 32 / L;
+    static_assert(PIECES % L == 0, "a row's pieces split evenly among its lanes");
 };
 
 // This thread's (b, i) row, head, first column; false when it has none. Grid: (row blocks, heads, rows_b).

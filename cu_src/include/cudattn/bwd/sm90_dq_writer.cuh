@@ -38,6 +38,7 @@ struct BwdSm90DqWriter {
                     do {
                         asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
                     } while (v != n_block - first);
+                    fence_proxy_async_global();  // the reductions below (async proxy) after the acquire
                 }
 #pragma unroll
                 for (int slab = 0; slab < D / 32; ++slab)
