@@ -3,7 +3,7 @@ backward), on device arrays, on the GPU and as called.
 
 FLOPs, FlashAttention's convention: the backward does five matrix products of the forward's size
 against the forward's two, 2.5 times the forward's 4·B·H·S²·D (halved for causal); a training step
-3.5 times. Head dim 256 is left out: the backward does not support it yet.
+3.5 times.
 """
 
 from . import _common
@@ -14,7 +14,8 @@ _FACTOR = {"backward": 2.5, "train_step": 3.5}
 class Backward(_common.GpuTrack):
     version = "1"  # what it measures (see _common): bump only when that changes
     # (dtype, head dim, sequence length, causal): 16 Ki tokens a call, 16 heads, as Prefill.
-    params = ([("bfloat16", 128, 8192, False), ("bfloat16", 128, 8192, True), ("bfloat16", 64, 4096, True)],)
+    params = ([("bfloat16", 128, 8192, False), ("bfloat16", 128, 8192, True), ("bfloat16", 64, 4096, True),
+               ("bfloat16", 256, 4096, True)],)
     param_names = ["dtype_D_S_causal"]
 
     def setup(self, case):

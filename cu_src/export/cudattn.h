@@ -26,7 +26,7 @@
  * Served: prefill (float16, bfloat16, FP8 e4m3 with descales; both kernel families) and split-KV
  * decode against contiguous or paged KV caches (float16, bfloat16), with new keys appended in
  * place first; the merge of attention states over disjoint key sets; the backward pass (float16,
- * bfloat16, head_dim up to 128; windows, softcap, ALiBi and sinks; cudattn_backward.h, included
+ * bfloat16, head_dim up to 256; windows, softcap, ALiBi and sinks; cudattn_backward.h, included
  * below), with a workspace of cudattn_backward_workspace_bytes(&h, &a).
  */
 #ifndef CUDATTN_H

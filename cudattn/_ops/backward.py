@@ -37,7 +37,7 @@ def attention_backward(dout: ArrayLike, q: ArrayLike, k: ArrayLike, v: ArrayLike
     dout : array
         The gradient of the loss with respect to the forward's output: q's shape and dtype.
     q, k, v : array
-        The forward's inputs (float16 or bfloat16; head_dim up to 128).
+        The forward's inputs (float16 or bfloat16; head_dim up to 256).
     out, lse : array
         What ``attention(q, k, v, ..., return_lse=True)`` returned for them.
     causal, scale, layout, window_size, softcap, alibi_slopes, sinks
@@ -68,7 +68,7 @@ def attention_backward(dout: ArrayLike, q: ArrayLike, k: ArrayLike, v: ArrayLike
         shapes or dtypes do not belong to q, k, v, gradients that overlap an input, a
         non-bool ``deterministic``, a packed call without its offsets; all before any GPU work.
     NotImplementedError
-        FP8 inputs, head_dim above 128.
+        FP8 inputs.
 
     Examples
     --------
