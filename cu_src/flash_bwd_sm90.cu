@@ -16,8 +16,9 @@ typedef cudattn::sm90::BwdSm90<cudattn_elem_t, CUDATTN_HEAD_DIM, (CUDATTN_CAUSAL
 // (cudattn/_kernels/backward_traits.py, _SM90_TILES): a mismatch would leave the loads' byte
 // counts wrong and the kernel waiting, so the build refuses one.
 static_assert(CUDATTN_BLOCK_M == cudattn_bwd_variant::BM && CUDATTN_BLOCK_N == cudattn_bwd_variant::BN &&
-                  CUDATTN_WARPS * 32 == cudattn_bwd_variant::NT && CUDATTN_STAGES == cudattn_bwd_variant::STAGES,
-              "the host's tiles (CUDATTN_BLOCK_M, _N, _WARPS, _STAGES) must be the kernel's");
+                  CUDATTN_WARPS * 32 == cudattn_bwd_variant::NT && CUDATTN_STAGES == cudattn_bwd_variant::STAGES &&
+                  CUDATTN_SMEM_BYTES == cudattn_bwd_variant::SMEM_BYTES,
+              "the host's tiles (CUDATTN_BLOCK_M, _N, _WARPS, _STAGES) and shared memory must be the kernel's");
 
 extern "C" __global__ void __launch_bounds__(cudattn_bwd_variant::NT, 1) flash_bwd_sm90(const __grid_constant__ BwdSm90Params params) {
     cudattn_bwd_variant::run(params);

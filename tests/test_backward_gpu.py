@@ -4,8 +4,8 @@ FlashAttention-3's eps for gradients: twice the rounding of ``ref + 0.3`` to the
 which allows for the gradient's own rounding to 16 bits (naive's error already holds one such
 rounding, but as a maximum over elements, not a bound).
 
-Odd length pairs from (1, 1) to (1023, 1024) and 4224, head dims 32–256, MHA/GQA/MQA, causal and
-not, both layouts, strided inputs, packed batches, every modifier (softcap, ALiBi, windows, sinks
+Odd length pairs from (1, 1) to (1023, 1024) (head dims 32–192 in turn) and 4224, head dims 32–256
+on fixed lengths, MHA/GQA/MQA, causal and not, both layouts, strided inputs, packed batches, every modifier (softcap, ALiBi, windows, sinks
 with their own gradient), the NumPy path, gradients written in place (poisoned with NaN first),
 and deterministic mode bit for bit over 10 runs.
 """

@@ -109,7 +109,9 @@ class BwdKernel:
         t = self.tiles
         d = {"CUDATTN_DTYPE_BF16": int(self.dtype == "bfloat16"), "CUDATTN_HEAD_DIM": self.tile_dim,
              "CUDATTN_BLOCK_M": t.block_m, "CUDATTN_BLOCK_N": t.block_n, "CUDATTN_WARPS": t.warps,
-             "CUDATTN_STAGES": t.stages, "CUDATTN_CAUSAL": int(self.causal), "CUDATTN_MIN_BLOCKS": t.min_blocks}
+             "CUDATTN_STAGES": t.stages, "CUDATTN_CAUSAL": int(self.causal), "CUDATTN_MIN_BLOCKS": t.min_blocks,
+             # the main kernel's shared memory as the host sizes it; the build asserts it is the kernel's
+             "CUDATTN_SMEM_BYTES": self.entry_point(self.main).smem_bytes}
         if self.mods:
             d["CUDATTN_MODS"] = self.mods
         return d

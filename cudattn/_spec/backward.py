@@ -20,10 +20,8 @@ from .tensors import describe_array, check_no_overlap, kind_name, tensor_geom
 from .validate import check_bool, validate
 from .varlen import validate_varlen
 
-__all__ = ["Backward", "validate_backward", "BACKWARD_MAX_HEAD_DIM"]
+__all__ = ["Backward", "validate_backward"]
 
-#: The widest head dim the backward kernels are built for.
-BACKWARD_MAX_HEAD_DIM = 256
 _F32 = np.dtype(np.float32)
 
 
@@ -58,9 +56,6 @@ def validate_backward(dout, q, k, v, out, lse, dq, dk, dv, *, host: bool, causal
     if problem.dtype == FLOAT8_E4M3:
         raise NotImplementedError("attention_backward takes float16 or bfloat16 inputs; FP8 (float8_e4m3fn) has "
                                   "no backward pass")
-    if problem.head_dim > BACKWARD_MAX_HEAD_DIM:
-        raise NotImplementedError(f"attention_backward supports head_dim up to {BACKWARD_MAX_HEAD_DIM} so far; "
-                                  f"got {problem.head_dim}")
     deterministic = check_bool("deterministic", deterministic)
     packed = varlen is not None
     lay = "bshd" if packed else layout

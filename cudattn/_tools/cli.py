@@ -228,8 +228,7 @@ def cmd_demo(args) -> int:
     ok, err, bound = reference.check_close(out[sub].astype(np.float64), ref, naive)
     print(f"max |out - ref| = {err:.3g} (bound {bound:.3g}, float64 reference on batch {sub.start}..{sub.stop - 1}): "
           f"{'OK' if ok else 'FAIL'}")
-    if D <= 128:  # the backward's head dims
-        ok = _demo_backward(args, (q, k, v), (qd, kd, vd), flops, rng) and ok
+    ok = _demo_backward(args, (q, k, v), (qd, kd, vd), flops, rng) and ok
     return 0 if ok else 1
 
 

@@ -31,8 +31,8 @@ __device__ __forceinline__ void cp_async_4(u32 dst, const void* src, bool valid)
 }
 
 // A warp's KF x MF fragments of a transposed score tile (P^T or dS^T), packed to T, into the
-// BN x BM tile `dst` at its keys from key_row0 and its query group's columns (q0w is a multiple of
-// 8, so the group's fragments start at chunk q0w / 8).
+// BN x BM tile `dst` at its keys from key_row0 and its query group's columns, from 8-query chunk
+// chunk0 (the group's first query is a multiple of 8).
 template <typename T, int BM, int KF, int MF>
 __device__ __forceinline__ void store_scores_t(T* dst, const float (&x)[KF][MF][4], int key_row0, int chunk0, int lane) {
     const int g = lane >> 2, t = lane & 3;
