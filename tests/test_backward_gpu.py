@@ -7,7 +7,8 @@ rounding, but as a maximum over elements, not a bound).
 Odd length pairs from (1, 1) to (1023, 1024) (head dims 32–192 in turn) and 4224, head dims 32–256
 on fixed lengths, MHA/GQA/MQA, causal and not, both layouts, strided inputs, packed batches, every modifier (softcap, ALiBi, windows, sinks
 with their own gradient), the NumPy path, gradients written in place (poisoned with NaN first),
-and deterministic mode bit for bit over 10 runs.
+deterministic mode bit for bit over 10 runs, and the portable tiles of GPUs with less shared
+memory (chosen as if the device had 163 or 99 KiB).
 """
 
 from __future__ import annotations
@@ -301,3 +302,38 @@ def test_warm_calls_replay_and_still_refuse_overlaps():
     with pytest.raises(ValueError, match="dv overlaps dk"):
         cudattn.attention_backward(dev[0], *dev[1:], out, lse, causal=True, dq=given["dq"], dk=kv[:, :, 0:2],
                                    dv=kv[:, :, 1:3])
+
+
+# The portable tiles that GPUs with less shared memory than this one get (backward_traits: the
+# first candidate that fits): 163 KiB (A100, sm_80/87) and 99 KiB (sm_86/89), checked here by
+# selecting as if the device had only that much.
+_SMALLER_GPUS = {"163KiB": 166912, "99KiB": 101376}
+
+
+@pytest.mark.parametrize("limit", list(_SMALLER_GPUS), ids=list(_SMALLER_GPUS))
+@pytest.mark.parametrize("D,mods", [(64, {}), (128, {}), (128, {"softcap": 20.0}), (192, {}), (256, {}),
+                                    (256, {"alibi": "per_head", "window_size": (70, 30)})])
+@pytest.mark.parametrize("causal", [False, True])
+def test_tiles_of_gpus_with_less_shared_memory(limit, D, mods, causal, kernel_family, monkeypatch):
+    if kernel_family == "portable":
+        pytest.skip("the same portable tiles as 'fastest' here")
+    from cudattn._calls import call as _call
+    from cudattn._kernels import backward as _backward
+    from cudattn._kernels import backward_traits as _bt
+    smem = _SMALLER_GPUS[limit]
+    chosen = []
+
+    def select(dtype, head_dim, causal_, props, mods_=0, tma=True):
+        k = _bt.select_backward(dtype, head_dim, causal_, smem, mods_, "sm80")
+        chosen.append(k)
+        return k
+
+    monkeypatch.setattr(_backward, "select_for_device", select)
+    monkeypatch.setattr(_call, "_plans", {})  # no replay of a call recorded with this device's own tiles
+    rng = np.random.default_rng(next(_seed))
+    B, Hq = 2, 4
+    dout, q, k, v = _inputs(B, 203, 301, Hq, 2, D, BF16)
+    kw = _mods(B, Hq, mods, rng)
+    res = _run(dout, q, k, v, dtype=BF16, causal=causal, **_dev(kw))
+    assert chosen and all(c.smem_bytes <= smem and c.family == "sm80" for c in chosen)
+    _check(res, *_expect(dout, q, k, v, BF16, causal=causal, **kw), f"{limit} D={D} {mods} causal={causal}")

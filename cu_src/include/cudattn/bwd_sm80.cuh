@@ -80,8 +80,8 @@ struct BwdSm80 {
     static constexpr int DFW = DF / CG;        // a warp's 8-column fragments of dK and dV
     static constexpr int RQ = BM / 16;         // dQ: warps as RQ row fragments x CQ column groups,
     static constexpr int CQ = NW / RQ;         // in DQ_PASSES passes of DQF fragments (registers)
-    // wide heads: at most 8 fragments (32 floats) a pass beside dK and dV (one pass measured no
-    // better below: registers spill at 128 with 4 warps)
+    // Wide heads: at most 8 fragments (32 floats) a pass beside dK and dV. Narrower ones keep one
+    // pass: in passes, the 128-wide build with 4 warps spilled.
     static constexpr int DQ_PASSES = CG > 1 ? (DF / CQ + 7) / 8 : 1;
     static constexpr int DQF = DF / CQ / DQ_PASSES;
     static constexpr bool SOFTCAP = (MODS & MOD_SOFTCAP) != 0;
@@ -168,7 +168,7 @@ struct BwdSm80 {
         // (CG == 1: every warp has the block's only group; warp < NW is not known to the compiler)
         const int key_row0 = (CG == 1 ? warp : warp % KW) * KF * 16;  // in the tile
         const int grp = CG == 1 ? 0 : warp / KW;  // query group of S^T, column group of dK and dV
-        const int q0w = grp * QW;                    // the group's first query in the tile
+        const int q0w = grp * QW;                 // the group's first query in the tile
         const LaneTile<D> a_lane(key_row0 + (lane & 15), lane >> 4);                   // K, V rows as A
         const LaneTile<D> b_lane(((lane >> 4) << 3) + (lane & 7), (lane >> 3) & 1);     // Q, dO rows as B (S^T, dP^T)
         const LaneTile<D> bt_lane((((lane >> 3) & 1) << 3) + (lane & 7), lane >> 4);   // Q, dO transposed (dK, dV)
