@@ -76,6 +76,23 @@ def test_hopper_backward_sass_uses_wgmma_and_tma(cache, dtype, tmp_path):
         assert op in main, op
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_wide_hopper_backward_sass(cache, causal, tmp_path):
+    """Head dim 256 on Hopper: its own consumers (64 x 32 score products, 64 x 128 gradient
+    products with both operands in shared memory) and dQ added by 4-float reductions, no atomics
+    waiting for a reply, and wgmma not serialized for want of registers."""
+    kern = _bt.select_backward("bfloat16", 256, causal, _traits.ARCH_SMEM_LIMIT["sm_90a"], 0, "sm90")
+    assert kern.family == "sm90" and (kern.tiles.block_m, kern.tiles.block_n) == (64, 64)
+    res = _kernels.compile_variant(kern, "sm_90a", cache=cache)
+    assert "C7512" not in res.log, "wgmma serialized for want of registers"
+    sass = _sass_mod.sass(res.cubin, tmp_path)
+    main = sass[sass.index("flash_bwd_sm90"):]
+    main = main[:main.index("Function : ")] if "Function : " in main else main
+    for op in ("HGMMA.64x32x16.F32", "HGMMA.64x128x16.F32", "REDG.E.ADD.F32x4", "UTMALDG.4D"):
+        assert op in main, op
+    assert "ATOMG" not in main and "UTMAREDG" not in main
+
+
 def test_hopper_gets_the_hopper_kernel_where_it_serves():
     from types import SimpleNamespace
     hopper = SimpleNamespace(arch="sm_90a", max_shared_memory_per_block_optin=_traits.ARCH_SMEM_LIMIT["sm_90a"])

@@ -101,8 +101,11 @@ def test_every_build_fits_its_target(arch):
     for k in _bt.all_backward_kernels(arch):
         assert k.smem_bytes <= _traits.ARCH_SMEM_LIMIT[arch]
         t = k.tiles
-        if k.family == "sm90":  # two consumer warpgroups of 64 keys, a producer warpgroup (bwd_sm90.cuh)
-            assert (t.block_n, t.warps, k.threads) == (128, 12, 384) and t.block_m in (64, 128)
+        if k.family == "sm90":  # a producer warpgroup, two consumers: of 64 keys each, or at 256 of 128
+            # columns each over 64 keys (bwd_sm90.cuh)
+            assert (t.warps, k.threads) == (12, 384)
+            assert (t.block_n, t.block_m) == (64, 64) if k.tile_dim == 256 else \
+                t.block_n == 128 and t.block_m in (64, 128)
             assert arch in _traits.HOPPER_ARCHS
         else:
             # 16 keys a warp and more, or (wide heads) warps split the block's columns in two

@@ -4,7 +4,7 @@ FlashAttention-3's eps for gradients: twice the rounding of ``ref + 0.3`` to the
 which allows for the gradient's own rounding to 16 bits (naive's error already holds one such
 rounding, but as a maximum over elements, not a bound).
 
-Odd length pairs from (1, 1) to (1023, 1024) (head dims 32–192 in turn) and 4224, head dims 32–256
+Odd length pairs from (1, 1) to (1023, 1024) (head dims 32–256 in turn) and 4224, head dims 32–256
 on fixed lengths, MHA/GQA/MQA, causal and not, both layouts, strided inputs, packed batches, every modifier (softcap, ALiBi, windows, sinks
 with their own gradient), the NumPy path, gradients written in place (poisoned with NaN first),
 deterministic mode bit for bit over 10 runs, and the portable tiles of GPUs with less shared
@@ -198,7 +198,7 @@ def test_numpy_path_and_gradients_given():
     _check(res, *_expect(dout, q, k, v, dtype, causal=True), "numpy")
 
 
-@pytest.mark.parametrize("D", [64, 128, 192])
+@pytest.mark.parametrize("D", [64, 128, 192, 256])
 def test_varlen(D):
     rng = np.random.default_rng(next(_seed))
     dtype = F16
@@ -230,7 +230,7 @@ def test_varlen(D):
         _check(res, ref, naive, f"varlen causal={causal}", eps)
 
 
-@pytest.mark.parametrize("heads,D", [((4, 4), 64), ((8, 2), 64), ((8, 2), 128), ((4, 1), 256)])
+@pytest.mark.parametrize("heads,D", [((4, 4), 64), ((8, 2), 64), ((8, 2), 128), ((4, 1), 256), ((6, 2), 192)])
 def test_deterministic_bit_identical(heads, D):
     dtype = BF16
     Hq, Hkv = heads

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pathlib
 
-SS_WIDTHS = (64, 80, 96, 128, 176, 192, 256) # S = Q K^T: N = keys per tile
+SS_WIDTHS = (32, 64, 80, 96, 128, 176, 192, 256)  # S = Q K^T: N = keys per tile (32: the wide backward's S^T share)
 RS_WIDTHS = (64, 128, 192, 256)               # O += P V: N = head-dim tile
-SST_WIDTHS = (32, 64)                         # backward dQ = dS K: N = a consumer's share of the head dim
+SST_WIDTHS = (32, 64, 128)                    # backward dQ = dS K (and the wide one's dK, dV): N = a consumer's share of the head dim
 FP8_SS_WIDTHS = (64, 96, 128, 192, 256)  # e4m3, k = 32: keys per tile
 FP8_RS_WIDTHS = (64, 128, 256)   # e4m3: head-dim tile
 

@@ -11,8 +11,8 @@
  * variant, parameters, launches and workspace layout: dq, dk, dv and dsinks equal the Python
  * path's bit for bit (dq only with deterministic = 1; otherwise its float32 sums are added in an
  * order that may change from run to run). Four launches on the caller's stream: the prepare pass,
- * the main kernel over key blocks (on sm_90a the Hopper kernel where it serves the call: head_dim
- * up to 128, no softcap or ALiBi; else the portable one), the dQ conversion and, with sinks, their
+ * the main kernel over key blocks (on sm_90a the Hopper kernel where it serves the call: no
+ * softcap or ALiBi, strides TMA can map; else the portable one), the dQ conversion and, with sinks, their
  * gradient. The workspace needs no clearing: the prepare pass zeroes what must start at zero.
  */
 #ifndef CUDATTN_BACKWARD_H

@@ -2,7 +2,7 @@
 
 Two families, as the forward's: "sm80", the portable kernel (cu_src/flash_bwd_sm80.cu: mma.sync,
 cp.async) that every sm_80+ device runs, and on Hopper "sm90" (cu_src/flash_bwd_sm90.cu: TMA,
-wgmma, warp specialization) for head dims up to 128 without softcap or ALiBi (those compile into
+wgmma, warp specialization) for every head dim without softcap or ALiBi (those compile into
 the portable kernel only). One build holds four entry points (the prepare pass, the main kernel,
 the dQ conversion and the sinks' gradient): a `BwdKernel` names one of them, and the four of a
 variant share one cubin. Portable tiles per head-dim width: BLOCK_M query rows per step, BLOCK_N
@@ -23,9 +23,9 @@ SOURCES = {"sm80": "flash_bwd_sm80.cu", "sm90": "flash_bwd_sm90.cu"}
 MAIN = {"sm80": "flash_bwd_sm80", "sm90": "flash_bwd_sm90"}
 ENTRIES = ("flash_bwd_prepare", "flash_bwd_sm80", "flash_bwd_finish_dq", "flash_bwd_dsinks")  # the portable build's
 BWD_TILE_DIMS = (32, 64, 128, 192, 256)
-SM90_BWD_TILE_DIMS = (64, 128)
+SM90_BWD_TILE_DIMS = (64, 128, 256)
 # The Hopper kernel's shape per width (bwd_sm90.cuh): BLOCK_M, BLOCK_N, 12 warps, 2 stages.
-_SM90_TILES = {64: Tiles(128, 128, 12, 2, 1), 128: Tiles(64, 128, 12, 2, 1)}
+_SM90_TILES = {64: Tiles(128, 128, 12, 2, 1), 128: Tiles(64, 128, 12, 2, 1), 256: Tiles(64, 64, 12, 2, 1)}
 ROW_THREADS = 128  # CUDATTN_ROW_THREADS: the row-wise kernels' blocks
 
 
@@ -96,8 +96,9 @@ class BwdKernel:
             return 0
         t, d = self.tiles, self.tile_dim
         if self.family == "sm90":  # K, V; Q and dO stages; two dS^T tiles; dQ's float32 tile; lse2 and D; alignment
-            return (2 * t.block_n * d + 2 * t.stages * t.block_m * d + 2 * t.block_n * t.block_m) * 2 \
-                + t.block_m * d * 4 + 2 * t.stages * t.block_m * 4 + 1024
+            wide = d == 256  # two P^T tiles beside dS^T's, no dQ tile (bwd_sm90.cuh, WIDE)
+            return (2 * t.block_n * d + 2 * t.stages * t.block_m * d + (4 if wide else 2) * t.block_n * t.block_m) * 2 \
+                + (0 if wide else t.block_m * d * 4) + 2 * t.stages * t.block_m * 4 + 1024
         split = t.block_n // 16 < t.warps  # warps split the columns: P^T goes through shared memory too
         return (2 * t.block_n * d + 2 * t.stages * t.block_m * d + (2 if split else 1) * t.block_n * t.block_m) * 2 \
             + 2 * t.stages * t.block_m * 4

@@ -1,21 +1,24 @@
 // FlashAttention-3-style backward for Hopper (sm_90a): TMA, wgmma and warp specialization. One CTA
-// owns BN = 128 keys of one KV head (grid: key blocks x KV heads x batch) and walks every query
-// block that sees them, for each query head of the group (bwd/walk.cuh), as the portable kernel
+// owns BN keys of one KV head (grid: key blocks x KV heads x batch) and walks every query block
+// that sees them, for each query head of the group (bwd/walk.cuh), as the portable kernel
 // (bwd_sm80.cuh) does; the products are those of bwd_sm80.cuh on wgmma. 1 + 2 warpgroups:
 //   warpgroup 0: two producer warps (bwd/sm90_producer.cuh) load K and V once, then Q, dO and
-//     the blocks' lse2 and D rows into a two-stage ring; the dQ writer warp
-//     (bwd/sm90_dq_writer.cuh) adds each block's dQ tile into the float32 accumulator with TMA
-//     reductions (in key-block turns when deterministic);
-//   warpgroups 1 and 2, the consumers (bwd/sm90_consumer.cuh): 64 keys each; dK and dV stay in
-//     registers for the whole walk, dQ's tile goes to shared memory for the writer.
-// Query blocks of 128 rows at head dim 64 (S^T and dP^T of 64 x 128 beside dK and dV of 64 x 64),
-// 64 at head dim 128 (dK and dV of 64 x 128 leave room for 64 x 64 scores). The row-wise passes
-// (bwd/rows.cuh) are the portable kernel's.
+//     the blocks' lse2 and D rows into a two-stage ring; at head dims 64 and 128 the dQ writer
+//     warp (bwd/sm90_dq_writer.cuh) adds each block's dQ tile into the float32 accumulator with
+//     TMA reductions (in key-block turns when deterministic);
+//   warpgroups 1 and 2, the consumers: dK and dV stay in registers for the whole walk.
+// Head dims 64 and 128 (bwd/sm90_consumer.cuh): BN = 128 keys, 64 a consumer; query blocks of 128
+// rows at 64 (S^T and dP^T of 64 x 128 beside dK and dV of 64 x 64), 64 at 128 (dK and dV of
+// 64 x 128 leave room for 64 x 64 scores); dQ's tile goes to shared memory for the writer.
+// Head dim 256 (WIDE, bwd/sm90_wide_consumer.cuh): 64 x 64 blocks, the consumers split the head
+// dim and share P^T and dS^T through shared memory; dQ by atomics from registers.
+// The row-wise passes (bwd/rows.cuh) are the portable kernel's.
 #pragma once
 #include "cudattn/bwd/sm90_consumer.cuh"
 #include "cudattn/bwd/sm90_dq_writer.cuh"
 #include "cudattn/bwd/sm90_params.cuh"
 #include "cudattn/bwd/sm90_producer.cuh"
+#include "cudattn/bwd/sm90_wide_consumer.cuh"
 #include "cudattn/bwd/walk.cuh"
 #include "cudattn/sm90/sync.cuh"
 
@@ -27,16 +30,18 @@ struct BwdSm90 {
     typedef T_ T;
     static constexpr int D = D_;
     static constexpr bool CAUSAL = CAUSAL_;
-    static_assert(D == 64 || D == 128, "head-dim tiles of 64 or 128");
-    static constexpr int BM = D == 64 ? 128 : 64, BN = 128, STAGES = 2;
+    static_assert(D == 64 || D == 128 || D == 256, "head-dim tiles of 64, 128 or 256");
+    static constexpr bool WIDE = D == 256;  // the consumers split the head dim (bwd/sm90_wide_consumer.cuh)
+    static constexpr int BM = D == 64 ? 128 : 64, BN = WIDE ? 64 : 128, STAGES = 2;
     static constexpr int NT = 384;  // the producer warpgroup + two consumers
     static constexpr int KB = D / 64;               // 128-byte boxes per Q/K/V/dO row
     static constexpr int Q_BOX = BM * 128, KV_BOX = BN * 128;
     static constexpr int Q_BYTES = KB * Q_BOX, KV_BYTES = KB * KV_BOX;  // one tile of Q or dO; of K or V
-    static constexpr int DS_BOX = BN * 128, DS_BYTES = BM / 64 * DS_BOX;  // dS^T: BN key rows, boxes of 64 queries
-    static constexpr int DQ_BYTES = BM * D * 4;  // dQ's float32 tile: slabs of 32 columns (the dQ map's boxes)
+    static constexpr int DS_BOX = BN * 128, DS_BYTES = BM / 64 * DS_BOX;  // dS^T (and WIDE, P^T): BN key rows, boxes of 64 queries
+    // dQ's float32 tile for the writer: slabs of 32 columns (the dQ map's boxes); WIDE adds from registers
+    static constexpr int DQ_BYTES = WIDE ? 0 : BM * D * 4;
     static constexpr int SMEM_BYTES =
-        2 * KV_BYTES + 2 * STAGES * Q_BYTES + 2 * DS_BYTES + DQ_BYTES + 2 * STAGES * BM * 4 + 1024;
+        2 * KV_BYTES + 2 * STAGES * Q_BYTES + (WIDE ? 4 : 2) * DS_BYTES + DQ_BYTES + 2 * STAGES * BM * 4 + 1024;
     // Registers a thread after setmaxnreg: the launch holds 384 x 168; 128 x 24 + 256 x 240 is the
     // same total (the consumers' increase waits until the producers have given that many back).
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
@@ -45,7 +50,7 @@ struct BwdSm90 {
         unsigned long long kv_full, q_full[STAGES], q_empty[STAGES], dq_full, dq_empty;
     };
     struct Smem {
-        unsigned char *k, *v, *q, *dout, *ds, *dq;  // 1 KiB aligned (swizzle atoms)
+        unsigned char *k, *v, *q, *dout, *ds, *p, *dq;  // 1 KiB aligned (swizzle atoms); p: WIDE only
         float *lse2, *dsum;                   // STAGES x BM each
     };
 
@@ -65,7 +70,8 @@ struct BwdSm90 {
         sm.q = sm.v + KV_BYTES;
         sm.dout = sm.q + STAGES * Q_BYTES;
         sm.ds = sm.dout + STAGES * Q_BYTES;
-        sm.dq = sm.ds + 2 * DS_BYTES;
+        sm.p = sm.ds + 2 * DS_BYTES;
+        sm.dq = sm.p + (WIDE ? 2 * DS_BYTES : 0);
         sm.lse2 = reinterpret_cast<float*>(sm.dq + DQ_BYTES);
         sm.dsum = sm.lse2 + STAGES * BM;
 
@@ -89,13 +95,16 @@ struct BwdSm90 {
             const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
             if (warp == 0)
                 BwdSm90Producer<BwdSm90>::produce(P, bars, sm, walk, sq, n_start, b, lane);
-            else if (warp == 1)
+            else if (warp == 1 && !WIDE)
                 BwdSm90DqWriter<BwdSm90>::write(P, bars, sm, walk, sq, n_block, b, lane);
             else if (warp == 2)
                 BwdSm90Producer<BwdSm90>::load_rows(P, bars, sm, walk, sq, b, lane);
         } else {
             setmaxnreg_inc<CONSUMER_REGS>();
-            BwdSm90Consumer<BwdSm90>::consume(P, bars, sm, walk, sq, n_block, b, wg - 1, threadIdx.x % 128);
+            if constexpr (WIDE)
+                BwdSm90WideConsumer<BwdSm90>::consume(P, bars, sm, walk, sq, n_block, b, wg - 1, threadIdx.x % 128);
+            else
+                BwdSm90Consumer<BwdSm90>::consume(P, bars, sm, walk, sq, n_block, b, wg - 1, threadIdx.x % 128);
         }
     }
 };

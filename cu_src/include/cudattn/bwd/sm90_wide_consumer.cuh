@@ -1,0 +1,212 @@
+// The Hopper backward's consumers at head dim 256 (bwd_sm90.cuh, WIDE). dK and dV of 64 keys x 256
+// columns would take 256 registers a thread, so the two warpgroups split the head dim, not the
+// keys: each holds dK and dV of all 64 keys of the block for its 128 columns. The scores are split
+// by queries instead: warpgroup w computes S^T and dP^T for queries 32w..32w+31 of the 64-row
+// block, and P^T and dS^T go through shared tiles that both read. Per block, with wgmma:
+//   S^T  = K.Q^T,  dP^T = V.dO^T    shared x shared, 64 keys x 32 queries (both K-major)
+//   P^T, dS^T in registers          (bwd/scores.cuh), then 16-bit into two 64 x 64 tiles
+//   dV  += P^T.dO, dK += dS^T.Q      shared x shared (P^T, dS^T K-major; dO, Q MN-major), 64 x 128
+//   dQ   = dS.K                      shared x shared (dS^T MN-major; K MN-major), 64 x 128
+// dQ goes from registers into the float32 accumulator by 4-float reductions (bwd/dq.cuh,
+// dq_reduce_x4): a staging tile would not fit beside two stages of Q and dO. Deterministic, the
+// consumers take the query block's turn around their adds (the narrow kernels' writer warp does it
+// there). K is the kernel (BwdSm90): its shape and barriers.
+#pragma once
+#include "cudattn/bwd/dq.cuh"
+#include "cudattn/bwd/scores.cuh"
+#include "cudattn/bwd/sm90_params.cuh"
+#include "cudattn/bwd/walk.cuh"
+#include "cudattn/sm90/sync.cuh"
+#include "cudattn/sm90/wgmma.cuh"
+
+namespace cudattn {
+namespace sm90 {
+
+template <class K>
+struct BwdSm90WideConsumer {
+    typedef typename K::T T;
+    typedef typename K::Barriers Barriers;
+    static constexpr bool CAUSAL = K::CAUSAL;
+    static constexpr int D = K::D, BM = K::BM, BN = K::BN, STAGES = K::STAGES;
+    static constexpr int Q_BOX = K::Q_BOX, KV_BOX = K::KV_BOX, Q_BYTES = K::Q_BYTES, PDS_BYTES = K::DS_BYTES;
+    static_assert(BM == 64 && BN == 64 && D == 256, "64 x 64 blocks: P^T and dS^T one 128-byte swizzle atom wide");
+    static constexpr int QW = BM / 2;  // queries of the scores a warpgroup computes
+    static constexpr int DW = D / 2;   // head-dim columns of dK, dV and dQ a warpgroup holds
+    static constexpr int BAR_PDS = 1, BAR_TURN = 2;  // named barriers of the 256 consumer threads
+
+    // S^T or dP^T: A(64 rows of K or V) . B(QW rows of Q or dO)^T over the head dim, k-steps of 32
+    // bytes inside each 128-byte box row.
+    static __device__ __forceinline__ void issue_scores(float (&acc)[1][QW / 8][4], unsigned long long a,
+                                                        unsigned long long b) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const unsigned step = (kk % 4) * (32 >> 4), box = kk / 4;
+            Wgmma<T>::ss(flat<QW>(acc), a + step + box * (KV_BOX >> 4), b + step + box * (Q_BOX >> 4), kk > 0);
+        }
+    }
+
+    // acc(64 keys x DW) += A(a P^T or dS^T tile: 64 keys x BM queries, K-major) . B(BM query rows
+    // of a stage, MN-major, this warpgroup's DW columns): 16 queries a k-step.
+    static __device__ __forceinline__ void issue_grad(float (&acc)[1][DW / 8][4], unsigned long long a,
+                                                      unsigned long long b) {
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk)
+            Wgmma<T>::template sst<0, 1>(flat<DW>(acc), a + kk * (32 >> 4), b + kk * (2048 >> 4), true);
+    }
+
+    // This warp's 16 key rows of x (this warpgroup's QW queries) into a 64 x 64 tile, 16-bit:
+    // 128-byte rows, 16-byte chunk c of row r at chunk c ^ (r % 8). The tile is 1 KiB aligned and
+    // r % 8 = g, so the swizzle is an XOR of the chunk into one base a row.
+    static __device__ __forceinline__ void store_tile(unsigned tile, const float (&x)[1][QW / 8][4], int row0,
+                                                      int chunk0, int lane) {
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const unsigned base = tile + (row0 + g + 8 * h) * 128 + (g << 4) + 4 * t;
+#pragma unroll
+            for (int mf = 0; mf < QW / 8; ++mf)
+                st_shared(base ^ ((chunk0 + mf) << 4), pack2(x[0][mf][2 * h], x[0][mf][2 * h + 1], T()));
+        }
+    }
+
+    // Deterministic turns among the 256 consumers (bwd/dq.cuh's wait_turn and pass_turn, on a
+    // named barrier: the producer warps do not take part).
+    static __device__ __forceinline__ void wait_turn(const int* counter, int turn, int ctid) {
+        if (ctid == 0) {
+            int v;
+            do {
+                asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
+            } while (v != turn);
+        }
+        named_sync(BAR_TURN, 256);
+    }
+    static __device__ __forceinline__ void pass_turn(int* counter, int ctid) {
+        __threadfence();
+        named_sync(BAR_TURN, 256);
+        if (ctid == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
+    }
+
+    static __device__ __forceinline__ void release(unsigned long long* bar, int lane) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar);
+    }
+
+    static __device__ __forceinline__ void consume(const BwdSm90Params& P, Barriers& bars, const typename K::Smem& sm,
+                                                   const BwdWalk<BM, BN, CAUSAL>& walk, const SeqSpan& sq, int n_block,
+                                                   int b, int cw, int ltid) {
+        const BwdParams& bp = P.p;
+        const FwdParams& p = bp.f;
+        const int warp = ltid / 32, lane = ltid % 32, ctid = cw * 128 + ltid;
+        const int n_start = n_block * BN;
+        const int key_row0 = warp * 16;  // this warp's first key row in the block (both warpgroups: all 64)
+        const int wl = p.has_window ? p.window_left : -1;
+        const int wr = CAUSAL ? 0 : (p.has_window ? p.window_right : -1);
+        const BwdMask mask{sq.seqlen_q, sq.seqlen_k, sq.causal_offset, wl, wr};
+
+        // Descriptors (a byte offset b is added as b >> 4). K-major: K and V as A, this warpgroup's
+        // QW rows of Q and dO as B of the scores; P^T and dS^T as A of dV and dK. MN-major: this
+        // warpgroup's columns of dO and Q (B of dV, dK) and of K (B of dQ); dS^T as A of dQ.
+        const unsigned long long k_a = smem_desc_sw128(sm.k, 16, 1024);
+        const unsigned long long v_a = smem_desc_sw128(sm.v, 16, 1024);
+        const unsigned long long q_b = smem_desc_sw128(sm.q + cw * QW * 128, 16, 1024);
+        const unsigned long long do_b = smem_desc_sw128(sm.dout + cw * QW * 128, 16, 1024);
+        const unsigned long long q_mn = smem_desc_sw128(sm.q + cw * (DW / 64) * Q_BOX, Q_BOX, 1024);
+        const unsigned long long do_mn = smem_desc_sw128(sm.dout + cw * (DW / 64) * Q_BOX, Q_BOX, 1024);
+        const unsigned long long k_mn = smem_desc_sw128(sm.k + cw * (DW / 64) * KV_BOX, KV_BOX, 1024);
+        const unsigned long long p_a = smem_desc_sw128(sm.p, 16, 1024);
+        const unsigned long long ds_a = smem_desc_sw128(sm.ds, 16, 1024);
+        const unsigned long long ds_mn = smem_desc_sw128(sm.ds, PDS_BYTES, 1024);
+        const long long dq_row_stride = (long long)p.heads_q * bp.tile_dim;
+        const long long dq_row_base = p.cu_seqlens_q != nullptr ? sq.q0 : (long long)b * bp.rows_s;
+
+        float dk[1][DW / 8][4], dv[1][DW / 8][4];
+#pragma unroll
+        for (int i = 0; i < DW / 8; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dk[0][i][e] = dv[0][i][e] = 0.f;
+
+        mbar_wait(&bars.kv_full, 0);
+        int used = 0;  // blocks that went through the P^T and dS^T double buffers
+        for (int it = 0; it < walk.total; ++it) {
+            const int st = it % STAGES;
+            const int m_start = walk.m_block(it) * BM;
+            const int rows = min(BM, sq.seqlen_q - m_start);
+            int first;
+            const bool seen = walk.sees(p, sq, it, n_block, first);
+            mbar_wait(&bars.q_full[st], (it / STAGES) & 1);
+            if (!seen) {
+                release(&bars.q_empty[st], lane);
+                continue;
+            }
+            const bool masked = m_start + BM > sq.seqlen_q || tile_needs_mask<BN, CAUSAL>(p, sq, n_start, m_start, rows);
+            float s[1][QW / 8][4], dp[1][QW / 8][4];
+            wgmma_fence();
+            issue_scores(s, k_a, q_b + st * (Q_BYTES >> 4));
+            wgmma_commit();
+            issue_scores(dp, v_a, do_b + st * (Q_BYTES >> 4));
+            wgmma_commit();
+            wgmma_wait<1>();
+            fence_operands(flat<QW>(s));
+            bwd_probs<0, 1, QW / 8>(s, s, sm.lse2 + st * BM + cw * QW, p.scale_log2, 0.f, 0.f, n_start + key_row0,
+                                    m_start + cw * QW, masked, mask, lane);
+            // Both tiles double-buffered: the barrier below, one a block, also orders these stores
+            // after the other warpgroup's products of two blocks back (it waits for them first).
+            const unsigned buf = (used & 1) * PDS_BYTES;
+            store_tile(smem_u32(sm.p) + buf, s, key_row0, cw * (QW / 8), lane);
+            wgmma_wait<0>();
+            fence_operands(flat<QW>(dp));
+            bwd_dscores<0, 1, QW / 8>(dp, s, s, sm.dsum + st * BM + cw * QW, lane);
+            store_tile(smem_u32(sm.ds) + buf, dp, key_row0, cw * (QW / 8), lane);
+            fence_proxy_async_smem();  // the generic stores before wgmma (async proxy) reads them
+            named_sync(BAR_PDS, 256);
+            float dq[1][DW / 8][4];
+            wgmma_fence();
+            issue_grad(dv, p_a + (buf >> 4), do_mn + st * (Q_BYTES >> 4));
+            issue_grad(dk, ds_a + (buf >> 4), q_mn + st * (Q_BYTES >> 4));
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk)
+                Wgmma<T>::template sst<1, 1>(flat<DW>(dq), ds_mn + (buf >> 4) + kk * (2048 >> 4),
+                                             k_mn + kk * (2048 >> 4), kk > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_operands(flat<DW>(dv));
+            fence_operands(flat<DW>(dk));
+            fence_operands(flat<DW>(dq));
+            release(&bars.q_empty[st], lane);
+
+            // dQ's part: this warp's 16 query rows x this warpgroup's columns, rows past the
+            // sequence dropped (the unscaled dS.K: the conversion pass scales it).
+            const int hq = walk.head(it);
+            int* counter = bp.semaphores != nullptr
+                               ? bp.semaphores + ((long long)b * p.heads_q + hq) * p.num_m_blocks + walk.m_block(it)
+                               : nullptr;
+            if (counter != nullptr) wait_turn(counter, n_block - first, ctid);
+            dq_reduce_x4<DW / 8>(dq[0], bp.dq_accum + ((dq_row_base + m_start) * p.heads_q + hq) * bp.tile_dim,
+                                 dq_row_stride, warp * 16, cw * DW, rows, lane);
+            if (counter != nullptr) pass_turn(counter, ctid);
+            ++used;
+        }
+
+        // dK (times the scale) and dV, straight from the accumulators: this warp's 16 key rows,
+        // this warpgroup's columns.
+        const int g = lane >> 2, t = lane & 3;
+        const int keys_valid = min(BN, sq.seqlen_k - n_start);
+        T* gk = static_cast<T*>(bp.dk) + b * bp.dk_stride_b + walk.hkv * bp.dk_stride_h + (long long)(sq.k0 + n_start) * bp.dk_stride_s;
+        T* gv = static_cast<T*>(bp.dv) + b * bp.dv_stride_b + walk.hkv * bp.dv_stride_h + (long long)(sq.k0 + n_start) * bp.dv_stride_s;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = key_row0 + g + 8 * h;
+            if (r >= keys_valid) continue;
+#pragma unroll
+            for (int df = 0; df < DW / 8; ++df) {
+                const int c = cw * DW + df * 8 + 2 * t;
+                if (c >= p.head_dim) continue;
+                *reinterpret_cast<unsigned*>(gk + r * bp.dk_stride_s + c) = pack2(dk[0][df][2 * h] * bp.scale, dk[0][df][2 * h + 1] * bp.scale, T());
+                *reinterpret_cast<unsigned*>(gv + r * bp.dv_stride_s + c) = pack2(dv[0][df][2 * h], dv[0][df][2 * h + 1], T());
+            }
+        }
+    }
+};
+
+}  // namespace sm90
+}  // namespace cudattn
