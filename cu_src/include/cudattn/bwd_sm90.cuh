@@ -11,7 +11,8 @@
 // rows at 64 (S^T and dP^T of 64 x 128 beside dK and dV of 64 x 64), 64 at 128 (dK and dV of
 // 64 x 128 leave room for 64 x 64 scores); dQ's tile goes to shared memory for the writer.
 // Head dim 256 (WIDE, bwd/sm90_wide_consumer.cuh): 64 x 64 blocks, the consumers split the head
-// dim and share P^T and dS^T through shared memory; dQ by atomics from registers.
+// dim and share P^T and dS^T through shared memory; dQ by 4-float reductions from registers (no
+// writer warp: its dq_full/dq_empty barriers go unused).
 // The row-wise passes (bwd/rows.cuh) are the portable kernel's.
 #pragma once
 #include "cudattn/bwd/sm90_consumer.cuh"

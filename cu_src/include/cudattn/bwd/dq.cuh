@@ -65,7 +65,7 @@ __device__ __forceinline__ void dq_accumulate(const float (&dq)[DQF][4], float* 
 // dq_accumulate with sm_90's 4-float reductions (red, not atom: no reply to wait for): lanes t and
 // t^1 swap halves of their two rows, so that the even lane adds 4 consecutive columns of row g and
 // the odd one of row g + 8, half the instructions of 2-float atomics. The wide Hopper kernel's adds
-// (bwd/sm90_wide_consumer.cuh), which bound it: 1.45x its speed over 2-float atomics on an H200.
+// (bwd/sm90_wide_consumer.cuh), which bound it: 1.43x its speed over 2-float atomics on an H200.
 // The two shuffles' registers would make the portable kernel's tighter builds spill.
 template <int DQF>
 __device__ __forceinline__ void dq_reduce_x4(const float (&dq)[DQF][4], float* accum, long long row_stride, int row0,

@@ -149,8 +149,9 @@ struct BwdSm90WideConsumer {
             fence_operands(flat<QW>(s));
             bwd_probs<0, 1, QW / 8>(s, s, sm.lse2 + st * BM + cw * QW, p.scale_log2, 0.f, 0.f, n_start + key_row0,
                                     m_start + cw * QW, masked, mask, lane);
-            // Both tiles double-buffered: the barrier below, one a block, also orders these stores
-            // after the other warpgroup's products of two blocks back (it waits for them first).
+            // Both tiles double-buffered: the barrier of the block before, one a block, orders these
+            // stores after the other warpgroup's products of two blocks back (it waited for them
+            // before arriving there).
             const unsigned buf = (used & 1) * PDS_BYTES;
             store_tile(smem_u32(sm.p) + buf, s, key_row0, cw * (QW / 8), lane);
             wgmma_wait<0>();
