@@ -250,6 +250,42 @@ def test_deterministic_bit_identical(heads, D):
            _sinks_eps(dout, q, k, v, dtype, causal=True, sinks=sinks))
 
 
+@pytest.mark.parametrize("kind", ["full", "window", "packed"])
+def test_deterministic_wide_tile(kind):
+    """Deterministic mode at the 256-wide tile (on Hopper its own kernel, whose writer warp holds a
+    query block's turn over two passes) without a causal mask, with a window, and packed."""
+    dtype, Hq, Hkv = BF16, 4, 2
+    rng = np.random.default_rng(next(_seed))
+    if kind == "packed":
+        D, lq, lk = 200, [130, 1, 77, 300], [200, 9, 64, 301]
+        cq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+        ck = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+        q, dout = (rng.standard_normal((cq[-1], Hq, D)).astype(dtype) for _ in range(2))
+        k, v = (rng.standard_normal((ck[-1], Hkv, D)).astype(dtype) for _ in range(2))
+        kw = dict(cu_seqlens_q=cudattn.to_device(cq), cu_seqlens_k=cudattn.to_device(ck), max_seqlen_q=max(lq),
+                  max_seqlen_k=max(lk))
+    else:
+        D = 256
+        dout, q, k, v = _inputs(2, 333, 517, Hq, Hkv, D, dtype)
+        kw = dict(window_size=(96, 40)) if kind == "window" else {}
+    dev = [cudattn.to_device(x) for x in (dout, q, k, v)]
+    out, lse = cudattn.attention(*dev[1:], return_lse=True, **kw)
+    runs = [[cudattn.to_host(g) for g in cudattn.attention_backward(dev[0], *dev[1:], out, lse, deterministic=True,
+                                                                      **kw)] for _ in range(5)]
+    for r in runs[1:]:
+        for a, b in zip(runs[0], r):
+            assert np.array_equal(a.view(np.uint16), b.view(np.uint16))
+    if kind == "packed":
+        ref = reference.attention_backward(dout, q, k, v, cu_seqlens_q=cq, cu_seqlens_k=ck)
+        parts = [reference.attention_backward_naive(dout[None, cq[b]:cq[b + 1]], q[None, cq[b]:cq[b + 1]],
+                                                    k[None, ck[b]:ck[b + 1]], v[None, ck[b]:ck[b + 1]], dtype=dtype)
+                 for b in range(len(lq))]
+        naive = tuple(np.concatenate([p[i][0] for p in parts]) for i in range(3))
+        _check(runs[0], ref, naive, "deterministic packed")
+    else:
+        _check(runs[0], *_expect(dout, q, k, v, dtype, **kw), f"deterministic {kind}")
+
+
 def test_torch_graph_capture_with_gradients_given():
     """Captured in a torch CUDA graph with dq, dk, dv preallocated (the workspace becomes graph
     memory nodes); a replay on new inputs equals a direct call bit for bit (deterministic)."""
