@@ -12,6 +12,7 @@
 #pragma once
 #include "cudattn/bwd/scores.cuh"
 #include "cudattn/bwd/sm90_params.cuh"
+#include "cudattn/bwd/sm90_store.cuh"
 #include "cudattn/bwd/walk.cuh"
 #include "cudattn/sm90/sync.cuh"
 #include "cudattn/sm90/wgmma.cuh"
@@ -93,10 +94,6 @@ struct BwdSm90Consumer {
         }
     }
 
-    static __device__ __forceinline__ void release(unsigned long long* bar, int lane) {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bar);
-    }
 
     static __device__ __forceinline__ void consume(const BwdSm90Params& P, Barriers& bars, const typename K::Smem& sm,
                                                    const BwdWalk<BM, BN, CAUSAL>& walk, const SeqSpan& sq, int n_block,
@@ -138,7 +135,7 @@ struct BwdSm90Consumer {
             const bool seen = walk.sees(p, sq, it, n_block, first);
             mbar_wait(&bars.q_full[st], (it / STAGES) & 1);
             if (!seen) {
-                release(&bars.q_empty[st], lane);
+                warp_release(&bars.q_empty[st], lane);
                 continue;
             }
             const bool masked = m_start + BM > sq.seqlen_q || tile_needs_mask<BN, CAUSAL>(p, sq, n_start, m_start, rows);
@@ -196,33 +193,17 @@ struct BwdSm90Consumer {
             fence_operands(flat<D>(dv));
             fence_operands(flat<D>(dk));
             fence_operands(flat<DQ_N>(dq));
-            release(&bars.q_empty[st], lane);
+            warp_release(&bars.q_empty[st], lane);
             // dQ's part to the staging tile once the writer's last reduction has read it; the writer
             // (bwd/sm90_dq_writer.cuh) adds it into the accumulator.
             if (used > 0) mbar_wait(&bars.dq_empty, (used - 1) & 1);
             store_dq(smem_u32(sm.dq), dq, dq_row0, dq_col0, lane);
             fence_proxy_async_smem();
-            release(&bars.dq_full, lane);
+            warp_release(&bars.dq_full, lane);
             ++used;
         }
 
-        // dK (times the scale) and dV, straight from the accumulators.
-        const int g = lane >> 2, t = lane & 3;
-        const int keys_valid = min(BN, sq.seqlen_k - n_start);
-        T* gk = static_cast<T*>(bp.dk) + b * bp.dk_stride_b + walk.hkv * bp.dk_stride_h + (long long)(sq.k0 + n_start) * bp.dk_stride_s;
-        T* gv = static_cast<T*>(bp.dv) + b * bp.dv_stride_b + walk.hkv * bp.dv_stride_h + (long long)(sq.k0 + n_start) * bp.dv_stride_s;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int r = key_row0 + g + 8 * h;
-            if (r >= keys_valid) continue;
-#pragma unroll
-            for (int df = 0; df < D / 8; ++df) {
-                const int c = df * 8 + 2 * t;
-                if (c >= p.head_dim) continue;
-                *reinterpret_cast<unsigned*>(gk + r * bp.dk_stride_s + c) = pack2(dk[0][df][2 * h] * bp.scale, dk[0][df][2 * h + 1] * bp.scale, T());
-                *reinterpret_cast<unsigned*>(gv + r * bp.dv_stride_s + c) = pack2(dv[0][df][2 * h], dv[0][df][2 * h + 1], T());
-            }
-        }
+        store_dk_dv<T, BN, D>(bp, sq, walk.hkv, b, n_start, key_row0, 0, dk, dv, lane);
     }
 };
 
