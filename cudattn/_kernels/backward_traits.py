@@ -12,6 +12,7 @@ keys per block (16 per warp), Q/dO stages; the Hopper kernel's are fixed by its 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from .._spec.modifiers import MOD_ALIBI, MOD_SOFTCAP
@@ -29,6 +30,7 @@ _SM90_TILES = {64: Tiles(128, 128, 12, 2, 1), 128: Tiles(64, 128, 12, 2, 1), 256
 ROW_THREADS = 128  # CUDATTN_ROW_THREADS: the row-wise kernels' blocks
 
 
+@functools.lru_cache(maxsize=None)
 def row_lanes(tile_dim: int) -> int:
     """Lanes per query row in the row-wise kernels (bwd/rows.cuh, RowLanes): a power of two, at most
     32, that splits the row's 8-element pieces evenly."""

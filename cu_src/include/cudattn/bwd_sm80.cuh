@@ -112,7 +112,6 @@ struct BwdSm80 {
         if (n_start >= sq.seqlen_k) return;  // the grid covers the longest sequence
         const int keys_valid = min(BN, sq.seqlen_k - n_start);
         const int chunks_valid = p.head_dim / 8;
-        const int off = sq.causal_offset;
 
         // The walk's range (bwd/walk.cuh), held as plain values: the order below reads the
         // deterministic flag from the parameters rather than keep a register for it.
@@ -121,10 +120,7 @@ struct BwdSm80 {
             const BwdWalk<BM, BN, CAUSAL> walk(p, sq, n_start, hkv, false);
             m_lo = walk.m_lo, m_hi = walk.m_hi, nm = walk.nm, total = walk.total;
         }
-        const int wl = p.has_window ? p.window_left : -1;
-        const int wr_ = CAUSAL ? 0 : (p.has_window ? p.window_right : -1);
-
-        const BwdMask mask{sq.seqlen_q, sq.seqlen_k, off, wl, wr_};
+        const BwdMask mask = bwd_mask<CAUSAL>(p, sq);
         const float alibi_scale = p.alibi_mul;
         const T* q_base = static_cast<const T*>(p.q) + b * p.q_stride_b + (long long)sq.q0 * p.q_stride_s;
         const T* do_base = static_cast<const T*>(P.dout) + b * P.do_stride_b + (long long)sq.q0 * P.do_stride_s;

@@ -6,6 +6,7 @@
 #pragma once
 #include "cudattn/mods.cuh"
 #include "cudattn/ptx.cuh"
+#include "cudattn/seqlen.cuh"
 
 namespace cudattn {
 
@@ -18,6 +19,15 @@ struct BwdMask {
         return q < seqlen_q && key < seqlen_k && (right < 0 || key <= diag + right) && (left < 0 || key >= diag - left);
     }
 };
+
+// A call's mask rules (the forward's description of it, one sequence's span): causal's right
+// edge is 0, a window's edges where it has one.
+template <bool CAUSAL>
+__device__ __forceinline__ BwdMask bwd_mask(const FwdParams& p, const SeqSpan& sq) {
+    const int wl = p.has_window ? p.window_left : -1;
+    const int wr = CAUSAL ? 0 : (p.has_window ? p.window_right : -1);
+    return BwdMask{sq.seqlen_q, sq.seqlen_k, sq.causal_offset, wl, wr};
+}
 
 // p = exp2(z * scale_log2 - lse2[query]) with z the score after the modifiers; masked entries 0.
 // SOFTCAP: s keeps t = tanh(x * softcap_pre) for dS (p is then another array); otherwise p may be s.

@@ -11,8 +11,8 @@
 // warpgroups meet. K is the kernel (BwdSm90): its shape and barriers.
 #pragma once
 #include "cudattn/bwd/scores.cuh"
+#include "cudattn/bwd/sm90_consumer_common.cuh"
 #include "cudattn/bwd/sm90_params.cuh"
-#include "cudattn/bwd/sm90_store.cuh"
 #include "cudattn/bwd/walk.cuh"
 #include "cudattn/sm90/sync.cuh"
 #include "cudattn/sm90/wgmma.cuh"
@@ -32,17 +32,6 @@ struct BwdSm90Consumer {
     static constexpr int DQ_N = DQ_BY_ROWS ? D : D / 2;  // dQ columns per warpgroup
     static_assert(DQ_N == 64, "dQ: one 64-column swizzle atom per warpgroup");
     static constexpr int BAR_DS = 1;  // a named barrier of the 256 consumer threads
-
-    // D(64 x BM) = A(64 rows of K or V) . B(BM rows of Q or dO)^T over the head dim: k-steps of 32
-    // bytes inside each 128-byte box row, boxes apart by the tiles' box sizes.
-    static __device__ __forceinline__ void issue_scores(float (&acc)[1][BM / 8][4], unsigned long long a,
-                                                        unsigned long long b) {
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            const unsigned step = (kk % 4) * (32 >> 4), box = kk / 4;
-            Wgmma<T>::ss(flat<BM>(acc), a + step + box * (KV_BOX >> 4), b + step + box * (Q_BOX >> 4), kk > 0);
-        }
-    }
 
     // acc(64 x D) += A(registers, 64 keys x BM queries) . B(BM query rows of a stage, MN-major):
     // 16 queries (2048 bytes of rows) per k-step.
@@ -103,9 +92,7 @@ struct BwdSm90Consumer {
         const int warp = ltid / 32, lane = ltid % 32;
         const int n_start = n_block * BN;
         const int key_row0 = cw * 64 + warp * 16;  // this warp's first key row in the block
-        const int wl = p.has_window ? p.window_left : -1;
-        const int wr = CAUSAL ? 0 : (p.has_window ? p.window_right : -1);
-        const BwdMask mask{sq.seqlen_q, sq.seqlen_k, sq.causal_offset, wl, wr};
+        const BwdMask mask = bwd_mask<CAUSAL>(p, sq);
 
         // Descriptors (a byte offset b is added as b >> 4). K-major: K and V rows of this warpgroup
         // as A, Q and dO rows as B. MN-major: Q and dO as B of dK and dV; dS^T as A and K as B of dQ.
@@ -120,10 +107,8 @@ struct BwdSm90Consumer {
         const int dq_row0 = (DQ_BY_ROWS ? cw * 64 : 0) + warp * 16, dq_col0 = DQ_BY_ROWS ? 0 : cw * 64;
 
         float dk[1][D / 8][4], dv[1][D / 8][4];
-#pragma unroll
-        for (int i = 0; i < D / 8; ++i)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dk[0][i][e] = dv[0][i][e] = 0.f;
+        zero<D>(dk);
+        zero<D>(dv);
 
         mbar_wait(&bars.kv_full, 0);
         int used = 0;  // blocks that went through dS^T's double buffer
@@ -141,9 +126,9 @@ struct BwdSm90Consumer {
             const bool masked = m_start + BM > sq.seqlen_q || tile_needs_mask<BN, CAUSAL>(p, sq, n_start, m_start, rows);
             float s[1][BM / 8][4], dp[1][BM / 8][4];
             wgmma_fence();
-            issue_scores(s, k_a, q_b + st * (Q_BYTES >> 4));
+            issue_scores<T, BM, D, KV_BOX, Q_BOX>(s, k_a, q_b + st * (Q_BYTES >> 4));
             wgmma_commit();
-            issue_scores(dp, v_a, do_b + st * (Q_BYTES >> 4));
+            issue_scores<T, BM, D, KV_BOX, Q_BOX>(dp, v_a, do_b + st * (Q_BYTES >> 4));
             wgmma_commit();
             wgmma_wait<1>();
             fence_operands(flat<BM>(s));

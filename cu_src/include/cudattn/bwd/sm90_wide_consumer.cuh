@@ -14,8 +14,8 @@
 #pragma once
 #include "cudattn/bwd/dq.cuh"
 #include "cudattn/bwd/scores.cuh"
+#include "cudattn/bwd/sm90_consumer_common.cuh"
 #include "cudattn/bwd/sm90_params.cuh"
-#include "cudattn/bwd/sm90_store.cuh"
 #include "cudattn/bwd/walk.cuh"
 #include "cudattn/sm90/sync.cuh"
 #include "cudattn/sm90/wgmma.cuh"
@@ -34,17 +34,6 @@ struct BwdSm90WideConsumer {
     static constexpr int QW = BM / 2;  // queries of the scores a warpgroup computes
     static constexpr int DW = D / 2;   // head-dim columns of dK, dV and dQ a warpgroup holds
     static constexpr int BAR_PDS = 1, BAR_TURN = 2;  // named barriers of the 256 consumer threads
-
-    // S^T or dP^T: A(64 rows of K or V) . B(QW rows of Q or dO)^T over the head dim, k-steps of 32
-    // bytes inside each 128-byte box row.
-    static __device__ __forceinline__ void issue_scores(float (&acc)[1][QW / 8][4], unsigned long long a,
-                                                        unsigned long long b) {
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            const unsigned step = (kk % 4) * (32 >> 4), box = kk / 4;
-            Wgmma<T>::ss(flat<QW>(acc), a + step + box * (KV_BOX >> 4), b + step + box * (Q_BOX >> 4), kk > 0);
-        }
-    }
 
     // acc(64 keys x DW) += A(a P^T or dS^T tile: 64 keys x BM queries, K-major) . B(BM query rows
     // of a stage, MN-major, this warpgroup's DW columns): 16 queries a k-step.
@@ -95,9 +84,7 @@ struct BwdSm90WideConsumer {
         const int warp = ltid / 32, lane = ltid % 32, ctid = cw * 128 + ltid;
         const int n_start = n_block * BN;
         const int key_row0 = warp * 16;  // this warp's first key row in the block (both warpgroups: all 64)
-        const int wl = p.has_window ? p.window_left : -1;
-        const int wr = CAUSAL ? 0 : (p.has_window ? p.window_right : -1);
-        const BwdMask mask{sq.seqlen_q, sq.seqlen_k, sq.causal_offset, wl, wr};
+        const BwdMask mask = bwd_mask<CAUSAL>(p, sq);
 
         // Descriptors (a byte offset b is added as b >> 4). K-major: K and V as A, this warpgroup's
         // QW rows of Q and dO as B of the scores; P^T and dS^T as A of dV and dK. MN-major: this
@@ -116,10 +103,8 @@ struct BwdSm90WideConsumer {
         const long long dq_row_base = p.cu_seqlens_q != nullptr ? sq.q0 : (long long)b * bp.rows_s;
 
         float dk[1][DW / 8][4], dv[1][DW / 8][4];
-#pragma unroll
-        for (int i = 0; i < DW / 8; ++i)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) dk[0][i][e] = dv[0][i][e] = 0.f;
+        zero<DW>(dk);
+        zero<DW>(dv);
 
         mbar_wait(&bars.kv_full, 0);
         int used = 0;  // blocks that went through the P^T and dS^T double buffers
@@ -137,9 +122,9 @@ struct BwdSm90WideConsumer {
             const bool masked = m_start + BM > sq.seqlen_q || tile_needs_mask<BN, CAUSAL>(p, sq, n_start, m_start, rows);
             float s[1][QW / 8][4], dp[1][QW / 8][4];
             wgmma_fence();
-            issue_scores(s, k_a, q_b + st * (Q_BYTES >> 4));
+            issue_scores<T, QW, D, KV_BOX, Q_BOX>(s, k_a, q_b + st * (Q_BYTES >> 4));
             wgmma_commit();
-            issue_scores(dp, v_a, do_b + st * (Q_BYTES >> 4));
+            issue_scores<T, QW, D, KV_BOX, Q_BOX>(dp, v_a, do_b + st * (Q_BYTES >> 4));
             wgmma_commit();
             wgmma_wait<1>();
             fence_operands(flat<QW>(s));

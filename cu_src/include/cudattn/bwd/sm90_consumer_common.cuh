@@ -1,7 +1,9 @@
 // Pieces both Hopper backward consumers (bwd/sm90_consumer.cuh, bwd/sm90_wide_consumer.cuh) share:
-// a warp's arrival on a ring's mbarrier, and the end of the walk, where dK (times the scale) and
-// dV go from the accumulators straight to global memory.
+// the score products, zeroed accumulators, a warp's arrival on a ring's mbarrier,
+// and the end of the walk, where dK (times the scale) and dV go from the accumulators straight to
+// global memory.
 #pragma once
+#include "cudattn/bwd/scores.cuh"
 #include "cudattn/bwd/sm90_params.cuh"
 #include "cudattn/seqlen.cuh"
 #include "cudattn/sm90/sync.cuh"
@@ -9,6 +11,27 @@
 
 namespace cudattn {
 namespace sm90 {
+
+// S^T or dP^T: D(64 x N) = A(64 rows of K or V) . B(N rows of Q or dO)^T over the head dim D, both
+// K-major in 128-byte boxes of 64 columns (A_BOX, B_BOX bytes apart): k-steps of 32 bytes inside
+// each box row.
+template <typename T, int N, int D, int A_BOX, int B_BOX>
+__device__ __forceinline__ void issue_scores(float (&acc)[1][N / 8][4], unsigned long long a, unsigned long long b) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const unsigned step = (kk % 4) * (32 >> 4), box = kk / 4;
+        Wgmma<T>::ss(flat<N>(acc), a + step + box * (A_BOX >> 4), b + step + box * (B_BOX >> 4), kk > 0);
+    }
+}
+
+// Accumulators that a walk adds into, zeroed.
+template <int N>
+__device__ __forceinline__ void zero(float (&acc)[1][N / 8][4]) {
+#pragma unroll
+    for (int i = 0; i < N / 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[0][i][e] = 0.f;
+}
 
 // Every lane of the warp is done with the stage: one arrival for the warp.
 __device__ __forceinline__ void warp_release(unsigned long long* bar, int lane) {
