@@ -98,9 +98,12 @@ class BwdKernel:
             return 0
         t, d = self.tiles, self.tile_dim
         if self.family == "sm90":  # K, V; Q and dO stages; two dS^T tiles; dQ's float32 tile; lse2 and D; alignment
-            wide = d == 256  # two P^T tiles beside dS^T's, no dQ tile (bwd_sm90.cuh, WIDE)
-            return (2 * t.block_n * d + 2 * t.stages * t.block_m * d + (4 if wide else 2) * t.block_n * t.block_m) * 2 \
-                + (0 if wide else t.block_m * d * 4) + 2 * t.stages * t.block_m * 4 + 1024
+            # 256 (bwd_sm90.cuh, WIDE): one dO stage, two P^T tiles beside dS^T's, half of dQ's tile
+            wide = d == 256
+            do_stages = 1 if wide else t.stages
+            return (2 * t.block_n * d + (t.stages + do_stages) * t.block_m * d
+                    + (4 if wide else 2) * t.block_n * t.block_m) * 2 \
+                + t.block_m * (d // 2 if wide else d) * 4 + 2 * t.stages * t.block_m * 4 + 1024
         split = t.block_n // 16 < t.warps  # warps split the columns: P^T goes through shared memory too
         return (2 * t.block_n * d + 2 * t.stages * t.block_m * d + (2 if split else 1) * t.block_n * t.block_m) * 2 \
             + 2 * t.stages * t.block_m * 4

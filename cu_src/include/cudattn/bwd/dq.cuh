@@ -61,36 +61,6 @@ __device__ __forceinline__ void dq_accumulate(const float (&dq)[DQF][4], float* 
     }
 }
 
-#if __CUDA_ARCH__ >= 900
-// dq_accumulate with sm_90's 4-float reductions (red, not atom: no reply to wait for): lanes t and
-// t^1 swap halves of their two rows, so that the even lane adds 4 consecutive columns of row g and
-// the odd one of row g + 8, half the instructions of 2-float atomics. The wide Hopper kernel's adds
-// (bwd/sm90_wide_consumer.cuh), which bound it: 1.43x its speed over 2-float atomics on an H200.
-// The two shuffles' registers would make the portable kernel's tighter builds spill.
-template <int DQF>
-__device__ __forceinline__ void dq_reduce_x4(const float (&dq)[DQF][4], float* accum, long long row_stride, int row0,
-                                             int col0, int rows_valid, int lane) {
-    const int g = lane >> 2, t = lane & 3;
-    const bool odd = (t & 1) != 0;
-    const int r = row0 + g + (odd ? 8 : 0);
-    float* row = accum + r * row_stride + col0 + 2 * (t & ~1);
-#pragma unroll
-    for (int df = 0; df < DQF; ++df) {
-        // each lane sends the row its partner keeps
-        const float x0 = __shfl_xor_sync(0xffffffffu, odd ? dq[df][0] : dq[df][2], 1);
-        const float x1 = __shfl_xor_sync(0xffffffffu, odd ? dq[df][1] : dq[df][3], 1);
-        if (r < rows_valid) {
-            if (odd)
-                asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(row + df * 8), "f"(x0), "f"(x1),
-                             "f"(dq[df][2]), "f"(dq[df][3]) : "memory");
-            else
-                asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(row + df * 8), "f"(dq[df][0]),
-                             "f"(dq[df][1]), "f"(x0), "f"(x1) : "memory");
-        }
-    }
-}
-#endif
-
 // Deterministic turns. One thread waits for the counter to reach `turn`; the block then adds.
 __device__ __forceinline__ void wait_turn(const int* counter, int turn) {
     if (threadIdx.x == 0) {

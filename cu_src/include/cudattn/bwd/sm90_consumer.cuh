@@ -12,6 +12,7 @@
 #pragma once
 #include "cudattn/bwd/scores.cuh"
 #include "cudattn/bwd/sm90_consumer_common.cuh"
+#include "cudattn/bwd/sm90_dq_writer.cuh"
 #include "cudattn/bwd/sm90_params.cuh"
 #include "cudattn/bwd/walk.cuh"
 #include "cudattn/sm90/sync.cuh"
@@ -67,22 +68,6 @@ struct BwdSm90Consumer {
                 st_shared((base ^ ((mf % 8) << 4)) + (mf / 8) * DS_BOX, a[mf / 2][2 * (mf % 2) + h]);
         }
     }
-
-    // This warp's dQ part (16 rows from row0, 64 columns from col0) into the float32 staging tile:
-    // slabs of 32 columns x BM rows, 128-byte rows in the 128-byte swizzle (the dQ map's boxes).
-    // Column 8i + 2t sits in chunk 2(i % 4) + t / 2 of slab i / 4, at byte 8 (t % 2) of it.
-    static __device__ __forceinline__ void store_dq(unsigned tile, const float (&dq)[1][DQ_N / 8][4], int row0,
-                                                    int col0, int lane) {
-        const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const unsigned base = tile + (col0 / 32) * (BM * 128) + (row0 + g + 8 * h) * 128 + (((t >> 1) ^ g) << 4) + 8 * (t & 1);
-#pragma unroll
-            for (int i = 0; i < DQ_N / 8; ++i)
-                st_shared((base ^ ((i % 4) << 5)) + (i / 4) * (BM * 128), dq[0][i][2 * h], dq[0][i][2 * h + 1]);
-        }
-    }
-
 
     static __device__ __forceinline__ void consume(const BwdSm90Params& P, Barriers& bars, const typename K::Smem& sm,
                                                    const BwdWalk<BM, BN, CAUSAL>& walk, const SeqSpan& sq, int n_block,
@@ -143,16 +128,18 @@ struct BwdSm90Consumer {
                 wgmma_wait<1>();  // dP^T is in; dV's product may still run
                 fence_operands(flat<BM>(dp));
                 bwd_dscores<0, 1, BM / 8>(dp, s, s, sm.dsum + st * BM, lane);
-            } else {  // 64 x 128: P^T's operand beside both fp32 tiles would not fit in registers
+            } else {  // 64 x 128: P^T's operand beside both fp32 tiles would not fit in registers,
+                      // nor dS^T's beside dP^T's with dV's product in flight: both operands first
                 wgmma_wait<0>();
                 fence_operands(flat<BM>(dp));
                 bwd_dscores<0, 1, BM / 8>(dp, s, s, sm.dsum + st * BM, lane);
+                to_operand(dsk, dp);
                 to_operand(pk, s);
                 wgmma_fence();
                 issue_grad(dv, pk, do_mn + st * (Q_BYTES >> 4));
                 wgmma_commit();
             }
-            to_operand(dsk, dp);
+            if constexpr (!DQ_BY_ROWS) to_operand(dsk, dp);
             const unsigned ds_tile = smem_u32(sm.ds) + (used & 1) * DS_BYTES;
             store_ds(ds_tile, dsk, key_row0, lane);
             wgmma_fence();
@@ -182,7 +169,7 @@ struct BwdSm90Consumer {
             // dQ's part to the staging tile once the writer's last reduction has read it; the writer
             // (bwd/sm90_dq_writer.cuh) adds it into the accumulator.
             if (used > 0) mbar_wait(&bars.dq_empty, (used - 1) & 1);
-            store_dq(smem_u32(sm.dq), dq, dq_row0, dq_col0, lane);
+            BwdSm90DqWriter<K>::template stage<DQ_N>(smem_u32(sm.dq), dq, dq_row0, dq_col0, lane);
             fence_proxy_async_smem();
             warp_release(&bars.dq_full, lane);
             ++used;

@@ -1,5 +1,6 @@
 // The Hopper backward's producers (bwd_sm90.cuh): one warp loads the CTA's K and V block once, then
-// walks its query blocks (bwd/walk.cuh), loading Q and dO by TMA into a STAGES-deep ring; another
+// walks its query blocks (bwd/walk.cuh), loading Q and dO by TMA into a STAGES-deep ring (at head
+// dim 256 dO has one stage of its own, with its own "full" and "empty" mbarriers); another
 // stores the blocks' lse2 and D rows beside them with plain loads. A stage completes on its "full"
 // mbarrier: the TMA bytes and the first warp's arrival, plus one arrival of each lane of the other
 // after its stores (release order); the consumers hand it back through its "empty" one. K is the
@@ -34,17 +35,41 @@ struct BwdSm90Producer {
                 tma_load_4d(sm.v + kb * KV_BOX, &P.tma_v, 64 * kb, sq.k0 + n_start, walk.hkv, kb_, &bars.kv_full);
             }
         }
+        int seen = 0;  // WIDE: blocks whose dO was loaded (the others' is not: the consumers skip them)
         for (int it = 0; it < walk.total; ++it) {
             const int s = it % STAGES;
             if (it >= STAGES) mbar_wait(&bars.q_empty[s], ((it / STAGES) - 1) & 1);
             const int hq = walk.head(it), m_start = walk.m_block(it) * BM;
-            if (leader) {
-                mbar_arrive_expect_tx(&bars.q_full[s], 2 * Q_BYTES);
+            if constexpr (K::DO_STAGES == STAGES) {  // Q and dO share the stage
+                if (leader) {
+                    mbar_arrive_expect_tx(&bars.q_full[s], 2 * Q_BYTES);
 #pragma unroll
-                for (int kb = 0; kb < KB; ++kb) {
-                    tma_load_4d(sm.q + s * Q_BYTES + kb * Q_BOX, &P.tma_q, 64 * kb, sq.q0 + m_start, hq, qb, &bars.q_full[s]);
-                    tma_load_4d(sm.dout + s * Q_BYTES + kb * Q_BOX, &P.tma_do, 64 * kb, sq.q0 + m_start, hq, qb,
-                                &bars.q_full[s]);
+                    for (int kb = 0; kb < KB; ++kb) {
+                        tma_load_4d(sm.q + s * Q_BYTES + kb * Q_BOX, &P.tma_q, 64 * kb, sq.q0 + m_start, hq, qb,
+                                    &bars.q_full[s]);
+                        tma_load_4d(sm.dout + s * Q_BYTES + kb * Q_BOX, &P.tma_do, 64 * kb, sq.q0 + m_start, hq, qb,
+                                    &bars.q_full[s]);
+                    }
+                }
+            } else {  // dO's one stage, once the consumers' dV product of the block before has read it
+                static_assert(K::DO_STAGES == 1, "dO: a stage a block, or one");
+                if (leader) {
+                    mbar_arrive_expect_tx(&bars.q_full[s], Q_BYTES);
+#pragma unroll
+                    for (int kb = 0; kb < KB; ++kb)
+                        tma_load_4d(sm.q + s * Q_BYTES + kb * Q_BOX, &P.tma_q, 64 * kb, sq.q0 + m_start, hq, qb,
+                                    &bars.q_full[s]);
+                }
+                int first;
+                if (walk.sees(p, sq, it, n_start / BN, first)) {
+                    if (seen >= 1) mbar_wait(&bars.do_empty, (seen - 1) & 1);
+                    if (leader) {
+                        mbar_arrive_expect_tx(&bars.do_full, Q_BYTES);
+#pragma unroll
+                        for (int kb = 0; kb < KB; ++kb)
+                            tma_load_4d(sm.dout + kb * Q_BOX, &P.tma_do, 64 * kb, sq.q0 + m_start, hq, qb, &bars.do_full);
+                    }
+                    ++seen;
                 }
             }
         }

@@ -7,14 +7,15 @@
 //   P^T, dS^T in registers          (bwd/scores.cuh), then 16-bit into two 64 x 64 tiles
 //   dV  += P^T.dO, dK += dS^T.Q      shared x shared (P^T, dS^T K-major; dO, Q MN-major), 64 x 128
 //   dQ   = dS.K                      shared x shared (dS^T MN-major; K MN-major), 64 x 128
-// dQ goes from registers into the float32 accumulator by 4-float reductions (bwd/dq.cuh,
-// dq_reduce_x4): a staging tile would not fit beside two stages of Q and dO. Deterministic, the
-// consumers take the query block's turn around their adds (the narrow kernels' writer warp does it
-// there). K is the kernel (BwdSm90): its shape and barriers.
+// dQ goes to the writer warp (bwd/sm90_dq_writer.cuh) through a staging tile of half its columns,
+// in two passes of 64 columns a warpgroup: dO keeps a single stage to make room for it, handed back
+// as soon as dV's product has read it. The second pass is staged during the next block, after its
+// scores, so that the writer has read the first by then. K is the kernel (BwdSm90): its shape and
+// barriers.
 #pragma once
-#include "cudattn/bwd/dq.cuh"
 #include "cudattn/bwd/scores.cuh"
 #include "cudattn/bwd/sm90_consumer_common.cuh"
+#include "cudattn/bwd/sm90_dq_writer.cuh"
 #include "cudattn/bwd/sm90_params.cuh"
 #include "cudattn/bwd/walk.cuh"
 #include "cudattn/sm90/sync.cuh"
@@ -33,7 +34,9 @@ struct BwdSm90WideConsumer {
     static_assert(BM == 64 && BN == 64 && D == 256, "64 x 64 blocks: P^T and dS^T one 128-byte swizzle atom wide");
     static constexpr int QW = BM / 2;  // queries of the scores a warpgroup computes
     static constexpr int DW = D / 2;   // head-dim columns of dK, dV and dQ a warpgroup holds
-    static constexpr int BAR_PDS = 1, BAR_TURN = 2;  // named barriers of the 256 consumer threads
+    static constexpr int DQ_N = 64;    // dQ columns a warpgroup stages a pass
+    static_assert(K::DQ_PASSES * DQ_N == DW && K::DO_STAGES == 1, "two passes of dQ, one stage of dO");
+    static constexpr int BAR_PDS = 1;  // a named barrier of the 256 consumer threads
 
     // acc(64 keys x DW) += A(a P^T or dS^T tile: 64 keys x BM queries, K-major) . B(BM query rows
     // of a stage, MN-major, this warpgroup's DW columns): 16 queries a k-step.
@@ -59,29 +62,12 @@ struct BwdSm90WideConsumer {
         }
     }
 
-    // Deterministic turns among the 256 consumers (bwd/dq.cuh's wait_turn and pass_turn, on a
-    // named barrier: the producer warps do not take part).
-    static __device__ __forceinline__ void wait_turn(const int* counter, int turn, int ctid) {
-        if (ctid == 0) {
-            int v;
-            do {
-                asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
-            } while (v != turn);
-        }
-        named_sync(BAR_TURN, 256);
-    }
-    static __device__ __forceinline__ void pass_turn(int* counter, int ctid) {
-        __threadfence();
-        named_sync(BAR_TURN, 256);
-        if (ctid == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
-    }
-
     static __device__ __forceinline__ void consume(const BwdSm90Params& P, Barriers& bars, const typename K::Smem& sm,
                                                    const BwdWalk<BM, BN, CAUSAL>& walk, const SeqSpan& sq, int n_block,
                                                    int b, int cw, int ltid) {
         const BwdParams& bp = P.p;
         const FwdParams& p = bp.f;
-        const int warp = ltid / 32, lane = ltid % 32, ctid = cw * 128 + ltid;
+        const int warp = ltid / 32, lane = ltid % 32;
         const int n_start = n_block * BN;
         const int key_row0 = warp * 16;  // this warp's first key row in the block (both warpgroups: all 64)
         const BwdMask mask = bwd_mask<CAUSAL>(p, sq);
@@ -92,19 +78,31 @@ struct BwdSm90WideConsumer {
         const unsigned long long k_a = smem_desc_sw128(sm.k, 16, 1024);
         const unsigned long long v_a = smem_desc_sw128(sm.v, 16, 1024);
         const unsigned long long q_b = smem_desc_sw128(sm.q + cw * QW * 128, 16, 1024);
-        const unsigned long long do_b = smem_desc_sw128(sm.dout + cw * QW * 128, 16, 1024);
+        const unsigned long long do_b = smem_desc_sw128(sm.dout + cw * QW * 128, 16, 1024);  // dO: one stage
         const unsigned long long q_mn = smem_desc_sw128(sm.q + cw * (DW / 64) * Q_BOX, Q_BOX, 1024);
         const unsigned long long do_mn = smem_desc_sw128(sm.dout + cw * (DW / 64) * Q_BOX, Q_BOX, 1024);
-        const unsigned long long k_mn = smem_desc_sw128(sm.k + cw * (DW / 64) * KV_BOX, KV_BOX, 1024);
+        const unsigned long long k_mn = smem_desc_sw128(sm.k + cw * (DW / 64) * KV_BOX, KV_BOX, 1024);  // + a box a pass
         const unsigned long long p_a = smem_desc_sw128(sm.p, 16, 1024);
         const unsigned long long ds_a = smem_desc_sw128(sm.ds, 16, 1024);
-        const unsigned long long ds_mn = smem_desc_sw128(sm.ds, PDS_BYTES, 1024);
-        const long long dq_row_stride = (long long)p.heads_q * bp.tile_dim;
-        const long long dq_row_base = p.cu_seqlens_q != nullptr ? sq.q0 : (long long)b * bp.rows_s;
+        const unsigned long long ds_mn = smem_desc_sw128(sm.ds, K::DS_BOX, 1024);
+        const unsigned dq_tile = smem_u32(sm.dq);
 
         float dk[1][DW / 8][4], dv[1][DW / 8][4];
         zero<DW>(dk);
         zero<DW>(dv);
+
+        // dQ's second pass of the last block, until it is staged during the next (or after the walk)
+        float dq1[1][DQ_N / 8][4];
+        bool pending = false;
+        int staged = 0;  // passes through the staging tile
+        // Stages a pass once the writer has read the one before (the tile is single).
+        auto stage = [&](const float (&dq)[1][DQ_N / 8][4]) {
+            if (staged > 0) mbar_wait(&bars.dq_empty, (staged - 1) & 1);
+            BwdSm90DqWriter<K>::template stage<DQ_N>(dq_tile, dq, warp * 16, cw * DQ_N, lane);
+            fence_proxy_async_smem();  // the stores before the writer's reductions (async proxy) read them
+            warp_release(&bars.dq_full, lane);
+            ++staged;
+        };
 
         mbar_wait(&bars.kv_full, 0);
         int used = 0;  // blocks that went through the P^T and dS^T double buffers
@@ -115,7 +113,7 @@ struct BwdSm90WideConsumer {
             int first;
             const bool seen = walk.sees(p, sq, it, n_block, first);
             mbar_wait(&bars.q_full[st], (it / STAGES) & 1);
-            if (!seen) {
+            if (!seen) {  // its dO was not loaded (bwd/sm90_producer.cuh)
                 warp_release(&bars.q_empty[st], lane);
                 continue;
             }
@@ -124,7 +122,8 @@ struct BwdSm90WideConsumer {
             wgmma_fence();
             issue_scores<T, QW, D, KV_BOX, Q_BOX>(s, k_a, q_b + st * (Q_BYTES >> 4));
             wgmma_commit();
-            issue_scores<T, QW, D, KV_BOX, Q_BOX>(dp, v_a, do_b + st * (Q_BYTES >> 4));
+            mbar_wait(&bars.do_full, used & 1);
+            issue_scores<T, QW, D, KV_BOX, Q_BOX>(dp, v_a, do_b);
             wgmma_commit();
             wgmma_wait<1>();
             fence_operands(flat<QW>(s));
@@ -139,35 +138,44 @@ struct BwdSm90WideConsumer {
             fence_operands(flat<QW>(dp));
             bwd_dscores<0, 1, QW / 8>(dp, s, s, sm.dsum + st * BM + cw * QW, lane);
             store_tile(smem_u32(sm.ds) + buf, dp, key_row0, cw * (QW / 8), lane);
+            if (pending) {  // the block before's second pass: the writer has read its first by now
+                stage(dq1);
+                pending = false;
+            }
             fence_proxy_async_smem();  // the generic stores before wgmma (async proxy) reads them
             named_sync(BAR_PDS, 256);
-            float dq[1][DW / 8][4];
+            // dV, dK, then dQ's two passes (this warpgroup's columns of K: a box each), in groups of
+            // their own so that dO and Q go back as soon as their last products have read them.
+            float dq0[1][DQ_N / 8][4];
             wgmma_fence();
-            issue_grad(dv, p_a + (buf >> 4), do_mn + st * (Q_BYTES >> 4));
+            issue_grad(dv, p_a + (buf >> 4), do_mn);
+            wgmma_commit();
             issue_grad(dk, ds_a + (buf >> 4), q_mn + st * (Q_BYTES >> 4));
+            wgmma_commit();
 #pragma unroll
             for (int kk = 0; kk < BN / 16; ++kk)
-                Wgmma<T>::template sst<1, 1>(flat<DW>(dq), ds_mn + (buf >> 4) + kk * (2048 >> 4),
+                Wgmma<T>::template sst<1, 1>(flat<DQ_N>(dq0), ds_mn + (buf >> 4) + kk * (2048 >> 4),
                                              k_mn + kk * (2048 >> 4), kk > 0);
             wgmma_commit();
-            wgmma_wait<0>();
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk)
+                Wgmma<T>::template sst<1, 1>(flat<DQ_N>(dq1), ds_mn + (buf >> 4) + kk * (2048 >> 4),
+                                             k_mn + (KV_BOX >> 4) + kk * (2048 >> 4), kk > 0);
+            wgmma_commit();
+            wgmma_wait<3>();
             fence_operands(flat<DW>(dv));
+            warp_release(&bars.do_empty, lane);
+            wgmma_wait<1>();
             fence_operands(flat<DW>(dk));
-            fence_operands(flat<DW>(dq));
+            fence_operands(flat<DQ_N>(dq0));
             warp_release(&bars.q_empty[st], lane);
-
-            // dQ's part: this warp's 16 query rows x this warpgroup's columns, rows past the
-            // sequence dropped (the unscaled dS.K: the conversion pass scales it).
-            const int hq = walk.head(it);
-            int* counter = bp.semaphores != nullptr
-                               ? bp.semaphores + ((long long)b * p.heads_q + hq) * p.num_m_blocks + walk.m_block(it)
-                               : nullptr;
-            if (counter != nullptr) wait_turn(counter, n_block - first, ctid);
-            dq_reduce_x4<DW / 8>(dq[0], bp.dq_accum + ((dq_row_base + m_start) * p.heads_q + hq) * bp.tile_dim,
-                                 dq_row_stride, warp * 16, cw * DW, rows, lane);
-            if (counter != nullptr) pass_turn(counter, ctid);
+            stage(dq0);
+            wgmma_wait<0>();
+            fence_operands(flat<DQ_N>(dq1));
+            pending = true;
             ++used;
         }
+        if (pending) stage(dq1);
 
         store_dk_dv<T, BN, DW>(bp, sq, walk.hkv, b, n_start, key_row0, cw * DW, dk, dv, lane);
     }
