@@ -31,26 +31,25 @@ _RELAXED = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
 _record = driver.cuEventRecord
 
 _lock = threading.Lock()
-_free_events: list = []  # events of released holds, reused
-_held: collections.deque = collections.deque()  # (event, refs), oldest first
+# Events of released holds, reused, per context (an event is recorded only on its own device's streams).
+_free_events: dict[int, list] = {}
+_held: collections.deque = collections.deque()  # (event, its free list, refs), oldest first
 pending = _held  # truthy while something is held (the call path tests it before `release_done`)
 
 
-def _event():
-    try:
-        return _free_events.pop()
-    except IndexError:
-        return check(driver.cuEventCreate(_DISABLE_TIMING), "cuEventCreate")
-
-
 def hold(consumer: int, refs: tuple) -> None:
-    """Keep ``refs`` alive until the work queued so far on ``consumer`` is done."""
+    """Keep ``refs`` alive until the work queued so far on ``consumer`` is done (``consumer``'s
+    device current)."""
     if is_capturing(consumer):
         return
-    ev = _event()
+    free = _free_events.setdefault(int(check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")), [])
+    try:
+        ev = free.pop()
+    except IndexError:
+        ev = check(driver.cuEventCreate(_DISABLE_TIMING), "cuEventCreate")
     check(_record(ev, consumer), "cuEventRecord(keep operands alive)")
     with _lock:
-        _held.append((ev, refs))
+        _held.append((ev, free, refs))
 
 
 def release_done() -> None:
@@ -62,13 +61,13 @@ def release_done() -> None:
     try:
         with _lock:
             while _held:
-                ev, refs = _held[0]
+                ev, free, refs = _held[0]
                 err = driver.cuEventQuery(ev)[0]
                 if err == _NOT_READY:
                     break
                 check(err, "cuEventQuery(keep operands alive)")
                 _held.popleft()
-                _free_events.append(ev)
+                free.append(ev)
                 done.append(refs)
     finally:
         check(driver.cuThreadExchangeStreamCaptureMode(prev), "cuThreadExchangeStreamCaptureMode")

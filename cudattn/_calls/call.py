@@ -122,9 +122,10 @@ class Call:
         device_id = ops[0].device_id
         ptrs = [0 if a is None else a.ptr for a in ops]
         if plan.__class__ is RecordedCall and not force_full and plan.plain(ptrs):
-            held = order_and_hold(objs, ops, consumer) if self.unordered else None
-            if consumer in _SPECIAL_STREAMS:  # the legacy / per-thread stream: the current context decides
+            # the operands' device current before any event or special stream (legacy, per-thread) is used
+            if self.unordered or consumer in _SPECIAL_STREAMS:
                 _device.get_device(device_id)
+            held = order_and_hold(objs, ops, consumer) if self.unordered else None
             # a call that allocates has just learnt that its stream does not capture (else it raised)
             result = plan.replay.run(ops, ptrs, device_id, consumer, keep, False if allocates else None)
         else:

@@ -173,7 +173,9 @@ def _handle_int(handle, stream) -> int:
     return h
 
 
-_free_events: list = []  # reusable events: re-recording one is safe once its waits are queued
+# Reusable events, per context (an event recorded on another device's stream is an invalid handle):
+# re-recording one is safe once its waits are queued.
+_free_events: dict[int, list] = {}
 
 
 def stream_wait(consumer: int, producer: int) -> None:
@@ -190,12 +192,13 @@ def stream_wait(consumer: int, producer: int) -> None:
     _recording.refuse("stream_wait")
     if is_capturing(consumer) and not is_capturing(producer):
         return
+    free = _free_events.setdefault(int(check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")), [])
     try:
-        ev = _free_events.pop()
+        ev = free.pop()
     except IndexError:
         ev = check(driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
     try:
         check(driver.cuEventRecord(ev, producer), "cuEventRecord(producer stream)")
         check(driver.cuStreamWaitEvent(consumer, ev, 0), "cuStreamWaitEvent(consumer stream)")
     finally:
-        _free_events.append(ev)
+        free.append(ev)

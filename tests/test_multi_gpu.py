@@ -1,0 +1,131 @@
+"""Two or more GPUs in one process: cudattn's calls on a second device, devices used in turn from
+one thread and from a thread each, and the ring (`cudattn.distributed.ring_attention`, one thread a
+rank over communicators from ``nccl.core.Communicator.init_all``) against the float64 reference
+on the whole sequence. Skipped below two devices; the ring also without nccl4py."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import cudattn
+from cudattn import reference
+from cudattn._runtime import device as _device
+from cudattn.reference.rule import check_close
+
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off on shared machines
+pytestmark = pytest.mark.gpu
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _need(n: int) -> None:
+    if _device.device_count() < n:
+        pytest.skip(f"needs {n} GPUs; this machine has {_device.device_count()}")
+
+
+def _case(rng, B=2, S=256, Hq=4, Hkv=2, D=64):
+    q = rng.standard_normal((B, S, Hq, D)).astype(BF16)
+    k, v = (rng.standard_normal((B, S, Hkv, D)).astype(BF16) for _ in range(2))
+    return q, k, v
+
+
+def _attend_on(dev: int, q, k, v, causal: bool):
+    qd, kd, vd = (cudattn.to_device(x, device=dev) for x in (q, k, v))
+    out = cudattn.attention(qd, kd, vd, causal=causal)
+    assert out.device_id == dev
+    return out
+
+
+def test_second_device_result_and_dlpack_export():
+    """A call on cuda:1 gives the reference's result; its output crosses DLPack to torch (the
+    consumer stream waits on an event of cuda:1's own context)."""
+    _need(2)
+    torch = pytest.importorskip("torch")
+    q, k, v = _case(np.random.default_rng(4100))
+    out = _attend_on(1, q, k, v, True)
+    ref = reference.attention(q, k, v, causal=True)
+    naive = reference.attention_naive(q, k, v, causal=True, dtype=BF16)
+    t = torch.from_dlpack(out)
+    assert t.device == torch.device("cuda", 1)
+    ok, err, bound = check_close(t.float().cpu().numpy(), ref, naive)
+    assert ok, f"cuda:1 off by {err:.3g} > {bound:.3g}"
+    ok, err, bound = check_close(cudattn.to_host(out), ref, naive)
+    assert ok
+
+
+def test_devices_in_turn_from_one_thread_and_a_thread_each():
+    _need(2)
+    rng = np.random.default_rng(4101)
+    cases = [_case(rng) for _ in range(4)]
+    refs = [reference.attention(*c) for c in cases]
+    naives = [reference.attention_naive(*c, dtype=BF16) for c in cases]
+    for rnd in range(3):  # warm calls replay: each device's own kernels, events and streams
+        for i, c in enumerate(cases):
+            got = cudattn.to_host(_attend_on(i % 2, *c, False))
+            assert check_close(got, refs[i], naives[i])[0], f"round {rnd}, case {i} on cuda:{i % 2}"
+    errors = []
+
+    def work(dev):
+        try:
+            for _ in range(5):
+                for i, c in enumerate(cases):
+                    got = cudattn.to_host(_attend_on(dev, *c, False))
+                    assert check_close(got, refs[i], naives[i])[0], f"cuda:{dev}, case {i}"
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(d,)) for d in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("causal,mods", [(False, {}), (True, {}), (True, {"softcap": 15.0}), (True, {"sinks": 1})])
+def test_ring_equals_attention_on_the_whole_sequence(world, causal, mods):
+    _need(world)
+    nccl = pytest.importorskip("nccl.core")
+    from cudattn.distributed import gather_sequence, ring_attention, shard_sequence
+
+    rng = np.random.default_rng(4200 + world)
+    B, Hq, Hkv, D = 2, 8, 2, 128
+    S = world * 2 * 96
+    q, k, v = _case(rng, B, S, Hq, Hkv, D)
+    sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
+    kw = {"softcap": mods.get("softcap"), "sinks": sinks}
+    shards = [shard_sequence(x, world, zigzag=causal) for x in (q, k, v)]
+    comms = nccl.Communicator.init_all(world)
+    outs: list = [None] * world
+    errors = []
+
+    def rank(r):
+        try:
+            qd, kd, vd = (cudattn.to_device(s[r], device=r) for s in shards)
+            sk = None if sinks is None else cudattn.to_device(sinks, device=r)
+            outs[r] = cudattn.to_host(ring_attention(qd, kd, vd, comms[r], causal=causal, softcap=kw["softcap"],
+                                                     sinks=sk))
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append((r, e))
+
+    try:
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads), "a rank hung"
+        assert not errors, errors
+    finally:
+        for c in comms:
+            c.destroy()
+    got = gather_sequence(outs, zigzag=causal)
+    ref = reference.attention(q, k, v, causal=causal, **kw)
+    naive = reference.attention_naive(q, k, v, causal=causal, dtype=BF16, **kw)
+    ok, err, bound = check_close(got, ref, naive)
+    assert ok, f"ring of {world}: off by {err:.3g} > {bound:.3g}"
