@@ -13,12 +13,14 @@ import pytest
 
 from cudattn import reference
 from cudattn.distributed import gather_sequence, shard_sequence
+from cudattn.distributed.ring import _step_calls
 from cudattn.distributed.schedule import INF, band, chunks_of, ring_steps
 
 _CASES = [  # world, chunk length, zigzag, causal, window
     (1, 7, False, False, None), (2, 5, True, True, None), (3, 4, True, True, None), (4, 3, True, True, None),
     (2, 6, False, False, None), (4, 5, False, True, None), (3, 6, True, False, (4, 2)), (4, 5, True, True, (3, -1)),
-    (2, 9, False, False, (0, 0)), (4, 4, True, False, (-1, 6)), (3, 5, False, True, (11, -1)), (2, 8, True, True, (20, 0)),
+    (2, 9, False, False, (0, 0)), (4, 4, True, False, (-1, 6)), (3, 5, False, True, (11, -1)),
+    (2, 8, True, True, (20, 0)),
 ]
 
 
@@ -62,6 +64,7 @@ def test_every_pair_once(world, c, zigzag, causal, window):
                 m = _local_mask(b, c)
                 seen[b.q_chunk * c:(b.q_chunk + 1) * c, b.k_chunk * c:(b.k_chunk + 1) * c] += m
                 sinks[b.q_chunk] += b.sinks
+                assert not b.sinks or (s, b.qa, b.qb) == (0, 0, c), "sinks on a call without every row of its chunk"
                 done += int(m.sum())
                 assert m.any(), "a call that sees nothing is made"
         work.append(done)
@@ -94,8 +97,10 @@ def test_shard_and_gather_round_trip(zigzag, axis):
 
 
 def _ring_float64(q, k, v, world, *, zigzag, causal, window=None, softcap=None, sinks=None):
-    """The ring of `cudattn.distributed.ring_attention` in float64: each rank's calls from the
-    schedule through the reference's attention, merged by LSE per query chunk; the whole output."""
+    """The ring of `cudattn.distributed.ring_attention` in float64: each rank's calls as the ring
+    plans them (one call over the visiting K/V where nothing is masked, else one per chunk pair,
+    rows a window leaves out given LSE -inf) through the reference's attention, merged by LSE per
+    query chunk; the whole output."""
     B, S, Hq, D = q.shape
     n = world * (2 if zigzag else 1)
     c = S // n
@@ -103,18 +108,24 @@ def _ring_float64(q, k, v, world, *, zigzag, causal, window=None, softcap=None, 
     chunk = lambda x, i: x[:, i * c:(i + 1) * c]  # noqa: E731
     out = np.zeros(q.shape)
     for r in range(world):
-        parts = {qc: ([], []) for qc in chunks_of(r, world, zigzag)}
-        for blocks in ring_steps(r, world, c, zigzag=zigzag, left=left, right=right):
-            for b in blocks:
+        mine = chunks_of(r, world, zigzag)
+        parts = {qc: ([], []) for qc in mine}
+        for s, blocks in enumerate(ring_steps(r, world, c, zigzag=zigzag, left=left, right=right)):
+            src = chunks_of((r - s) % world, world, zigzag)
+            for qc, b, ki in _step_calls(blocks, mine, src, c):
                 o = np.zeros((B, c, Hq, D))
                 lse = np.full((B, Hq, c), -np.inf)
-                ob, lb = reference.attention(chunk(q, b.q_chunk)[:, b.qa:b.qb], chunk(k, b.k_chunk)[:, b.ka:b.kb],
-                                             chunk(v, b.k_chunk)[:, b.ka:b.kb], causal=b.causal,
-                                             window_size=b.window, softcap=softcap,
-                                             sinks=sinks if b.sinks else None, return_lse=True)
-                o[:, b.qa:b.qb], lse[:, :, b.qa:b.qb] = ob, lb
-                parts[b.q_chunk][0].append(o)
-                parts[b.q_chunk][1].append(lse)
+                if b is None:
+                    kx, vx = (np.concatenate([chunk(x, i) for i in src], axis=1) for x in (k, v))
+                    o, lse = reference.attention(chunk(q, qc), kx, vx, softcap=softcap, return_lse=True)
+                else:
+                    assert src[ki] == b.k_chunk
+                    kx, vx = (chunk(x, b.k_chunk)[:, b.ka:b.kb] for x in (k, v))
+                    o[:, b.qa:b.qb], lse[:, :, b.qa:b.qb] = reference.attention(
+                        chunk(q, qc)[:, b.qa:b.qb], kx, vx, causal=b.causal, window_size=b.window, softcap=softcap,
+                        sinks=sinks if b.sinks else None, return_lse=True)
+                parts[qc][0].append(o)
+                parts[qc][1].append(lse)
         for qc, (os_, ls) in parts.items():
             out[:, qc * c:(qc + 1) * c] = reference.merge_attention_states(os_, ls)[0]
     return out
@@ -123,6 +134,9 @@ def _ring_float64(q, k, v, world, *, zigzag, causal, window=None, softcap=None, 
 @pytest.mark.parametrize("world,zigzag,causal,mods", [
     (2, True, True, {}), (4, True, True, {"softcap": 20.0}), (3, False, False, {}), (2, False, True, {}),
     (4, True, True, {"sinks": True}), (3, True, False, {"window": (9, 3)}), (4, True, True, {"window": (13, -1)}),
+    (4, False, False, {"window": (5, 5), "sinks": True}), (2, True, False, {"softcap": 5.0, "sinks": True}),
+    (2, True, True, {"window": (3, 0), "sinks": True}), (3, True, False, {"window": (4, 2), "sinks": True}),
+    (1, True, True, {"window": (4, 0), "sinks": True}),
 ])
 def test_ring_in_float64_equals_whole_attention(world, zigzag, causal, mods):
     rng = np.random.default_rng(4000 + world)
@@ -136,6 +150,14 @@ def test_ring_in_float64_equals_whole_attention(world, zigzag, causal, mods):
                         softcap=kw["softcap"], sinks=sinks)
     want = reference.attention(q, k, v, causal=causal, **kw)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_last_step_stops_the_ring_where_a_window_ends():
+    from cudattn.distributed.schedule import last_step
+
+    assert last_step(4, 8, zigzag=False, left=INF, right=INF) == 3
+    assert last_step(4, 8, zigzag=False, left=5.0, right=0.0) == 1  # one chunk back is all a short window sees
+    assert last_step(4, 8, zigzag=True, left=INF, right=0.0) == 3
 
 
 def test_band_of_the_api_arguments():
@@ -154,8 +176,8 @@ def test_ring_attention_refuses_before_any_gpu_work():
     x = np.zeros((1, 8, 2, 64), np.float16)
     with pytest.raises(TypeError, match="q must be a cudattn DeviceArray"):
         ring_attention(x, x, x, Comm(), causal=True)
-    with pytest.raises(NotImplementedError, match="window_size"):
-        ring_attention(x, x, x, Comm(), window_size=(4, 0))
+    with pytest.raises(ValueError, match="window_size's left must be >= -1"):
+        ring_attention(x, x, x, Comm(), window_size=(-2, 0))
     with pytest.raises(NotImplementedError, match="alibi_slopes"):
         ring_attention(x, x, x, Comm(), alibi_slopes=np.ones(2, np.float32))
     with pytest.raises(ValueError, match="layout"):
@@ -169,3 +191,111 @@ def test_importing_cudattn_imports_neither_the_ring_nor_nccl():
     code = "import sys, cudattn; print('cudattn.distributed' in sys.modules, 'nccl' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_scaling_inputs_are_the_same_chunks_on_every_rank_and_rows_check():
+    from cudattn.distributed import scaling
+
+    case = {"B": 1, "H": 4, "Hkv": 2, "S": 96, "D": 32, "dtype": "bfloat16", "causal": True, "seed": 5}
+    world, n = 3, 6
+    c = case["S"] // n
+    shape = (1, c, 2, 32)
+    shards = [np.concatenate([scaling.chunk_data(5, 1, i, shape, "bfloat16") for i in chunks_of(r, world, True)],
+                             axis=1) for r in range(world)]
+    np.testing.assert_array_equal(gather_sequence(shards, zigzag=True), scaling.whole(5, 1, n, shape, "bfloat16"))
+    q, k, v = (scaling.whole(5, w, n, (1, c, h, 32), "bfloat16") for w, h in enumerate((4, 2, 2)))
+    out = reference.attention(q, k, v, causal=True).astype(q.dtype)
+    assert scaling.check_rows(case, world, out)[0]
+    assert not scaling.check_rows(case, world, out * 2)[0]
+
+
+def test_launcher_refuses_bad_worlds_before_starting_anything():
+    from cudattn.distributed import launch
+
+    with pytest.raises(ValueError, match="world"):
+        launch.run(print, 0)
+    with pytest.raises(ValueError, match="distinct"):
+        launch.run(print, 2, devices=[0, 0])
+
+
+def _replay(plan, buffers):
+    """`copies.run_plan` on host bytes: ``buffers`` maps names to flat uint8 arrays."""
+    for c in plan:
+        for r in range(c.height):
+            s, d = c.src_off + r * c.src_pitch, c.dst_off + r * c.dst_pitch
+            buffers[c.dst][d:d + c.width] = buffers[c.src][s:s + c.width]
+
+
+def _bytes(x):
+    return np.ascontiguousarray(x).reshape(-1).view(np.uint8).copy()
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_all_to_all_copy_plans_against_numpy(world):
+    from cudattn.distributed import copies
+
+    B, s, H, D = 2, 3, 8, 4
+    x = np.arange(B * s * H * D, dtype=np.float32).reshape(B, s, H, D)
+    buf = {"x": _bytes(x), "send": np.zeros(x.nbytes, np.uint8)}
+    _replay(copies.heads_to_ranks(B, s, H, D, world, 4, "x", "send"), buf)
+    want = x.reshape(B, s, world, H // world, D).transpose(2, 0, 1, 3, 4)
+    np.testing.assert_array_equal(buf["send"].view(np.float32).reshape(want.shape), want)
+    buf["back"] = np.zeros(x.nbytes, np.uint8)
+    _replay(copies.ranks_to_heads(B, s, H, D, world, 4, "send", "back"), buf)
+    np.testing.assert_array_equal(buf["back"].view(np.float32).reshape(x.shape), x)
+    S, inner = s * world, 12
+    y = np.arange(world * B * s * inner // 4, dtype=np.float32).reshape(world, B, s, inner // 4)
+    buf = {"y": _bytes(y), "whole": np.zeros(y.nbytes, np.uint8), "again": np.zeros(y.nbytes, np.uint8)}
+    _replay(copies.ranks_to_rows(B, S, inner, world, "y", "whole"), buf)
+    np.testing.assert_array_equal(buf["whole"].view(np.float32).reshape(B, S, -1),
+                                  y.transpose(1, 0, 2, 3).reshape(B, S, -1))
+    _replay(copies.rows_to_ranks(B, S, inner, world, "whole", "again"), buf)
+    np.testing.assert_array_equal(buf["again"], _bytes(y))
+
+
+@pytest.mark.parametrize("world,causal", [(2, True), (4, False), (4, True)])
+def test_ulysses_in_float64_equals_whole_attention(world, causal):
+    """Both all-to-alls of `ulysses_attention` replayed on host bytes (each rank's plans, the exchange
+    done by hand), the reference's attention between them, LSEs too."""
+    from cudattn.distributed import copies
+
+    rng = np.random.default_rng(4300 + world)
+    B, Hq, Hkv, D = 2, 8, 4, 8
+    s = 5
+    S = s * world
+    q = rng.standard_normal((B, S, Hq, D))
+    k, v = (rng.standard_normal((B, S, Hkv, D)) for _ in range(2))
+    e, h = 8, Hq // world
+    shards = {n: shard_sequence(x, world, zigzag=False) for n, x in (("q", q), ("k", k), ("v", v))}
+    sent = {}
+    for r in range(world):
+        for n, heads in (("q", Hq), ("k", Hkv), ("v", Hkv)):
+            buf = {"x": _bytes(shards[n][r]), "send": np.zeros(shards[n][r].nbytes, np.uint8)}
+            _replay(copies.heads_to_ranks(B, s, heads, D, world, e, "x", "send"), buf)
+            sent[r, n] = buf["send"].reshape(world, -1)
+    outs, lses = {}, {}
+    for r in range(world):
+        full = {}
+        for n, heads in (("q", Hq), ("k", Hkv), ("v", Hkv)):
+            recv = np.concatenate([sent[j, n][r] for j in range(world)])  # block j from rank j
+            buf = {"recv": recv, "whole": np.zeros(recv.size, np.uint8)}
+            _replay(copies.ranks_to_rows(B, S, heads // world * D * e, world, "recv", "whole"), buf)
+            full[n] = buf["whole"].view(np.float64).reshape(B, S, heads // world, D)
+        o, lse = reference.attention(full["q"], full["k"], full["v"], causal=causal, return_lse=True)
+        buf = {"o": _bytes(o), "send": np.zeros(o.nbytes, np.uint8), "l": _bytes(lse),
+               "lsend": np.zeros(lse.nbytes, np.uint8)}
+        _replay(copies.rows_to_ranks(B, S, h * D * e, world, "o", "send"), buf)
+        _replay(copies.rows_to_ranks(B * h, S, e, world, "l", "lsend"), buf)
+        outs[r], lses[r] = buf["send"].reshape(world, -1), buf["lsend"].reshape(world, -1)
+    want, want_lse = reference.attention(q, k, v, causal=causal, return_lse=True)
+    for r in range(world):
+        recv = np.concatenate([outs[j][r] for j in range(world)])
+        lrecv = np.concatenate([lses[j][r] for j in range(world)])
+        buf = {"recv": recv, "out": np.zeros(recv.size, np.uint8), "lrecv": lrecv,
+               "lse": np.zeros(lrecv.size, np.uint8)}
+        _replay(copies.ranks_to_heads(B, s, Hq, D, world, e, "recv", "out"), buf)
+        _replay(copies.ranks_to_heads(B, 1, Hq, s, world, e, "lrecv", "lse"), buf)
+        np.testing.assert_allclose(buf["out"].view(np.float64).reshape(B, s, Hq, D), want[:, r * s:(r + 1) * s],
+                                   rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(buf["lse"].view(np.float64).reshape(B, Hq, s), want_lse[:, :, r * s:(r + 1) * s],
+                                   rtol=1e-12, atol=1e-12)

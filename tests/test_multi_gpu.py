@@ -87,7 +87,8 @@ def test_devices_in_turn_from_one_thread_and_a_thread_each():
 
 
 @pytest.mark.parametrize("world", [2, 4])
-@pytest.mark.parametrize("causal,mods", [(False, {}), (True, {}), (True, {"softcap": 15.0}), (True, {"sinks": 1})])
+@pytest.mark.parametrize("causal,mods", [(False, {}), (True, {}), (True, {"softcap": 15.0}), (True, {"sinks": 1}),
+                                         (True, {"window": (100, 0)}), (False, {"window": (150, 40)})])
 def test_ring_equals_attention_on_the_whole_sequence(world, causal, mods):
     _need(world)
     nccl = pytest.importorskip("nccl.core")
@@ -98,7 +99,7 @@ def test_ring_equals_attention_on_the_whole_sequence(world, causal, mods):
     S = world * 2 * 96
     q, k, v = _case(rng, B, S, Hq, Hkv, D)
     sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
-    kw = {"softcap": mods.get("softcap"), "sinks": sinks}
+    kw = {"softcap": mods.get("softcap"), "sinks": sinks, "window_size": mods.get("window")}
     shards = [shard_sequence(x, world, zigzag=causal) for x in (q, k, v)]
     comms = nccl.Communicator.init_all(world)
     outs: list = [None] * world
@@ -109,7 +110,7 @@ def test_ring_equals_attention_on_the_whole_sequence(world, causal, mods):
             qd, kd, vd = (cudattn.to_device(s[r], device=r) for s in shards)
             sk = None if sinks is None else cudattn.to_device(sinks, device=r)
             outs[r] = cudattn.to_host(ring_attention(qd, kd, vd, comms[r], causal=causal, softcap=kw["softcap"],
-                                                     sinks=sk))
+                                                     sinks=sk, window_size=kw["window_size"]))
         except Exception as e:  # noqa: BLE001 (reported below)
             errors.append((r, e))
 
@@ -129,3 +130,119 @@ def test_ring_equals_attention_on_the_whole_sequence(world, causal, mods):
     naive = reference.attention_naive(q, k, v, causal=causal, dtype=BF16, **kw)
     ok, err, bound = check_close(got, ref, naive)
     assert ok, f"ring of {world}: off by {err:.3g} > {bound:.3g}"
+
+
+def test_launcher_ring_in_processes_matches_the_reference():
+    """`cudattn.distributed.scaling.measure`: one process a GPU, NCCL's unique id passed by the launcher."""
+    _need(2)
+    pytest.importorskip("nccl.core")
+    from cudattn.distributed import scaling
+
+    case = {"B": 1, "H": 8, "Hkv": 2, "S": 4 * 512, "D": 128, "dtype": "bfloat16", "causal": True, "seed": 3}
+    row = scaling.measure(case, 2, 3, want_output=True, timeout=300)
+    assert row["ms"] > 0 and row["tflops_per_gpu"] > 0
+    ok, err, bound = scaling.check_rows(case, 2, row["out"])
+    assert ok, f"off by {err:.3g} > {bound:.3g}"
+
+
+def _rank_one_fails(comm):
+    """Rank 1 raises at once; rank 0 runs the ring, whose receive never completes, and waits for it."""
+    import cudattn
+    from cudattn.distributed import ring_attention
+
+    if comm.rank == 1:
+        raise ValueError("rank 1 gives up")
+    x = cudattn.to_device(np.ones((1, 128, 2, 64), BF16), device=int(comm.device.device_id))
+    return cudattn.to_host(ring_attention(x, x, x, comm))
+
+
+def test_a_failing_rank_stops_the_others():
+    _need(2)
+    pytest.importorskip("nccl.core")
+    from cudattn.distributed import launch
+
+    with pytest.raises(launch.RankError, match="rank 1 failed: ValueError: rank 1 gives up") as e:
+        launch.run(_rank_one_fails, 2, timeout=120)
+    assert e.value.rank == 1
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("causal,mods", [(False, {}), (True, {}), (True, {"window": (90, 0), "softcap": 10.0}),
+                                         (False, {"alibi": 1, "sinks": 1})])
+def test_ulysses_equals_attention_on_the_whole_sequence(world, causal, mods):
+    _need(world)
+    nccl = pytest.importorskip("nccl.core")
+    from cudattn.distributed import gather_sequence, shard_sequence, ulysses_attention
+
+    rng = np.random.default_rng(4400 + world)
+    B, Hq, Hkv, D = 2, 8, 4, 64
+    S = world * 160
+    q, k, v = _case(rng, B, S, Hq, Hkv, D)
+    sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
+    alibi = rng.uniform(0.01, 0.3, Hq).astype(np.float32) if mods.get("alibi") else None
+    kw = {"softcap": mods.get("softcap"), "window_size": mods.get("window"), "sinks": sinks, "alibi_slopes": alibi}
+    shards = [shard_sequence(x, world, zigzag=False) for x in (q, k, v)]
+    comms = nccl.Communicator.init_all(world)
+    outs: list = [None] * world
+    errors = []
+
+    def rank(r):
+        try:
+            dev = [cudattn.to_device(s[r], device=r) for s in shards]
+            extra = {n: None if x is None else cudattn.to_device(x, device=r)
+                     for n, x in (("sinks", sinks), ("alibi_slopes", alibi))}
+            o, lse = ulysses_attention(*dev, comms[r], causal=causal, softcap=kw["softcap"],
+                                       window_size=kw["window_size"], return_lse=True, **extra)
+            outs[r] = (cudattn.to_host(o), cudattn.to_host(lse))
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append((r, e))
+
+    try:
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads), "a rank hung"
+        assert not errors, errors
+    finally:
+        for c in comms:
+            c.destroy()
+    got = gather_sequence([o for o, _ in outs], zigzag=False)
+    ref, ref_lse = reference.attention(q, k, v, causal=causal, return_lse=True, **kw)
+    naive = reference.attention_naive(q, k, v, causal=causal, dtype=BF16, **kw)
+    ok, err, bound = check_close(got, ref, naive)
+    assert ok, f"Ulysses on {world}: off by {err:.3g} > {bound:.3g}"
+    lse = gather_sequence([lse for _, lse in outs], zigzag=False, axis=2)
+    np.testing.assert_allclose(lse, ref_lse, rtol=1e-3, atol=1e-3)
+
+
+def test_ranks_with_different_shards_are_refused_on_every_rank():
+    """Uneven shards: the first call's all-gather of each rank's problem refuses them on both ranks,
+    naming the field, instead of leaving one waiting in NCCL."""
+    _need(2)
+    nccl = pytest.importorskip("nccl.core")
+    from cudattn.distributed import ring_attention
+
+    comms = nccl.Communicator.init_all(2)
+    errors: dict = {}
+
+    def rank(r):
+        x = cudattn.to_device(np.ones((1, 128 + 64 * r, 2, 64), BF16), device=r)
+        try:
+            cudattn.to_host(ring_attention(x, x, x, comms[r], causal=True))
+        except ValueError as e:
+            errors[r] = str(e)
+
+    try:
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads), "a rank hung"
+    finally:
+        for c in comms:
+            c.destroy()
+    assert set(errors) == {0, 1} and all("rank 1's shard length is 192 where rank 0's is 128" in m
+                                         for m in errors.values()), errors

@@ -196,6 +196,8 @@ def cmd_demo(args) -> int:
     from cudattn import reference
 
     B, H, S, D = args.batch, args.heads, args.seqlen, args.head_dim
+    if args.gpus > 1:
+        return _demo_ring(args)
     if _device.gpu_count() == 0:
         arch = args.arch or "sm_90a"
         print(f"No CUDA GPU found: no attention ran. Compiling cudattn's kernels for {arch} instead, so that a "
@@ -229,6 +231,46 @@ def cmd_demo(args) -> int:
     print(f"max |out - ref| = {err:.3g} (bound {bound:.3g}, float64 reference on batch {sub.start}..{sub.stop - 1}): "
           f"{'OK' if ok else 'FAIL'}")
     ok = _demo_backward(args, (q, k, v), (qd, kd, vd), flops, rng) and ok
+    return 0 if ok else 1
+
+
+def _demo_ring(args) -> int:
+    """``demo --gpus N``: ring attention over N GPUs (one process each), timed against one GPU on the
+    whole sequence, and rows of it checked against the float64 reference."""
+    import cudattn
+    from cudattn._runtime import launch as _launch
+    from cudattn.distributed import scaling
+
+    n_gpus = _device.gpu_count()
+    if n_gpus < args.gpus:
+        print(f"demo --gpus {args.gpus}: this machine has {n_gpus} GPU(s)", file=sys.stderr)
+        return 2
+    per = args.gpus * (2 if args.causal else 1)
+    if args.seqlen % per:
+        print(f"demo --gpus {args.gpus}: --seqlen {args.seqlen} must be a multiple of {per} (the ring's "
+              f"{'zigzag ' if args.causal else ''}chunks)", file=sys.stderr)
+        return 2
+    case = {"B": args.batch, "H": args.heads, "Hkv": args.heads, "S": args.seqlen, "D": args.head_dim,
+            "dtype": args.dtype, "causal": bool(args.causal), "seed": 0}
+    print(f"ring attention on {args.gpus} GPUs, one process each: B={args.batch} S={args.seqlen} "
+          f"({args.seqlen // args.gpus} a GPU) H={args.heads} D={args.head_dim} {args.dtype} causal={args.causal}"
+          f"{' (zigzag shards)' if args.causal else ''}", flush=True)
+    t0 = time.perf_counter()
+    row = scaling.measure(case, args.gpus, args.iters, want_output=True)
+    print(f"ring: {row['ms']:.3f} ms median of {args.iters} (slowest rank), {row['tflops_per_gpu']:.1f} TFLOP/s a GPU; "
+          f"the same steps without NCCL {row['compute_ms']:.3f} ms, so {row['exposed_ms_per_step']:.3f} ms of "
+          f"communication left exposed a step ({time.perf_counter() - t0:.1f} s with start-up)", flush=True)
+    n = args.gpus * (2 if args.causal else 1)
+    shape = lambda w: (args.batch, args.seqlen // n, args.heads, args.head_dim)  # noqa: E731
+    q, k, v = (cudattn.to_device(scaling.whole(0, w, n, shape(w), args.dtype)) for w in range(3))
+    cudattn.attention(q, k, v, causal=args.causal)
+    one = float(np.median([_launch.time_ms(lambda: cudattn.attention(q, k, v, causal=args.causal))
+                           for _ in range(args.iters)]))
+    print(f"one GPU, the whole sequence: {one:.3f} ms, {scaling.flops(case) / one / 1e9:.1f} TFLOP/s; the ring is "
+          f"{one / row['ms']:.2f}x faster on {args.gpus} GPUs")
+    ok, err, bound = scaling.check_rows(case, args.gpus, row["out"])
+    print(f"max |out - ref| = {err:.3g} (bound {bound:.3g}, float64 reference on 48 rows of batch 0): "
+          f"{'OK' if ok else 'FAIL'}")
     return 0 if ok else 1
 
 
@@ -284,6 +326,9 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     d.add_argument("--dtype", choices=("float16", "bfloat16"), default="bfloat16", help="input and output dtype")
     d.add_argument("--causal", action="store_true", help="causal mask (bottom right)")
     d.add_argument("--iters", type=_positive_int, default=20, help="timed calls (the median is printed)")
+    d.add_argument("--gpus", type=_positive_int, default=1,
+                   help="ring attention over this many GPUs of this machine, one process each (needs the "
+                        "'distributed' extra); --seqlen is the whole sequence")
     d.add_argument("--arch", type=_arch, default=None,
                    help="compile target when there is no GPU (default sm_90a); with a GPU, the GPU's own")
     d.add_argument("--jobs", type=_positive_int, default=None, help="compile processes (default: the CPU count)")

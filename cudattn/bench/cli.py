@@ -44,8 +44,9 @@ def add_arguments(p) -> None:
                         "all (prefill + decode), backward (attention_backward alone, deterministic, and a "
                         "training step, beside torch SDPA's backward; S = 4096..16384, D = 64, 128, and a GQA "
                         "shape), overhead (host microseconds per warm call by operand kind: "
-                        "cudattn, torch, CuPy, JAX arrays, beside torch SDPA; no kernel rows); default quick "
-                        "unless --shape is given")
+                        "cudattn, torch, CuPy, JAX arrays, beside torch SDPA; no kernel rows), distributed (ring "
+                        "attention on 1, 2 and 4 GPUs: weak and strong scaling); default quick unless --shape is "
+                        "given")
     p.add_argument("--shape", action="append", type=_shape, default=[], metavar="B,H,S,D",
                    help="explicit case, B,H,S,D or B,Hq,Hkv,Sq,Sk,D (repeatable; replaces --grid, except "
                         "with --grid backward: the backward rows of these shapes)")
@@ -83,6 +84,10 @@ def _progress(i: int, n: int, label: str) -> None:
 
 
 def run(args, argv) -> int:
+    if args.grid == "distributed":
+        from . import distributed
+
+        return distributed.run(args, argv)
     if args.shape and args.grid not in (None, "backward"):
         print("python -m cudattn bench: error: give either --grid or --shape, not both (but --grid backward "
               "with --shape: the backward of those shapes)", file=sys.stderr)

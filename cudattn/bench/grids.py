@@ -7,7 +7,8 @@ from dataclasses import asdict, dataclass
 DTYPES = ("float16", "bfloat16")  # the grids' default
 FP8 = "float8_e4m3fn"
 ALL_DTYPES = DTYPES + (FP8,)  # --dtype float8_e4m3fn adds FP8 rows (no peer: torch SDPA has no FP8 backend)
-GRIDS = ("quick", "prefill", "decode", "all", "backward", "overhead")  # overhead: host time per call, no rows
+GRIDS = ("quick", "prefill", "decode", "all", "backward", "overhead", "distributed")  # overhead: host time per call, no
+# rows; distributed: the ring on several GPUs (bench/distributed.py), no rows of this kind either
 DECODE_MAX_SQ = 16  # up to this many query tokens a case is decode (bandwidth-bound, reported in TB/s)
 # The rows of a backward case (`bench.backward`), each with its FLOPs in forward FLOPs: the backward
 # does five matrix products of the forward's size (S = q kᵀ again, dV = Pᵀ dO, dP = dO vᵀ, dQ = dS k,

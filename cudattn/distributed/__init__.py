@@ -1,16 +1,20 @@
 """Attention over a sequence spread across GPUs (context parallelism), over NCCL.
 
 Installed with ``pip install "cudattn[distributed]"`` (nccl4py and NVIDIA's NCCL); ``import
-cudattn`` never imports this package, and only :func:`ring_attention` needs nccl4py.
+cudattn`` never imports this package, and only the calls that communicate need nccl4py.
 
 - :mod:`.schedule`: which local attention calls each rank makes at each ring step (pure arithmetic);
 - :mod:`.sharding`: cutting a host sequence into the ranks' shards (zigzag for causal) and back;
-- :mod:`.ring`: the ring itself, K/V passed rank to rank by NCCL while the local calls run.
+- :mod:`.ring`: the ring itself, K/V passed rank to rank by NCCL while the local calls run;
+- :mod:`.ulysses`: the all-to-all variant (sequence shards swapped for head shards and back);
+- :mod:`.copies`: the 2-D device copies both use; :mod:`.launch`: one process a GPU;
+  :mod:`.scaling`: the timed runs behind ``demo --gpus N`` and ``bench --grid distributed``.
 """
 
 from __future__ import annotations
 
 from .ring import ring_attention
 from .sharding import gather_sequence, shard_sequence
+from .ulysses import ulysses_attention
 
-__all__ = ["ring_attention", "shard_sequence", "gather_sequence"]
+__all__ = ["ring_attention", "ulysses_attention", "shard_sequence", "gather_sequence"]

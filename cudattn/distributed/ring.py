@@ -10,26 +10,30 @@ stream for the calls that read a buffer before overwriting it. Nothing blocks th
 
 from __future__ import annotations
 
-import math
-
-from cuda.bindings import driver
+import numpy as np
 from cuda.core import StreamOptions
 
+from .._arrays import lifetime as _lifetime
 from .._arrays.array import DeviceArray, new_array
 from .._ops.attention import attention
 from .._ops.merge import merge_attention_states
 from .._runtime.device import get_device
-from .._runtime.errors import check
 from .._runtime.stream import as_stream, stream_wait
-from .schedule import band, chunks_of, ring_steps
+from .._spec.modifiers import parse_modifiers
+from .agree import agree, code as _code
+from .copies import place
+from .schedule import band, chunks_of, last_step, ring_steps
 
-_comm_streams: dict[int, object] = {}  # device id -> the ring's NCCL stream (cuda.core Stream)
+# (device id, communicator) -> the ring's NCCL stream (cuda.core Stream): one a communicator, so that
+# rings on two communicators never share a stream (their ranks could queue them in different orders)
+_comm_streams: dict[tuple[int, int], object] = {}
 
 
-def _comm_stream(device_id: int) -> int:
-    s = _comm_streams.get(device_id)
+def _comm_stream(device_id: int, comm_ptr: int) -> int:
+    s = _comm_streams.get((device_id, comm_ptr))
     if s is None:
-        s = _comm_streams[device_id] = get_device(device_id).create_stream(options=StreamOptions(nonblocking=True))
+        s = _comm_streams[device_id, comm_ptr] = get_device(device_id).create_stream(
+            options=StreamOptions(nonblocking=True))
     return int(s.handle)
 
 
@@ -83,47 +87,78 @@ def ring_attention(q, k, v, comm, *, causal: bool = False, scale: float | None =
     ``nccl.core.Communicator`` of all ranks. ``zigzag`` (default: ``causal``) says how the
     sequence was cut (:func:`cudattn.distributed.shard_sequence`): zigzag for causal attention,
     so that every rank does the same work. GQA, ``B > 1``, ``softcap`` and ``sinks`` (counted
-    once) work as in :func:`cudattn.attention`; ``window_size`` and ``alibi_slopes`` are not
-    supported yet. Returns this rank's output shard (and its LSE ``(B, Hq, S/world)`` with
-    ``return_lse``) on the caller's stream (``stream``, or q's); nothing blocks the host.
+    once) and ``window_size`` work as in :func:`cudattn.attention` (pairs of chunks a window
+    leaves empty are skipped); ``alibi_slopes`` is not supported yet. Returns this rank's output
+    shard (and its LSE ``(B, Hq, S/world)`` with ``return_lse``) on the caller's stream
+    (``stream``, or q's); nothing blocks the host.
     """
+    return _ring(q, k, v, comm, causal=causal, scale=scale, layout=layout, zigzag=zigzag, softcap=softcap,
+                 sinks=sinks, window_size=window_size, alibi_slopes=alibi_slopes, return_lse=return_lse,
+                 stream=stream, exchange=True)
+
+
+def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, window_size, alibi_slopes, return_lse,
+          stream, exchange: bool):
+    """`ring_attention`; ``exchange=False`` runs the same steps on the rank's own K/V without NCCL (the
+    bench's compute-only time, from which it tells the communication left exposed)."""
     zigzag = bool(causal) if zigzag is None else bool(zigzag)
-    if window_size is not None:
-        raise NotImplementedError("ring_attention: window_size is not supported yet (the schedule has it; "
-                                  "the device merge of row-trimmed calls does not)")
     if alibi_slopes is not None:
         raise NotImplementedError("ring_attention: alibi_slopes is not supported yet (the bias depends on "
                                   "positions the local calls do not know)")
     if layout not in ("bshd", "bhsd"):
         raise ValueError(f"layout must be 'bshd' or 'bhsd'; got {layout!r}")
+    window = None if window_size is None else parse_modifiers(window_size, causal=causal, batch=1, heads_q=1).window
     world, rank, c = _check(q, k, v, comm, layout, zigzag)
     core, nb = _nccl()
     dev = q.device_id
     get_device(dev)
-    s_main = as_stream(q.stream_handle if stream is None else stream, dev).handle
-    s_comm = _comm_stream(dev)
+    ref = as_stream(q.stream_handle if stream is None else stream, dev)  # its object kept by the outputs
+    s_main = ref.handle
+    s_comm = _comm_stream(dev, int(comm.ptr))
     handle = nb.Comm(int(comm.ptr))
     u8 = int(core.UINT8)
-    left, right = band(causal, None)
-    steps = ring_steps(rank, world, c, zigzag=zigzag, left=left, right=right)
+    hax = 2 if layout == "bshd" else 1
+    fields = {"shard length": q.shape[3 - hax], "batch": q.shape[0], "query heads": q.shape[hax],
+              "key/value heads": k.shape[hax],
+              "head dim": q.shape[3], "dtype": _code(q.dtype), "causal": bool(causal),
+              "zigzag": zigzag, "layout": layout == "bshd", "window": _code(window),
+              "softcap": None if softcap is None else float(softcap), "scale": None if scale is None else float(scale),
+              "sinks": sinks is not None, "exchange": exchange}
+    agree(comm, nb, handle, fields, dev, s_main, u8, "ring_attention")
     sax = 1 if layout == "bshd" else 2
+    B, H = q.shape[0], q.shape[3 - sax]
+    f32 = np.dtype(np.float32)
+    if c == 0:  # empty shards: nothing to attend, nothing to send
+        out, lse = new_array(q.shape, q.dtype, dev, s_main, ref.obj), new_array((B, H, 0), f32, dev, s_main, ref.obj)
+        return (out, lse) if return_lse else out
+    left, right = band(causal, window)
+    last = last_step(world, c, zigzag=zigzag, left=left, right=right) if exchange else world - 1
+    steps = ring_steps(rank, world, c, zigzag=zigzag, left=left, right=right)[:last + 1]
 
     def rows(x, a, b):  # a slice of the sequence axis
         return x[:, a:b] if sax == 1 else x[:, :, a:b]
 
-    bufs = [tuple(new_array(k.shape, k.dtype, dev, s_comm) for _ in range(2)) for _ in range(2)] if world > 1 else []
-    kw = dict(scale=scale, layout=layout, softcap=softcap, return_lse=True, stream=s_main)
-    mine = list(chunks_of(rank, world, zigzag))  # the local query chunks, in the shard's order
-    parts = {qc: ([], []) for qc in mine}
+    kw = {"scale": scale, "layout": layout, "softcap": softcap, "return_lse": True, "stream": ref}
+
+    bufs: list = [None, None]  # the two K/V buffers the ring receives into, made when first needed
+    mine = chunks_of(rank, world, zigzag)  # the local query chunks, in the shard's order
+    plan = [_step_calls(blocks, mine, chunks_of((rank - s) % world, world, zigzag), c)
+            for s, blocks in enumerate(steps)]
+    # every call's output and LSE go to a slot of its query chunk's stack, merged once at the end
+    count = {qc: sum(call[0] == qc for calls in plan for call in calls) for qc in mine}
+    chunk_shape = (B, c, H, q.shape[3]) if sax == 1 else (B, H, c, q.shape[3])
+    outs = {qc: new_array((count[qc], *chunk_shape), q.dtype, dev, s_main, ref.obj) for qc in mine}
+    lses = {qc: new_array((count[qc], B, H, c), f32, dev, s_main, ref.obj) for qc in mine}
+    used = dict.fromkeys(mine, 0)
     cur_k, cur_v = k, v
     for x in (q, k, v):  # the caller's stream after the shards' producers, the NCCL stream after it
         if x.stream_handle is not None and x.stream_handle != s_main:
             stream_wait(s_main, x.stream_handle)
-    stream_wait(s_comm, s_main)
-    for s, blocks in enumerate(steps):
-        src = (rank - s) % world
+    for s, calls in enumerate(plan):
         nxt = None
-        if s + 1 < world:
+        if s < last and exchange:
+            if bufs[(s + 1) % 2] is None:
+                bufs[(s + 1) % 2] = tuple(new_array(k.shape, k.dtype, dev, s_comm) for _ in range(2))
             nxt = bufs[(s + 1) % 2]
             stream_wait(s_comm, s_main)  # the calls of step s-1 read nxt: done before it is overwritten
             nb.group_start()
@@ -132,68 +167,57 @@ def ring_attention(q, k, v, comm, *, causal: bool = False, scale: float | None =
             for x in nxt:
                 nb.recv(x.ptr, x.nbytes, u8, (rank - 1) % world, handle, s_comm)
             nb.group_end()
-        src_chunks = (src, 2 * world - 1 - src) if zigzag else (src,)
-        for qc in mine:
-            mine_blocks = [b for b in blocks if b.q_chunk == qc]
-            if not mine_blocks:
-                continue
+        for qc, blk, ki in calls:
             qi = mine.index(qc)
-            qx = rows(q, qi * c, (qi + 1) * c)
-            if len(mine_blocks) == len(src_chunks) and all(b.full(c) for b in mine_blocks) and not any(
-                    b.sinks for b in mine_blocks):
-                calls = [(None, cur_k, cur_v, False, False)]  # every key of the step: one call over the buffer
-            else:
-                calls = []
-                for b in mine_blocks:
-                    ki = src_chunks.index(b.k_chunk)
-                    calls.append((b, rows(cur_k, ki * c, (ki + 1) * c), rows(cur_v, ki * c, (ki + 1) * c), b.causal,
-                                  b.sinks))
-            for b, kx, vx, is_causal, with_sinks in calls:
-                if b is not None and (b.qa, b.qb, b.ka, b.kb) != (0, c, 0, c):
-                    raise AssertionError("ring_attention: a row-trimmed call without a window")  # schedule's contract
-                o, lse = attention(qx, kx, vx, causal=is_causal, sinks=sinks if with_sinks else None, **kw)
-                parts[qc][0].append(o)
-                parts[qc][1].append(lse)
+            o_slot, l_slot = outs[qc][used[qc]], lses[qc][used[qc]]
+            used[qc] += 1
+            if blk is None:  # every key the step brought, in one call
+                o, lse = attention(rows(q, qi * c, (qi + 1) * c), cur_k, cur_v, out=o_slot, **kw)
+                place(l_slot, lse, s_main)
+                continue
+            qx = rows(q, qi * c + blk.qa, qi * c + blk.qb)
+            kx, vx = (rows(x, ki * c + blk.ka, ki * c + blk.kb) for x in (cur_k, cur_v))
+            mods = {"causal": blk.causal, "window_size": blk.window, "sinks": sinks if blk.sinks else None}
+            if (blk.qa, blk.qb) == (0, c):
+                o, lse = attention(qx, kx, vx, out=o_slot, **mods, **kw)
+                place(l_slot, lse, s_main)
+            else:  # rows outside [qa, qb) see no key of this pair: LSE -inf, so the merge skips them
+                l_slot.memset(_NEG_INF_BITS, stream=s_main)
+                o, lse = attention(qx, kx, vx, **mods, **kw)
+                place(rows(o_slot, blk.qa, blk.qb), o, s_main)
+                place(l_slot[:, :, blk.qa:blk.qb], lse, s_main)
         if nxt is not None:
             stream_wait(s_main, s_comm)  # the next step's K/V has arrived
             for x in nxt:  # ready on the caller's stream now: the calls need not wait on the NCCL stream again
                 x.stream_handle = s_main
             cur_k, cur_v = nxt
-    if bufs:  # the buffers are freed on the NCCL stream: after the calls that read them
-        stream_wait(s_comm, s_main)
-    outs, lses = [], []
-    for qc in mine:
-        os_, ls = parts[qc]
-        if len(os_) == 1:
-            o, lse = os_[0], ls[0]
-        elif len(os_) <= 16:
-            o, lse = merge_attention_states(os_, ls, layout=layout, stream=s_main)
-        else:
-            raise NotImplementedError(f"ring_attention: {len(os_)} partial results for one chunk; at most 16 "
-                                      "(8 ranks zigzag, 16 contiguous) for now")
-        outs.append(o)
-        lses.append(lse)
-    if len(outs) == 1:
-        out, lse = outs[0], lses[0]
+    if last > 0 and exchange:
+        stream_wait(s_comm, s_main)  # the buffers are freed on the NCCL stream: after the calls that read them
+        _lifetime.hold(s_main, (k, v))  # and the caller's k, v live until the sends that read them are done
+    merged = [(outs[qc][0], lses[qc][0]) if count[qc] == 1 else
+              merge_attention_states(outs[qc], lses[qc], layout=layout, stream=ref) for qc in mine]
+    if len(merged) == 1:
+        out, lse = merged[0]
     else:  # zigzag: the two chunks side by side along the sequence axis
-        out = new_array(q.shape, q.dtype, dev, s_main)
-        lse = new_array(lses[0].shape[:2] + (2 * c,), lses[0].dtype, dev, s_main)
-        for i in range(2):
-            _place(rows(out, i * c, (i + 1) * c), outs[i], s_main)
-            _place(lse[:, :, i * c:(i + 1) * c], lses[i], s_main)
+        out = new_array(q.shape, q.dtype, dev, s_main, ref.obj)
+        lse = new_array((B, H, 2 * c), f32, dev, s_main, ref.obj)
+        for i, (o, lc) in enumerate(merged):
+            place(rows(out, i * c, (i + 1) * c), o, s_main)
+            place(lse[:, :, i * c:(i + 1) * c], lc, s_main)
     return (out, lse) if return_lse else out
 
 
-def _place(dst: DeviceArray, src: DeviceArray, stream: int) -> None:
-    """Copy C-contiguous ``src`` into ``dst``, a slice along one axis of a C-contiguous array: rows of
-    equal pitch up to the last axis whose strides differ, so one 2-D copy on ``stream``."""
-    r = max(i for i in range(dst.ndim) if dst.strides[i] != src.strides[i])
-    p = driver.CUDA_MEMCPY2D()
-    p.srcMemoryType = p.dstMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_DEVICE
-    p.srcDevice, p.dstDevice = src.ptr, dst.ptr
-    p.WidthInBytes = p.srcPitch = src.strides[r]
-    p.dstPitch = dst.strides[r]
-    p.Height = math.prod(src.shape[:r + 1])
-    if src.stream_handle is not None and src.stream_handle != stream:
-        stream_wait(stream, src.stream_handle)
-    check(driver.cuMemcpy2DAsync(p, stream), "cuMemcpy2DAsync")
+_NEG_INF_BITS = 0xFF800000  # float32 -inf
+
+
+def _step_calls(blocks, mine, src_chunks, c: int):
+    """A step's calls as (query chunk, block or None, key chunk's index in the K/V buffer or None):
+    one call over the whole buffer for a query chunk that sees all of it without a mask or sinks."""
+    calls = []
+    for qc in mine:
+        own = [b for b in blocks if b.q_chunk == qc]
+        if own and len(own) == len(src_chunks) and all(b.full(c) and not b.sinks for b in own):
+            calls.append((qc, None, None))
+        else:
+            calls += [(qc, b, src_chunks.index(b.k_chunk)) for b in own]
+    return calls

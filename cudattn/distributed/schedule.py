@@ -89,10 +89,16 @@ def band(causal: bool, window_size: tuple[int, int] | None) -> tuple[float, floa
     return (INF if left == -1 else float(left), INF if right == -1 else float(right))
 
 
+def last_step(world: int, c: int, *, zigzag: bool, left: float, right: float) -> int:
+    """The last ring step any rank has a call at: K/V need not travel further (a window's far steps)."""
+    return max(s for r in range(world) for s, blocks in enumerate(ring_steps(r, world, c, zigzag=zigzag, left=left,
+                                                                              right=right)) if blocks)
+
+
 def ring_steps(rank: int, world: int, c: int, *, zigzag: bool, left: float, right: float):
     """Per ring step ``s`` (the K/V of rank ``(rank - s) % world``): the list of calls, first the
-    pairs of the local query chunks in order. Sinks go to the first call of each query chunk at
-    step 0, where every chunk sees its own keys (a band always holds its diagonal)."""
+    pairs of the local query chunks in order. Sinks go to each query chunk's call on its own keys
+    (step 0): a band holds its diagonal, so that call has every row of the chunk."""
     mine = chunks_of(rank, world, zigzag)
     steps = []
     for s in range(world):
@@ -104,8 +110,7 @@ def ring_steps(rank: int, world: int, c: int, *, zigzag: bool, left: float, righ
                 if b is not None:
                     blocks.append(b)
         steps.append(blocks)
-    for qc in mine:
-        first = next(i for i, b in enumerate(steps[0]) if b.q_chunk == qc)
-        b = steps[0][first]
-        steps[0][first] = Block(b.q_chunk, b.k_chunk, b.qa, b.qb, b.ka, b.kb, b.causal, b.window, True)
+    for i, b in enumerate(steps[0]):
+        if b.k_chunk == b.q_chunk:  # whole rows: a band always holds its diagonal
+            steps[0][i] = Block(b.q_chunk, b.k_chunk, b.qa, b.qb, b.ka, b.kb, b.causal, b.window, True)
     return steps
