@@ -86,6 +86,95 @@ def test_devices_in_turn_from_one_thread_and_a_thread_each():
     assert not errors, errors
 
 
+def _every_api(dev: int, seed: int) -> dict:
+    """Each public operation once on GPU ``dev`` (inputs made from ``seed``): name -> host result."""
+    rng = np.random.default_rng(seed)
+    up = lambda x: cudattn.to_device(x, device=dev)  # noqa: E731
+    q, k, v = _case(rng, 2, 300, 4, 2, 64)
+    dq, dk, dv = (up(x) for x in (q, k, v))
+    got = {}
+    out, lse = cudattn.attention(dq, dk, dv, causal=True, return_lse=True)
+    got["attention"], got["lse"] = cudattn.to_host(out), cudattn.to_host(lse)
+    lens = np.array([0, 130, 300, 600], np.int32)
+    qp = rng.standard_normal((600, 4, 64)).astype(BF16)
+    kp, vp = (rng.standard_normal((600, 2, 64)).astype(BF16) for _ in range(2))
+    got["varlen"] = cudattn.to_host(cudattn.attention(up(qp), up(kp), up(vp), causal=True, cu_seqlens_q=up(lens),
+                                                      cu_seqlens_k=up(lens), max_seqlen_q=300, max_seqlen_k=300))
+    kc, vc = (rng.standard_normal((2, 512, 2, 64)).astype(BF16) for _ in range(2))
+    q1 = rng.standard_normal((2, 1, 4, 64)).astype(BF16)
+    got["kvcache"] = cudattn.to_host(cudattn.attention_with_kvcache(
+        up(q1), up(kc), up(vc), cache_seqlens=up(np.array([200, 511], np.int32))))
+    parts = [cudattn.attention(dq, dk[:, a:b], dv[:, a:b], return_lse=True) for a, b in ((0, 150), (150, 300))]
+    mo, ml = cudattn.merge_attention_states([p[0] for p in parts], [p[1] for p in parts])
+    got["merge"], got["merge_lse"] = cudattn.to_host(mo), cudattn.to_host(ml)
+    x8, desc = cudattn.quantize_fp8(dq)
+    got["quantize"] = cudattn.to_host(x8).view(np.uint8)
+    got["dequantize"] = cudattn.to_host(cudattn.dequantize(x8, desc))
+    dout = up(rng.standard_normal(q.shape).astype(BF16))
+    grads = cudattn.attention_backward(dout, dq, dk, dv, out, lse, causal=True, deterministic=True)
+    for name, g in zip(("dq", "dk", "dv"), grads):
+        got[name] = cudattn.to_host(g)
+    pinned = cudattn.empty_pinned(q.shape, BF16)
+    pinned[...] = q
+    got["pinned"] = cudattn.to_host(cudattn.attention(pinned, k, v))  # the NumPy path, from pinned memory
+    for r in got.values():
+        assert np.isfinite(np.asarray(r, np.float64)).all() or r.dtype == np.uint8
+    return got
+
+
+def _same(a: dict, b: dict, what: str) -> None:
+    for name in a:
+        assert np.array_equal(np.asarray(a[name]).view(np.uint8), np.asarray(b[name]).view(np.uint8)), f"{what}: {name}"
+
+
+def test_every_api_on_the_second_device_as_on_the_first():
+    """Every public operation on cuda:1 gives cuda:0's bits (the same kernels on the same GPU model;
+    the backward in its deterministic mode), with cuda:0 then cuda:1 then cuda:0 again in one thread."""
+    _need(2)
+    first = _every_api(0, 4500)
+    _same(first, _every_api(1, 4500), "cuda:1")
+    _same(first, _every_api(0, 4500), "cuda:0 after cuda:1")
+
+
+def test_every_api_from_a_thread_per_device():
+    _need(2)
+    want = _every_api(0, 4501)
+    got: dict = {}
+    errors = []
+
+    def work(dev):
+        try:
+            for i in range(3):
+                got[dev, i] = _every_api(dev, 4501)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append((dev, e))
+
+    threads = [threading.Thread(target=work, args=(d,)) for d in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for key, res in got.items():
+        _same(want, res, f"thread on cuda:{key[0]}, round {key[1]}")
+
+
+def test_foreign_arrays_on_the_second_device():
+    """torch tensors on cuda:1 in (DLPack and CAI import, torch's cuda:1 stream), and out again."""
+    _need(2)
+    torch = pytest.importorskip("torch")
+    q, k, v = _case(np.random.default_rng(4502))
+    want = cudattn.to_host(_attend_on(0, q, k, v, True))
+    tq, tk, tv = (torch.from_numpy(x.view(np.int16)).view(torch.bfloat16).to("cuda:1") for x in (q, k, v))
+    with torch.cuda.device(1):
+        out = cudattn.attention(tq, tk, tv, causal=True, stream=torch.cuda.current_stream(1).cuda_stream)
+    assert out.device_id == 1
+    back = torch.from_dlpack(out)
+    np.testing.assert_array_equal(back.view(torch.int16).cpu().numpy(), want.view(np.int16))
+    got = cudattn.attention(tq, tk, tv, causal=True)  # no stream given: torch's current stream on cuda:1
+    np.testing.assert_array_equal(cudattn.to_host(got).view(np.int16), want.view(np.int16))
+
+
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("causal,mods", [(False, {}), (True, {}), (True, {"softcap": 15.0}), (True, {"sinks": 1}),
                                          (True, {"window": (100, 0)}), (False, {"window": (150, 40)})])

@@ -33,25 +33,38 @@ _free_async = driver.cuMemFreeAsync
 _pools: dict[int, object] = {}  # device id -> driver.CUmemoryPool
 
 
+_SPECIAL_STREAMS = (0, 1, 2)  # the legacy and per-thread default streams: the current context's
+
+
 class Block:
     """``nbytes`` of device memory at ``ptr``, freed stream-ordered on ``stream`` when dropped.
 
     ``keep`` holds the stream's owner (a cuda.core or torch stream object), so the stream outlives
-    the free queued on it."""
+    the free queued on it. On a default stream (handle 0, 1 or 2, which mean the current
+    context's) ``ctx`` is the context it was allocated in, made current around the free: a block
+    dropped while another device is current is freed on its own device's stream."""
 
-    __slots__ = ("ptr", "nbytes", "stream", "keep", "__weakref__")
+    __slots__ = ("ptr", "nbytes", "stream", "keep", "ctx", "__weakref__")
 
     def __init__(self, ptr: int, nbytes: int, stream: int, keep: object = None):
         self.ptr = ptr
         self.nbytes = nbytes
         self.stream = stream
         self.keep = keep
+        self.ctx = check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent") if stream in _SPECIAL_STREAMS else None
 
     def __del__(self):
         ptr, self.ptr = self.ptr, 0
         if ptr:
             try:
-                _free_async(ptr, self.stream)
+                if self.ctx is None:
+                    _free_async(ptr, self.stream)
+                else:
+                    driver.cuCtxPushCurrent(self.ctx)
+                    try:
+                        _free_async(ptr, self.stream)
+                    finally:
+                        driver.cuCtxPopCurrent()
             except Exception:  # interpreter shutdown: the driver may be gone already
                 pass
 
@@ -78,6 +91,7 @@ def allocate(device_id: int, nbytes: int, stream: int, keep: object = None) -> B
 
 
 def _retry(device_id: int, nbytes: int, stream: int) -> int:
+    get_device(device_id)  # the stream's and the memory query's device
     pool = pool_of(device_id)
     trim(device_id)
     err, ptr = _alloc_async(nbytes, pool, stream)

@@ -47,6 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-k", dest="filter", metavar="TEXT", help="only cases whose name contains TEXT")
     p.add_argument("--json", metavar="FILE", help="write the report (cases, launches per kernel, every mode's figures)")
     p.add_argument("--seed", type=int, default=0, help="seed of the load/soak problem mix and call order")
+    p.add_argument("--device", type=int, default=0, metavar="N",
+                   help="check GPU N (selfcheck runs again seeing that GPU alone)")
     s = p.add_argument_group("sanitizers")
     s.add_argument("--sanitize", action="store_true",
                    help="re-run the sanitize case list in child processes under compute-sanitizer")
@@ -70,7 +72,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="N processes (N = 8 if omitted) started together on an empty kernel cache")
 
 
-def run(args) -> int:
+def run(args, argv=None) -> int:
+    if args.device:
+        from .._tools import on_device
+
+        if args.device < 0:
+            print(f"selfcheck --device: must be >= 0; got {args.device}", file=sys.stderr)
+            return EXIT_CANNOT_RUN
+        status = on_device.rerun(args.device, list(sys.argv[1:] if argv is None else argv), _device.gpu_count())
+        if status is not None:
+            return status
     out = functools.partial(print, flush=True)
     sanitizer = None
     if args.sanitize:

@@ -344,7 +344,7 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                         "--cold-procs", description=selfcheck_main.DESCRIPTION,
                         formatter_class=_RawDescriptionDefaults)
     selfcheck_main.add_arguments(sc)
-    sc.set_defaults(fn=selfcheck_main.run)
+    sc.set_defaults(fn=lambda a: selfcheck_main.run(a, argv if argv is not None else sys.argv[1:]))
     e = sub.add_parser("export", help="write every kernel's cubin, a JSON manifest and the C header of the "
                        "parameter structs, to launch the kernels from a program without Python",
                        description="No GPU needed: the kernels are compiled (in parallel, through the cache) "

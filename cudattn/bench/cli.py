@@ -63,6 +63,8 @@ def add_arguments(p) -> None:
                         "arrays from cudattn.empty_pinned")
     p.add_argument("--no-peers", action="store_true", help="do not time torch SDPA even if torch is importable")
     p.add_argument("--json", metavar="FILE", help="write every number and the environment manifest")
+    p.add_argument("--device", type=_count(0), default=0, metavar="N",
+                   help="time on GPU N (the bench runs again seeing that GPU alone)")
     p.add_argument("--plot", metavar="FILE.png", help="draw TFLOP/s against sequence length (needs matplotlib)")
     p.add_argument("--markdown", metavar="FILE.md",
                    help="write the tables as Markdown (docs/PERFORMANCE.md is made this way)")
@@ -84,6 +86,12 @@ def _progress(i: int, n: int, label: str) -> None:
 
 
 def run(args, argv) -> int:
+    if args.device:
+        from .._tools import on_device
+
+        status = on_device.rerun(args.device, list(argv), _device.gpu_count())
+        if status is not None:
+            return status
     if args.grid == "distributed":
         from . import distributed
 
