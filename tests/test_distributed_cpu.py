@@ -172,6 +172,7 @@ def test_ring_attention_refuses_before_any_gpu_work():
 
     class Comm:  # what ring_attention reads of a communicator
         nranks, rank, ptr = 2, 0, 0
+        device = type("Device", (), {"device_id": 0})()
 
     x = np.zeros((1, 8, 2, 64), np.float16)
     with pytest.raises(TypeError, match="q must be a cudattn DeviceArray"):
@@ -299,3 +300,107 @@ def test_ulysses_in_float64_equals_whole_attention(world, causal):
                                    rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(buf["lse"].view(np.float64).reshape(B, Hq, s), want_lse[:, :, r * s:(r + 1) * s],
                                    rtol=1e-12, atol=1e-12)
+
+
+def test_ulysses_refuses_before_any_gpu_work():
+    from cudattn.distributed import ulysses_attention
+
+    class Comm:
+        nranks, rank, ptr = 2, 0, 0
+        device = type("Device", (), {"device_id": 0})()
+
+    x = np.zeros((1, 8, 2, 64), np.float16)
+    with pytest.raises(TypeError, match="q must be a cudattn DeviceArray"):
+        ulysses_attention(x, x, x, Comm())
+
+
+class _HostArray:
+    """What the ring reads of a DeviceArray, over a NumPy array (views included)."""
+
+    def __init__(self, a):
+        self.a = a
+        self.ptr, self.device_id, self.stream_handle = id(a), 0, None
+
+    shape = property(lambda self: self.a.shape)
+    dtype = property(lambda self: self.a.dtype)
+    strides = property(lambda self: self.a.strides)
+    ndim = property(lambda self: self.a.ndim)
+    nbytes = property(lambda self: self.a.nbytes)
+    is_c_contiguous = property(lambda self: self.a.flags.c_contiguous)
+
+    def __getitem__(self, key):
+        return _HostArray(self.a[key])
+
+    def memset(self, pattern, *, stream=None):
+        self.a.view(np.uint32)[...] = pattern
+
+
+@pytest.mark.parametrize("world,causal,mods", [(2, True, {}), (4, True, {"sinks": 1}), (3, False, {}),
+                                               (4, True, {"window": (9, 0), "sinks": 1}), (4, False, {"window": (7, 3)}),
+                                               (2, True, {"softcap": 7.0})])
+def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
+    """`ring._ring` itself, each rank in turn, on host arrays: attention, merge and copies by the float64
+    reference and NumPy, a rank's receives filled with what its neighbour sends at that step."""
+    import types
+
+    from cudattn.distributed import ring
+
+    rng = np.random.default_rng(4600 + world)
+    B, Hq, Hkv, D = 2, 4, 2, 16
+    zig = causal
+    S = world * (2 if zig else 1) * 6
+    q = rng.standard_normal((B, S, Hq, D)).astype(np.float16)
+    k, v = (rng.standard_normal((B, S, Hkv, D)).astype(np.float16) for _ in range(2))
+    sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
+    kw = {"window_size": mods.get("window"), "softcap": mods.get("softcap")}
+    shards = {n: shard_sequence(x, world, zigzag=zig) for n, x in (("k", k), ("v", v))}
+
+    def attention(q_, k_, v_, *, scale, layout, softcap, return_lse, stream, causal=False, window_size=None,
+                  sinks=None, out=None):
+        o, lse = reference.attention(q_.a, k_.a, v_.a, causal=causal, window_size=window_size, softcap=softcap,
+                                     sinks=sinks, return_lse=True)
+        target = out if out is not None else _HostArray(np.empty(q_.shape, q_.dtype))
+        target.a[...] = o
+        return target, _HostArray(lse.astype(np.float32))
+
+    def merge(outs, lses, *, layout, stream):
+        o, lse = reference.merge_attention_states(list(outs.a), list(lses.a))
+        return _HostArray(o.astype(outs.dtype)), _HostArray(lse.astype(np.float32))
+
+    bufs = {}
+    outs = []
+    for r in range(world):
+        calls = {"n": 0}
+
+        def recv(ptr, nbytes, dtype, peer, handle, stream, r=r, calls=calls):
+            step, which = divmod(calls["n"], 2)  # at step s the K/V of rank r-s-1 arrives, k then v
+            calls["n"] += 1
+            bufs[ptr].a[...] = shards["kv"[which]][(r - step - 1) % world]
+
+        nb = types.SimpleNamespace(group_start=lambda: None, group_end=lambda: None, Comm=lambda p: p,
+                                   send=lambda *a: None, recv=recv)
+
+        def new_array(shape, dtype, dev, stream, keep=None):
+            x = _HostArray(np.empty(shape, dtype))
+            bufs[x.ptr] = x
+            return x
+
+        monkeypatch.setattr(ring, "DeviceArray", _HostArray)
+        monkeypatch.setattr(ring, "_nccl", lambda: (types.SimpleNamespace(UINT8=1), nb))
+        monkeypatch.setattr(ring, "new_array", new_array)
+        monkeypatch.setattr(ring, "attention", attention)
+        monkeypatch.setattr(ring, "merge_attention_states", merge)
+        monkeypatch.setattr(ring, "place", lambda dst, src, stream: dst.a.__setitem__(Ellipsis, src.a))
+        monkeypatch.setattr(ring, "agree", lambda *a, **k: None)
+        for name in ("get_device", "stream_wait"):
+            monkeypatch.setattr(ring, name, lambda *a, **k: None)
+        monkeypatch.setattr(ring, "as_stream", lambda s, d: types.SimpleNamespace(handle=0, obj=None))
+        monkeypatch.setattr(ring, "_comm_stream", lambda d, c: 1)
+        monkeypatch.setattr(ring._lifetime, "hold", lambda *a: None)
+        comm = types.SimpleNamespace(nranks=world, rank=r, ptr=0, device=types.SimpleNamespace(device_id=0))
+        mine = [_HostArray(shard_sequence(x, world, zigzag=zig)[r]) for x in (q, k, v)]
+        out = ring.ring_attention(*mine, comm, causal=causal, zigzag=zig, sinks=sinks, **kw)
+        outs.append(out.a)
+    got = gather_sequence(outs, zigzag=zig).astype(np.float64)
+    want = reference.attention(q, k, v, causal=causal, sinks=sinks, **kw)
+    np.testing.assert_allclose(got, want, rtol=0, atol=4e-3)

@@ -22,6 +22,17 @@ pytestmark = pytest.mark.gpu
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
+def _close(comms, threads) -> None:
+    """Destroy the communicators, or abort them where a rank thread is still inside NCCL (destroy
+    would wait for it)."""
+    stuck = any(t.is_alive() for t in threads)
+    for c in comms:
+        if stuck:
+            c.abort()
+        else:
+            c.destroy()
+
+
 def _need(n: int) -> None:
     if _device.device_count() < n:
         pytest.skip(f"needs {n} GPUs; this machine has {_device.device_count()}")
@@ -203,8 +214,9 @@ def test_ring_equals_attention_on_the_whole_sequence(world, causal, mods):
         except Exception as e:  # noqa: BLE001 (reported below)
             errors.append((r, e))
 
+    threads: list = []
     try:
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+        threads += [threading.Thread(target=rank, args=(r,)) for r in range(world)]
         for t in threads:
             t.start()
         for t in threads:
@@ -212,8 +224,7 @@ def test_ring_equals_attention_on_the_whole_sequence(world, causal, mods):
         assert not any(t.is_alive() for t in threads), "a rank hung"
         assert not errors, errors
     finally:
-        for c in comms:
-            c.destroy()
+        _close(comms, threads)
     got = gather_sequence(outs, zigzag=causal)
     ref = reference.attention(q, k, v, causal=causal, **kw)
     naive = reference.attention_naive(q, k, v, causal=causal, dtype=BF16, **kw)
@@ -286,8 +297,9 @@ def test_ulysses_equals_attention_on_the_whole_sequence(world, causal, mods):
         except Exception as e:  # noqa: BLE001 (reported below)
             errors.append((r, e))
 
+    threads: list = []
     try:
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+        threads += [threading.Thread(target=rank, args=(r,)) for r in range(world)]
         for t in threads:
             t.start()
         for t in threads:
@@ -295,8 +307,7 @@ def test_ulysses_equals_attention_on_the_whole_sequence(world, causal, mods):
         assert not any(t.is_alive() for t in threads), "a rank hung"
         assert not errors, errors
     finally:
-        for c in comms:
-            c.destroy()
+        _close(comms, threads)
     got = gather_sequence([o for o, _ in outs], zigzag=False)
     ref, ref_lse = reference.attention(q, k, v, causal=causal, return_lse=True, **kw)
     naive = reference.attention_naive(q, k, v, causal=causal, dtype=BF16, **kw)
@@ -323,15 +334,15 @@ def test_ranks_with_different_shards_are_refused_on_every_rank():
         except ValueError as e:
             errors[r] = str(e)
 
+    threads: list = []
     try:
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+        threads += [threading.Thread(target=rank, args=(r,)) for r in range(2)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(timeout=60)
         assert not any(t.is_alive() for t in threads), "a rank hung"
     finally:
-        for c in comms:
-            c.destroy()
+        _close(comms, threads)
     assert set(errors) == {0, 1} and all("rank 1's shard length is 192 where rank 0's is 128" in m
                                          for m in errors.values()), errors

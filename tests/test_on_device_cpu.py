@@ -36,6 +36,9 @@ def test_rerun_runs_the_command_once_on_the_narrowed_gpu(monkeypatch):
 
 @pytest.mark.parametrize("cmd", ["bench", "selfcheck"])
 def test_device_beyond_the_machine_is_refused(cmd, capsys, monkeypatch):
+    from cudattn._runtime import device as _device
+
     monkeypatch.delenv(on_device.MARK, raising=False)
+    monkeypatch.setattr(_device, "gpu_count", lambda: 0)
     assert main([cmd, "--device", "3"]) == 2
     assert "--device 3: this machine has 0 GPU(s)" in capsys.readouterr().err

@@ -57,10 +57,9 @@ class Block:
         ptr, self.ptr = self.ptr, 0
         if ptr:
             try:
-                if self.ctx is None:
+                if self.ctx is None or int(driver.cuCtxGetCurrent()[1]) == int(self.ctx):
                     _free_async(ptr, self.stream)
-                else:
-                    driver.cuCtxPushCurrent(self.ctx)
+                elif driver.cuCtxPushCurrent(self.ctx)[0] == _SUCCESS:
                     try:
                         _free_async(ptr, self.stream)
                     finally:

@@ -35,17 +35,21 @@ class RankError(RuntimeError):
 def _rank_main(fn, rank: int, world: int, device: int, uid: bytes, args: tuple, results) -> None:
     for k, v in NCCL_DEFAULTS.items():
         os.environ.setdefault(k, v)
+    comm = None
     try:
         import nccl.core as nccl
 
         get_device(device)  # NCCL joins on the current device
         comm = nccl.Communicator.init(world, rank, nccl.UniqueId.from_bytes(uid))
-        try:
-            results.put((rank, True, fn(comm, *args)))
-        finally:
-            comm.destroy()
+        value = fn(comm, *args)
     except BaseException as e:  # noqa: BLE001 (sent to the parent, which raises it by rank)
+        # reported first: destroying a communicator waits for the other ranks, which may wait for this one
         results.put((rank, False, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+        if comm is not None:
+            comm.abort()
+        return
+    results.put((rank, True, value))
+    comm.destroy()
 
 
 def run(fn: Callable, world: int, *args, devices: Sequence[int] | None = None, timeout: float = 600.0) -> list:

@@ -10,6 +10,8 @@ stream for the calls that read a buffer before overwriting it. Nothing blocks th
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 from cuda.core import StreamOptions
 
@@ -24,16 +26,18 @@ from .agree import agree, code as _code
 from .copies import place
 from .schedule import band, chunks_of, last_step, ring_steps
 
-# (device id, communicator) -> the ring's NCCL stream (cuda.core Stream): one a communicator, so that
-# rings on two communicators never share a stream (their ranks could queue them in different orders)
-_comm_streams: dict[tuple[int, int], object] = {}
+# communicator -> the ring's NCCL stream (cuda.core Stream) on its device: one a communicator, so that
+# rings on two communicators never share a stream (their ranks could queue them in different orders);
+# dropped with the communicator object (a new one may reuse a freed one's address)
+_comm_streams: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_FIELDS = ("shard length", "batch", "query heads", "key/value heads", "head dim", "dtype", "causal", "zigzag",
+           "layout", "window", "softcap", "scale", "sinks", "exchange")
 
 
-def _comm_stream(device_id: int, comm_ptr: int) -> int:
-    s = _comm_streams.get((device_id, comm_ptr))
+def _comm_stream(device_id: int, comm) -> int:
+    s = _comm_streams.get(comm)
     if s is None:
-        s = _comm_streams[device_id, comm_ptr] = get_device(device_id).create_stream(
-            options=StreamOptions(nonblocking=True))
+        s = _comm_streams[comm] = get_device(device_id).create_stream(options=StreamOptions(nonblocking=True))
     return int(s.handle)
 
 
@@ -102,29 +106,40 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
     """`ring_attention`; ``exchange=False`` runs the same steps on the rank's own K/V without NCCL (the
     bench's compute-only time, from which it tells the communication left exposed)."""
     zigzag = bool(causal) if zigzag is None else bool(zigzag)
-    if alibi_slopes is not None:
-        raise NotImplementedError("ring_attention: alibi_slopes is not supported yet (the bias depends on "
-                                  "positions the local calls do not know)")
-    if layout not in ("bshd", "bhsd"):
-        raise ValueError(f"layout must be 'bshd' or 'bhsd'; got {layout!r}")
-    window = None if window_size is None else parse_modifiers(window_size, causal=causal, batch=1, heads_q=1).window
-    world, rank, c = _check(q, k, v, comm, layout, zigzag)
-    core, nb = _nccl()
-    dev = q.device_id
+    fields: dict = dict.fromkeys(_FIELDS)
+    dev = int(comm.device.device_id)
+    error, ref = None, None
+    try:  # refused here, the call is still refused on every rank (agree): none waits for this one
+        if alibi_slopes is not None:
+            raise NotImplementedError("ring_attention: alibi_slopes is not supported yet (the bias depends on "
+                                      "positions the local calls do not know)")
+        if layout not in ("bshd", "bhsd"):
+            raise ValueError(f"layout must be 'bshd' or 'bhsd'; got {layout!r}")
+        window = None if window_size is None else parse_modifiers(window_size, causal=causal, batch=1,
+                                                                  heads_q=1).window
+        world, rank, c = _check(q, k, v, comm, layout, zigzag)
+        ref = as_stream(q.stream_handle if stream is None else stream, dev)  # its object kept by the outputs
+        hax = 2 if layout == "bshd" else 1
+        fields.update({"shard length": q.shape[3 - hax], "batch": q.shape[0], "query heads": q.shape[hax],
+                       "key/value heads": k.shape[hax], "head dim": q.shape[3], "dtype": _code(q.dtype),
+                       "causal": bool(causal), "zigzag": zigzag, "layout": layout == "bshd", "window": _code(window),
+                       "softcap": None if softcap is None else float(softcap),
+                       "scale": None if scale is None else float(scale), "sinks": sinks is not None,
+                       "exchange": exchange})
+    except (TypeError, ValueError, NotImplementedError) as e:
+        error = e
+    try:
+        core, nb = _nccl()
+    except ImportError:
+        if error is not None:  # no NCCL, so no peer can be waiting: this rank's own error
+            raise error from None
+        raise
     get_device(dev)
-    ref = as_stream(q.stream_handle if stream is None else stream, dev)  # its object kept by the outputs
-    s_main = ref.handle
-    s_comm = _comm_stream(dev, int(comm.ptr))
+    s_main = (ref or as_stream(None, dev)).handle
     handle = nb.Comm(int(comm.ptr))
     u8 = int(core.UINT8)
-    hax = 2 if layout == "bshd" else 1
-    fields = {"shard length": q.shape[3 - hax], "batch": q.shape[0], "query heads": q.shape[hax],
-              "key/value heads": k.shape[hax],
-              "head dim": q.shape[3], "dtype": _code(q.dtype), "causal": bool(causal),
-              "zigzag": zigzag, "layout": layout == "bshd", "window": _code(window),
-              "softcap": None if softcap is None else float(softcap), "scale": None if scale is None else float(scale),
-              "sinks": sinks is not None, "exchange": exchange}
-    agree(comm, nb, handle, fields, dev, s_main, u8, "ring_attention")
+    agree(comm, nb, handle, fields, dev, s_main, u8, "ring_attention", error)
+    s_comm = _comm_stream(dev, comm)
     sax = 1 if layout == "bshd" else 2
     B, H = q.shape[0], q.shape[3 - sax]
     f32 = np.dtype(np.float32)

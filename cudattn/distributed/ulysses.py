@@ -20,6 +20,10 @@ from .agree import agree, code as _code
 from .ring import _nccl
 
 
+_FIELDS = ("shard length", "batch", "query heads", "key/value heads", "head dim", "dtype", "causal", "softcap",
+           "scale", "sinks", "alibi", "window")
+
+
 def _check(q, k, v, comm):
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, DeviceArray):
@@ -65,25 +69,36 @@ def ulysses_attention(q, k, v, comm, *, causal: bool = False, scale: float | Non
     Returns this rank's output rows ``(B, S/world, Hq, D)`` (and LSE ``(B, Hq, S/world)`` with
     ``return_lse``) on the caller's stream; nothing blocks the host.
     """
-    world, rank, dev = _check(q, k, v, comm)
-    core, nb = _nccl()
-    for name, x in (("sinks", sinks), ("alibi_slopes", alibi_slopes)):
-        if x is not None and (not isinstance(x, DeviceArray) or x.shape != (q.shape[2],)):
-            raise ValueError(f"ulysses_attention: {name} must be a float32 ({q.shape[2]},) DeviceArray (every "
-                             "head's; each rank takes its own heads)")
+    dev = int(comm.device.device_id)
+    fields: dict = dict.fromkeys(_FIELDS)
+    error, ref = None, None
+    try:  # refused here, the call is still refused on every rank (agree): none waits for this one
+        world, rank, dev = _check(q, k, v, comm)
+        for name, x in (("sinks", sinks), ("alibi_slopes", alibi_slopes)):
+            if x is not None and (not isinstance(x, DeviceArray) or x.shape != (q.shape[2],)):
+                raise ValueError(f"ulysses_attention: {name} must be a float32 ({q.shape[2]},) DeviceArray (every "
+                                 "head's; each rank takes its own heads)")
+        ref = as_stream(q.stream_handle if stream is None else stream, dev)  # its object kept by the outputs
+        fields.update({"shard length": q.shape[1], "batch": q.shape[0], "query heads": q.shape[2],
+                       "key/value heads": k.shape[2], "head dim": q.shape[3], "dtype": _code(q.dtype),
+                       "causal": bool(causal), "softcap": None if softcap is None else float(softcap),
+                       "scale": None if scale is None else float(scale), "sinks": sinks is not None,
+                       "alibi": alibi_slopes is not None, "window": _code(window_size)})
+    except (TypeError, ValueError) as e:
+        error = e
+    try:
+        core, nb = _nccl()
+    except ImportError:
+        if error is not None:  # no NCCL, so no peer can be waiting: this rank's own error
+            raise error from None
+        raise
     get_device(dev)
-    st = as_stream(q.stream_handle if stream is None else stream, dev).handle
+    st = (ref or as_stream(None, dev)).handle
+    handle, u8 = nb.Comm(int(comm.ptr)), int(core.UINT8)
+    agree(comm, nb, handle, fields, dev, st, u8, "ulysses_attention", error)
     for x in (q, k, v):
         if x.stream_handle is not None and x.stream_handle != st:
             stream_wait(st, x.stream_handle)
-    handle, u8 = nb.Comm(int(comm.ptr)), int(core.UINT8)
-    agree(comm, nb, handle, {"shard length": q.shape[1], "batch": q.shape[0], "query heads": q.shape[2],
-                             "key/value heads": k.shape[2], "head dim": q.shape[3],
-                             "dtype": _code(q.dtype), "causal": bool(causal),
-                             "softcap": None if softcap is None else float(softcap),
-                             "scale": None if scale is None else float(scale), "sinks": sinks is not None,
-                             "alibi": alibi_slopes is not None, "window": _code(window_size)},
-          dev, st, u8, "ulysses_attention")
     B, s, Hq, D = q.shape
     Hkv, S, e = k.shape[2], s * world, q.dtype.itemsize
     h = Hq // world
@@ -106,7 +121,7 @@ def ulysses_attention(q, k, v, comm, *, causal: bool = False, scale: float | Non
                        alibi_slopes=None if alibi_slopes is None else alibi_slopes[mine], return_lse=True, stream=st)
     send = new_array((world, B, s, h, D), q.dtype, dev, st)
     recv = new_array((world, B, s, h, D), q.dtype, dev, st)
-    out = new_array(q.shape, q.dtype, dev, st)
+    out = new_array(q.shape, q.dtype, dev, st, ref.obj)
     copies.run_plan(copies.rows_to_ranks(B, S, h * D * e, world, "o", "send"), {"o": o.ptr, "send": send.ptr}, st)
     _all_to_all(nb, handle, send, recv, world, u8, st)
     copies.run_plan(copies.ranks_to_heads(B, s, Hq, D, world, e, "recv", "out"), {"recv": recv.ptr, "out": out.ptr}, st)
@@ -114,7 +129,7 @@ def ulysses_attention(q, k, v, comm, *, causal: bool = False, scale: float | Non
         return out
     f32 = np.dtype(np.float32)
     lsend, lrecv = (new_array((world, B, h, s), f32, dev, st) for _ in range(2))
-    lse_out = new_array((B, Hq, s), f32, dev, st)
+    lse_out = new_array((B, Hq, s), f32, dev, st, ref.obj)
     copies.run_plan(copies.rows_to_ranks(B * h, S, 4, world, "l", "send"), {"l": lse.ptr, "send": lsend.ptr}, st)
     _all_to_all(nb, handle, lsend, lrecv, world, u8, st)
     copies.run_plan(copies.ranks_to_heads(B, 1, Hq, s, world, 4, "recv", "lse"),
