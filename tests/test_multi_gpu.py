@@ -346,3 +346,16 @@ def test_ranks_with_different_shards_are_refused_on_every_rank():
         _close(comms, threads)
     assert set(errors) == {0, 1} and all("rank 1's shard length is 192 where rank 0's is 128" in m
                                          for m in errors.values()), errors
+
+
+def test_demo_on_two_gpus():
+    """`python -m cudattn demo --gpus 2`: the launcher, the ring and the check, as a user runs them."""
+    _need(2)
+    pytest.importorskip("nccl.core")
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "cudattn", "demo", "--gpus", "2", "--causal", "--seqlen", "4096",
+                        "--batch", "1", "--heads", "8", "--iters", "3"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ring:" in r.stdout and ": OK" in r.stdout, r.stdout
