@@ -171,11 +171,12 @@ def release(device_id: int) -> None:
     """Free the blocks of ``device_id``, retired ones included, on cudattn's stream, and wait for
     the frees. Their kernels must be done: the caller synchronises the device first, with the
     device's context current."""
-    done = [c for c in _retired if c.device_id == device_id]
-    _retired[:] = [c for c in _retired if c.device_id != device_id]
-    _workspace_bytes.pop(device_id, None)
-    for key in [k for k in _blocks if k[0] == device_id]:
-        done.append(_blocks.pop(key))
+    with _grow_lock:  # another thread may be growing another device's entries meanwhile
+        done = [c for c in _retired if c.device_id == device_id]
+        _retired[:] = [c for c in _retired if c.device_id != device_id]
+        _workspace_bytes.pop(device_id, None)
+        for key in [k for k in _blocks if k[0] == device_id]:
+            done.append(_blocks.pop(key))
     if not done:
         return
     h = _stream._default_stream_ref(device_id).handle

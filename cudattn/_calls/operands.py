@@ -102,10 +102,12 @@ def check_addresses(ops, names, tensors: int, out_index: int | None) -> None:
 
 
 def check_one_device(ops, names) -> None:
-    """ValueError naming the first operand that is not on the first operand's device."""
+    """ValueError naming the first operand that is not on the first operand's device. An operand at
+    address 0 (an empty array may carry NULL) has no device of its own to compare: its device id
+    was taken from the current device."""
     device_id = ops[0].device_id
     for a, n in zip(ops[1:], names[1:]):
-        if a is not None and a.device_id != device_id:
+        if a is not None and a.ptr and a.device_id != device_id:
             raise ValueError(f"{n} is on device {a.device_id} but {names[0]} is on device {device_id}; "
                              "all operands must be on one device")
 
