@@ -22,15 +22,43 @@ pytestmark = pytest.mark.gpu
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
-def _close(comms, threads) -> None:
-    """Destroy the communicators, or abort them where a rank thread is still inside NCCL (destroy
-    would wait for it)."""
-    stuck = any(t.is_alive() for t in threads)
-    for c in comms:
-        if stuck:
-            c.abort()
-        else:
-            c.destroy()
+def _in_threads(body, n: int, timeout: float = 120.0) -> tuple[list, dict]:
+    """``body(i)`` in ``n`` threads at once: (results by i, exceptions by i); a thread still running
+    after ``timeout`` fails the test."""
+    results: list = [None] * n
+    errors: dict = {}
+
+    def run(i):
+        try:
+            results[i] = body(i)
+        except Exception as e:  # noqa: BLE001 (returned to the test)
+            errors[i] = e
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    return results, errors
+
+
+def _ranks(world: int, body) -> tuple[list, dict]:
+    """``body(rank, comm)`` for each rank of ``world`` GPUs, a thread each, over communicators from
+    ``nccl.core.Communicator.init_all``; destroyed after, or aborted if a rank hung in NCCL."""
+    nccl = pytest.importorskip("nccl.core")
+    comms = nccl.Communicator.init_all(world)
+    done = False
+    try:
+        out = _in_threads(lambda r: body(r, comms[r]), world)
+        done = True
+        return out
+    finally:
+        for c in comms:
+            if done:
+                c.destroy()
+            else:
+                c.abort()
 
 
 def _need(n: int) -> None:
@@ -78,22 +106,13 @@ def test_devices_in_turn_from_one_thread_and_a_thread_each():
         for i, c in enumerate(cases):
             got = cudattn.to_host(_attend_on(i % 2, *c, False))
             assert check_close(got, refs[i], naives[i])[0], f"round {rnd}, case {i} on cuda:{i % 2}"
-    errors = []
-
     def work(dev):
-        try:
-            for _ in range(5):
-                for i, c in enumerate(cases):
-                    got = cudattn.to_host(_attend_on(dev, *c, False))
-                    assert check_close(got, refs[i], naives[i])[0], f"cuda:{dev}, case {i}"
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
+        for _ in range(5):
+            for i, c in enumerate(cases):
+                got = cudattn.to_host(_attend_on(dev, *c, False))
+                assert check_close(got, refs[i], naives[i])[0], f"cuda:{dev}, case {i}"
 
-    threads = [threading.Thread(target=work, args=(d,)) for d in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _, errors = _in_threads(work, 2)
     assert not errors, errors
 
 
@@ -150,22 +169,9 @@ def test_every_api_on_the_second_device_as_on_the_first():
 def test_every_api_from_a_thread_per_device():
     _need(2)
     want = _every_api(0, 4501)
-    got: dict = {}
-    errors = []
-
-    def work(dev):
-        try:
-            for i in range(3):
-                got[dev, i] = _every_api(dev, 4501)
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append((dev, e))
-
-    threads = [threading.Thread(target=work, args=(d,)) for d in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results, errors = _in_threads(lambda dev: [_every_api(dev, 4501) for _ in range(3)], 2)
     assert not errors, errors
+    got = {(dev, i): res for dev in (0, 1) for i, res in enumerate(results[dev])}
     for key, res in got.items():
         _same(want, res, f"thread on cuda:{key[0]}, round {key[1]}")
 
@@ -191,7 +197,7 @@ def test_foreign_arrays_on_the_second_device():
                                          (True, {"window": (100, 0)}), (False, {"window": (150, 40)})])
 def test_ring_equals_attention_on_the_whole_sequence(world, causal, mods):
     _need(world)
-    nccl = pytest.importorskip("nccl.core")
+    pytest.importorskip("nccl.core")
     from cudattn.distributed import gather_sequence, ring_attention, shard_sequence
 
     rng = np.random.default_rng(4200 + world)
@@ -201,30 +207,15 @@ def test_ring_equals_attention_on_the_whole_sequence(world, causal, mods):
     sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
     kw = {"softcap": mods.get("softcap"), "sinks": sinks, "window_size": mods.get("window")}
     shards = [shard_sequence(x, world, zigzag=causal) for x in (q, k, v)]
-    comms = nccl.Communicator.init_all(world)
-    outs: list = [None] * world
-    errors = []
 
-    def rank(r):
-        try:
-            qd, kd, vd = (cudattn.to_device(s[r], device=r) for s in shards)
-            sk = None if sinks is None else cudattn.to_device(sinks, device=r)
-            outs[r] = cudattn.to_host(ring_attention(qd, kd, vd, comms[r], causal=causal, softcap=kw["softcap"],
-                                                     sinks=sk, window_size=kw["window_size"]))
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append((r, e))
+    def rank(r, comm):
+        qd, kd, vd = (cudattn.to_device(s[r], device=r) for s in shards)
+        sk = None if sinks is None else cudattn.to_device(sinks, device=r)
+        return cudattn.to_host(ring_attention(qd, kd, vd, comm, causal=causal, softcap=kw["softcap"], sinks=sk,
+                                              window_size=kw["window_size"]))
 
-    threads: list = []
-    try:
-        threads += [threading.Thread(target=rank, args=(r,)) for r in range(world)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert not any(t.is_alive() for t in threads), "a rank hung"
-        assert not errors, errors
-    finally:
-        _close(comms, threads)
+    outs, errors = _ranks(world, rank)
+    assert not errors, errors
     got = gather_sequence(outs, zigzag=causal)
     ref = reference.attention(q, k, v, causal=causal, **kw)
     naive = reference.attention_naive(q, k, v, causal=causal, dtype=BF16, **kw)
@@ -271,7 +262,7 @@ def test_a_failing_rank_stops_the_others():
                                          (False, {"alibi": 1, "sinks": 1})])
 def test_ulysses_equals_attention_on_the_whole_sequence(world, causal, mods):
     _need(world)
-    nccl = pytest.importorskip("nccl.core")
+    pytest.importorskip("nccl.core")
     from cudattn.distributed import gather_sequence, shard_sequence, ulysses_attention
 
     rng = np.random.default_rng(4400 + world)
@@ -282,32 +273,17 @@ def test_ulysses_equals_attention_on_the_whole_sequence(world, causal, mods):
     alibi = rng.uniform(0.01, 0.3, Hq).astype(np.float32) if mods.get("alibi") else None
     kw = {"softcap": mods.get("softcap"), "window_size": mods.get("window"), "sinks": sinks, "alibi_slopes": alibi}
     shards = [shard_sequence(x, world, zigzag=False) for x in (q, k, v)]
-    comms = nccl.Communicator.init_all(world)
-    outs: list = [None] * world
-    errors = []
 
-    def rank(r):
-        try:
-            dev = [cudattn.to_device(s[r], device=r) for s in shards]
-            extra = {n: None if x is None else cudattn.to_device(x, device=r)
-                     for n, x in (("sinks", sinks), ("alibi_slopes", alibi))}
-            o, lse = ulysses_attention(*dev, comms[r], causal=causal, softcap=kw["softcap"],
-                                       window_size=kw["window_size"], return_lse=True, **extra)
-            outs[r] = (cudattn.to_host(o), cudattn.to_host(lse))
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append((r, e))
+    def rank(r, comm):
+        dev = [cudattn.to_device(s[r], device=r) for s in shards]
+        extra = {n: None if x is None else cudattn.to_device(x, device=r)
+                 for n, x in (("sinks", sinks), ("alibi_slopes", alibi))}
+        o, lse = ulysses_attention(*dev, comm, causal=causal, softcap=kw["softcap"], window_size=kw["window_size"],
+                                   return_lse=True, **extra)
+        return cudattn.to_host(o), cudattn.to_host(lse)
 
-    threads: list = []
-    try:
-        threads += [threading.Thread(target=rank, args=(r,)) for r in range(world)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert not any(t.is_alive() for t in threads), "a rank hung"
-        assert not errors, errors
-    finally:
-        _close(comms, threads)
+    outs, errors = _ranks(world, rank)
+    assert not errors, errors
     got = gather_sequence([o for o, _ in outs], zigzag=False)
     ref, ref_lse = reference.attention(q, k, v, causal=causal, return_lse=True, **kw)
     naive = reference.attention_naive(q, k, v, causal=causal, dtype=BF16, **kw)
@@ -321,29 +297,15 @@ def test_ranks_with_different_shards_are_refused_on_every_rank():
     """Uneven shards: the first call's all-gather of each rank's problem refuses them on both ranks,
     naming the field, instead of leaving one waiting in NCCL."""
     _need(2)
-    nccl = pytest.importorskip("nccl.core")
+    pytest.importorskip("nccl.core")
     from cudattn.distributed import ring_attention
 
-    comms = nccl.Communicator.init_all(2)
-    errors: dict = {}
-
-    def rank(r):
+    def rank(r, comm):
         x = cudattn.to_device(np.ones((1, 128 + 64 * r, 2, 64), BF16), device=r)
-        try:
-            cudattn.to_host(ring_attention(x, x, x, comms[r], causal=True))
-        except ValueError as e:
-            errors[r] = str(e)
+        return cudattn.to_host(ring_attention(x, x, x, comm, causal=True))
 
-    threads: list = []
-    try:
-        threads += [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-        assert not any(t.is_alive() for t in threads), "a rank hung"
-    finally:
-        _close(comms, threads)
+    _, raised = _ranks(2, rank)
+    errors = {r: str(e) for r, e in raised.items() if isinstance(e, ValueError)}
     assert set(errors) == {0, 1} and all("rank 1's shard length is 192 where rank 0's is 128" in m
                                          for m in errors.values()), errors
 

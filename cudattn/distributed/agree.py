@@ -1,4 +1,5 @@
-"""That every rank called with the same problem: checked once per communicator.
+"""How every collective call starts (:func:`begin`), and that every rank called with the same problem:
+checked once per communicator (:func:`agree`).
 
 The first call on a communicator gathers each rank's description of its call (shapes, dtype,
 flags; an all-gather of a few int64s) and compares them, so uneven shards or mixed arguments are
@@ -19,6 +20,8 @@ import numpy as np
 
 from .._arrays.array import new_array
 from .._arrays.host_io import to_device, to_host
+from .._runtime.device import get_device
+from .._runtime.stream import as_stream
 
 _lock = threading.Lock()
 _checked: weakref.WeakSet = weakref.WeakSet()  # communicators whose first call agreed (a freed one's
@@ -76,3 +79,31 @@ def _show(word: int, like) -> str:
     if isinstance(like, float):
         return repr(struct.unpack("<d", struct.pack("<q", int(word)))[0])
     return str(int(word))
+
+
+def nccl():
+    """nccl4py's ``(nccl.core, nccl.bindings.nccl)``; ImportError naming the extra without it."""
+    try:
+        import nccl.bindings.nccl as bindings
+        import nccl.core as core
+    except ImportError as e:  # the optional extra
+        raise ImportError('cudattn.distributed needs nccl4py: pip install "cudattn[distributed]"') from e
+    return core, bindings
+
+
+def begin(comm, fields: dict, error: Exception | None, ref, what: str):
+    """The start every collective call shares: nccl4py, the communicator's device current, and
+    `agree` (which raises ``error`` or a peer's refusal on every rank). Returns ``(bindings, handle,
+    UINT8, stream)``: the stream is ``ref``'s (the call's) or, for a refused call, the device's own."""
+    try:
+        core, nb = nccl()
+    except ImportError:
+        if error is not None:  # no NCCL, so no peer can be waiting: this rank's own error
+            raise error from None
+        raise
+    dev = int(comm.device.device_id)
+    get_device(dev)
+    stream = (ref or as_stream(None, dev)).handle
+    handle, u8 = nb.Comm(int(comm.ptr)), int(core.UINT8)
+    agree(comm, nb, handle, fields, dev, stream, u8, what, error)
+    return nb, handle, u8, stream

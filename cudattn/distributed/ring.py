@@ -22,7 +22,7 @@ from .._ops.merge import merge_attention_states
 from .._runtime.device import get_device
 from .._runtime.stream import as_stream, stream_wait
 from .._spec.modifiers import parse_modifiers
-from .agree import agree, code as _code
+from .agree import begin, code as _code
 from .copies import place
 from .schedule import band, chunks_of, last_step, ring_steps
 
@@ -39,15 +39,6 @@ def _comm_stream(device_id: int, comm) -> int:
     if s is None:
         s = _comm_streams[comm] = get_device(device_id).create_stream(options=StreamOptions(nonblocking=True))
     return int(s.handle)
-
-
-def _nccl():
-    try:
-        import nccl.bindings.nccl as bindings
-        import nccl.core as core
-    except ImportError as e:  # the optional extra
-        raise ImportError('ring_attention needs nccl4py: pip install "cudattn[distributed]"') from e
-    return core, bindings
 
 
 def _check(q, k, v, comm, layout: str, zigzag: bool):
@@ -128,17 +119,7 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
                        "exchange": exchange})
     except (TypeError, ValueError, NotImplementedError) as e:
         error = e
-    try:
-        core, nb = _nccl()
-    except ImportError:
-        if error is not None:  # no NCCL, so no peer can be waiting: this rank's own error
-            raise error from None
-        raise
-    get_device(dev)
-    s_main = (ref or as_stream(None, dev)).handle
-    handle = nb.Comm(int(comm.ptr))
-    u8 = int(core.UINT8)
-    agree(comm, nb, handle, fields, dev, s_main, u8, "ring_attention", error)
+    nb, handle, u8, s_main = begin(comm, fields, error, ref, "ring_attention")
     s_comm = _comm_stream(dev, comm)
     sax = 1 if layout == "bshd" else 2
     B, H = q.shape[0], q.shape[3 - sax]

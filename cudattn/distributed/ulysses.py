@@ -13,11 +13,9 @@ import numpy as np
 
 from .._arrays.array import DeviceArray, new_array
 from .._ops.attention import attention
-from .._runtime.device import get_device
 from .._runtime.stream import as_stream, stream_wait
 from . import copies
-from .agree import agree, code as _code
-from .ring import _nccl
+from .agree import begin, code as _code
 
 
 _FIELDS = ("shard length", "batch", "query heads", "key/value heads", "head dim", "dtype", "causal", "softcap",
@@ -86,16 +84,7 @@ def ulysses_attention(q, k, v, comm, *, causal: bool = False, scale: float | Non
                        "alibi": alibi_slopes is not None, "window": _code(window_size)})
     except (TypeError, ValueError) as e:
         error = e
-    try:
-        core, nb = _nccl()
-    except ImportError:
-        if error is not None:  # no NCCL, so no peer can be waiting: this rank's own error
-            raise error from None
-        raise
-    get_device(dev)
-    st = (ref or as_stream(None, dev)).handle
-    handle, u8 = nb.Comm(int(comm.ptr)), int(core.UINT8)
-    agree(comm, nb, handle, fields, dev, st, u8, "ulysses_attention", error)
+    nb, handle, u8, st = begin(comm, fields, error, ref, "ulysses_attention")
     for x in (q, k, v):
         if x.stream_handle is not None and x.stream_handle != st:
             stream_wait(st, x.stream_handle)
