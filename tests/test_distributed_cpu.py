@@ -336,7 +336,8 @@ class _HostArray:
 
 
 @pytest.mark.parametrize("world,causal,mods", [(2, True, {}), (4, True, {"sinks": 1}), (3, False, {}),
-                                               (4, True, {"window": (9, 0), "sinks": 1}), (4, False, {"window": (7, 3)}),
+                                               (4, True, {"window": (9, 0), "sinks": 1}),
+                                               (4, False, {"window": (7, 3)}),
                                                (2, True, {"softcap": 7.0})])
 def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
     """`ring._ring` itself, each rank in turn, on host arrays: attention, merge and copies by the float64
@@ -402,3 +403,160 @@ def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
     got = gather_sequence(outs, zigzag=zig).astype(np.float64)
     want = reference.attention(q, k, v, causal=causal, sinks=sinks, **kw)
     np.testing.assert_allclose(got, want, rtol=0, atol=4e-3)
+
+
+def _block_backward(dout, q, k, v, out, lse, *, causal=False, window_size=None, softcap=None, sinks=None,
+                    scale=None):
+    """Gradients of one block of keys under the whole sequence's softmax (``out``, ``lse``), float64,
+    bottom-right aligned masks: what `attention_backward` gives on a block with those out and lse."""
+    B, Sq, Hq, D = q.shape
+    Sk, Hkv = k.shape[1], k.shape[2]
+    g = Hq // Hkv
+    sc = 1 / np.sqrt(D) if scale is None else scale
+    f = lambda x: np.asarray(x, np.float64)  # noqa: E731
+    dO, Q, K, V, O, L = f(dout), f(q), f(k), f(v), f(out), f(lse)
+    i = np.arange(Sq)[:, None]
+    j = np.arange(Sk)[None, :]
+    rel = j - i - (Sk - Sq)
+    left, right = (-1, 0) if causal else (window_size or (-1, -1))
+    if window_size is not None and causal:
+        left = window_size[0]
+    ok = np.ones((Sq, Sk), bool)
+    if left != -1:
+        ok &= rel >= -left
+    if right != -1:
+        ok &= rel <= right
+    dq, dk, dv = np.zeros(Q.shape), np.zeros(K.shape), np.zeros(V.shape)
+    dsinks = np.zeros(Hq)
+    for b in range(B):
+        for h in range(Hq):
+            s = sc * Q[b, :, h] @ K[b, :, h // g].T
+            t = np.tanh(s / softcap) if softcap else None
+            s2 = softcap * t if softcap else s
+            p = np.where(ok, np.exp(s2 - L[b, h][:, None]), 0.0)
+            dv[b, :, h // g] += p.T @ dO[b, :, h]
+            dp = dO[b, :, h] @ V[b, :, h // g].T
+            Dr = (dO[b, :, h] * O[b, :, h]).sum(1)
+            ds = p * (dp - Dr[:, None])
+            if softcap:
+                ds = ds * (1 - t * t)
+            dq[b, :, h] = sc * ds @ K[b, :, h // g]
+            dk[b, :, h // g] += sc * ds.T @ Q[b, :, h]
+            if sinks is not None:
+                dsinks[h] -= (np.exp(np.float64(sinks[h]) - L[b, h]) * Dr).sum()
+    res = (dq.astype(q.dtype), dk.astype(q.dtype), dv.astype(q.dtype))
+    return res + (dsinks.astype(np.float32),) if sinks is not None else res
+
+
+@pytest.mark.parametrize("world,causal,mods", [(2, True, {}), (4, True, {"sinks": 1}), (3, False, {}),
+                                               (4, True, {"window": (9, 0)}), (2, False, {"softcap": 6.0})])
+def test_the_ring_backward_driver_on_host_arrays(world, causal, mods, monkeypatch):
+    """`ring_attention_backward` itself, a thread per rank, on host arrays: NCCL by queues between the
+    threads, each block's gradients under the whole softmax in float64, the accumulators as NumPy
+    float32; the gradients of the whole sequence by the float64 reference."""
+    import queue
+    import threading
+    import types
+
+    from cudattn.distributed import ring, ring_backward
+
+    rng = np.random.default_rng(4700 + world)
+    B, Hq, Hkv, D = 1, 4, 2, 8
+    zig = causal
+    S = world * (2 if zig else 1) * 4
+    q = rng.standard_normal((B, S, Hq, D)).astype(np.float16)
+    k, v, = (rng.standard_normal((B, S, Hkv, D)).astype(np.float16) for _ in range(2))
+    dout = rng.standard_normal((B, S, Hq, D)).astype(np.float16)
+    sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
+    kw = {"window_size": mods.get("window"), "softcap": mods.get("softcap")}
+    out, lse = reference.attention(q, k, v, causal=causal, sinks=sinks, return_lse=True, **kw)
+    shard = lambda x, r, axis=1: shard_sequence(x, world, zigzag=zig, axis=axis)[r]  # noqa: E731
+    reg, chans = {}, {(a, b): queue.Queue() for a in range(world) for b in range(world)}
+    summed, barrier = {}, threading.Barrier(world)
+
+    def host(a):
+        x = _HostArray(a)
+        reg[x.ptr] = x
+        return x
+
+    def send(ptr, nbytes, dt, peer, me, stream):
+        chans[me, peer].put(reg[ptr].a.copy())
+
+    def recv(ptr, nbytes, dt, peer, me, stream):
+        reg[ptr].a[...] = chans[peer, me].get(timeout=10)
+
+    def all_reduce(sptr, rptr, count, dt, op, me, stream):
+        summed[me] = reg[sptr].a.copy()
+        barrier.wait()
+        total = sum(summed[r] for r in range(world))
+        barrier.wait()
+        reg[rptr].a[...] = total
+
+    nb = types.SimpleNamespace(group_start=lambda: None, group_end=lambda: None, send=send, recv=recv,
+                               all_reduce=all_reduce)
+
+    def backward(do, q_, k_, v_, o_, l_, *, scale, layout, softcap, stream, causal=False, window_size=None,
+                 sinks=None):
+        return tuple(host(g) for g in _block_backward(do.a, q_.a, k_.a, v_.a, o_.a, l_.a, causal=causal,
+                                                      window_size=window_size, softcap=softcap, sinks=sinks))
+
+    def new_array(shape, dtype, dev, stream, keep=None):
+        return host(np.empty(shape, dtype))
+
+    def add_into(dst, src, stream):
+        dst.a[...] += src.a.astype(np.float32)
+
+    def store(dst, src, stream):
+        dst.a[...] = src.a
+
+    for mod in (ring, ring_backward):
+        monkeypatch.setattr(mod, "DeviceArray", _HostArray)
+    monkeypatch.setattr(ring_backward, "new_array", new_array)
+    monkeypatch.setattr(ring_backward, "attention_backward", backward)
+    monkeypatch.setattr(ring_backward, "add_into", add_into)
+    monkeypatch.setattr(ring_backward, "store", store)
+    monkeypatch.setattr(ring_backward, "begin", lambda comm, fields, error, ref, what: (
+        error is None or (_ for _ in ()).throw(error)) and (nb, comm.rank, 1, 0))
+    monkeypatch.setattr(ring_backward, "nccl", lambda: (types.SimpleNamespace(FLOAT32=7, SUM=0), nb))
+    monkeypatch.setattr(ring_backward, "stream_wait", lambda *a, **k: None)
+    monkeypatch.setattr(ring_backward, "as_stream", lambda s, d: types.SimpleNamespace(handle=0, obj=None))
+    monkeypatch.setattr(ring_backward, "_comm_stream", lambda d, c: 1)
+    monkeypatch.setattr(ring_backward._lifetime, "hold", lambda *a: None)
+    monkeypatch.setattr(_HostArray, "memset", lambda self, pattern, stream=None: self.a.fill(0))
+    monkeypatch.setattr(_HostArray, "size", property(lambda self: self.a.size), raising=False)
+    results, errors = [None] * world, []
+
+    def rank(r):
+        try:
+            comm = types.SimpleNamespace(nranks=world, rank=r, ptr=0, device=types.SimpleNamespace(device_id=0))
+            args = [host(shard(x, r)) for x in (dout, q, k, v, out.astype(np.float16))]
+            lse_r = host(np.ascontiguousarray(shard(lse, r, axis=2)).astype(np.float32))
+            results[r] = ring_backward.ring_attention_backward(*args, lse_r, comm, causal=causal, zigzag=zig,
+                                                               sinks=sinks, **kw)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append((r, e))
+
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    want = reference.attention_backward(dout, q, k, v, causal=causal, sinks=sinks, **kw)
+    for i, name in enumerate(("dq", "dk", "dv")):
+        got = gather_sequence([res[i].a for res in results], zigzag=zig).astype(np.float64)
+        np.testing.assert_allclose(got, want[i], rtol=0, atol=2e-2, err_msg=name)
+    if sinks is not None:
+        for res in results:
+            np.testing.assert_allclose(res[3].a, want[3], rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90a"])
+def test_ring_accumulators_compile_without_spills(arch, kernel_cache):
+    """The ring backward's float32 adds and stores (cu_src/ring_accumulate.cu), every element type."""
+    from cudattn._kernels import accumulate, registry
+
+    for spec in accumulate.all_accumulate_kernels():
+        rep = registry.compile_variant(spec, arch, cache=kernel_cache).ptxas.get(spec.kernel_name)
+        assert rep is not None and rep.spill_stores == rep.spill_loads == rep.stack_bytes == 0, (spec.describe(), rep)

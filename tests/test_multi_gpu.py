@@ -321,3 +321,40 @@ def test_demo_on_two_gpus():
                         "--batch", "1", "--heads", "8", "--iters", "3"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ring:" in r.stdout and ": OK" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("causal,mods", [(True, {}), (False, {}), (True, {"sinks": 1}), (True, {"window": (100, 0)})])
+def test_ring_backward_equals_the_whole_sequence_gradients(world, causal, mods):
+    _need(world)
+    pytest.importorskip("nccl.core")
+    from cudattn.distributed import gather_sequence, ring_attention, ring_attention_backward, shard_sequence
+    from cudattn.reference.rule import gradient_eps
+
+    rng = np.random.default_rng(4800 + world)
+    B, Hq, Hkv, D = 1, 8, 2, 64
+    S = world * 2 * 96
+    q, k, v = _case(rng, B, S, Hq, Hkv, D)
+    dout = rng.standard_normal(q.shape).astype(BF16)
+    sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
+    kw = {"window_size": mods.get("window")}
+    shards = [shard_sequence(x, world, zigzag=causal) for x in (dout, q, k, v)]
+
+    def rank(r, comm):
+        do, qd, kd, vd = (cudattn.to_device(s[r], device=r) for s in shards)
+        sk = None if sinks is None else cudattn.to_device(sinks, device=r)
+        out, lse = ring_attention(qd, kd, vd, comm, causal=causal, sinks=sk, return_lse=True, **kw)
+        return [cudattn.to_host(g) for g in ring_attention_backward(do, qd, kd, vd, out, lse, comm, causal=causal,
+                                                                    sinks=sk, **kw)]
+
+    outs, errors = _ranks(world, rank)
+    assert not errors, errors
+    ref = reference.attention_backward(dout, q, k, v, causal=causal, sinks=sinks, **kw)
+    naive = reference.attention_backward_naive(dout, q, k, v, causal=causal, sinks=sinks, dtype=BF16, **kw)
+    for i, name in enumerate(("dq", "dk", "dv")):
+        got = gather_sequence([o[i] for o in outs], zigzag=causal)
+        ok, err, bound = check_close(got, ref[i], naive[i], atol=gradient_eps(ref[i], BF16))
+        assert ok, f"ring of {world}: {name} off by {err:.3g} > {bound:.3g}"
+    if sinks is not None:
+        for o in outs:
+            np.testing.assert_allclose(o[3], ref[3], rtol=2e-2, atol=2e-2)
