@@ -498,7 +498,8 @@ def test_the_ring_backward_driver_on_host_arrays(world, causal, mods, monkeypatc
     def backward(do, q_, k_, v_, o_, l_, *, scale, layout, softcap, stream, causal=False, window_size=None,
                  sinks=None):
         return tuple(host(g) for g in _block_backward(do.a, q_.a, k_.a, v_.a, o_.a, l_.a, causal=causal,
-                                                      window_size=window_size, softcap=softcap, sinks=sinks))
+                                                      window_size=window_size, softcap=softcap,
+                                                      sinks=None if sinks is None else sinks.a))
 
     def new_array(shape, dtype, dev, stream, keep=None):
         return host(np.empty(shape, dtype))
@@ -515,6 +516,7 @@ def test_the_ring_backward_driver_on_host_arrays(world, causal, mods, monkeypatc
     monkeypatch.setattr(ring_backward, "attention_backward", backward)
     monkeypatch.setattr(ring_backward, "add_into", add_into)
     monkeypatch.setattr(ring_backward, "store", store)
+    monkeypatch.setattr(ring_backward, "place", lambda dst, src, stream: dst.a.__setitem__(Ellipsis, src.a))
     monkeypatch.setattr(ring_backward, "begin", lambda comm, fields, error, ref, what: (
         error is None or (_ for _ in ()).throw(error)) and (nb, comm.rank, 1, 0))
     monkeypatch.setattr(ring_backward, "nccl", lambda: (types.SimpleNamespace(FLOAT32=7, SUM=0), nb))
@@ -532,7 +534,7 @@ def test_the_ring_backward_driver_on_host_arrays(world, causal, mods, monkeypatc
             args = [host(shard(x, r)) for x in (dout, q, k, v, out.astype(np.float16))]
             lse_r = host(np.ascontiguousarray(shard(lse, r, axis=2)).astype(np.float32))
             results[r] = ring_backward.ring_attention_backward(*args, lse_r, comm, causal=causal, zigzag=zig,
-                                                               sinks=sinks, **kw)
+                                                               sinks=None if sinks is None else host(sinks), **kw)
         except Exception as e:  # noqa: BLE001 (reported below)
             errors.append((r, e))
 
@@ -560,3 +562,26 @@ def test_ring_accumulators_compile_without_spills(arch, kernel_cache):
     for spec in accumulate.all_accumulate_kernels():
         rep = registry.compile_variant(spec, arch, cache=kernel_cache).ptxas.get(spec.kernel_name)
         assert rep is not None and rep.spill_stores == rep.spill_loads == rep.stack_bytes == 0, (spec.describe(), rep)
+
+
+def test_accumulator_rows_pair_a_dense_array_with_a_slice():
+    """`accumulate._launch_rows` splits a dense side into the rows of a sliced one (a contiguous
+    partial added into a slice of the accumulator), for bshd and bhsd slices."""
+    from cudattn._kernels import accumulate
+
+    seen = []
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(accumulate._device, "get_device", lambda d: None)
+    monkey.setattr(accumulate._device, "device_properties",
+                   lambda d: type("P", (), {"sm_count": 132, "arch": "sm_90a"})())
+    monkey.setattr(accumulate._kernels, "get_kernel", lambda *a: None)
+    monkey.setattr(accumulate._launch, "launch", lambda k, grid, block, smem, stream, p: seen.append(
+        (p.rows, p.cols, p.src_pitch, p.dst_pitch)))
+    try:
+        acc = np.zeros((2, 10, 4, 8), np.float32)
+        for dst, part in ((acc[:, 3:7], np.zeros((2, 4, 4, 8), np.float16)),
+                          (acc.transpose(0, 2, 1, 3).copy()[:, :, 3:7], np.zeros((2, 4, 4, 8), np.float16))):
+            accumulate.add_into(_HostArray(dst), _HostArray(part), 0)
+    finally:
+        monkey.undo()
+    assert seen == [(2, 128, 128, 320), (8, 32, 32, 80)]

@@ -332,7 +332,7 @@ def test_ring_backward_equals_the_whole_sequence_gradients(world, causal, mods):
     from cudattn.reference.rule import gradient_eps
 
     rng = np.random.default_rng(4800 + world)
-    B, Hq, Hkv, D = 1, 8, 2, 64
+    B, Hq, Hkv, D = 2, 8, 2, 64  # B > 1: the accumulators' row slices are strided
     S = world * 2 * 96
     q, k, v = _case(rng, B, S, Hq, Hkv, D)
     dout = rng.standard_normal(q.shape).astype(BF16)

@@ -65,6 +65,10 @@ def _launch_rows(spec: HelperKernel, src, dst, stream: int) -> None:
         raise ValueError(f"shapes {src.shape} and {dst.shape} differ")
     rows, cols, sp = rows_of(src.shape, src.strides, src.dtype.itemsize)
     rows_d, cols_d, dp = rows_of(dst.shape, dst.strides, dst.dtype.itemsize)
+    if rows == 1 and (rows_d, cols_d) != (1, cols):  # a dense side splits into the other side's rows
+        rows, cols, sp = rows_d, cols_d, cols_d
+    elif rows_d == 1 and (rows, cols) != (1, cols_d):
+        rows_d, cols_d, dp = rows, cols, cols
     if (rows, cols) != (rows_d, cols_d):
         raise ValueError(f"layouts of shape {src.shape} do not split into the same rows: {src.strides}, {dst.strides}")
     if rows * cols == 0:

@@ -5,8 +5,11 @@ Each rank keeps its rows' dout, q, out and LSE (the forward's, over the whole se
 `cudattn.attention_backward` (its softmax is the whole sequence's, from the LSE). At step ``s`` a
 rank holds the K/V of rank ``rank - s`` and that rank's float32 dK/dV accumulators: it adds its
 partials into them and into its own dQ accumulator, then passes K/V and accumulators on (K/V at the
-step's start, the accumulators after its calls). After the last step that any rank needs, each
-accumulator goes straight back to its owner. Sinks' gradients are summed over the ranks.
+step's start, the accumulators after its calls, which overlap their arrival). After the last step
+that any rank needs, each accumulator goes straight back to its owner. Sinks' gradients are
+summed over the ranks. Each partial comes back from `attention_backward` in the input dtype, so it
+is rounded once before it is added in float32: the error grows about as the root of the calls a
+gradient sums.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from .._runtime.stream import as_stream, stream_wait
 from .._spec.modifiers import parse_modifiers
 from .agree import begin, nccl
 from .agree import code as _code
+from .copies import place
 from .ring import _check, _comm_stream, _step_calls
 from .schedule import band, chunks_of, last_step, ring_steps
 
@@ -55,6 +59,9 @@ def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = Fal
         want = (q.shape[0], q.shape[hax], q.shape[3 - hax])
         if not isinstance(lse, DeviceArray) or lse.shape != want or lse.dtype != np.float32:
             raise ValueError(f"ring_attention_backward: lse must be a float32 {want} DeviceArray (ring_attention's)")
+        if sinks is not None and (not isinstance(sinks, DeviceArray) or sinks.shape != (q.shape[hax],)
+                                  or sinks.dtype != np.float32):
+            raise ValueError(f"ring_attention_backward: sinks must be a float32 ({q.shape[hax]},) DeviceArray")
         ref = as_stream(q.stream_handle if stream is None else stream, dev)
         fields.update({"backward": 1, "shard length": q.shape[3 - hax], "batch": q.shape[0],
                        "query heads": q.shape[hax], "key/value heads": k.shape[hax], "head dim": q.shape[3],
@@ -90,6 +97,18 @@ def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = Fal
     acc_bufs: list = [None, None]
     cur_k, cur_v = k, v
     kw = {"scale": scale, "layout": layout, "softcap": softcap, "stream": ref}
+    lse_rows: dict = {}  # contiguous copies of the LSE's row ranges (attention_backward takes a C-contiguous LSE)
+
+    def lse_of(r0, r1):
+        if (r0, r1) not in lse_rows:
+            if (r0, r1) == (0, lse.shape[2]):
+                lse_rows[r0, r1] = lse
+            else:
+                part = new_array(lse.shape[:2] + (r1 - r0,), f32, dev, s_main, ref.obj)
+                place(part, lse[:, :, r0:r1], s_main)
+                lse_rows[r0, r1] = part
+        return lse_rows[r0, r1]
+
     for s, blocks in enumerate(steps):
         src = (rank - s) % world
         calls = _step_calls(blocks, mine, chunks_of(src, world, zigzag), c)
@@ -101,29 +120,36 @@ def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = Fal
             kv_next, acc_next = kv_bufs[(s + 1) % 2], acc_bufs[(s + 1) % 2]
             stream_wait(s_comm, s_main)  # step s-1's calls read kv_next: done before it is overwritten
             _exchange(nb, handle, u8, s_comm, (cur_k, cur_v), kv_next, (rank + 1) % world, (rank - 1) % world)
-        for qc, blk, ki in calls:
+        partials = []
+        for qc, blk, ki in calls:  # the products first: they overlap the accumulators' arrival
             qi = mine.index(qc)
             qa, qb = (0, c) if blk is None else (blk.qa, blk.qb)
             r0, r1 = qi * c + qa, qi * c + qb
             if blk is None:
-                kx, vx, ak, av = cur_k, cur_v, acc[0], acc[1]
+                kx, vx, keys = cur_k, cur_v, None
                 mods = {}
             else:
-                k0, k1 = ki * c + blk.ka, ki * c + blk.kb
-                kx, vx, ak, av = (rows(x, k0, k1) for x in (cur_k, cur_v, acc[0], acc[1]))
+                keys = (ki * c + blk.ka, ki * c + blk.kb)
+                kx, vx = (rows(x, *keys) for x in (cur_k, cur_v))
                 mods = {"causal": blk.causal, "window_size": blk.window, "sinks": sinks if blk.sinks else None}
             grads = attention_backward(rows(dout, r0, r1), rows(q, r0, r1), kx, vx, rows(out, r0, r1),
-                                       lse[:, :, r0:r1], **mods, **kw)
+                                       lse_of(r0, r1), **mods, **kw)
+            partials.append((r0, r1, keys, grads))
+        stream_wait(s_main, s_comm)  # this step's accumulators have arrived (and the next step's K/V)
+        for r0, r1, keys, grads in partials:
             add_into(rows(dq_acc, r0, r1), grads[0], s_main)
+            ak, av = acc if keys is None else (rows(x, *keys) for x in acc)
             add_into(ak, grads[1], s_main)
             add_into(av, grads[2], s_main)
             if len(grads) == 4:
                 add_into(dsinks, grads[3], s_main)
+        del partials
         if s < last:
+            for x in kv_next:
+                x.stream_handle = s_main
             stream_wait(s_comm, s_main)  # this step's partials are in the accumulators it passes on
             _exchange(nb, handle, u8, s_comm, acc, acc_next, (rank + 1) % world, (rank - 1) % world)
-            stream_wait(s_main, s_comm)  # the next step's K/V and accumulators have arrived
-            for x in (*kv_next, *acc_next):
+            for x in acc_next:  # the next step waits for them after its products
                 x.stream_handle = s_main
             cur_k, cur_v = kv_next
             acc = acc_next
