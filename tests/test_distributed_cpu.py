@@ -302,8 +302,9 @@ def test_ulysses_in_float64_equals_whole_attention(world, causal):
                                    rtol=1e-12, atol=1e-12)
 
 
-def test_ulysses_refuses_before_any_gpu_work():
-    from cudattn.distributed import ulysses_attention
+@pytest.mark.parametrize("backward", [False, True])
+def test_ulysses_refuses_before_any_gpu_work(backward):
+    from cudattn.distributed import ulysses_attention, ulysses_attention_backward
 
     class Comm:
         nranks, rank, ptr = 2, 0, 0
@@ -311,7 +312,10 @@ def test_ulysses_refuses_before_any_gpu_work():
 
     x = np.zeros((1, 8, 2, 64), np.float16)
     with pytest.raises(TypeError, match="q must be a cudattn DeviceArray"):
-        ulysses_attention(x, x, x, Comm())
+        if backward:
+            ulysses_attention_backward(x, x, x, x, x, np.zeros((1, 2, 8), np.float32), Comm())
+        else:
+            ulysses_attention(x, x, x, Comm())
 
 
 class _HostArray:
@@ -403,6 +407,30 @@ def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
     got = gather_sequence(outs, zigzag=zig).astype(np.float64)
     want = reference.attention(q, k, v, causal=causal, sinks=sinks, **kw)
     np.testing.assert_allclose(got, want, rtol=0, atol=4e-3)
+
+
+def _per_rank(world: int, body) -> list:
+    """``body(rank, comm)`` a thread per rank, over a stand-in communicator; the results by rank."""
+    import threading
+    import types
+
+    results, errors = [None] * world, []
+
+    def run(r):
+        try:
+            comm = types.SimpleNamespace(nranks=world, rank=r, ptr=0, device=types.SimpleNamespace(device_id=0))
+            results[r] = body(r, comm)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append((r, e))
+
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a rank hung"
+    assert not errors, errors
+    return results
 
 
 def _block_backward(dout, q, k, v, out, lse, *, causal=False, window_size=None, softcap=None, sinks=None,
@@ -526,24 +554,13 @@ def test_the_ring_backward_driver_on_host_arrays(world, causal, mods, monkeypatc
     monkeypatch.setattr(ring_backward._lifetime, "hold", lambda *a: None)
     monkeypatch.setattr(_HostArray, "memset", lambda self, pattern, stream=None: self.a.fill(0))
     monkeypatch.setattr(_HostArray, "size", property(lambda self: self.a.size), raising=False)
-    results, errors = [None] * world, []
+    def rank(r, comm):
+        args = [host(shard(x, r)) for x in (dout, q, k, v, out.astype(np.float16))]
+        lse_r = host(np.ascontiguousarray(shard(lse, r, axis=2)).astype(np.float32))
+        return ring_backward.ring_attention_backward(*args, lse_r, comm, causal=causal, zigzag=zig,
+                                                     sinks=None if sinks is None else host(sinks), **kw)
 
-    def rank(r):
-        try:
-            comm = types.SimpleNamespace(nranks=world, rank=r, ptr=0, device=types.SimpleNamespace(device_id=0))
-            args = [host(shard(x, r)) for x in (dout, q, k, v, out.astype(np.float16))]
-            lse_r = host(np.ascontiguousarray(shard(lse, r, axis=2)).astype(np.float32))
-            results[r] = ring_backward.ring_attention_backward(*args, lse_r, comm, causal=causal, zigzag=zig,
-                                                               sinks=None if sinks is None else host(sinks), **kw)
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append((r, e))
-
-    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not errors, errors
+    results = _per_rank(world, rank)
     want = reference.attention_backward(dout, q, k, v, causal=causal, sinks=sinks, **kw)
     for i, name in enumerate(("dq", "dk", "dv")):
         got = gather_sequence([res[i].a for res in results], zigzag=zig).astype(np.float64)
@@ -585,3 +602,124 @@ def test_accumulator_rows_pair_a_dense_array_with_a_slice():
     finally:
         monkey.undo()
     assert seen == [(2, 128, 128, 320), (8, 32, 32, 80)]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ulysses_backward_lse_to_heads_plan(world):
+    """The backward's LSE path: each rank's (B, Hq, S/world) rows to (B, Hq/world, S) for its heads,
+    the plans replayed on host bytes with the exchange done by hand."""
+    from cudattn.distributed import copies
+
+    rng = np.random.default_rng(4900 + world)
+    B, Hq, s = 2, 8, 3
+    S, h, e = s * world, Hq // world, 8
+    lse = rng.standard_normal((B, Hq, S))
+    shards = shard_sequence(lse, world, zigzag=False, axis=2)
+    sent = {}
+    for r in range(world):
+        buf = {"x": _bytes(shards[r]), "send": np.zeros(shards[r].nbytes, np.uint8)}
+        _replay(copies.heads_to_ranks(B, 1, Hq, s, world, e, "x", "send"), buf)
+        sent[r] = buf["send"].reshape(world, -1)
+    for r in range(world):
+        recv = np.concatenate([sent[j][r] for j in range(world)])
+        buf = {"recv": recv, "y": np.zeros(recv.size, np.uint8)}
+        _replay(copies.ranks_to_rows(B * h, S, e, world, "recv", "y"), buf)
+        np.testing.assert_array_equal(buf["y"].view(np.float64).reshape(B, h, S), lse[:, r * h:(r + 1) * h])
+
+
+class _HostMem(_HostArray):
+    """A `_HostArray` whose ``ptr`` is its data's host address, for code that copies by address."""
+
+    def __init__(self, a):
+        super().__init__(a)
+        self.ptr = a.ctypes.data if a.size else 0
+
+    def __getitem__(self, key):
+        return _HostMem(self.a[key])
+
+
+@pytest.mark.parametrize("world,causal,mods", [(2, True, {}), (4, False, {"sinks": 1}), (4, True, {"window": (7, 0)}),
+                                               (2, False, {"softcap": 5.0})])
+def test_ulysses_forward_and_backward_drivers_on_host_memory(world, causal, mods, monkeypatch):
+    """`ulysses_attention` and its backward themselves, a thread per rank: their 2-D copies as row
+    moves in host memory, the all-to-alls by queues between the threads, attention and each rank's
+    gradients by the float64 reference (the whole sequence for the rank's heads)."""
+    import ctypes
+    import queue
+    import threading
+    import types
+
+    from cudattn.distributed import copies, ulysses
+
+    rng = np.random.default_rng(5000 + world)
+    B, Hq, Hkv, D = 2, 8, 4, 8
+    S = world * 5
+    q = rng.standard_normal((B, S, Hq, D)).astype(np.float16)
+    k, v = (rng.standard_normal((B, S, Hkv, D)).astype(np.float16) for _ in range(2))
+    dout = rng.standard_normal(q.shape).astype(np.float16)
+    sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
+    kw = {"window_size": mods.get("window"), "softcap": mods.get("softcap")}
+    chans = {(a, b): queue.Queue() for a in range(world) for b in range(world)}
+    gathered, barrier = {}, threading.Barrier(world)
+
+    def copy2d(dst, dpitch, src, spitch, width, height, stream):
+        for r in range(height):
+            ctypes.memmove(dst + r * dpitch, src + r * spitch, width)
+
+    def all_to_all(nb, me, send, recv, world_, u8, st):
+        n = send.nbytes // world_
+        for j in range(world_):
+            chans[me, j].put(ctypes.string_at(send.ptr + j * n, n))
+        for j in range(world_):
+            ctypes.memmove(recv.ptr + j * n, chans[j, me].get(timeout=10), n)
+
+    def all_gather(sptr, rptr, nbytes, u8, me, stream):
+        gathered[me] = ctypes.string_at(sptr, nbytes)
+        barrier.wait()
+        for j in range(world):
+            ctypes.memmove(rptr + j * nbytes, gathered[j], nbytes)
+        barrier.wait()
+
+    def attention(q_, k_, v_, *, return_lse, stream, causal=False, scale=None, softcap=None, window_size=None,
+                  sinks=None, alibi_slopes=None):
+        o, lse = reference.attention(q_.a, k_.a, v_.a, causal=causal, window_size=window_size, softcap=softcap,
+                                     sinks=None if sinks is None else sinks.a, return_lse=True)
+        return _HostMem(o.astype(q_.dtype)), _HostMem(lse.astype(np.float32))
+
+    def attention_backward(do, q_, k_, v_, o_, l_, *, stream, causal=False, scale=None, softcap=None,
+                           window_size=None, sinks=None, alibi_slopes=None):
+        g = _block_backward(do.a, q_.a, k_.a, v_.a, o_.a, l_.a, causal=causal, window_size=window_size,
+                            softcap=softcap, sinks=None if sinks is None else sinks.a)
+        return tuple(_HostMem(np.ascontiguousarray(x)) for x in g)
+
+    nb = types.SimpleNamespace(all_gather=all_gather)
+    monkeypatch.setattr(ulysses, "DeviceArray", _HostArray)
+    monkeypatch.setattr(ulysses, "new_array", lambda shape, dtype, dev, st, keep=None: _HostMem(np.zeros(shape, dtype)))
+    monkeypatch.setattr(ulysses, "attention", attention)
+    monkeypatch.setattr(ulysses, "attention_backward", attention_backward)
+    monkeypatch.setattr(ulysses, "_all_to_all", all_to_all)
+    monkeypatch.setattr(ulysses, "begin", lambda comm, fields, error, ref, what: (
+        error is None or (_ for _ in ()).throw(error)) and (nb, comm.rank, 1, 0))
+    monkeypatch.setattr(ulysses, "stream_wait", lambda *a, **k: None)
+    monkeypatch.setattr(ulysses, "as_stream", lambda s, d: types.SimpleNamespace(handle=0, obj=None))
+    monkeypatch.setattr(copies, "copy2d", copy2d)
+    shards = [shard_sequence(x, world, zigzag=False) for x in (dout, q, k, v)]
+    def rank(r, comm):
+        do, qd, kd, vd = (_HostMem(np.ascontiguousarray(s[r])) for s in shards)
+        sk = None if sinks is None else _HostMem(sinks)
+        out, lse = ulysses.ulysses_attention(qd, kd, vd, comm, causal=causal, sinks=sk, return_lse=True, **kw)
+        grads = ulysses.ulysses_attention_backward(do, qd, kd, vd, out, lse, comm, causal=causal, sinks=sk, **kw)
+        return out.a.copy(), lse.a.copy(), [g.a.copy() for g in grads]
+
+    results = _per_rank(world, rank)
+    want, want_lse = reference.attention(q, k, v, causal=causal, sinks=sinks, return_lse=True, **kw)
+    np.testing.assert_allclose(gather_sequence([r[0] for r in results], zigzag=False), want, atol=2e-3)
+    np.testing.assert_allclose(gather_sequence([r[1] for r in results], zigzag=False, axis=2), want_lse,
+                               rtol=1e-5, atol=1e-5)
+    gw = reference.attention_backward(dout, q, k, v, causal=causal, sinks=sinks, **kw)
+    for i, name in enumerate(("dq", "dk", "dv")):
+        got = gather_sequence([r[2][i] for r in results], zigzag=False).astype(np.float64)
+        np.testing.assert_allclose(got, gw[i], rtol=0, atol=2e-2, err_msg=name)
+    if sinks is not None:
+        for r in results:
+            np.testing.assert_allclose(r[2][3], gw[3], rtol=1e-3, atol=1e-3)

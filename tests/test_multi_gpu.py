@@ -358,3 +358,43 @@ def test_ring_backward_equals_the_whole_sequence_gradients(world, causal, mods):
     if sinks is not None:
         for o in outs:
             np.testing.assert_allclose(o[3], ref[3], rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("causal,mods", [(True, {}), (False, {"alibi": 1, "sinks": 1}), (True, {"window": (90, 0)})])
+def test_ulysses_backward_equals_the_whole_sequence_gradients(world, causal, mods):
+    _need(world)
+    pytest.importorskip("nccl.core")
+    from cudattn.distributed import gather_sequence, shard_sequence, ulysses_attention, ulysses_attention_backward
+    from cudattn.reference.rule import gradient_eps
+
+    rng = np.random.default_rng(4950 + world)
+    B, Hq, Hkv, D = 2, 8, 4, 64
+    S = world * 160
+    q, k, v = _case(rng, B, S, Hq, Hkv, D)
+    dout = rng.standard_normal(q.shape).astype(BF16)
+    sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
+    alibi = rng.uniform(0.01, 0.3, Hq).astype(np.float32) if mods.get("alibi") else None
+    kw = {"window_size": mods.get("window")}
+    shards = [shard_sequence(x, world, zigzag=False) for x in (dout, q, k, v)]
+
+    def rank(r, comm):
+        do, qd, kd, vd = (cudattn.to_device(s[r], device=r) for s in shards)
+        extra = {n: None if x is None else cudattn.to_device(x, device=r)
+                 for n, x in (("sinks", sinks), ("alibi_slopes", alibi))}
+        out, lse = ulysses_attention(qd, kd, vd, comm, causal=causal, return_lse=True, **extra, **kw)
+        return [cudattn.to_host(g) for g in ulysses_attention_backward(do, qd, kd, vd, out, lse, comm,
+                                                                       causal=causal, **extra, **kw)]
+
+    outs, errors = _ranks(world, rank)
+    assert not errors, errors
+    ref = reference.attention_backward(dout, q, k, v, causal=causal, sinks=sinks, alibi_slopes=alibi, **kw)
+    naive = reference.attention_backward_naive(dout, q, k, v, causal=causal, sinks=sinks, alibi_slopes=alibi,
+                                               dtype=BF16, **kw)
+    for i, name in enumerate(("dq", "dk", "dv")):
+        got = gather_sequence([o[i] for o in outs], zigzag=False)
+        ok, err, bound = check_close(got, ref[i], naive[i], atol=gradient_eps(ref[i], BF16))
+        assert ok, f"Ulysses of {world}: {name} off by {err:.3g} > {bound:.3g}"
+    if sinks is not None:
+        for o in outs:
+            np.testing.assert_allclose(o[3], ref[3], rtol=2e-2, atol=2e-2)

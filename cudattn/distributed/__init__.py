@@ -7,7 +7,7 @@ cudattn`` never imports this package, and only the calls that communicate need n
 - :mod:`.sharding`: cutting a host sequence into the ranks' shards (zigzag for causal) and back;
 - :mod:`.ring`: the ring itself, K/V passed rank to rank by NCCL while the local calls run;
   :mod:`.ring_backward`: its gradients, dK/dV travelling with their K/V;
-- :mod:`.ulysses`: the all-to-all variant (sequence shards swapped for head shards and back);
+- :mod:`.ulysses`: the all-to-all variant (sequence shards swapped for head shards and back), and its backward;
 - :mod:`.copies`: the 2-D device copies both use; :mod:`.launch`: one process a GPU;
   :mod:`.scaling`: the timed runs behind ``demo --gpus N`` and ``bench --grid distributed``.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 from .ring import ring_attention
 from .ring_backward import ring_attention_backward
 from .sharding import gather_sequence, shard_sequence
-from .ulysses import ulysses_attention
+from .ulysses import ulysses_attention, ulysses_attention_backward
 
-__all__ = ["ring_attention", "ring_attention_backward", "ulysses_attention", "shard_sequence", "gather_sequence"]
+__all__ = ["ring_attention", "ring_attention_backward", "ulysses_attention", "ulysses_attention_backward",
+           "shard_sequence", "gather_sequence"]

@@ -13,6 +13,7 @@ import numpy as np
 
 from .._arrays.array import DeviceArray, new_array
 from .._ops.attention import attention
+from .._ops.backward import attention_backward
 from .._runtime.stream import as_stream, stream_wait
 from . import copies
 from .agree import begin, code as _code
@@ -20,6 +21,14 @@ from .agree import begin, code as _code
 
 _FIELDS = ("shard length", "batch", "query heads", "key/value heads", "head dim", "dtype", "causal", "softcap",
            "scale", "sinks", "alibi", "window")
+
+
+def _fields(q, k, causal, softcap, scale, sinks, alibi_slopes, window_size) -> dict:
+    """What the ranks must agree on (`agree`), by the names of ``_FIELDS``."""
+    return {"shard length": q.shape[1], "batch": q.shape[0], "query heads": q.shape[2], "key/value heads": k.shape[2],
+            "head dim": q.shape[3], "dtype": _code(q.dtype), "causal": bool(causal),
+            "softcap": None if softcap is None else float(softcap), "scale": None if scale is None else float(scale),
+            "sinks": sinks is not None, "alibi": alibi_slopes is not None, "window": _code(window_size)}
 
 
 def _check(q, k, v, comm):
@@ -77,11 +86,7 @@ def ulysses_attention(q, k, v, comm, *, causal: bool = False, scale: float | Non
                 raise ValueError(f"ulysses_attention: {name} must be a float32 ({q.shape[2]},) DeviceArray (every "
                                  "head's; each rank takes its own heads)")
         ref = as_stream(q.stream_handle if stream is None else stream, dev)  # its object kept by the outputs
-        fields.update({"shard length": q.shape[1], "batch": q.shape[0], "query heads": q.shape[2],
-                       "key/value heads": k.shape[2], "head dim": q.shape[3], "dtype": _code(q.dtype),
-                       "causal": bool(causal), "softcap": None if softcap is None else float(softcap),
-                       "scale": None if scale is None else float(scale), "sinks": sinks is not None,
-                       "alibi": alibi_slopes is not None, "window": _code(window_size)})
+        fields.update(_fields(q, k, causal, softcap, scale, sinks, alibi_slopes, window_size))
     except (TypeError, ValueError) as e:
         error = e
     nb, handle, u8, st = begin(comm, fields, error, ref, "ulysses_attention")
@@ -89,38 +94,112 @@ def ulysses_attention(q, k, v, comm, *, causal: bool = False, scale: float | Non
         if x.stream_handle is not None and x.stream_handle != st:
             stream_wait(st, x.stream_handle)
     B, s, Hq, D = q.shape
-    Hkv, S, e = k.shape[2], s * world, q.dtype.itemsize
     h = Hq // world
-
-    full = {}
-    for name, x, heads in (("q", q, Hq), ("k", k, Hkv), ("v", v, Hkv)):
-        send = new_array((world, B, s, heads // world, D), q.dtype, dev, st)
-        recv = new_array((world, B, s, heads // world, D), q.dtype, dev, st)
-        whole = new_array((B, S, heads // world, D), q.dtype, dev, st)
-        copies.run_plan(copies.heads_to_ranks(B, s, heads, D, world, e, "x", "send"), {"x": x.ptr, "send": send.ptr},
-                        st)
-        _all_to_all(nb, handle, send, recv, world, u8, st)
-        copies.run_plan(copies.ranks_to_rows(B, S, heads // world * D * e, world, "recv", "whole"),
-                        {"recv": recv.ptr, "whole": whole.ptr}, st)
-        whole.stream_handle = st
-        full[name] = whole
+    x = _Exchange(nb, handle, u8, st, dev, world)
+    qf, kf, vf = (x.to_heads(t) for t in (q, k, v))
     mine = slice(rank * h, (rank + 1) * h)
-    o, lse = attention(full["q"], full["k"], full["v"], causal=causal, scale=scale, softcap=softcap,
-                       window_size=window_size, sinks=None if sinks is None else sinks[mine],
+    o, lse = attention(qf, kf, vf, causal=causal, scale=scale, softcap=softcap, window_size=window_size,
+                       sinks=None if sinks is None else sinks[mine],
                        alibi_slopes=None if alibi_slopes is None else alibi_slopes[mine], return_lse=True, stream=st)
-    send = new_array((world, B, s, h, D), q.dtype, dev, st)
-    recv = new_array((world, B, s, h, D), q.dtype, dev, st)
-    out = new_array(q.shape, q.dtype, dev, st, ref.obj)
-    copies.run_plan(copies.rows_to_ranks(B, S, h * D * e, world, "o", "send"), {"o": o.ptr, "send": send.ptr}, st)
-    _all_to_all(nb, handle, send, recv, world, u8, st)
-    copies.run_plan(copies.ranks_to_heads(B, s, Hq, D, world, e, "recv", "out"), {"recv": recv.ptr, "out": out.ptr}, st)
-    if not return_lse:
-        return out
-    f32 = np.dtype(np.float32)
-    lsend, lrecv = (new_array((world, B, h, s), f32, dev, st) for _ in range(2))
-    lse_out = new_array((B, Hq, s), f32, dev, st, ref.obj)
-    copies.run_plan(copies.rows_to_ranks(B * h, S, 4, world, "l", "send"), {"l": lse.ptr, "send": lsend.ptr}, st)
-    _all_to_all(nb, handle, lsend, lrecv, world, u8, st)
-    copies.run_plan(copies.ranks_to_heads(B, 1, Hq, s, world, 4, "recv", "lse"),
-                    {"recv": lrecv.ptr, "lse": lse_out.ptr}, st)
-    return out, lse_out
+    out = x.to_rows(o, Hq, ref.obj)
+    return (out, x.lse_to_rows(lse, Hq, ref.obj)) if return_lse else out
+
+
+def ulysses_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = False, scale: float | None = None,
+                               softcap: float | None = None, sinks=None, window_size=None, alibi_slopes=None,
+                               stream=None):
+    """Gradients of :func:`ulysses_attention` for this rank's rows: ``(dq, dk, dv)``, and with
+    ``sinks`` also ``dsinks`` (float32 ``(Hq,)``, every head's, the same on every rank).
+
+    ``out`` and ``lse`` are what ``ulysses_attention(..., return_lse=True)`` returned on this rank;
+    the other arguments are as there. The same all-to-alls bring dout, q, k, v, out and the LSE to
+    head shards, one `attention_backward` call runs on the whole sequence for this rank's heads (a
+    key/value head's gradient gathers only its own query heads, all on one rank: no sum across
+    ranks), and the gradients go back to row shards.
+    """
+    dev = int(comm.device.device_id)
+    fields: dict = dict.fromkeys(("backward",) + _FIELDS)
+    error, ref = None, None
+    try:  # refused here, the call is still refused on every rank (agree): none waits for this one
+        world, rank, dev = _check(q, k, v, comm)
+        for name, x in (("dout", dout), ("out", out)):
+            if not isinstance(x, DeviceArray) or x.shape != q.shape or x.dtype != q.dtype or not x.is_c_contiguous:
+                raise ValueError(f"ulysses_attention_backward: {name} must be a C-contiguous {q.dtype} DeviceArray "
+                                 f"of q's shape {q.shape}")
+        want = (q.shape[0], q.shape[2], q.shape[1])
+        if not isinstance(lse, DeviceArray) or lse.shape != want or lse.dtype != np.float32 or not lse.is_c_contiguous:
+            raise ValueError(f"ulysses_attention_backward: lse must be a C-contiguous float32 {want} DeviceArray "
+                             "(ulysses_attention's)")
+        for name, x in (("sinks", sinks), ("alibi_slopes", alibi_slopes)):
+            if x is not None and (not isinstance(x, DeviceArray) or x.shape != (q.shape[2],)):
+                raise ValueError(f"ulysses_attention_backward: {name} must be a float32 ({q.shape[2]},) DeviceArray")
+        ref = as_stream(q.stream_handle if stream is None else stream, dev)
+        fields.update(backward=1, **_fields(q, k, causal, softcap, scale, sinks, alibi_slopes, window_size))
+    except (TypeError, ValueError) as e:
+        error = e
+    nb, handle, u8, st = begin(comm, fields, error, ref, "ulysses_attention_backward")
+    for x in (dout, q, k, v, out, lse):
+        if x.stream_handle is not None and x.stream_handle != st:
+            stream_wait(st, x.stream_handle)
+    Hq, Hkv = q.shape[2], k.shape[2]
+    h = Hq // world
+    x = _Exchange(nb, handle, u8, st, dev, world)
+    dof, qf, kf, vf, of = (x.to_heads(t) for t in (dout, q, k, v, out))
+    mine = slice(rank * h, (rank + 1) * h)
+    grads = attention_backward(dof, qf, kf, vf, of, x.lse_to_heads(lse), causal=causal, scale=scale, softcap=softcap,
+                               window_size=window_size, sinks=None if sinks is None else sinks[mine],
+                               alibi_slopes=None if alibi_slopes is None else alibi_slopes[mine], stream=st)
+    res = (x.to_rows(grads[0], Hq, ref.obj), x.to_rows(grads[1], Hkv, ref.obj), x.to_rows(grads[2], Hkv, ref.obj))
+    if sinks is None:
+        return res
+    dsinks = new_array((Hq,), np.dtype(np.float32), dev, st, ref.obj)  # every rank's heads, in rank order
+    nb.all_gather(grads[3].ptr, dsinks.ptr, grads[3].nbytes, u8, handle, st)
+    dsinks.stream_handle = st
+    return (*res, dsinks)
+
+
+class _Exchange:
+    """The all-to-alls of one call on stream ``stream``: (B, S/world, H, D) row shards to (B, S, H/world, D)
+    head shards and back, and the LSE's (B, H, S/world) to (B, H/world, S) and back."""
+
+    def __init__(self, nb, handle, u8: int, stream: int, dev: int, world: int):
+        self.nb, self.handle, self.u8, self.st, self.dev, self.world = nb, handle, u8, stream, dev, world
+
+    def _swap(self, plan_out, src, send_shape, dtype, plan_in, dst) -> None:
+        send, recv = (new_array(send_shape, dtype, self.dev, self.st) for _ in range(2))
+        copies.run_plan(plan_out, {"x": src.ptr, "send": send.ptr}, self.st)
+        _all_to_all(self.nb, self.handle, send, recv, self.world, self.u8, self.st)
+        copies.run_plan(plan_in, {"recv": recv.ptr, "y": dst.ptr}, self.st)
+        dst.stream_handle = self.st
+
+    def to_heads(self, t):
+        B, s, H, D = t.shape
+        W, e, h = self.world, t.dtype.itemsize, t.shape[2] // self.world
+        whole = new_array((B, s * W, h, D), t.dtype, self.dev, self.st)
+        self._swap(copies.heads_to_ranks(B, s, H, D, W, e, "x", "send"), t, (W, B, s, h, D), t.dtype,
+                   copies.ranks_to_rows(B, s * W, h * D * e, W, "recv", "y"), whole)
+        return whole
+
+    def to_rows(self, t, heads: int, keep=None):
+        B, S, h, D = t.shape
+        W, e = self.world, t.dtype.itemsize
+        rows = new_array((B, S // W, heads, D), t.dtype, self.dev, self.st, keep)
+        self._swap(copies.rows_to_ranks(B, S, h * D * e, W, "x", "send"), t, (W, B, S // W, h, D), t.dtype,
+                   copies.ranks_to_heads(B, S // W, heads, D, W, e, "recv", "y"), rows)
+        return rows
+
+    def lse_to_rows(self, lse, heads: int, keep=None):
+        B, h, S = lse.shape
+        W, s = self.world, S // self.world
+        rows = new_array((B, heads, s), lse.dtype, self.dev, self.st, keep)
+        self._swap(copies.rows_to_ranks(B * h, S, 4, W, "x", "send"), lse, (W, B, h, s), lse.dtype,
+                   copies.ranks_to_heads(B, 1, heads, s, W, 4, "recv", "y"), rows)
+        return rows
+
+    def lse_to_heads(self, lse):
+        B, H, s = lse.shape
+        W, h = self.world, H // self.world
+        whole = new_array((B, h, s * W), lse.dtype, self.dev, self.st)
+        self._swap(copies.heads_to_ranks(B, 1, H, s, W, 4, "x", "send"), lse, (W, B, h, s), lse.dtype,
+                   copies.ranks_to_rows(B * h, s * W, 4, W, "recv", "y"), whole)
+        return whole
