@@ -397,7 +397,7 @@ def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
         monkeypatch.setattr(ring, "merge_attention_states", merge)
         monkeypatch.setattr(ring, "place", lambda dst, src, stream: dst.a.__setitem__(Ellipsis, src.a))
         monkeypatch.setattr(ring, "stream_wait", lambda *a, **k: None)
-        monkeypatch.setattr(ring, "as_stream", lambda s, d: types.SimpleNamespace(handle=0, obj=None))
+        monkeypatch.setattr(ring, "call_stream", lambda q, s, d: types.SimpleNamespace(handle=0, obj=None))
         monkeypatch.setattr(ring, "_comm_stream", lambda d, c: 1)
         monkeypatch.setattr(ring._lifetime, "hold", lambda *a: None)
         comm = types.SimpleNamespace(nranks=world, rank=r, ptr=0, device=types.SimpleNamespace(device_id=0))
@@ -549,7 +549,7 @@ def test_the_ring_backward_driver_on_host_arrays(world, causal, mods, monkeypatc
         error is None or (_ for _ in ()).throw(error)) and (nb, comm.rank, 1, 0))
     monkeypatch.setattr(ring_backward, "nccl", lambda: (types.SimpleNamespace(FLOAT32=7, SUM=0), nb))
     monkeypatch.setattr(ring_backward, "stream_wait", lambda *a, **k: None)
-    monkeypatch.setattr(ring_backward, "as_stream", lambda s, d: types.SimpleNamespace(handle=0, obj=None))
+    monkeypatch.setattr(ring_backward, "call_stream", lambda q, s, d: types.SimpleNamespace(handle=0, obj=None))
     monkeypatch.setattr(ring_backward, "_comm_stream", lambda d, c: 1)
     monkeypatch.setattr(ring_backward._lifetime, "hold", lambda *a: None)
     monkeypatch.setattr(_HostArray, "memset", lambda self, pattern, stream=None: self.a.fill(0))
@@ -701,8 +701,9 @@ def test_ulysses_forward_and_backward_drivers_on_host_memory(world, causal, mods
     monkeypatch.setattr(ulysses, "begin", lambda comm, fields, error, ref, what: (
         error is None or (_ for _ in ()).throw(error)) and (nb, comm.rank, 1, 0))
     monkeypatch.setattr(ulysses, "stream_wait", lambda *a, **k: None)
-    monkeypatch.setattr(ulysses, "as_stream", lambda s, d: types.SimpleNamespace(handle=0, obj=None))
+    monkeypatch.setattr(ulysses, "call_stream", lambda q, s, d: types.SimpleNamespace(handle=0, obj=None))
     monkeypatch.setattr(copies, "copy2d", copy2d)
+    monkeypatch.setattr(ulysses._lifetime, "hold", lambda *a: None)
     shards = [shard_sequence(x, world, zigzag=False) for x in (dout, q, k, v)]
     def rank(r, comm):
         do, qd, kd, vd = (_HostMem(np.ascontiguousarray(s[r])) for s in shards)

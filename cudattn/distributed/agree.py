@@ -21,7 +21,7 @@ import numpy as np
 from .._arrays.array import new_array
 from .._arrays.host_io import to_device, to_host
 from .._runtime.device import get_device
-from .._runtime.stream import as_stream
+from .._runtime.stream import StreamRef, as_stream
 
 _lock = threading.Lock()
 _checked: weakref.WeakSet = weakref.WeakSet()  # communicators whose first call agreed (a freed one's
@@ -107,3 +107,11 @@ def begin(comm, fields: dict, error: Exception | None, ref, what: str):
     handle, u8 = nb.Comm(int(comm.ptr)), int(core.UINT8)
     agree(comm, nb, handle, fields, dev, stream, u8, what, error)
     return nb, handle, u8, stream
+
+
+def call_stream(q, stream, device: int) -> StreamRef:
+    """The call's stream: ``stream``, or the one ``q`` was made on (else the device's own), with the
+    object that keeps it alive (for the outputs to hold, as `attention`'s do)."""
+    if stream is None and q.stream_handle is not None:
+        return StreamRef(q.stream_handle, getattr(getattr(q, "owner", None), "keep", None))
+    return as_stream(stream, device)

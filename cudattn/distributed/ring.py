@@ -20,9 +20,9 @@ from .._arrays.array import DeviceArray, new_array
 from .._ops.attention import attention
 from .._ops.merge import merge_attention_states
 from .._runtime.device import get_device
-from .._runtime.stream import as_stream, stream_wait
+from .._runtime.stream import stream_wait
 from .._spec.modifiers import parse_modifiers
-from .agree import begin, code as _code
+from .agree import begin, call_stream, code as _code
 from .copies import place
 from .schedule import band, chunks_of, last_step, ring_steps
 
@@ -109,7 +109,7 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
         window = None if window_size is None else parse_modifiers(window_size, causal=causal, batch=1,
                                                                   heads_q=1).window
         world, rank, c = _check(q, k, v, comm, layout, zigzag)
-        ref = as_stream(q.stream_handle if stream is None else stream, dev)  # its object kept by the outputs
+        ref = call_stream(q, stream, dev)  # its object kept by the outputs
         hax = 2 if layout == "bshd" else 1
         fields.update({"shard length": q.shape[3 - hax], "batch": q.shape[0], "query heads": q.shape[hax],
                        "key/value heads": k.shape[hax], "head dim": q.shape[3], "dtype": _code(q.dtype),

@@ -20,9 +20,9 @@ from .._arrays import lifetime as _lifetime
 from .._arrays.array import DeviceArray, new_array
 from .._kernels.accumulate import add_into, store
 from .._ops.backward import attention_backward
-from .._runtime.stream import as_stream, stream_wait
+from .._runtime.stream import stream_wait
 from .._spec.modifiers import parse_modifiers
-from .agree import begin, nccl
+from .agree import begin, call_stream, nccl
 from .agree import code as _code
 from .copies import place
 from .ring import _check, _comm_stream, _step_calls
@@ -62,7 +62,7 @@ def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = Fal
         if sinks is not None and (not isinstance(sinks, DeviceArray) or sinks.shape != (q.shape[hax],)
                                   or sinks.dtype != np.float32):
             raise ValueError(f"ring_attention_backward: sinks must be a float32 ({q.shape[hax]},) DeviceArray")
-        ref = as_stream(q.stream_handle if stream is None else stream, dev)
+        ref = call_stream(q, stream, dev)
         fields.update({"backward": 1, "shard length": q.shape[3 - hax], "batch": q.shape[0],
                        "query heads": q.shape[hax], "key/value heads": k.shape[hax], "head dim": q.shape[3],
                        "dtype": _code(q.dtype), "causal": bool(causal), "zigzag": zigzag, "layout": layout == "bshd",

@@ -11,16 +11,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._arrays import lifetime as _lifetime
 from .._arrays.array import DeviceArray, new_array
 from .._ops.attention import attention
 from .._ops.backward import attention_backward
-from .._runtime.stream import as_stream, stream_wait
+from .._runtime.stream import stream_wait
 from . import copies
-from .agree import begin, code as _code
+from .agree import begin, call_stream, code as _code
 
 
 _FIELDS = ("shard length", "batch", "query heads", "key/value heads", "head dim", "dtype", "causal", "softcap",
            "scale", "sinks", "alibi", "window")
+
+
+def _heads_array(x, heads: int, device: int) -> bool:
+    """Sinks or slopes as the call takes them: float32 (heads,), C-contiguous, on ``device``."""
+    return (isinstance(x, DeviceArray) and x.shape == (heads,) and x.dtype == np.float32 and x.is_c_contiguous
+            and x.device_id == device)
 
 
 def _fields(q, k, causal, softcap, scale, sinks, alibi_slopes, window_size) -> dict:
@@ -82,10 +89,10 @@ def ulysses_attention(q, k, v, comm, *, causal: bool = False, scale: float | Non
     try:  # refused here, the call is still refused on every rank (agree): none waits for this one
         world, rank, dev = _check(q, k, v, comm)
         for name, x in (("sinks", sinks), ("alibi_slopes", alibi_slopes)):
-            if x is not None and (not isinstance(x, DeviceArray) or x.shape != (q.shape[2],)):
-                raise ValueError(f"ulysses_attention: {name} must be a float32 ({q.shape[2]},) DeviceArray (every "
-                                 "head's; each rank takes its own heads)")
-        ref = as_stream(q.stream_handle if stream is None else stream, dev)  # its object kept by the outputs
+            if x is not None and not _heads_array(x, q.shape[2], dev):
+                raise ValueError(f"ulysses_attention: {name} must be a C-contiguous float32 ({q.shape[2]},) "
+                                 "DeviceArray on the communicator's GPU (every head's; each rank takes its own heads)")
+        ref = call_stream(q, stream, dev)  # its object kept by the outputs
         fields.update(_fields(q, k, causal, softcap, scale, sinks, alibi_slopes, window_size))
     except (TypeError, ValueError) as e:
         error = e
@@ -102,7 +109,9 @@ def ulysses_attention(q, k, v, comm, *, causal: bool = False, scale: float | Non
                        sinks=None if sinks is None else sinks[mine],
                        alibi_slopes=None if alibi_slopes is None else alibi_slopes[mine], return_lse=True, stream=st)
     out = x.to_rows(o, Hq, ref.obj)
-    return (out, x.lse_to_rows(lse, Hq, ref.obj)) if return_lse else out
+    lse_rows = x.lse_to_rows(lse, Hq, ref.obj) if return_lse else None
+    _lifetime.hold(st, (q, k, v))  # the caller's arrays live until the copies queued here have read them
+    return (out, lse_rows) if return_lse else out
 
 
 def ulysses_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = False, scale: float | None = None,
@@ -131,9 +140,10 @@ def ulysses_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = 
             raise ValueError(f"ulysses_attention_backward: lse must be a C-contiguous float32 {want} DeviceArray "
                              "(ulysses_attention's)")
         for name, x in (("sinks", sinks), ("alibi_slopes", alibi_slopes)):
-            if x is not None and (not isinstance(x, DeviceArray) or x.shape != (q.shape[2],)):
-                raise ValueError(f"ulysses_attention_backward: {name} must be a float32 ({q.shape[2]},) DeviceArray")
-        ref = as_stream(q.stream_handle if stream is None else stream, dev)
+            if x is not None and not _heads_array(x, q.shape[2], dev):
+                raise ValueError(f"ulysses_attention_backward: {name} must be a C-contiguous float32 "
+                                 f"({q.shape[2]},) DeviceArray on the communicator's GPU")
+        ref = call_stream(q, stream, dev)
         fields.update(backward=1, **_fields(q, k, causal, softcap, scale, sinks, alibi_slopes, window_size))
     except (TypeError, ValueError) as e:
         error = e
@@ -150,11 +160,11 @@ def ulysses_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = 
                                window_size=window_size, sinks=None if sinks is None else sinks[mine],
                                alibi_slopes=None if alibi_slopes is None else alibi_slopes[mine], stream=st)
     res = (x.to_rows(grads[0], Hq, ref.obj), x.to_rows(grads[1], Hkv, ref.obj), x.to_rows(grads[2], Hkv, ref.obj))
+    _lifetime.hold(st, (dout, q, k, v, out, lse))  # the caller's arrays live until the copies have read them
     if sinks is None:
         return res
     dsinks = new_array((Hq,), np.dtype(np.float32), dev, st, ref.obj)  # every rank's heads, in rank order
     nb.all_gather(grads[3].ptr, dsinks.ptr, grads[3].nbytes, u8, handle, st)
-    dsinks.stream_handle = st
     return (*res, dsinks)
 
 
@@ -170,7 +180,6 @@ class _Exchange:
         copies.run_plan(plan_out, {"x": src.ptr, "send": send.ptr}, self.st)
         _all_to_all(self.nb, self.handle, send, recv, self.world, self.u8, self.st)
         copies.run_plan(plan_in, {"recv": recv.ptr, "y": dst.ptr}, self.st)
-        dst.stream_handle = self.st
 
     def to_heads(self, t):
         B, s, H, D = t.shape
