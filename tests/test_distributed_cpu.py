@@ -348,7 +348,7 @@ def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
     reference and NumPy, a rank's receives filled with what its neighbour sends at that step."""
     import types
 
-    from cudattn.distributed import ring
+    from cudattn.distributed import agree, ring
 
     rng = np.random.default_rng(4600 + world)
     B, Hq, Hkv, D = 2, 4, 2, 16
@@ -390,7 +390,7 @@ def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
             bufs[x.ptr] = x
             return x
 
-        monkeypatch.setattr(ring, "DeviceArray", _HostArray)
+        monkeypatch.setattr(agree, "DeviceArray", _HostArray)
         monkeypatch.setattr(ring, "begin", lambda comm, fields, error, ref, what, nb=nb: (nb, 0, 1, 0))
         monkeypatch.setattr(ring, "new_array", new_array)
         monkeypatch.setattr(ring, "attention", attention)
@@ -486,7 +486,7 @@ def test_the_ring_backward_driver_on_host_arrays(world, causal, mods, monkeypatc
     import threading
     import types
 
-    from cudattn.distributed import ring, ring_backward
+    from cudattn.distributed import agree, ring_backward
 
     rng = np.random.default_rng(4700 + world)
     B, Hq, Hkv, D = 1, 4, 2, 8
@@ -538,7 +538,7 @@ def test_the_ring_backward_driver_on_host_arrays(world, causal, mods, monkeypatc
     def store(dst, src, stream):
         dst.a[...] = src.a
 
-    for mod in (ring, ring_backward):
+    for mod in (ring_backward, agree):
         monkeypatch.setattr(mod, "DeviceArray", _HostArray)
     monkeypatch.setattr(ring_backward, "new_array", new_array)
     monkeypatch.setattr(ring_backward, "attention_backward", backward)
@@ -649,7 +649,7 @@ def test_ulysses_forward_and_backward_drivers_on_host_memory(world, causal, mods
     import threading
     import types
 
-    from cudattn.distributed import copies, ulysses
+    from cudattn.distributed import agree, copies, ulysses
 
     rng = np.random.default_rng(5000 + world)
     B, Hq, Hkv, D = 2, 8, 4, 8
@@ -694,6 +694,7 @@ def test_ulysses_forward_and_backward_drivers_on_host_memory(world, causal, mods
 
     nb = types.SimpleNamespace(all_gather=all_gather)
     monkeypatch.setattr(ulysses, "DeviceArray", _HostArray)
+    monkeypatch.setattr(agree, "DeviceArray", _HostArray)
     monkeypatch.setattr(ulysses, "new_array", lambda shape, dtype, dev, st, keep=None: _HostMem(np.zeros(shape, dtype)))
     monkeypatch.setattr(ulysses, "attention", attention)
     monkeypatch.setattr(ulysses, "attention_backward", attention_backward)

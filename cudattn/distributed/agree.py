@@ -18,7 +18,7 @@ import zlib
 
 import numpy as np
 
-from .._arrays.array import new_array
+from .._arrays.array import DeviceArray, new_array
 from .._arrays.host_io import to_device, to_host
 from .._runtime.device import get_device
 from .._runtime.stream import StreamRef, as_stream
@@ -115,3 +115,21 @@ def call_stream(q, stream, device: int) -> StreamRef:
     if stream is None and q.stream_handle is not None:
         return StreamRef(q.stream_handle, getattr(getattr(q, "owner", None), "keep", None))
     return as_stream(stream, device)
+
+
+def check_shards(what: str, comm, q, k, v) -> int:
+    """The rules every collective call's q, k, v shards share, checked by each rank alone: cudattn
+    device arrays, 4-D, on the communicator's GPU, of one 16-bit dtype. Returns that GPU."""
+    dev = int(comm.device.device_id)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, DeviceArray):
+            raise TypeError(f"{what}: {name} must be a cudattn DeviceArray (a rank's shard on the communicator's "
+                            f"GPU: cudattn.to_device(shard, device=...)), not {type(x).__name__}")
+        if x.ndim != 4:
+            raise ValueError(f"{what}: {name} must be 4-D; got shape {x.shape}")
+        if x.device_id != dev:
+            raise ValueError(f"{what}: {name} is on cuda:{x.device_id}, the communicator on cuda:{dev}")
+    if q.dtype != k.dtype or k.dtype != v.dtype or q.dtype.itemsize != 2:
+        raise TypeError(f"{what}: q, k, v must share one 16-bit dtype (float16 or bfloat16); got "
+                        f"{q.dtype}, {k.dtype}, {v.dtype}")
+    return dev

@@ -18,6 +18,7 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from .._runtime.device import get_device
+from . import agree
 
 #: NVLink multicast stays off (shared machines turn it off; a program that uses it can take the
 #: host's GPUs out of service): set in every rank unless the caller's environment says otherwise.
@@ -37,8 +38,7 @@ def _rank_main(fn, rank: int, world: int, device: int, uid: bytes, args: tuple, 
         os.environ.setdefault(k, v)
     comm = None
     try:
-        import nccl.core as nccl
-
+        nccl, _ = agree.nccl()
         get_device(device)  # NCCL joins on the current device
         comm = nccl.Communicator.init(world, rank, nccl.UniqueId.from_bytes(uid))
         value = fn(comm, *args)
@@ -63,10 +63,7 @@ def run(fn: Callable, world: int, *args, devices: Sequence[int] | None = None, t
     devices = list(range(world)) if devices is None else [int(d) for d in devices]
     if len(devices) != world or len(set(devices)) != world:
         raise ValueError(f"devices must name {world} distinct GPUs; got {devices}")
-    try:
-        import nccl.core as nccl
-    except ImportError as e:
-        raise ImportError('cudattn.distributed.launch needs nccl4py: pip install "cudattn[distributed]"') from e
+    nccl, _ = agree.nccl()
     uid = bytes(nccl.get_unique_id())
     ctx = mp.get_context("spawn")
     results = ctx.Queue()

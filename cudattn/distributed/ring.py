@@ -10,19 +10,20 @@ stream for the calls that read a buffer before overwriting it. Nothing blocks th
 
 from __future__ import annotations
 
+import functools
 import weakref
 
 import numpy as np
 from cuda.core import StreamOptions
 
 from .._arrays import lifetime as _lifetime
-from .._arrays.array import DeviceArray, new_array
+from .._arrays.array import new_array
 from .._ops.attention import attention
 from .._ops.merge import merge_attention_states
 from .._runtime.device import get_device
 from .._runtime.stream import stream_wait
 from .._spec.modifiers import parse_modifiers
-from .agree import begin, call_stream, code as _code
+from .agree import begin, call_stream, check_shards, code as _code
 from .copies import place
 from .schedule import band, chunks_of, last_step, ring_steps
 
@@ -43,15 +44,7 @@ def _comm_stream(device_id: int, comm) -> int:
 
 def _check(q, k, v, comm, layout: str, zigzag: bool):
     """The rules a rank can check alone, before any GPU work; returns (world, rank, chunk length)."""
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, DeviceArray):
-            raise TypeError(f"ring_attention: {name} must be a cudattn DeviceArray (a rank's shard on its GPU: "
-                            f"cudattn.to_device(shard)), not {type(x).__name__}")
-        if x.ndim != 4:
-            raise ValueError(f"ring_attention: {name} must be 4-D ({layout}); got shape {x.shape}")
-    if q.dtype != k.dtype or k.dtype != v.dtype or q.dtype.itemsize != 2:
-        raise TypeError(f"ring_attention: q, k, v must share one 16-bit dtype (float16 or bfloat16); got "
-                        f"{q.dtype}, {k.dtype}, {v.dtype}")
+    check_shards("ring_attention", comm, q, k, v)
     if not (k.is_c_contiguous and v.is_c_contiguous):
         raise ValueError("ring_attention: k and v must be C-contiguous (they travel whole by NCCL)")
     if k.shape != v.shape:
@@ -61,10 +54,6 @@ def _check(q, k, v, comm, layout: str, zigzag: bool):
         raise ValueError(f"ring_attention: q and k must hold shards of one length (self-attention); got "
                          f"{q.shape[sax]} and {k.shape[sax]}")
     world, rank = int(comm.nranks), int(comm.rank)
-    dev = int(comm.device.device_id)
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if x.device_id != dev:
-            raise ValueError(f"ring_attention: {name} is on cuda:{x.device_id}, the communicator on cuda:{dev}")
     per = 2 if zigzag else 1
     if q.shape[sax] % per:
         raise ValueError(f"ring_attention: a zigzag shard holds two chunks, so its length must be even; got "
@@ -127,9 +116,7 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
     if c == 0:  # empty shards: nothing to attend, nothing to send
         out, lse = new_array(q.shape, q.dtype, dev, s_main, ref.obj), new_array((B, H, 0), f32, dev, s_main, ref.obj)
         return (out, lse) if return_lse else out
-    left, right = band(causal, window)
-    last = last_step(world, c, zigzag=zigzag, left=left, right=right) if exchange else world - 1
-    steps = ring_steps(rank, world, c, zigzag=zigzag, left=left, right=right)[:last + 1]
+    last, plan = ring_plan(rank, world, c, zigzag, *band(causal, window), exchange)
 
     def rows(x, a, b):  # a slice of the sequence axis
         return x[:, a:b] if sax == 1 else x[:, :, a:b]
@@ -138,8 +125,6 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
 
     bufs: list = [None, None]  # the two K/V buffers the ring receives into, made when first needed
     mine = chunks_of(rank, world, zigzag)  # the local query chunks, in the shard's order
-    plan = [_step_calls(blocks, mine, chunks_of((rank - s) % world, world, zigzag), c)
-            for s, blocks in enumerate(steps)]
     # every call's output and LSE go to a slot of its query chunk's stack, merged once at the end
     count = {qc: sum(call[0] == qc for calls in plan for call in calls) for qc in mine}
     chunk_shape = (B, c, H, q.shape[3]) if sax == 1 else (B, H, c, q.shape[3])
@@ -204,6 +189,17 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
 
 
 _NEG_INF_BITS = 0xFF800000  # float32 -inf
+
+
+@functools.lru_cache(maxsize=256)
+def ring_plan(rank: int, world: int, c: int, zigzag: bool, left: float, right: float, exchange: bool = True):
+    """``(last step, each step's calls)`` of a rank (`_step_calls`), up to the last step any rank needs
+    when K/V travel (``exchange``), else every step: pure, so one problem's calls share it."""
+    last = last_step(world, c, zigzag=zigzag, left=left, right=right) if exchange else world - 1
+    steps = ring_steps(rank, world, c, zigzag=zigzag, left=left, right=right)[:last + 1]
+    mine = chunks_of(rank, world, zigzag)
+    return last, tuple(tuple(_step_calls(blocks, mine, chunks_of((rank - s) % world, world, zigzag), c))
+                       for s, blocks in enumerate(steps))
 
 
 def _step_calls(blocks, mine, src_chunks, c: int):

@@ -25,8 +25,8 @@ from .._spec.modifiers import parse_modifiers
 from .agree import begin, call_stream, nccl
 from .agree import code as _code
 from .copies import place
-from .ring import _check, _comm_stream, _step_calls
-from .schedule import band, chunks_of, last_step, ring_steps
+from .ring import _check, _comm_stream, ring_plan
+from .schedule import band, chunks_of
 
 _FIELDS = ("backward", "shard length", "batch", "query heads", "key/value heads", "head dim", "dtype", "causal",
            "zigzag", "layout", "window", "softcap", "scale", "sinks")
@@ -86,9 +86,7 @@ def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = Fal
     for x in (dout, q, k, v, out, lse):  # the caller's stream after the producers
         if x.stream_handle is not None and x.stream_handle != s_main:
             stream_wait(s_main, x.stream_handle)
-    left, right = band(causal, window)
-    last = last_step(world, c, zigzag=zigzag, left=left, right=right) if c else 0
-    steps = ring_steps(rank, world, c, zigzag=zigzag, left=left, right=right)[:last + 1] if c else []
+    last, plan = ring_plan(rank, world, c, zigzag, *band(causal, window)) if c else (0, ())
     mine = chunks_of(rank, world, zigzag)
     dq_acc = zeros(q.shape)
     acc = (zeros(k.shape), zeros(k.shape))  # the dK/dV of the K/V held now (this rank's own at step 0)
@@ -109,9 +107,7 @@ def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = Fal
                 lse_rows[r0, r1] = part
         return lse_rows[r0, r1]
 
-    for s, blocks in enumerate(steps):
-        src = (rank - s) % world
-        calls = _step_calls(blocks, mine, chunks_of(src, world, zigzag), c)
+    for s, calls in enumerate(plan):
         kv_next = acc_next = None
         if s < last:
             if kv_bufs[(s + 1) % 2] is None:

@@ -15,6 +15,7 @@ call keeps the rows and keys that see anything and picks ``L = left - d + kb - q
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 INF = float("inf")
@@ -89,14 +90,16 @@ def band(causal: bool, window_size: tuple[int, int] | None) -> tuple[float, floa
     return (INF if left == -1 else float(left), INF if right == -1 else float(right))
 
 
+@functools.lru_cache(maxsize=256)
 def last_step(world: int, c: int, *, zigzag: bool, left: float, right: float) -> int:
     """The last ring step any rank has a call at: K/V need not travel further (a window's far steps)."""
     return max(s for r in range(world) for s, blocks in enumerate(ring_steps(r, world, c, zigzag=zigzag, left=left,
                                                                               right=right)) if blocks)
 
 
-def ring_steps(rank: int, world: int, c: int, *, zigzag: bool, left: float, right: float):
-    """Per ring step ``s`` (the K/V of rank ``(rank - s) % world``): the list of calls, first the
+@functools.lru_cache(maxsize=256)
+def ring_steps(rank: int, world: int, c: int, *, zigzag: bool, left: float, right: float) -> tuple:
+    """Per ring step ``s`` (the K/V of rank ``(rank - s) % world``): the calls, first the
     pairs of the local query chunks in order. Sinks go to each query chunk's call on its own keys
     (step 0): a band holds its diagonal, so that call has every row of the chunk."""
     mine = chunks_of(rank, world, zigzag)
@@ -113,4 +116,4 @@ def ring_steps(rank: int, world: int, c: int, *, zigzag: bool, left: float, righ
     for i, b in enumerate(steps[0]):
         if b.k_chunk == b.q_chunk:  # whole rows: a band always holds its diagonal
             steps[0][i] = Block(b.q_chunk, b.k_chunk, b.qa, b.qb, b.ka, b.kb, b.causal, b.window, True)
-    return steps
+    return tuple(tuple(blocks) for blocks in steps)  # cached: every call of one problem shares it

@@ -17,7 +17,7 @@ from .._ops.attention import attention
 from .._ops.backward import attention_backward
 from .._runtime.stream import stream_wait
 from . import copies
-from .agree import begin, call_stream, code as _code
+from .agree import begin, call_stream, check_shards, code as _code
 
 
 _FIELDS = ("shard length", "batch", "query heads", "key/value heads", "head dim", "dtype", "causal", "softcap",
@@ -39,22 +39,15 @@ def _fields(q, k, causal, softcap, scale, sinks, alibi_slopes, window_size) -> d
 
 
 def _check(q, k, v, comm):
+    dev = check_shards("ulysses_attention", comm, q, k, v)
     for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, DeviceArray):
-            raise TypeError(f"ulysses_attention: {name} must be a cudattn DeviceArray on the communicator's GPU, "
-                            f"not {type(x).__name__}")
-        if x.ndim != 4 or not x.is_c_contiguous:
-            raise ValueError(f"ulysses_attention: {name} must be a C-contiguous (B, S/world, H, D) array; got shape "
-                             f"{x.shape}")
-    if q.dtype != k.dtype or k.dtype != v.dtype or q.dtype.itemsize != 2:
-        raise TypeError(f"ulysses_attention: q, k, v must share one 16-bit dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+        if not x.is_c_contiguous:
+            raise ValueError(f"ulysses_attention: {name} must be a C-contiguous (B, S/world, H, D) array; got strides "
+                             f"{x.strides}")
     if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
         raise ValueError(f"ulysses_attention: q {q.shape}, k {k.shape}, v {v.shape} are not shards of one "
                          "self-attention (same batch, shard length and head dim; k and v alike)")
-    world, dev = int(comm.nranks), int(comm.device.device_id)
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if x.device_id != dev:
-            raise ValueError(f"ulysses_attention: {name} is on cuda:{x.device_id}, the communicator on cuda:{dev}")
+    world = int(comm.nranks)
     for name, h in (("query", q.shape[2]), ("key/value", k.shape[2])):
         if h % world:
             raise ValueError(f"ulysses_attention: {h} {name} heads do not split over {world} ranks (the all-to-all "
