@@ -363,6 +363,25 @@ def test_merge_on_device_matches_host(n, D, stacked):
     np.testing.assert_allclose(l[fin], want_l[fin], rtol=1e-5, atol=1e-5)
 
 
+def test_merge_of_separate_parts_wherever_they_lie():
+    """Warm calls of one signature replay the first call's launch: parts allocated in another order
+    or with other arrays between them (a different distance apart, or the second before the first)
+    must still be read where they are."""
+    rng = np.random.default_rng(77)
+    outs = _rand(rng, (3, 2, 5, 4, 64), np.float32)
+    lses = rng.standard_normal((3, 2, 4, 5)).astype(np.float32)
+    want_o, want_l = reference.merge_attention_states(list(outs), list(lses))
+    spacers = []
+    for order, gap in (((0, 1, 2), 0), ((2, 1, 0), 0), ((1, 0, 2), 3), ((0, 2, 1), 1), ((0, 1, 2), 2)):
+        do, dl = [None] * 3, [None] * 3
+        for i in order:
+            do[i], dl[i] = cudattn.to_device(outs[i]), cudattn.to_device(lses[i])
+            spacers += [cudattn.to_device(np.ones(1000 * (gap + i), np.float32)) for _ in range(gap)]
+        o, l = cudattn.merge_attention_states(do, dl)
+        np.testing.assert_allclose(cudattn.to_host(o), want_o, rtol=1e-5, atol=1e-5, err_msg=f"order {order}")
+        np.testing.assert_allclose(cudattn.to_host(l), want_l, rtol=1e-5, atol=1e-5, err_msg=f"order {order}")
+
+
 def test_merge_on_device_refuses_head_dims_it_cannot_move():
     for D in (6, 264):
         outs = cudattn.to_device(np.ones((2, 1, 1, 2, D), np.float32))

@@ -725,3 +725,51 @@ def test_ulysses_forward_and_backward_drivers_on_host_memory(world, causal, mods
     if sinks is not None:
         for r in results:
             np.testing.assert_allclose(r[2][3], gw[3], rtol=1e-3, atol=1e-3)
+
+
+class _HostBytes:
+    """A NumPy array seen as `copies.place` sees a DeviceArray: its address, shape, strides, dtype."""
+
+    def __init__(self, a):
+        self.a, self.ptr, self.stream_handle = a, a.ctypes.data, None
+
+    shape = property(lambda self: self.a.shape)
+    dtype = property(lambda self: self.a.dtype)
+    strides = property(lambda self: self.a.strides)
+    ndim = property(lambda self: self.a.ndim)
+    nbytes = property(lambda self: self.a.nbytes)
+
+
+@pytest.mark.parametrize("shape,axis", [((2, 3, 40), 2), ((2, 24, 3, 8), 1), ((3, 2, 24, 8), 2)])
+@pytest.mark.parametrize("into_slice", [True, False])
+def test_place_copies_a_slice_either_way_under_cuMemcpy2D_rules(shape, axis, into_slice, monkeypatch):
+    """`place` between a contiguous array and a slice of another along one axis (the ring backward
+    copies the LSE's row ranges out; the forward copies into place), with cuMemcpy2D's rules
+    enforced on host bytes: a row no wider than either pitch."""
+    import ctypes
+
+    from cudattn.distributed import copies
+
+    def copy2d(dst, dpitch, src, spitch, width, height, stream):
+        if height > 1 and not (width <= dpitch and width <= spitch):
+            raise ValueError(f"cuMemcpy2D refuses width {width} over pitches {dpitch}, {spitch}")
+        for r in range(height):
+            ctypes.memmove(dst + r * dpitch, src + r * spitch, width)
+
+    monkeypatch.setattr(copies, "copy2d", copy2d)
+    rng = np.random.default_rng(len(shape) + axis)
+    whole = rng.standard_normal(shape).astype(np.float32)
+    idx = [slice(None)] * len(shape)
+    idx[axis] = slice(5, 17)
+    if into_slice:
+        target = np.full_like(whole, np.nan)
+        part = np.ascontiguousarray(whole[tuple(idx)])
+        copies.place(_HostBytes(target[tuple(idx)]), _HostBytes(part), 0)
+        assert np.array_equal(target[tuple(idx)], whole[tuple(idx)])
+        rest = np.ones(shape, bool)
+        rest[tuple(idx)] = False
+        assert np.isnan(target[rest]).all(), "wrote outside the slice"
+    else:
+        out = np.full(whole[tuple(idx)].shape, np.nan, np.float32)
+        copies.place(_HostBytes(out), _HostBytes(whole[tuple(idx)]), 0)
+        assert np.array_equal(out, whole[tuple(idx)])

@@ -46,7 +46,12 @@ def merge_device(outs_d, lses_d, layout: str, sref):
     if len(set(o_geoms)) != 1 or len(set(l_strides)) != 1:
         raise ValueError("merge_attention_states: device parts must share their strides (all outs alike, all lses "
                          "alike); make them contiguous or stack them")
-    o_step, l_step = _even_step(parts_o), _even_step(parts_l)
+    # Stacked arrays give a part stride of their own. Separate parts go in the pointer table, whose
+    # entries are the parts' addresses: a part stride taken from the distance between separately
+    # allocated parts would depend on where they happen to lie, which a replayed call cannot know
+    # (more than the table holds: the caller runs every such call on the full path).
+    stacked = isinstance(outs_d, _array.DeviceArray) and isinstance(lses_d, _array.DeviceArray)
+    o_step, l_step = (_even_step(parts_o), _even_step(parts_l)) if stacked or n > MERGE_MAX_TABLE else (None, None)
     if o_step is not None and l_step is not None:
         parts = PartsView(parts_o[0].ptr, parts_l[0].ptr, o_step, l_step, o_geoms[0], l_strides[0])
     elif n <= MERGE_MAX_TABLE:

@@ -17,6 +17,7 @@ from .._arrays.array import ArrayResult
 from .._calls.call import Call
 from .._calls.operands import check_not_mixed
 from .._kernels import merge as _merge
+from .._kernels.params import MERGE_MAX_TABLE
 from .._numpy.merge import merge_host
 
 
@@ -82,8 +83,12 @@ def merge_attention_states(outs: ArrayLike | Sequence[ArrayLike], lses: ArrayLik
     o_stacked, l_stacked = _is_array(outs), _is_array(lses)
     n_o = 1 if o_stacked else len(outs)
     call = Call("merge", tuple(x for _, x in named), tuple(n for n, _ in named), stream)
+    # more separate parts than the kernel's pointer table holds are merged by the distance between
+    # them, an address-dependent choice a replay cannot repeat: the full path judges each such call
+    many = any(not stacked and len(parts) > MERGE_MAX_TABLE
+               for stacked, parts in ((o_stacked, outs), (l_stacked, lses)))
     return call.run((n_o, o_stacked, l_stacked, layout), None, _full, (n_o, o_stacked, l_stacked, layout),
-                    tensors=len(call.ops), out_index=None, allocates=True)
+                    tensors=len(call.ops), out_index=None, allocates=True, force_full=many)
 
 
 def _full(call: Call, args, *ops):

@@ -57,8 +57,9 @@ def run_plan(plan: list[Copy2D], buffers: dict[str, int], stream: int) -> None:
 
 
 def place(dst: DeviceArray, src: DeviceArray, stream: int) -> None:
-    """Copy C-contiguous ``src`` into ``dst``, a slice along one axis of a C-contiguous array: rows of
-    equal pitch up to the last axis whose strides differ, so one 2-D copy (or a plain one) on ``stream``."""
+    """Copy ``src`` into ``dst`` of the same shape, where one is C-contiguous and the other a slice
+    along one axis of a C-contiguous array (either way round): rows of equal pitch up to the last
+    axis whose strides differ, so one 2-D copy (or a plain one) on ``stream``."""
     if src.stream_handle is not None and src.stream_handle != stream:
         stream_wait(stream, src.stream_handle)
     differ = [i for i in range(dst.ndim) if dst.strides[i] != src.strides[i]]
@@ -66,7 +67,8 @@ def place(dst: DeviceArray, src: DeviceArray, stream: int) -> None:
         copy2d(dst.ptr, src.nbytes, src.ptr, src.nbytes, src.nbytes, 1, stream)
         return
     r = differ[-1]
-    copy2d(dst.ptr, dst.strides[r], src.ptr, src.strides[r], src.strides[r], math.prod(src.shape[:r + 1]), stream)
+    width = math.prod(src.shape[r + 1:]) * src.dtype.itemsize  # the rows' content, not the sliced side's pitch
+    copy2d(dst.ptr, dst.strides[r], src.ptr, src.strides[r], width, math.prod(src.shape[:r + 1]), stream)
 
 
 def heads_to_ranks(B: int, S: int, H: int, D: int, world: int, itemsize: int, src: str, dst: str) -> list[Copy2D]:
