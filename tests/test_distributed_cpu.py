@@ -167,13 +167,20 @@ def test_band_of_the_api_arguments():
         assert sum(len(chunks_of(r, world, zig)) for r in range(world)) == world * (2 if zig else 1)
 
 
-def test_ring_attention_refuses_before_any_gpu_work():
-    from cudattn.distributed import ring_attention
+class _Comm:  # what ring_attention reads of a communicator
+    nranks, rank, ptr = 2, 0, 0
+    device = type("Device", (), {"device_id": 0})()
 
-    class Comm:  # what ring_attention reads of a communicator
-        nranks, rank, ptr = 2, 0, 0
-        device = type("Device", (), {"device_id": 0})()
 
+def _no_nccl():
+    raise ImportError("no NCCL here")  # a refused call then raises its own error (no peer can wait)
+
+
+def test_ring_attention_refuses_before_any_gpu_work(monkeypatch):
+    from cudattn.distributed import agree, ring_attention
+
+    monkeypatch.setattr(agree, "nccl", _no_nccl)  # also where nccl4py is installed
+    Comm = _Comm
     x = np.zeros((1, 8, 2, 64), np.float16)
     with pytest.raises(TypeError, match="q must be a cudattn DeviceArray"):
         ring_attention(x, x, x, Comm(), causal=True)
@@ -183,6 +190,11 @@ def test_ring_attention_refuses_before_any_gpu_work():
         ring_attention(x, x, x, Comm(), alibi_slopes=np.ones(2, np.float32))
     with pytest.raises(ValueError, match="layout"):
         ring_attention(x, x, x, Comm(), layout="sbhd")
+    monkeypatch.setattr(agree, "DeviceArray", _HostArray)
+    h = _HostArray(x)
+    for bad in (-1, 2.0, True):
+        with pytest.raises(ValueError, match=rf"sm_margin must be an int >= 0; got {bad!r}"):
+            ring_attention(h, h, h, Comm(), sm_margin=bad)
 
 
 def test_importing_cudattn_imports_neither_the_ring_nor_nccl():
@@ -303,12 +315,11 @@ def test_ulysses_in_float64_equals_whole_attention(world, causal):
 
 
 @pytest.mark.parametrize("backward", [False, True])
-def test_ulysses_refuses_before_any_gpu_work(backward):
-    from cudattn.distributed import ulysses_attention, ulysses_attention_backward
+def test_ulysses_refuses_before_any_gpu_work(backward, monkeypatch):
+    from cudattn.distributed import agree, ulysses_attention, ulysses_attention_backward
 
-    class Comm:
-        nranks, rank, ptr = 2, 0, 0
-        device = type("Device", (), {"device_id": 0})()
+    monkeypatch.setattr(agree, "nccl", _no_nccl)  # also where nccl4py is installed
+    Comm = _Comm
 
     x = np.zeros((1, 8, 2, 64), np.float16)
     with pytest.raises(TypeError, match="q must be a cudattn DeviceArray"):
@@ -348,6 +359,7 @@ def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
     reference and NumPy, a rank's receives filled with what its neighbour sends at that step."""
     import types
 
+    from cudattn._kernels import sm_margin
     from cudattn.distributed import agree, ring
 
     rng = np.random.default_rng(4600 + world)
@@ -360,8 +372,11 @@ def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
     kw = {"window_size": mods.get("window"), "softcap": mods.get("softcap")}
     shards = {n: shard_sequence(x, world, zigzag=zig) for n, x in (("k", k), ("v", v))}
 
+    margins = []  # the SMs each call leaves free (ring_attention's sm_margin, here the world size)
+
     def attention(q_, k_, v_, *, scale, layout, softcap, return_lse, stream, causal=False, window_size=None,
                   sinks=None, out=None):
+        margins.append(sm_margin.current())
         o, lse = reference.attention(q_.a, k_.a, v_.a, causal=causal, window_size=window_size, softcap=softcap,
                                      sinks=sinks, return_lse=True)
         target = out if out is not None else _HostArray(np.empty(q_.shape, q_.dtype))
@@ -402,8 +417,9 @@ def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
         monkeypatch.setattr(ring._lifetime, "hold", lambda *a: None)
         comm = types.SimpleNamespace(nranks=world, rank=r, ptr=0, device=types.SimpleNamespace(device_id=0))
         mine = [_HostArray(shard_sequence(x, world, zigzag=zig)[r]) for x in (q, k, v)]
-        out = ring.ring_attention(*mine, comm, causal=causal, zigzag=zig, sinks=sinks, **kw)
+        out = ring.ring_attention(*mine, comm, causal=causal, zigzag=zig, sinks=sinks, sm_margin=world, **kw)
         outs.append(out.a)
+    assert margins and set(margins) == {world} and sm_margin.current() == 0
     got = gather_sequence(outs, zigzag=zig).astype(np.float64)
     want = reference.attention(q, k, v, causal=causal, sinks=sinks, **kw)
     np.testing.assert_allclose(got, want, rtol=0, atol=4e-3)

@@ -25,6 +25,7 @@ cudattn's), so such calls must pass ``out=``.
 from __future__ import annotations
 
 from .._arrays import lifetime as _lifetime
+from .._kernels import sm_margin as _sm_margin
 from .._kernels import traits as _traits
 from .._runtime import device as _device
 from .._runtime.stream import StreamRef, is_capturing
@@ -110,8 +111,9 @@ class Call:
         objs, ops, names, consumer, keep = self.objs, self.ops, self.names, self.consumer, self.keep
         if _lifetime.pending:
             _lifetime.release_done()
-        # (*map(...),) builds the tuple faster than tuple(map(...)); tests may force the portable kernels
-        key = (self.op, self.sig, flags, (*map(type, flags),), key, _traits.FORCED_FAMILY)
+        # (*map(...),) builds the tuple faster than tuple(map(...)); tests may force the portable kernels,
+        # and a ring leaves SMs free (sm_margin): both change what a call launches
+        key = (self.op, self.sig, flags, (*map(type, flags),), key, _traits.FORCED_FAMILY, _sm_margin.current())
         try:
             plan = _plans.get(key)
         except TypeError:  # an unhashable argument: the full path says which

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 
 from . import decode as _decode
+from . import sm_margin as _sm_margin
 from . import fp8 as _fp8
 from .._spec import geometry as _geometry
 from . import tma as _tma
@@ -47,12 +48,13 @@ def make_plan(problem: Problem, props) -> Plan:
            problem.heads_kv, problem.batch, props.max_shared_memory_per_block_optin, props.sm_count,
            props.l2_cache_size, family, problem.varlen is not None,
            problem.kv_cache is not None and problem.kv_cache.paged, problem.window is not None,
-           problem.mods.bits if problem.mods is not None else 0)
+           problem.mods.bits if problem.mods is not None else 0, _sm_margin.current())
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) > 4096:  # many distinct shapes (variable lengths): keep the table bounded
             _plans.clear()
-        plan = _plans[key] = _make_plan(problem, props.max_shared_memory_per_block_optin, props.sm_count,
+        sms = max(1, props.sm_count - key[-1])  # SMs left to other streams' kernels (sm_margin.leave_free)
+        plan = _plans[key] = _make_plan(problem, props.max_shared_memory_per_block_optin, sms,
                                         props.l2_cache_size, family)
     return plan
 

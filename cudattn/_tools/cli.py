@@ -81,6 +81,16 @@ def _positive_int(text: str) -> int:
     return n
 
 
+def _nonneg_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0; got {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0; got {n}")
+    return n
+
+
 def _why_no_gpu() -> str:
     """What the driver said when cudattn looked for a GPU (the NoDeviceError's reason)."""
     from cudattn._runtime.errors import CudaError
@@ -251,7 +261,7 @@ def _demo_ring(args) -> int:
               f"{'zigzag ' if args.causal else ''}chunks)", file=sys.stderr)
         return 2
     case = {"B": args.batch, "H": args.heads, "Hkv": args.heads, "S": args.seqlen, "D": args.head_dim,
-            "dtype": args.dtype, "causal": bool(args.causal), "seed": 0}
+            "dtype": args.dtype, "causal": bool(args.causal), "seed": 0, "sm_margin": args.sm_margin}
     print(f"ring attention on {args.gpus} GPUs, one process each: B={args.batch} S={args.seqlen} "
           f"({args.seqlen // args.gpus} a GPU) H={args.heads} D={args.head_dim} {args.dtype} causal={args.causal}"
           f"{' (zigzag shards)' if args.causal else ''}", flush=True)
@@ -329,6 +339,8 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     d.add_argument("--gpus", type=_positive_int, default=1,
                    help="ring attention over this many GPUs of this machine, one process each (needs the "
                         "'distributed' extra); --seqlen is the whole sequence")
+    d.add_argument("--sm-margin", type=_nonneg_int, default=0, metavar="N",
+                   help="with --gpus: SMs the ring's attention calls leave free for NCCL's transfers")
     d.add_argument("--arch", type=_arch, default=None,
                    help="compile target when there is no GPU (default sm_90a); with a GPU, the GPU's own")
     d.add_argument("--jobs", type=_positive_int, default=None, help="compile processes (default: the CPU count)")

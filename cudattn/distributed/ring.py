@@ -18,6 +18,7 @@ from cuda.core import StreamOptions
 
 from .._arrays import lifetime as _lifetime
 from .._arrays.array import new_array
+from .._kernels import sm_margin as _sm_margin
 from .._ops.attention import attention
 from .._ops.merge import merge_attention_states
 from .._runtime.device import get_device
@@ -63,7 +64,7 @@ def _check(q, k, v, comm, layout: str, zigzag: bool):
 
 def ring_attention(q, k, v, comm, *, causal: bool = False, scale: float | None = None, layout: str = "bshd",
                    zigzag: bool | None = None, softcap: float | None = None, sinks=None, window_size=None,
-                   alibi_slopes=None, return_lse: bool = False, stream=None):
+                   alibi_slopes=None, return_lse: bool = False, stream=None, sm_margin: int = 0):
     """Attention of this rank's query shard over the whole sequence, K/V shards passing round the ring.
 
     Every rank calls it at once with its own shards (``q`` ``(B, S/world, Hq, D)``, ``k``/``v``
@@ -75,14 +76,19 @@ def ring_attention(q, k, v, comm, *, causal: bool = False, scale: float | None =
     leaves empty are skipped); ``alibi_slopes`` is not supported yet. Returns this rank's output
     shard (and its LSE ``(B, Hq, S/world)`` with ``return_lse``) on the caller's stream
     (``stream``, or q's); nothing blocks the host.
+
+    ``sm_margin``: SMs the Hopper kernel's persistent grid leaves free during the ring's calls, for
+    NCCL's transfers to run beside them (with none free they wait for the gaps between calls);
+    NCCL's kernel needs as many SMs as it launches CTAs (``NCCL_MAX_CTAS`` or the communicator's
+    ``max_ctas`` bound them).
     """
     return _ring(q, k, v, comm, causal=causal, scale=scale, layout=layout, zigzag=zigzag, softcap=softcap,
                  sinks=sinks, window_size=window_size, alibi_slopes=alibi_slopes, return_lse=return_lse,
-                 stream=stream, exchange=True)
+                 stream=stream, exchange=True, sm_margin=sm_margin)
 
 
 def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, window_size, alibi_slopes, return_lse,
-          stream, exchange: bool):
+          stream, exchange: bool, sm_margin: int = 0):
     """`ring_attention`; ``exchange=False`` runs the same steps on the rank's own K/V without NCCL (the
     bench's compute-only time, from which it tells the communication left exposed)."""
     zigzag = bool(causal) if zigzag is None else bool(zigzag)
@@ -98,6 +104,7 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
         window = None if window_size is None else parse_modifiers(window_size, causal=causal, batch=1,
                                                                   heads_q=1).window
         world, rank, c = _check(q, k, v, comm, layout, zigzag)
+        _sm_margin.check(sm_margin)
         ref = call_stream(q, stream, dev)  # its object kept by the outputs
         hax = 2 if layout == "bshd" else 1
         fields.update({"shard length": q.shape[3 - hax], "batch": q.shape[0], "query heads": q.shape[hax],
@@ -135,43 +142,44 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
     for x in (q, k, v):  # the caller's stream after the shards' producers, the NCCL stream after it
         if x.stream_handle is not None and x.stream_handle != s_main:
             stream_wait(s_main, x.stream_handle)
-    for s, calls in enumerate(plan):
-        nxt = None
-        if s < last and exchange:
-            if bufs[(s + 1) % 2] is None:
-                bufs[(s + 1) % 2] = tuple(new_array(k.shape, k.dtype, dev, s_comm) for _ in range(2))
-            nxt = bufs[(s + 1) % 2]
-            stream_wait(s_comm, s_main)  # the calls of step s-1 read nxt: done before it is overwritten
-            nb.group_start()
-            for x in (cur_k, cur_v):
-                nb.send(x.ptr, x.nbytes, u8, (rank + 1) % world, handle, s_comm)
-            for x in nxt:
-                nb.recv(x.ptr, x.nbytes, u8, (rank - 1) % world, handle, s_comm)
-            nb.group_end()
-        for qc, blk, ki in calls:
-            qi = mine.index(qc)
-            o_slot, l_slot = outs[qc][used[qc]], lses[qc][used[qc]]
-            used[qc] += 1
-            if blk is None:  # every key the step brought, in one call
-                o, lse = attention(rows(q, qi * c, (qi + 1) * c), cur_k, cur_v, out=o_slot, **kw)
-                place(l_slot, lse, s_main)
-                continue
-            qx = rows(q, qi * c + blk.qa, qi * c + blk.qb)
-            kx, vx = (rows(x, ki * c + blk.ka, ki * c + blk.kb) for x in (cur_k, cur_v))
-            mods = {"causal": blk.causal, "window_size": blk.window, "sinks": sinks if blk.sinks else None}
-            if (blk.qa, blk.qb) == (0, c):
-                o, lse = attention(qx, kx, vx, out=o_slot, **mods, **kw)
-                place(l_slot, lse, s_main)
-            else:  # rows outside [qa, qb) see no key of this pair: LSE -inf, so the merge skips them
-                l_slot.memset(_NEG_INF_BITS, stream=s_main)
-                o, lse = attention(qx, kx, vx, **mods, **kw)
-                place(rows(o_slot, blk.qa, blk.qb), o, s_main)
-                place(l_slot[:, :, blk.qa:blk.qb], lse, s_main)
-        if nxt is not None:
-            stream_wait(s_main, s_comm)  # the next step's K/V has arrived
-            for x in nxt:  # ready on the caller's stream now: the calls need not wait on the NCCL stream again
-                x.stream_handle = s_main
-            cur_k, cur_v = nxt
+    with _sm_margin.leave_free(sm_margin):  # NCCL's kernel finds SMs free beside the calls
+        for s, calls in enumerate(plan):
+            nxt = None
+            if s < last and exchange:
+                if bufs[(s + 1) % 2] is None:
+                    bufs[(s + 1) % 2] = tuple(new_array(k.shape, k.dtype, dev, s_comm) for _ in range(2))
+                nxt = bufs[(s + 1) % 2]
+                stream_wait(s_comm, s_main)  # the calls of step s-1 read nxt: done before it is overwritten
+                nb.group_start()
+                for x in (cur_k, cur_v):
+                    nb.send(x.ptr, x.nbytes, u8, (rank + 1) % world, handle, s_comm)
+                for x in nxt:
+                    nb.recv(x.ptr, x.nbytes, u8, (rank - 1) % world, handle, s_comm)
+                nb.group_end()
+            for qc, blk, ki in calls:
+                qi = mine.index(qc)
+                o_slot, l_slot = outs[qc][used[qc]], lses[qc][used[qc]]
+                used[qc] += 1
+                if blk is None:  # every key the step brought, in one call
+                    o, lse = attention(rows(q, qi * c, (qi + 1) * c), cur_k, cur_v, out=o_slot, **kw)
+                    place(l_slot, lse, s_main)
+                    continue
+                qx = rows(q, qi * c + blk.qa, qi * c + blk.qb)
+                kx, vx = (rows(x, ki * c + blk.ka, ki * c + blk.kb) for x in (cur_k, cur_v))
+                mods = {"causal": blk.causal, "window_size": blk.window, "sinks": sinks if blk.sinks else None}
+                if (blk.qa, blk.qb) == (0, c):
+                    o, lse = attention(qx, kx, vx, out=o_slot, **mods, **kw)
+                    place(l_slot, lse, s_main)
+                else:  # rows outside [qa, qb) see no key of this pair: LSE -inf, so the merge skips them
+                    l_slot.memset(_NEG_INF_BITS, stream=s_main)
+                    o, lse = attention(qx, kx, vx, **mods, **kw)
+                    place(rows(o_slot, blk.qa, blk.qb), o, s_main)
+                    place(l_slot[:, :, blk.qa:blk.qb], lse, s_main)
+            if nxt is not None:
+                stream_wait(s_main, s_comm)  # the next step's K/V has arrived
+                for x in nxt:  # ready on the caller's stream now: the calls need not wait on the NCCL stream again
+                    x.stream_handle = s_main
+                cur_k, cur_v = nxt
     if last > 0 and exchange:
         stream_wait(s_comm, s_main)  # the buffers are freed on the NCCL stream: after the calls that read them
         _lifetime.hold(s_main, (k, v))  # and the caller's k, v live until the sends that read them are done

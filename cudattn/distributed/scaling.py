@@ -40,7 +40,8 @@ def whole(seed: int, which: int, n: int, shape: tuple, dtype_name: str, batch: s
 
 
 def time_rank(comm, case: dict, iters: int, want_output: bool) -> dict:
-    """This rank's ring on its shard of ``case`` (``B, H, Hkv, S, D, dtype, causal, seed``): the median
+    """This rank's ring on its shard of ``case`` (``B, H, Hkv, S, D, dtype, causal, seed``, and
+    optionally ``sm_margin``): the median
     GPU ms of the ring and of the same steps without NCCL (``exchange=False``), and its output shard."""
     world, rank, dev = int(comm.nranks), int(comm.rank), int(comm.device.device_id)
     zig = bool(case["causal"])
@@ -51,7 +52,8 @@ def time_rank(comm, case: dict, iters: int, want_output: bool) -> dict:
                               for i in chunks_of(rank, world, zig)], axis=1) for w in range(3)]
     q, k, v = (to_device(x, device=dev) for x in shards)
     kw = {"causal": zig, "scale": None, "layout": "bshd", "zigzag": zig, "softcap": None, "sinks": None,
-          "window_size": None, "alibi_slopes": None, "return_lse": False, "stream": None}
+          "window_size": None, "alibi_slopes": None, "return_lse": False, "stream": None,
+          "sm_margin": int(case.get("sm_margin", 0))}
     out = _ring(q, k, v, comm, exchange=True, **kw)  # warm: kernels compiled or loaded
     _ring(q, k, v, comm, exchange=False, **kw)
     ring = [_launch.time_ms(lambda: _ring(q, k, v, comm, exchange=True, **kw), device=dev) for _ in range(iters)]
