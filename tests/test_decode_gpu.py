@@ -382,6 +382,25 @@ def test_merge_of_separate_parts_wherever_they_lie():
         np.testing.assert_allclose(cudattn.to_host(l), want_l, rtol=1e-5, atol=1e-5, err_msg=f"order {order}")
 
 
+def test_merge_of_many_views_and_of_mixed_kinds_on_warm_calls():
+    """More separate parts than the kernel's pointer table (17 views of one stacked array, read by
+    their spacing on the full path every call), and stacked outs with a list of LSEs, each merged
+    twice from arrays at new addresses."""
+    rng = np.random.default_rng(78)
+    for n, mixed in ((17, False), (3, True)):
+        outs = _rand(rng, (n, 1, 4, 2, 64), np.float32)
+        lses = rng.standard_normal((n, 1, 2, 4)).astype(np.float32)
+        want_o, want_l = reference.merge_attention_states(list(outs), list(lses))
+        keep = []
+        for rnd in range(2):
+            keep.append(cudattn.to_device(np.ones(999 * (rnd + 1), np.float32)))  # move the next arrays
+            do, dl = cudattn.to_device(outs), cudattn.to_device(lses)
+            o, l = cudattn.merge_attention_states(do if mixed else [do[i] for i in range(n)],
+                                                  [dl[i] for i in range(n)])
+            np.testing.assert_allclose(cudattn.to_host(o), want_o, rtol=1e-5, atol=1e-5, err_msg=f"{n}, {rnd}")
+            np.testing.assert_allclose(cudattn.to_host(l), want_l, rtol=1e-5, atol=1e-5, err_msg=f"{n}, {rnd}")
+
+
 def test_merge_on_device_refuses_head_dims_it_cannot_move():
     for D in (6, 264):
         outs = cudattn.to_device(np.ones((2, 1, 1, 2, D), np.float32))

@@ -789,3 +789,17 @@ def test_place_copies_a_slice_either_way_under_cuMemcpy2D_rules(shape, axis, int
         out = np.full(whole[tuple(idx)].shape, np.nan, np.float32)
         copies.place(_HostBytes(out), _HostBytes(whole[tuple(idx)]), 0)
         assert np.array_equal(out, whole[tuple(idx)])
+
+
+def test_place_refuses_arrays_whose_axes_do_not_fold_into_rows():
+    """A slice of an array that is itself not C-contiguous (an LSE view of some heads) would be read
+    as rows of the wrong pitch: refused, naming the array."""
+    from cudattn.distributed import copies
+
+    big = np.zeros((2, 3, 16), np.float32)
+    out = np.zeros((2, 2, 6), np.float32)
+    with pytest.raises(ValueError, match="src's axes up to 1 do not fold into rows"):
+        copies.place(_HostBytes(out), _HostBytes(big[:, :2, 4:10]), 0)
+    every_other = np.zeros((2, 2, 12), np.float32)[:, :, ::2]  # rows whose elements are not adjacent
+    with pytest.raises(ValueError, match="dst is not dense past axis 0"):
+        copies.place(_HostBytes(every_other), _HostBytes(np.zeros((2, 3, 12), np.float32)[:, :2, ::2]), 0)

@@ -243,3 +243,24 @@ def test_parse_merge_inputs_uses_only_shape_and_dtype():
     outs, lses, B, Sq, H, D, dtype = parse_merge_inputs(
         Fake((2, 2, 4, 3, 8), np.float16), [Fake((2, 4, 3), np.float32)] * 2, "bhsd")
     assert (len(outs), len(lses), B, Sq, H, D, dtype) == (2, 2, 2, 3, 4, 8, np.float16)
+
+
+@pytest.mark.parametrize("which", ["outs", "lses"])
+def test_device_merge_refuses_stacked_parts_in_reverse(which):
+    """A stacked operand with a negative stride along N (``x[::-1]``) puts parts below the array's
+    address, where a replayed call would take them for another operand: refused before any GPU
+    work, naming the operand."""
+    from cudattn._arrays.array import DeviceArray
+    from cudattn._kernels.merge import merge_device
+
+    base = 0x7F00_0000_0000
+    outs = DeviceArray(base, (3, 1, 4, 2, 64), np.dtype(np.float32), device_id=0)
+    lses = DeviceArray(base + (1 << 20), (3, 1, 2, 4), np.dtype(np.float32), device_id=0)
+    if which == "outs":
+        outs = DeviceArray(base + 2 * 2048 * 4, (3, 1, 4, 2, 64), np.dtype(np.float32),
+                           (-2048 * 4, 2048 * 4, 512, 256, 4), device_id=0)
+    else:
+        lses = DeviceArray(base + (1 << 20) + 2 * 32, (3, 1, 2, 4), np.dtype(np.float32), (-32, 32, 16, 4),
+                           device_id=0)
+    with pytest.raises(ValueError, match=rf"stacked {which} must have a positive stride along N"):
+        merge_device(outs, lses, "bshd", None)

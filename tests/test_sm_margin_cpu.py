@@ -40,10 +40,11 @@ def test_the_persistent_grid_leaves_the_margin_free_only_inside():
 
 def test_small_problems_and_the_portable_kernel_keep_their_grids():
     small = _problem(S=128, H=2)  # fewer tiles than SMs: one CTA a tile either way
+    portable = _plan.make_plan(_problem(), A100).grid  # (heads, batch, blocks): not persistent
     with sm_margin.leave_free(8):
         assert _plan.make_plan(small, H200).grid[0] == 2
-        assert _plan.make_plan(_problem(), A100).grid == _plan.make_plan(_problem(), A100).grid
-    assert _plan.make_plan(_problem(), A100).grid[0] != 124  # a grid of its own (blocks, heads, batch)
+        assert _plan.make_plan(_problem(), A100).grid == portable
+    assert portable == (16, 1, 4096 // _plan.make_plan(_problem(), A100).variant.tiles.block_m)
 
 
 def test_the_margin_is_per_thread():

@@ -28,7 +28,6 @@ _COMBINE_ROWS_PER_BLOCK = 4  # one warp per output row, 128 threads
 def merge_device(outs_d, lses_d, layout: str, sref):
     """The device path on adapted parts, on the call path's stream ``sref``."""
     device_id = (outs_d if isinstance(outs_d, _array.DeviceArray) else outs_d[0]).device_id
-    device = _device.get_device(device_id)
     parts_o, parts_l, B, Sq, H, D, dtype = parse_merge_inputs(outs_d, lses_d, layout)
     n = len(parts_o)
     if D % 4 or D > 256:  # the kernel moves 4 elements a lane, 2 chunks of 128 at most
@@ -50,6 +49,11 @@ def merge_device(outs_d, lses_d, layout: str, sref):
     # entries are the parts' addresses: a part stride taken from the distance between separately
     # allocated parts would depend on where they happen to lie, which a replayed call cannot know
     # (more than the table holds: the caller runs every such call on the full path).
+    for name, x in (("outs", outs_d), ("lses", lses_d)):
+        if isinstance(x, _array.DeviceArray) and x.shape[0] > 1 and x.strides[0] <= 0:
+            # a part's address below the array's would be read by a replay as another operand's
+            raise ValueError(f"merge_attention_states: stacked {name} must have a positive stride along N; got "
+                             f"{x.strides[0]} bytes (a reversed or broadcast view): make it contiguous")
     stacked = isinstance(outs_d, _array.DeviceArray) and isinstance(lses_d, _array.DeviceArray)
     o_step, l_step = (_even_step(parts_o), _even_step(parts_l)) if stacked or n > MERGE_MAX_TABLE else (None, None)
     if o_step is not None and l_step is not None:
@@ -60,6 +64,7 @@ def merge_device(outs_d, lses_d, layout: str, sref):
     else:
         raise ValueError(f"merge_attention_states: more than {MERGE_MAX_TABLE} device parts must be evenly spaced "
                          "in memory (one stacked array with a leading N axis)")
+    device = _device.get_device(device_id)  # after the checks, which need no GPU
     shape = (B, Sq, H, D) if layout == "bshd" else (B, H, Sq, D)
     out = _array.empty_on(shape, dtype, device, sref)
     lse = _array.empty_on((B, H, Sq), _F32, device, sref)

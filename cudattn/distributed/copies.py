@@ -68,6 +68,14 @@ def place(dst: DeviceArray, src: DeviceArray, stream: int) -> None:
         return
     r = differ[-1]
     width = math.prod(src.shape[r + 1:]) * src.dtype.itemsize  # the rows' content, not the sliced side's pitch
+    for name, x in (("dst", dst), ("src", src)):  # axes up to r fold into rows of pitch strides[r], dense after
+        dense = x.dtype.itemsize
+        for i in range(x.ndim - 1, -1, -1):
+            if i > r and x.shape[i] > 1 and x.strides[i] != dense:
+                raise ValueError(f"place: {name} is not dense past axis {r} (strides {x.strides})")
+            if i < r and x.shape[i] > 1 and x.strides[i] != x.strides[i + 1] * x.shape[i + 1]:
+                raise ValueError(f"place: {name}'s axes up to {r} do not fold into rows (strides {x.strides})")
+            dense *= x.shape[i]
     copy2d(dst.ptr, dst.strides[r], src.ptr, src.strides[r], width, math.prod(src.shape[:r + 1]), stream)
 
 

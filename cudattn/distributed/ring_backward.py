@@ -57,8 +57,10 @@ def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = Fal
                                  f"{q.shape}")
         hax = 2 if layout == "bshd" else 1
         want = (q.shape[0], q.shape[hax], q.shape[3 - hax])
-        if not isinstance(lse, DeviceArray) or lse.shape != want or lse.dtype != np.float32:
-            raise ValueError(f"ring_attention_backward: lse must be a float32 {want} DeviceArray (ring_attention's)")
+        if not isinstance(lse, DeviceArray) or lse.shape != want or lse.dtype != np.float32 or \
+                not lse.is_c_contiguous:
+            raise ValueError(f"ring_attention_backward: lse must be a C-contiguous float32 {want} DeviceArray "
+                             "(ring_attention's)")
         if sinks is not None and (not isinstance(sinks, DeviceArray) or sinks.shape != (q.shape[hax],)
                                   or sinks.dtype != np.float32):
             raise ValueError(f"ring_attention_backward: sinks must be a float32 ({q.shape[hax]},) DeviceArray")
