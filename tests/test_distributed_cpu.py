@@ -374,9 +374,28 @@ def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
 
     margins = []  # the SMs each call leaves free (ring_attention's sm_margin, here the world size)
 
+    # A non-blocking communicator: a group's end leaves it in progress for two queries, and NCCL's
+    # rule holds (no NCCL call, no work on its streams, before it reports success).
+    nccl_state = {"pending": False, "n": 0, "settled": 0}
+
+    def group_start():
+        assert not nccl_state["pending"], "an NCCL call while the last one was in progress"
+
+    def group_end():
+        nccl_state["pending"] = True
+
+    def query(handle):
+        nccl_state["n"] += 1
+        if nccl_state["pending"] and nccl_state["n"] % 3:
+            return 7
+        nccl_state["settled"] += nccl_state["pending"]
+        nccl_state["pending"] = False
+        return 0
+
     def attention(q_, k_, v_, *, scale, layout, softcap, return_lse, stream, causal=False, window_size=None,
                   sinks=None, out=None):
         margins.append(sm_margin.current())
+        assert not nccl_state["pending"], "attention queued while an NCCL call was in progress"
         o, lse = reference.attention(q_.a, k_.a, v_.a, causal=causal, window_size=window_size, softcap=softcap,
                                      sinks=sinks, return_lse=True)
         target = out if out is not None else _HostArray(np.empty(q_.shape, q_.dtype))
@@ -397,8 +416,8 @@ def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
             calls["n"] += 1
             bufs[ptr].a[...] = shards["kv"[which]][(r - step - 1) % world]
 
-        nb = types.SimpleNamespace(group_start=lambda: None, group_end=lambda: None, Comm=lambda p: p,
-                                   send=lambda *a: None, recv=recv)
+        nb = types.SimpleNamespace(group_start=group_start, group_end=group_end, Comm=lambda p: p,
+                                   send=lambda *a: None, recv=recv, comm_get_async_error=query)
 
         def new_array(shape, dtype, dev, stream, keep=None):
             x = _HostArray(np.empty(shape, dtype))
@@ -420,6 +439,7 @@ def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
         out = ring.ring_attention(*mine, comm, causal=causal, zigzag=zig, sinks=sinks, sm_margin=world, **kw)
         outs.append(out.a)
     assert margins and set(margins) == {world} and sm_margin.current() == 0
+    assert nccl_state["settled"] and not nccl_state["pending"]
     got = gather_sequence(outs, zigzag=zig).astype(np.float64)
     want = reference.attention(q, k, v, causal=causal, sinks=sinks, **kw)
     np.testing.assert_allclose(got, want, rtol=0, atol=4e-3)
@@ -523,24 +543,45 @@ def test_the_ring_backward_driver_on_host_arrays(world, causal, mods, monkeypatc
         reg[x.ptr] = x
         return x
 
+    # each rank's communicator non-blocking: a group's end or a collective is in progress for one
+    # query, and nothing NCCL or attention may be queued before it settles
+    local = threading.local()
+
+    def taken():
+        assert not getattr(local, "pending", False), "queued while an NCCL call was in progress"
+
+    def in_progress():
+        local.pending, local.queries = True, 0
+
+    def query(me):
+        local.queries = getattr(local, "queries", 0) + 1
+        if getattr(local, "pending", False) and local.queries < 2:
+            return 7
+        local.pending = False
+        return 0
+
     def send(ptr, nbytes, dt, peer, me, stream):
+        taken()
         chans[me, peer].put(reg[ptr].a.copy())
 
     def recv(ptr, nbytes, dt, peer, me, stream):
         reg[ptr].a[...] = chans[peer, me].get(timeout=10)
 
     def all_reduce(sptr, rptr, count, dt, op, me, stream):
+        taken()
+        in_progress()
         summed[me] = reg[sptr].a.copy()
         barrier.wait()
         total = sum(summed[r] for r in range(world))
         barrier.wait()
         reg[rptr].a[...] = total
 
-    nb = types.SimpleNamespace(group_start=lambda: None, group_end=lambda: None, send=send, recv=recv,
-                               all_reduce=all_reduce)
+    nb = types.SimpleNamespace(group_start=taken, group_end=in_progress, send=send, recv=recv, all_reduce=all_reduce,
+                               comm_get_async_error=query)
 
     def backward(do, q_, k_, v_, o_, l_, *, scale, layout, softcap, stream, causal=False, window_size=None,
                  sinks=None):
+        taken()
         return tuple(host(g) for g in _block_backward(do.a, q_.a, k_.a, v_.a, o_.a, l_.a, causal=causal,
                                                       window_size=window_size, softcap=softcap,
                                                       sinks=None if sinks is None else sinks.a))
@@ -708,7 +749,7 @@ def test_ulysses_forward_and_backward_drivers_on_host_memory(world, causal, mods
                             softcap=softcap, sinks=None if sinks is None else sinks.a)
         return tuple(_HostMem(np.ascontiguousarray(x)) for x in g)
 
-    nb = types.SimpleNamespace(all_gather=all_gather)
+    nb = types.SimpleNamespace(all_gather=all_gather, comm_get_async_error=lambda h: 0)
     monkeypatch.setattr(ulysses, "DeviceArray", _HostArray)
     monkeypatch.setattr(agree, "DeviceArray", _HostArray)
     monkeypatch.setattr(ulysses, "new_array", lambda shape, dtype, dev, st, keep=None: _HostMem(np.zeros(shape, dtype)))
@@ -803,3 +844,39 @@ def test_place_refuses_arrays_whose_axes_do_not_fold_into_rows():
     every_other = np.zeros((2, 2, 12), np.float32)[:, :, ::2]  # rows whose elements are not adjacent
     with pytest.raises(ValueError, match="dst is not dense past axis 0"):
         copies.place(_HostBytes(every_other), _HostBytes(np.zeros((2, 3, 12), np.float32)[:, :2, ::2]), 0)
+
+
+def test_settle_waits_for_a_non_blocking_communicator_and_times_out(monkeypatch):
+    """`agree.settle` after each NCCL call: one query on a blocking communicator; on a non-blocking
+    one, queries until NCCL has taken the call; TimeoutError when it never does (a peer that never
+    joins), and NCCL's own error named."""
+    import enum
+    import types
+
+    from cudattn.distributed import agree
+
+    class Result(enum.IntEnum):
+        Success, RemoteError, InProgress = 0, 6, 7
+
+    def comm(states):
+        seen = []
+
+        def query(handle):
+            seen.append(handle)
+            return states.pop(0) if len(states) > 1 else states[0]
+
+        return types.SimpleNamespace(comm_get_async_error=query, Result=Result), seen
+
+    nb, seen = comm([0])
+    agree.settle(nb, 5, "x")
+    assert seen == [5]
+    nb, seen = comm([7, 7, 7, 0])
+    agree.settle(nb, 5, "x")
+    assert len(seen) == 4
+    monkeypatch.setattr(agree, "TIMEOUT_S", 0.05)
+    nb, _ = comm([7])
+    with pytest.raises(TimeoutError, match=r"ring_attention: NCCL had not taken the call after 0.05 s"):
+        agree.settle(nb, 5, "ring_attention")
+    nb, _ = comm([7, 6])
+    with pytest.raises(RuntimeError, match=r"ring_attention: NCCL reported RemoteError \(6\); abort"):
+        agree.settle(nb, 5, "ring_attention")

@@ -11,8 +11,10 @@ checking each call would hold the host until the GPU reaches the check.
 
 from __future__ import annotations
 
+import os
 import struct
 import threading
+import time
 import weakref
 import zlib
 
@@ -55,6 +57,7 @@ def agree(comm, nb, handle, fields: dict, device: int, stream: int, u8: int, wha
         src = to_device(mine, device=device, stream=stream)
         everyone = new_array((world, mine.size), np.dtype(np.int64), device, stream)
         nb.all_gather(src.ptr, everyone.ptr, mine.nbytes, u8, handle, stream)
+        settle(nb, handle, what)
         rows = to_host(everyone, stream=stream)
         if error is None:
             refused = [r for r in range(world) if rows[r, 0]]
@@ -79,6 +82,35 @@ def _show(word: int, like) -> str:
     if isinstance(like, float):
         return repr(struct.unpack("<d", struct.pack("<q", int(word)))[0])
     return str(int(word))
+
+
+#: Seconds `settle` waits for a non-blocking communicator to take an NCCL call (a peer that never
+#: joins leaves it in progress); CUDATTN_NCCL_TIMEOUT sets it, `launch.run` its own timeout.
+TIMEOUT_S = float(os.environ.get("CUDATTN_NCCL_TIMEOUT", "600"))
+_IN_PROGRESS = 7  # ncclInProgress
+
+
+def settle(nb, handle, what: str) -> None:
+    """After an NCCL call (a group's end, a collective): on a non-blocking communicator, wait on the
+    host until NCCL has taken it, as NCCL requires before the next NCCL call or any work on its
+    streams. A blocking communicator has always taken it (one query). Raises TimeoutError after
+    `TIMEOUT_S`, or RuntimeError for an error NCCL reports; either way the communicator must then
+    be aborted (``comm.abort()``; `launch.run` does it), as nothing it had queued can be trusted."""
+    state = int(nb.comm_get_async_error(handle))
+    if state == 0:
+        return
+    deadline = time.monotonic() + TIMEOUT_S
+    pause = 1e-5
+    while state == _IN_PROGRESS:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: NCCL had not taken the call after {TIMEOUT_S:g} s (a rank that never "
+                               "joined, or one that failed); abort the communicator")
+        time.sleep(pause)
+        pause = min(pause * 2, 1e-3)
+        state = int(nb.comm_get_async_error(handle))
+    if state != 0:
+        name = getattr(nb.Result(state), "name", state) if hasattr(nb, "Result") else state
+        raise RuntimeError(f"{what}: NCCL reported {name} ({state}); abort the communicator")
 
 
 def nccl():

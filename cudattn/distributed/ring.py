@@ -24,7 +24,7 @@ from .._ops.merge import merge_attention_states
 from .._runtime.device import get_device
 from .._runtime.stream import stream_wait
 from .._spec.modifiers import parse_modifiers
-from .agree import begin, call_stream, check_shards, code as _code
+from .agree import begin, call_stream, check_shards, code as _code, settle
 from .copies import place
 from .schedule import band, chunks_of, last_step, ring_steps
 
@@ -156,6 +156,7 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
                 for x in nxt:
                     nb.recv(x.ptr, x.nbytes, u8, (rank - 1) % world, handle, s_comm)
                 nb.group_end()
+                settle(nb, handle, "ring_attention")
             for qc, blk, ki in calls:
                 qi = mine.index(qc)
                 o_slot, l_slot = outs[qc][used[qc]], lses[qc][used[qc]]

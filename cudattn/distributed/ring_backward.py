@@ -22,7 +22,7 @@ from .._kernels.accumulate import add_into, store
 from .._ops.backward import attention_backward
 from .._runtime.stream import stream_wait
 from .._spec.modifiers import parse_modifiers
-from .agree import begin, call_stream, nccl
+from .agree import begin, call_stream, nccl, settle
 from .agree import code as _code
 from .copies import place
 from .ring import _check, _comm_stream, ring_plan
@@ -169,6 +169,7 @@ def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = Fal
     if world > 1:  # every rank's rows: summed over the ranks
         core, _ = nccl()
         nb.all_reduce(dsinks.ptr, dsinks.ptr, dsinks.size, int(core.FLOAT32), int(core.SUM), handle, s_main)
+        settle(nb, handle, "ring_attention_backward")
     return dq, dk, dv, dsinks
 
 
@@ -180,3 +181,4 @@ def _exchange(nb, handle, u8: int, stream: int, send, recv, to: int, frm: int) -
     for x in recv:
         nb.recv(x.ptr, x.nbytes, u8, frm, handle, stream)
     nb.group_end()
+    settle(nb, handle, "ring_attention_backward")

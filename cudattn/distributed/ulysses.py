@@ -17,7 +17,7 @@ from .._ops.attention import attention
 from .._ops.backward import attention_backward
 from .._runtime.stream import stream_wait
 from . import copies
-from .agree import begin, call_stream, check_shards, code as _code
+from .agree import begin, call_stream, check_shards, code as _code, settle
 
 
 _FIELDS = ("shard length", "batch", "query heads", "key/value heads", "head dim", "dtype", "causal", "softcap",
@@ -63,6 +63,7 @@ def _all_to_all(nb, handle, send: DeviceArray, recv: DeviceArray, world: int, u8
         nb.send(send.ptr + j * n, n, u8, j, handle, stream)
         nb.recv(recv.ptr + j * n, n, u8, j, handle, stream)
     nb.group_end()
+    settle(nb, handle, "ulysses_attention")
 
 
 def ulysses_attention(q, k, v, comm, *, causal: bool = False, scale: float | None = None, softcap: float | None = None,
@@ -158,6 +159,7 @@ def ulysses_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = 
         return res
     dsinks = new_array((Hq,), np.dtype(np.float32), dev, st, ref.obj)  # every rank's heads, in rank order
     nb.all_gather(grads[3].ptr, dsinks.ptr, grads[3].nbytes, u8, handle, st)
+    settle(nb, handle, "ulysses_attention_backward")
     return (*res, dsinks)
 
 
