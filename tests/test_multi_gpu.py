@@ -398,3 +398,42 @@ def test_ulysses_backward_equals_the_whole_sequence_gradients(world, causal, mod
     if sinks is not None:
         for o in outs:
             np.testing.assert_allclose(o[3], ref[3], rtol=2e-2, atol=2e-2)
+
+
+def test_ring_on_non_blocking_communicators():
+    """Communicators made with NCCLConfig(blocking=False), a thread per rank: every NCCL operation is
+    settled on the host before the next (agree.settle), and the result equals the reference."""
+    _need(2)
+    nccl = pytest.importorskip("nccl.core")
+    import time
+
+    from cudattn.distributed import gather_sequence, ring_attention, shard_sequence
+
+    rng = np.random.default_rng(4900)
+    world, B, S = 2, 1, 2 * 2 * 128
+    q, k, v = _case(rng, B, S, 4, 2, 64)
+    shards = [shard_sequence(x, world, zigzag=True) for x in (q, k, v)]
+    uid = nccl.get_unique_id()
+    comms: list = [None] * world
+
+    def rank(r):
+        _device.get_device(r)
+        comm = comms[r] = nccl.Communicator.init(world, r, uid, config=nccl.NCCLConfig(blocking=False))
+        deadline = time.monotonic() + 60
+        while comm.get_async_error() == 7:  # ncclInProgress: joining
+            assert time.monotonic() < deadline, "the communicator never finished joining"
+            time.sleep(0.001)
+        qd, kd, vd = (cudattn.to_device(x[r], device=r) for x in shards)
+        return cudattn.to_host(ring_attention(qd, kd, vd, comm, causal=True))
+
+    try:
+        outs, errors = _in_threads(rank, world)
+    finally:
+        for c in comms:
+            if c is not None:
+                c.abort()
+    assert not errors, errors
+    got = gather_sequence(outs, zigzag=True)
+    ref = reference.attention(q, k, v, causal=True)
+    ok, err, bound = check_close(got, ref, reference.attention_naive(q, k, v, causal=True, dtype=BF16))
+    assert ok, f"off by {err:.3g} > {bound:.3g}"
