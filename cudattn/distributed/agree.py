@@ -85,7 +85,7 @@ def _show(word: int, like) -> str:
 
 
 #: Seconds `settle` waits for a non-blocking communicator to take an NCCL call (a peer that never
-#: joins leaves it in progress); CUDATTN_NCCL_TIMEOUT sets it, `launch.run` its own timeout.
+#: joins leaves it in progress); the environment's CUDATTN_NCCL_TIMEOUT sets it.
 TIMEOUT_S = float(os.environ.get("CUDATTN_NCCL_TIMEOUT", "600"))
 _IN_PROGRESS = 7  # ncclInProgress
 

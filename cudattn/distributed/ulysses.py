@@ -63,7 +63,7 @@ def _all_to_all(nb, handle, send: DeviceArray, recv: DeviceArray, world: int, u8
         nb.send(send.ptr + j * n, n, u8, j, handle, stream)
         nb.recv(recv.ptr + j * n, n, u8, j, handle, stream)
     nb.group_end()
-    settle(nb, handle, "ulysses_attention")
+    settle(nb, handle, "ulysses_attention (all-to-all)")
 
 
 def ulysses_attention(q, k, v, comm, *, causal: bool = False, scale: float | None = None, softcap: float | None = None,
