@@ -113,7 +113,7 @@ class Call:
             _lifetime.release_done()
         # (*map(...),) builds the tuple faster than tuple(map(...)); tests may force the portable kernels,
         # and a ring leaves SMs free (sm_margin): both change what a call launches
-        key = (self.op, self.sig, flags, (*map(type, flags),), key, _traits.FORCED_FAMILY, _sm_margin.current())
+        key = (self.op, self.sig, flags, (*map(type, flags),), key, _traits.FORCED_FAMILY, _sm_margin.local.n)
         try:
             plan = _plans.get(key)
         except TypeError:  # an unhashable argument: the full path says which

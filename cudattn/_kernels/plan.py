@@ -48,7 +48,7 @@ def make_plan(problem: Problem, props) -> Plan:
            problem.heads_kv, problem.batch, props.max_shared_memory_per_block_optin, props.sm_count,
            props.l2_cache_size, family, problem.varlen is not None,
            problem.kv_cache is not None and problem.kv_cache.paged, problem.window is not None,
-           problem.mods.bits if problem.mods is not None else 0, _sm_margin.current())
+           problem.mods.bits if problem.mods is not None else 0, _sm_margin.local.n)
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) > 4096:  # many distinct shapes (variable lengths): keep the table bounded

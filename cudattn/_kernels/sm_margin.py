@@ -13,12 +13,16 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-_local = threading.local()
+class _Margin(threading.local):
+    n = 0  # a class default: a thread that never set it reads 0 without a failed lookup (hot path)
+
+
+local = _Margin()  # `local.n`: this thread's margin, read by every call's plan key
 
 
 def current() -> int:
     """This thread's margin (0 outside `leave_free`)."""
-    return getattr(_local, "n", 0)
+    return local.n
 
 
 def check(n) -> int:
@@ -33,8 +37,8 @@ def leave_free(n: int) -> Iterator[None]:
     """Plan this thread's persistent grids ``n`` SMs short while inside (at least one CTA)."""
     check(n)
     before = current()
-    _local.n = n
+    local.n = n
     try:
         yield
     finally:
-        _local.n = before
+        local.n = before

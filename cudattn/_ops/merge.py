@@ -85,8 +85,7 @@ def merge_attention_states(outs: ArrayLike | Sequence[ArrayLike], lses: ArrayLik
     call = Call("merge", tuple(x for _, x in named), tuple(n for n, _ in named), stream)
     # more separate parts than the kernel's pointer table holds are merged by the distance between
     # them, an address-dependent choice a replay cannot repeat: the full path judges each such call
-    many = any(not stacked and len(parts) > MERGE_MAX_TABLE
-               for stacked, parts in ((o_stacked, outs), (l_stacked, lses)))
+    many = (not o_stacked and n_o > MERGE_MAX_TABLE) or (not l_stacked and len(lses) > MERGE_MAX_TABLE)
     return call.run((n_o, o_stacked, l_stacked, layout), None, _full, (n_o, o_stacked, l_stacked, layout),
                     tensors=len(call.ops), out_index=None, allocates=True, force_full=many)
 

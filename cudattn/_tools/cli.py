@@ -71,24 +71,23 @@ def _arch(text: str) -> str:
     return text
 
 
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer; got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer; got {n}")
-    return n
+def _at_least(minimum: int, what: str):
+    """An argparse type: an int >= ``minimum``, else the message "expected ``what``; got ..."."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}; got {text!r}") from None
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}; got {n}")
+        return n
+
+    return parse
 
 
-def _nonneg_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0; got {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0; got {n}")
-    return n
+_positive_int = _at_least(1, "a positive integer")
+_nonneg_int = _at_least(0, "an integer >= 0")
 
 
 def _why_no_gpu() -> str:
