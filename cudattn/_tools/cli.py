@@ -247,7 +247,6 @@ def _demo_ring(args) -> int:
     """``demo --gpus N``: ring attention over N GPUs (one process each), timed against one GPU on the
     whole sequence, and rows of it checked against the float64 reference."""
     import cudattn
-    from cudattn._runtime import launch as _launch
     from cudattn.distributed import scaling
 
     n_gpus = _device.gpu_count()
@@ -273,8 +272,7 @@ def _demo_ring(args) -> int:
     shape = lambda w: (args.batch, args.seqlen // n, args.heads, args.head_dim)  # noqa: E731
     q, k, v = (cudattn.to_device(scaling.whole(0, w, n, shape(w), args.dtype)) for w in range(3))
     cudattn.attention(q, k, v, causal=args.causal)
-    one = float(np.median([_launch.time_ms(lambda: cudattn.attention(q, k, v, causal=args.causal))
-                           for _ in range(args.iters)]))
+    one = float(np.median(scaling.gpu_times(lambda: cudattn.attention(q, k, v, causal=args.causal), 0, args.iters)))
     print(f"one GPU, the whole sequence: {one:.3f} ms, {scaling.flops(case) / one / 1e9:.1f} TFLOP/s; the ring is "
           f"{one / row['ms']:.2f}x faster on {args.gpus} GPUs")
     ok, err, bound = scaling.check_rows(case, args.gpus, row["out"])

@@ -7,40 +7,12 @@ overhead). Median and 90th percentile over the timed calls, after warm-up calls.
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import statistics
 from dataclasses import dataclass
 
 from .._runtime import device as _device
 from .._runtime import launch as _launch
-
-_SPIN_SOURCE = r"""
-extern "C" __global__ void cudattn_bench_spin(unsigned long long ns) {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
-}
-"""
-
-
-class _SpinParams(ctypes.Structure):
-    _fields_ = [("ns", ctypes.c_uint64)]
-
-
-@functools.lru_cache(maxsize=None)
-def _spin_kernel(device_id: int):
-    import nvrtc_cache
-
-    arch = _device.device_properties(device_id).arch
-    res = nvrtc_cache.compile(_SPIN_SOURCE, name="bench_spin.cu", options=[], arch=arch)
-    return _launch.load_kernel(res.cubin, "cudattn_bench_spin", device=device_id, key=res.key)
-
-
-def spin(stream_handle: int, ms: float, device_id: int) -> None:
-    """Queue a kernel that keeps ``stream_handle`` busy for ``ms`` milliseconds."""
-    _launch.launch(_spin_kernel(device_id), (1, 1, 1), (1, 1, 1), 0, stream_handle,
-                   _SpinParams(int(ms * 1e6)))
+from .._runtime.spin import spin
 
 
 @dataclass(frozen=True)

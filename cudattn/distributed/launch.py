@@ -33,8 +33,8 @@ class RankError(RuntimeError):
         super().__init__(message)
 
 
-def _rank_main(fn, rank: int, world: int, device: int, uid: bytes, args: tuple, results) -> None:
-    for k, v in NCCL_DEFAULTS.items():
+def _rank_main(fn, rank: int, world: int, device: int, uid: bytes, args: tuple, results, env: dict) -> None:
+    for k, v in {**NCCL_DEFAULTS, **env}.items():
         os.environ.setdefault(k, v)
     comm = None
     try:
@@ -52,11 +52,14 @@ def _rank_main(fn, rank: int, world: int, device: int, uid: bytes, args: tuple, 
     comm.destroy()
 
 
-def run(fn: Callable, world: int, *args, devices: Sequence[int] | None = None, timeout: float = 600.0) -> list:
+def run(fn: Callable, world: int, *args, devices: Sequence[int] | None = None, timeout: float = 600.0,
+        env: dict[str, str] | None = None) -> list:
     """``fn(comm, *args)`` on ``world`` GPUs, one process each; the ranks' results in rank order.
 
     ``fn`` must be importable by the child processes (a module-level function); ``args`` and the
-    results travel by pickle. ``devices``: the GPU of each rank (default ``0 .. world-1``).
+    results travel by pickle. ``devices``: the GPU of each rank (default ``0 .. world-1``). ``env``:
+    environment variables for the ranks (NCCL's settings, say), where the caller's environment
+    does not set them already.
     """
     if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise ValueError(f"world must be an int >= 1; got {world!r}")
@@ -67,7 +70,7 @@ def run(fn: Callable, world: int, *args, devices: Sequence[int] | None = None, t
     uid = bytes(nccl.get_unique_id())
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(fn, r, world, devices[r], uid, args, results), daemon=True)
+    procs = [ctx.Process(target=_rank_main, args=(fn, r, world, devices[r], uid, args, results, dict(env or {})), daemon=True)
              for r in range(world)]
     for p in procs:
         p.start()

@@ -15,7 +15,10 @@ import numpy as np
 
 from .. import reference
 from .._arrays.host_io import to_device, to_host
+from .._ops.attention import attention
 from .._runtime import launch as _launch
+from .._runtime.spin import spin
+from .._runtime.stream import as_stream
 from . import launch
 from .ring import _ring
 from .schedule import chunks_of
@@ -41,8 +44,9 @@ def whole(seed: int, which: int, n: int, shape: tuple, dtype_name: str, batch: s
 
 def time_rank(comm, case: dict, iters: int, want_output: bool) -> dict:
     """This rank's ring on its shard of ``case`` (``B, H, Hkv, S, D, dtype, causal, seed``, and
-    optionally ``sm_margin``): the median
-    GPU ms of the ring and of the same steps without NCCL (``exchange=False``), and its output shard."""
+    optionally ``sm_margin``): the median GPU ms of the ring and of the same steps without NCCL
+    (``exchange=False``), and its output shard. On one rank, also single-GPU `attention` on the
+    whole sequence (``attention_ms``): the baseline a user without a ring would have."""
     world, rank, dev = int(comm.nranks), int(comm.rank), int(comm.device.device_id)
     zig = bool(case["causal"])
     n = world * (2 if zig else 1)
@@ -56,10 +60,30 @@ def time_rank(comm, case: dict, iters: int, want_output: bool) -> dict:
           "sm_margin": int(case.get("sm_margin", 0))}
     out = _ring(q, k, v, comm, exchange=True, **kw)  # warm: kernels compiled or loaded
     _ring(q, k, v, comm, exchange=False, **kw)
-    ring = [_launch.time_ms(lambda: _ring(q, k, v, comm, exchange=True, **kw), device=dev) for _ in range(iters)]
-    local = [_launch.time_ms(lambda: _ring(q, k, v, comm, exchange=False, **kw), device=dev) for _ in range(iters)]
-    return {"rank": rank, "ms": statistics.median(ring), "compute_ms": statistics.median(local),
-            "out": to_host(out) if want_output else None}
+    row = {"rank": rank,
+           "ms": statistics.median(gpu_times(lambda: _ring(q, k, v, comm, exchange=True, **kw), dev, iters)),
+           "compute_ms": statistics.median(gpu_times(lambda: _ring(q, k, v, comm, exchange=False, **kw), dev, iters)),
+           "out": to_host(out) if want_output else None}
+    if world == 1:  # the shard is the whole sequence, in order (one rank's zigzag chunks are 0 and 1)
+        one = lambda: attention(q, k, v, causal=bool(case["causal"]))
+        one()
+        row["attention_ms"] = statistics.median(gpu_times(one, dev, iters))
+    return row
+
+
+def gpu_times(fn, device: int, iters: int, host_ms_per_call: float = 2.0) -> list[float]:
+    """GPU ms of each of ``iters`` calls of ``fn`` (work on cudattn's stream of ``device``), queued
+    behind a spin kernel so that the host's time to queue them is not counted."""
+    h = as_stream(None, device).handle
+    _launch.synchronize(h)
+    events = [(_launch.Event(), _launch.Event()) for _ in range(iters)]
+    spin(h, min(500.0, 5.0 + iters * host_ms_per_call), device)
+    for start, end in events:
+        start.record(h)
+        fn()
+        end.record(h)
+    _launch.synchronize(h)
+    return [_launch.elapsed_ms(s, e) for s, e in events]
 
 
 def flops(case: dict) -> float:
@@ -69,11 +93,15 @@ def flops(case: dict) -> float:
 def measure(case: dict, world: int, iters: int, *, want_output: bool = False, timeout: float = 900.0) -> dict:
     """The ring of ``case`` on ``world`` GPUs (one process each): the slowest rank's median ms, per-GPU
     TFLOP/s, the communication left exposed per ring step, and (``want_output``) the whole output."""
-    ranks = launch.run(time_rank, world, case, iters, want_output, timeout=timeout)
+    margin = int(case.get("sm_margin", 0))
+    # NCCL's kernel to fit in the SMs the margin leaves (NCCL reads it when a communicator is made)
+    env = {"NCCL_MAX_CTAS": str(margin)} if margin else {}
+    ranks = launch.run(time_rank, world, case, iters, want_output, timeout=timeout, env=env)
     ms = max(r["ms"] for r in ranks)
     compute = max(r["compute_ms"] for r in ranks)
     row = {"world": world, **{k: v for k, v in case.items() if k != "seed"}, "ms": ms, "compute_ms": compute,
            "tflops_per_gpu": flops(case) / world / ms / 1e9,
+           **({"attention_ms": ranks[0]["attention_ms"]} if world == 1 else {}),
            "exposed_ms_per_step": max(0.0, ms - compute) / (world - 1) if world > 1 else 0.0}
     if want_output:
         row["out"] = gather_sequence([r["out"] for r in ranks], zigzag=bool(case["causal"]))
