@@ -78,9 +78,10 @@ def ring_attention(q, k, v, comm, *, causal: bool = False, scale: float | None =
     (``stream``, or q's); nothing blocks the host.
 
     ``sm_margin``: SMs the Hopper kernel's persistent grid leaves free during the ring's calls, for
-    NCCL's transfers to run beside them (with none free they wait for the gaps between calls);
-    NCCL's kernel needs as many SMs as it launches CTAs (``NCCL_MAX_CTAS`` or the communicator's
-    ``max_ctas`` bound them).
+    NCCL's transfers to run beside them (with none free, the call beside a transfer waits for
+    NCCL's CTAs); NCCL's kernel needs as many SMs as it launches CTAs (``NCCL_MAX_CTAS`` or
+    ``max_ctas`` in the communicator's config bound them). Measured on 4 H200s: 8 with
+    ``NCCL_MAX_CTAS=8`` is best (docs/DISTRIBUTED.md, Speed).
     """
     return _ring(q, k, v, comm, causal=causal, scale=scale, layout=layout, zigzag=zigzag, softcap=softcap,
                  sinks=sinks, window_size=window_size, alibi_slopes=alibi_slopes, return_lse=return_lse,
