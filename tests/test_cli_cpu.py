@@ -110,6 +110,9 @@ def test_warm_covers_every_kernel_the_api_can_select(arch):
     assert {"flash_decode.cu", "split_kv_combine.cu", "kv_cache_append.cu", "fp8_quantize.cu",
             "flash_bwd_sm80.cu"} <= sources
     assert ("fp8_transpose_v.cu" in sources) == (arch in _traits.FP8_ARCHS)
+    # the ring's accumulators: warmed with the rest, left out of the C export (which has no ring)
+    assert "ring_accumulate.cu" not in sources
+    assert "ring_accumulate.cu" in {s.source for s in _catalog.all_kernels(arch, distributed=True)}
 
 
 def test_warm_compiles_in_parallel_then_finds_everything_cached(tmp_path, monkeypatch):
@@ -117,7 +120,7 @@ def test_warm_compiles_in_parallel_then_finds_everything_cached(tmp_path, monkey
     import nvrtc_cache
 
     few = [s for s in _catalog.all_kernels("sm_80") if s.family == "helper"][:3]
-    monkeypatch.setattr(_catalog, "all_kernels", lambda arch: few)
+    monkeypatch.setattr(_catalog, "all_kernels", lambda arch, **kw: few)
     cache = nvrtc_cache.Cache(tmp_path / "cache")
     cold = _warm.warm("sm_80", jobs=2, cache=cache, progress=False)
     assert (cold.kernels, cold.compiled, cold.cached, cold.failed, cold.jobs) == (3, 3, 0, [], 2)

@@ -102,14 +102,14 @@ class _Progress:
 
 def warm(arch: str | Sequence[str], *, jobs: int | None = None, cache: nvrtc_cache.Cache | None = None,
          progress: bool = True) -> WarmReport:
-    """Compile every kernel :func:`cudattn._kernels.registry.all_kernels` lists for ``arch`` (one compile
-    target or several, sharing one pool) into ``cache`` (default: the default cache) with ``jobs``
-    processes (default: the CPUs available). A kernel that fails to compile is reported in the
+    """Compile every kernel :func:`cudattn._kernels.catalog.all_kernels` lists for ``arch`` (one
+    compile target or several, sharing one pool), the ring's accumulators included, into ``cache``
+    (default: the default cache) with ``jobs`` processes (default: the CPUs available). A kernel that fails to compile is reported in the
     result, and the others still compile."""
     t0 = time.perf_counter()
     cache = cache if cache is not None else nvrtc_cache.default_cache()
     archs = [arch] if isinstance(arch, str) else list(arch)
-    builds = [(s, a) for a in archs for s in _catalog.all_kernels(a)]
+    builds = [(s, a) for a in archs for s in _catalog.all_kernels(a, distributed=True)]
     report = WarmReport(", ".join(archs), len(builds))
     todo = [(s, a) for s, a in builds if _kernels.cached_variant(s, a, cache) is None]
     report.cached = len(builds) - len(todo)
