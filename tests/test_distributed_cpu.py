@@ -880,3 +880,258 @@ def test_settle_waits_for_a_non_blocking_communicator_and_times_out(monkeypatch)
     nb, _ = comm([7, 6])
     with pytest.raises(RuntimeError, match=r"ring_attention: NCCL reported RemoteError \(6\); abort"):
         agree.settle(nb, 5, "ring_attention")
+
+
+@pytest.mark.parametrize("world,causal,mods", [(2, True, {}), (3, False, {}), (4, True, {"sinks": 1}),
+                                               (4, False, {"window": (7, 3)})])
+def test_the_ring_by_copy_engine_on_host_arrays(world, causal, mods, monkeypatch):
+    """`ring._ring` with ``transport="copy"``, a thread per rank: each rank's predecessor writes the next
+    K/V into its buffers (`peer_copy`'s protocol: "free" before the copy, "done" after), NCCL carries
+    only 4-byte messages, and the result equals the float64 reference on the whole sequence."""
+    import queue
+    import types
+
+    from cudattn.distributed import agree, peer_copy, ring
+
+    rng = np.random.default_rng(4700 + world)
+    B, Hq, Hkv, D = 2, 4, 2, 16
+    zig = causal
+    S = world * (2 if zig else 1) * 6
+    q = rng.standard_normal((B, S, Hq, D)).astype(np.float16)
+    k, v = (rng.standard_normal((B, S, Hkv, D)).astype(np.float16) for _ in range(2))
+    sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
+    kw = {"window_size": mods.get("window"), "softcap": mods.get("softcap")}
+
+    arrays: dict = {}  # id -> array, for the copies' sources
+    regions: dict = {}  # fake device address -> bytes of a rank's receive buffer
+
+    def host(a):
+        x = _HostArray(a)
+        arrays[x.ptr] = a
+        return x
+
+    def region_view(ptr, nbytes):
+        base = max(b for b in regions if b <= ptr)
+        off = ptr - base
+        assert off + nbytes <= regions[base].size, "outside a buffer"
+        return regions[base][off:off + nbytes]
+
+    def fake_copy(dst, src, nbytes, stream):
+        a = np.ascontiguousarray(arrays[src])
+        assert a.nbytes == nbytes
+        region_view(dst, nbytes)[...] = a.reshape(-1).view(np.uint8)
+
+    def view_array(ptr, shape, dtype, *, device_id, owner):
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        return host(region_view(ptr, n).view(dtype).reshape(shape))
+
+    nbytes = peer_copy.layout(*(host(np.empty((B, S // world, Hkv, D), np.float16)) for _ in range(2)))[1]
+    base = lambda r, b: (r + 1) << 32 | b << 28  # noqa: E731
+    for r in range(world):
+        for b in range(2):
+            regions[base(r, b)] = np.full(nbytes, 0xFF, np.uint8)  # NaN bits until a copy lands
+    channels = {(a, b): queue.Queue() for a in range(world) for b in range(world)}
+    sent_bytes = []
+
+    def make_nb(r):
+        pending = {"send": [], "recv": []}
+
+        def send(ptr, n, dtype, peer, handle, stream):
+            sent_bytes.append(n)
+            pending["send"].append(peer)
+
+        def recv(ptr, n, dtype, peer, handle, stream):
+            pending["recv"].append(peer)
+
+        def group_end():
+            for peer in pending["send"]:
+                channels[(r, peer)].put(r)
+            for peer in pending["recv"]:
+                assert channels[(peer, r)].get(timeout=20) == peer
+            pending["send"].clear()
+            pending["recv"].clear()
+
+        return types.SimpleNamespace(group_start=lambda: None, group_end=group_end, send=send, recv=recv,
+                                     Comm=lambda p: p, comm_get_async_error=lambda h: 0)
+
+    def attention(q_, k_, v_, *, scale, layout, softcap, return_lse, stream, causal=False, window_size=None,
+                  sinks=None, out=None):
+        assert not np.isnan(k_.a.astype(np.float32)).any(), "a call read a buffer before its K/V arrived"
+        o, lse = reference.attention(q_.a, k_.a, v_.a, causal=causal, window_size=window_size, softcap=softcap,
+                                     sinks=sinks, return_lse=True)
+        target = out if out is not None else _HostArray(np.empty(q_.shape, q_.dtype))
+        target.a[...] = o
+        return target, _HostArray(lse.astype(np.float32))
+
+    def merge(outs, lses, *, layout, stream):
+        o, lse = reference.merge_attention_states(list(outs.a), list(lses.a))
+        return _HostArray(o.astype(outs.dtype)), _HostArray(lse.astype(np.float32))
+
+    def buffers_for(comm, nb, handle, u8, dev, stream, n, what):
+        r = int(comm.rank)
+        assert n == nbytes
+        return peer_copy.PeerBuffers(0, n, [base(r, 0), base(r, 1)],
+                                     [base((r + 1) % world, 0), base((r + 1) % world, 1)], 0)
+
+    monkeypatch.setattr(agree, "DeviceArray", _HostArray)
+    monkeypatch.setattr(ring, "begin", lambda comm, fields, error, ref, what: (make_nb(int(comm.rank)), 0, 1, 0))
+    monkeypatch.setattr(ring, "new_array", lambda shape, dtype, dev, stream, keep=None: _HostArray(np.empty(shape, dtype)))
+    monkeypatch.setattr(ring, "attention", attention)
+    monkeypatch.setattr(ring, "merge_attention_states", merge)
+    monkeypatch.setattr(ring, "place", lambda dst, src, stream: dst.a.__setitem__(Ellipsis, src.a))
+    monkeypatch.setattr(ring, "stream_wait", lambda *a, **k: None)
+    monkeypatch.setattr(ring, "call_stream", lambda q, s, d: types.SimpleNamespace(handle=0, obj=None))
+    monkeypatch.setattr(ring, "_comm_stream", lambda d, c: 1)
+    monkeypatch.setattr(ring._lifetime, "hold", lambda *a: None)
+    monkeypatch.setattr(peer_copy, "buffers_for", buffers_for)
+    monkeypatch.setattr(peer_copy, "copy", fake_copy)
+    monkeypatch.setattr(peer_copy, "DeviceArray", view_array)
+
+    def rank_body(r, comm):
+        mine = [host(shard_sequence(x, world, zigzag=zig)[r]) for x in (q, k, v)]
+        return ring.ring_attention(*mine, comm, causal=causal, zigzag=zig, sinks=sinks, transport="copy", **kw).a
+
+    outs = _per_rank(world, rank_body)
+    assert sent_bytes and set(sent_bytes) == {4}, "K/V went by NCCL"
+    got = gather_sequence(outs, zigzag=zig).astype(np.float64)
+    want = reference.attention(q, k, v, causal=causal, sinks=sinks, **kw)
+    np.testing.assert_allclose(got, want, rtol=0, atol=4e-3)
+
+
+def test_ring_transport_is_checked_before_any_gpu_work(monkeypatch):
+    from cudattn.distributed import agree, ring
+
+    seen = []
+
+    def begin(comm, fields, error, ref, what):
+        seen.append(error)
+        raise error
+
+    monkeypatch.setattr(agree, "DeviceArray", _HostArray)
+    monkeypatch.setattr(ring, "begin", begin)
+    monkeypatch.setattr(ring, "call_stream", lambda q, s, d: None)
+    x = _HostArray(np.zeros((1, 4, 2, 8), np.float16))
+    comm = type("C", (), {"nranks": 2, "rank": 0, "ptr": 0, "device": type("D", (), {"device_id": 0})()})()
+    with pytest.raises(ValueError, match="transport must be one of 'nccl', 'copy', 'auto'; got 'ipc'"):
+        ring.ring_attention(x, x, x, comm, transport="ipc")
+    assert isinstance(seen[0], ValueError)
+
+
+@pytest.mark.parametrize("case", ["one process", "processes", "two hosts", "one cannot map"])
+def test_copy_engine_buffers_are_decided_by_every_rank_together(case, monkeypatch):
+    """`peer_copy.buffers_for` on a thread per rank, the all-gathers and the driver stood in for: every
+    rank takes the same path, maps its successor's buffers (its addresses in one process, its IPC
+    handles across processes), and frees what it made when any rank cannot."""
+    import threading
+
+    from cudattn.distributed import peer_copy
+
+    world = 3
+    gathered: dict = {}
+    barrier = threading.Barrier(world)
+    released = []
+
+    def all_gather_rows(nb, handle, u8, world_, row, dev, stream, what):
+        r = nb  # the rank stands in for the bindings
+        gathered[(len(gathered) // world, r)] = row.copy()
+        barrier.wait()
+        rows = np.stack([gathered[(len(gathered) // world - 1, i)] for i in range(world)])
+        barrier.wait()
+        return rows
+
+    pids = {"one process": [7, 7, 7]}.get(case, [7, 8, 9])
+    hosts = [5, 5, 6] if case == "two hosts" else [5, 5, 5]
+    local = threading.local()
+    monkeypatch.setattr(peer_copy, "all_gather_rows", all_gather_rows)
+    monkeypatch.setattr(peer_copy, "host_id", lambda: hosts[local.r])
+    monkeypatch.setattr(peer_copy.os, "getpid", lambda: pids[local.r])
+    monkeypatch.setattr(peer_copy, "get_device", lambda d: None)
+    monkeypatch.setattr(peer_copy, "_allocate", lambda n: ([1000 * (local.r + 1), 1000 * (local.r + 1) + 500],
+                                                           1000 * (local.r + 1) + 900,
+                                                           [bytes([local.r, i]) * 32 for i in range(2)]))
+    monkeypatch.setattr(peer_copy, "_enable_peer", lambda me, peer: True)
+
+    def _open(handles):
+        if case == "one cannot map" and local.r == 1:
+            return None
+        return [50_000 + 10 * h[0] + h[1] for h in handles]  # the handle's rank and buffer, mapped
+
+    monkeypatch.setattr(peer_copy, "_open", _open)
+    monkeypatch.setattr(peer_copy, "_release", lambda dev, mine, unmap: released.append((dev, tuple(mine), tuple(unmap))))
+
+    class Comm:  # the buffers are kept per communicator object (weakly)
+        nranks = world
+
+        def __init__(self, r):
+            self.rank = r
+
+    comms = [Comm(r) for r in range(world)]
+
+    def body(r, _):
+        local.r = r
+        return peer_copy.buffers_for(comms[r], r, 0, 1, r, 0, 4096, "test")
+
+    got = _per_rank(world, body)
+    if case in ("two hosts", "one cannot map"):
+        assert got == [None] * world
+        assert sorted(r[1] for r in released) == [(1000 * (r + 1), 1000 * (r + 1) + 500, 1000 * (r + 1) + 900)
+                                                  for r in range(world)]  # every rank freed what it made
+        assert all(not r[2] for r in released) or case == "one cannot map"
+        # decided once: a later call takes NCCL at once, with no all-gather
+        before = len(gathered)
+        assert _per_rank(world, body) == [None] * world and len(gathered) == before
+        return
+    for r, bufs in enumerate(got):
+        s = (r + 1) % world
+        assert bufs.local == [1000 * (r + 1), 1000 * (r + 1) + 500] and bufs.flags == 1000 * (r + 1) + 900
+        want = [1000 * (s + 1), 1000 * (s + 1) + 500] if case == "one process" else [50_000 + 10 * s, 50_000 + 10 * s + 1]
+        assert bufs.peer == want, (r, bufs.peer)
+    assert not released
+    before = len(gathered)  # a later call of the same size or smaller reuses them
+    assert [b.local for b in _per_rank(world, lambda r, _: (setattr(local, "r", r),
+            peer_copy.buffers_for(comms[r], r, 0, 1, r, 0, 1024, "test"))[1])] == [b.local for b in got]
+    assert len(gathered) == before
+
+
+def test_first_call_check_gathers_every_ranks_fields_and_names_the_difference(monkeypatch):
+    """`agree.agree` through `all_gather_rows` (the all-gather stood in for on host memory, a thread
+    per rank): ranks whose fields match pass and the communicator is marked checked; a rank whose
+    head dim differs makes every rank raise, naming it and the field."""
+    import ctypes
+    import threading
+
+    from cudattn.distributed import agree
+
+    world = 3
+    gathered, barrier = {}, threading.Barrier(world)
+
+    def all_gather(sptr, rptr, nbytes, u8, me, stream):
+        gathered[me] = ctypes.string_at(sptr, nbytes)
+        barrier.wait()
+        for j in range(world):
+            ctypes.memmove(rptr + j * nbytes, gathered[j], nbytes)
+        barrier.wait()
+
+    nb = type("NB", (), {"all_gather": staticmethod(all_gather), "comm_get_async_error": staticmethod(lambda h: 0)})
+    monkeypatch.setattr(agree, "to_device", lambda a, device, stream: _HostMem(np.ascontiguousarray(a)))
+    monkeypatch.setattr(agree, "new_array", lambda shape, dtype, dev, st: _HostMem(np.zeros(shape, dtype)))
+    monkeypatch.setattr(agree, "to_host", lambda x, stream: x.a.copy())
+
+    class Comm:
+        nranks = world
+
+    for dims, want in (((64, 64, 64), None), ((64, 128, 64), "rank 1's head dim is 128 where rank 0's is 64")):
+        comms = [Comm() for _ in range(world)]
+
+        def body(r, _, dims=dims, comms=comms):
+            try:
+                agree.agree(comms[r], nb, r, {"batch": 2, "head dim": dims[r], "scale": 0.5}, 0, 0, 1, "test")
+            except ValueError as e:
+                return str(e)
+            return None
+
+        got = _per_rank(world, body)
+        if want is None:
+            assert got == [None] * world and all(c in agree._checked for c in comms)
+        else:
+            assert all(want in g for g in got), got

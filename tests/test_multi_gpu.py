@@ -437,3 +437,47 @@ def test_ring_on_non_blocking_communicators():
     ref = reference.attention(q, k, v, causal=True)
     ok, err, bound = check_close(got, ref, reference.attention_naive(q, k, v, causal=True, dtype=BF16))
     assert ok, f"off by {err:.3g} > {bound:.3g}"
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ring_by_copy_engine_equals_the_ring_by_nccl(world):
+    """transport="copy" (K/V by the copy engine into the next rank's buffers; ranks as threads of one
+    process, so by peer access) gives the same bits as NCCL's send/receive, on calls that reuse the
+    buffers, a smaller call, and a non-causal one."""
+    _need(world)
+    pytest.importorskip("nccl.core")
+    from cudattn.distributed import ring_attention, shard_sequence
+
+    rng = np.random.default_rng(5100 + world)
+    cases = [(True, 2 * world * 160), (True, 2 * world * 160), (True, 2 * world * 64), (False, world * 200)]
+    data = [(causal, [shard_sequence(x, world, zigzag=causal) for x in _case(rng, 2, S, 8, 2, 128)])
+            for causal, S in cases]
+
+    def rank(r, comm):
+        got = []
+        for causal, shards in data:
+            qd, kd, vd = (cudattn.to_device(s[r], device=r) for s in shards)
+            by = {t: cudattn.to_host(ring_attention(qd, kd, vd, comm, causal=causal, transport=t))
+                  for t in ("copy", "nccl", "auto")}
+            got.append(by)
+        return got
+
+    outs, errors = _ranks(world, rank)
+    assert not errors, errors
+    for r, per_case in enumerate(outs):
+        for i, by in enumerate(per_case):
+            for t in ("copy", "auto"):
+                assert np.array_equal(by[t].view(np.uint16), by["nccl"].view(np.uint16)), (r, i, t)
+
+
+def test_launcher_ring_by_copy_engine_in_processes():
+    """transport="copy" across processes (CUDA IPC), through the launcher: the rows match the reference."""
+    _need(2)
+    pytest.importorskip("nccl.core")
+    from cudattn.distributed import scaling
+
+    case = {"B": 1, "H": 8, "Hkv": 2, "S": 4 * 512, "D": 128, "dtype": "bfloat16", "causal": True, "seed": 5,
+            "transport": "copy", "sm_margin": 1}
+    row = scaling.measure(case, 2, 3, want_output=True, timeout=300)
+    ok, err, bound = scaling.check_rows(case, 2, row["out"])
+    assert ok, f"off by {err:.3g} > {bound:.3g}"

@@ -259,7 +259,8 @@ def _demo_ring(args) -> int:
               f"{'zigzag ' if args.causal else ''}chunks)", file=sys.stderr)
         return 2
     case = {"B": args.batch, "H": args.heads, "Hkv": args.heads, "S": args.seqlen, "D": args.head_dim,
-            "dtype": args.dtype, "causal": bool(args.causal), "seed": 0, "sm_margin": args.sm_margin}
+            "dtype": args.dtype, "causal": bool(args.causal), "seed": 0, "sm_margin": args.sm_margin,
+            "transport": args.transport}
     print(f"ring attention on {args.gpus} GPUs, one process each: B={args.batch} S={args.seqlen} "
           f"({args.seqlen // args.gpus} a GPU) H={args.heads} D={args.head_dim} {args.dtype} causal={args.causal}"
           f"{' (zigzag shards)' if args.causal else ''}", flush=True)
@@ -336,6 +337,8 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     d.add_argument("--gpus", type=_positive_int, default=1,
                    help="ring attention over this many GPUs of this machine, one process each (needs the "
                         "'distributed' extra); --seqlen is the whole sequence")
+    d.add_argument("--transport", choices=("nccl", "copy", "auto"), default="nccl",
+                   help="with --gpus: how the ring passes K/V (ring_attention's transport)")
     d.add_argument("--sm-margin", type=_nonneg_int, default=0, metavar="N",
                    help="with --gpus: SMs the ring's attention calls leave free for NCCL's transfers (the ranks get NCCL_MAX_CTAS=N unless it is set)")
     d.add_argument("--arch", type=_arch, default=None,

@@ -23,15 +23,15 @@ WEAK_TOKENS = 32768
 STRONG_TOKENS = 131072
 
 
-def cases(gpus: int, sm_margin: int = 0) -> list[tuple[str, int, dict]]:
+def cases(gpus: int, sm_margin: int = 0, transport: str = "nccl") -> list[tuple[str, int, dict]]:
     """(kind, world, case) of the grid on a machine with ``gpus`` GPUs; the ring's calls leave
-    ``sm_margin`` SMs free (`ring_attention`'s argument)."""
+    ``sm_margin`` SMs free and pass K/V by ``transport`` (`ring_attention`'s arguments)."""
     out = []
     for kind in ("weak", "strong"):
         for w in (w for w in WORLDS if w <= gpus):
             S = WEAK_TOKENS * w if kind == "weak" else STRONG_TOKENS
             out.append((kind, w, {"B": 1, "H": 16, "Hkv": 16, "S": S, "D": 128, "dtype": "bfloat16", "causal": True,
-                                  "seed": 1, "sm_margin": sm_margin}))
+                                  "seed": 1, "sm_margin": sm_margin, "transport": transport}))
     return out
 
 
@@ -43,9 +43,11 @@ def run(args, argv) -> int:
     rows, base = [], {}
     if args.sm_margin:
         print(f"the ring's attention calls leave {args.sm_margin} SMs free for NCCL", flush=True)
+    if args.transport != "nccl":
+        print(f"K/V pass by transport {args.transport!r}", flush=True)
     print("kind   | GPUs | tokens | ms | TFLOP/s a GPU | vs 1 GPU | exposed comm ms a step | check")
     ok_all = True
-    for kind, world, case in cases(gpus, args.sm_margin):
+    for kind, world, case in cases(gpus, args.sm_margin, args.transport):
         check = world == 2 and kind == "weak"
         row = scaling.measure(case, world, args.iters, want_output=check)
         row["kind"] = kind

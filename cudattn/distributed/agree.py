@@ -54,11 +54,7 @@ def agree(comm, nb, handle, fields: dict, device: int, stream: int, u8: int, wha
     if first:
         world = int(comm.nranks)
         mine = np.array([_word(error is not None), *(_word(v) for v in fields.values())], np.int64)
-        src = to_device(mine, device=device, stream=stream)
-        everyone = new_array((world, mine.size), np.dtype(np.int64), device, stream)
-        nb.all_gather(src.ptr, everyone.ptr, mine.nbytes, u8, handle, stream)
-        settle(nb, handle, what)
-        rows = to_host(everyone, stream=stream)
+        rows = all_gather_rows(nb, handle, u8, world, mine, device, stream, what)
         if error is None:
             refused = [r for r in range(world) if rows[r, 0]]
             if refused:
@@ -74,6 +70,16 @@ def agree(comm, nb, handle, fields: dict, device: int, stream: int, u8: int, wha
                 _checked.add(comm)
     if error is not None:
         raise error
+
+
+def all_gather_rows(nb, handle, u8: int, world: int, row: np.ndarray, device: int, stream: int, what: str) -> np.ndarray:
+    """Every rank's ``row`` (a 1-D array of one dtype and length on every rank), ``(world, len)`` on the
+    host, through an NCCL all-gather on ``stream``; the host waits for it."""
+    src = to_device(row, device=device, stream=stream)
+    everyone = new_array((world, row.size), row.dtype, device, stream)
+    nb.all_gather(src.ptr, everyone.ptr, row.nbytes, u8, handle, stream)
+    settle(nb, handle, what)
+    return to_host(everyone, stream=stream)
 
 
 def _show(word: int, like) -> str:

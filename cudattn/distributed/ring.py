@@ -5,7 +5,9 @@ Per step ``s`` a rank holds the K/V of rank ``(rank - s) % world``. On a communi
 its own it sends that K/V on to ``rank + 1`` and receives the next from ``rank - 1`` (one NCCL
 group, into the other of two buffers) while the step's attention calls run on the caller's
 stream; the caller's stream waits for the receive before the next step, and the communication
-stream for the calls that read a buffer before overwriting it. Nothing blocks the host.
+stream for the calls that read a buffer before overwriting it. Nothing blocks the host. With
+``transport="copy"`` the copy engine writes the K/V into the next rank's buffers instead and NCCL
+carries only the messages that order it (`peer_copy`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .._runtime.device import get_device
 from .._runtime.stream import stream_wait
 from .._spec.modifiers import parse_modifiers
 from .agree import begin, call_stream, check_shards, code as _code, settle
+from . import peer_copy as _peer_copy
 from .copies import place
 from .schedule import band, chunks_of, last_step, ring_steps
 
@@ -33,7 +36,7 @@ from .schedule import band, chunks_of, last_step, ring_steps
 # dropped with the communicator object (a new one may reuse a freed one's address)
 _comm_streams: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _FIELDS = ("shard length", "batch", "query heads", "key/value heads", "head dim", "dtype", "causal", "zigzag",
-           "layout", "window", "softcap", "scale", "sinks", "exchange")
+           "layout", "window", "softcap", "scale", "sinks", "exchange", "transport")
 
 
 def _comm_stream(device_id: int, comm) -> int:
@@ -64,7 +67,8 @@ def _check(q, k, v, comm, layout: str, zigzag: bool):
 
 def ring_attention(q, k, v, comm, *, causal: bool = False, scale: float | None = None, layout: str = "bshd",
                    zigzag: bool | None = None, softcap: float | None = None, sinks=None, window_size=None,
-                   alibi_slopes=None, return_lse: bool = False, stream=None, sm_margin: int = 0):
+                   alibi_slopes=None, return_lse: bool = False, stream=None, sm_margin: int = 0,
+                   transport: str = "nccl"):
     """Attention of this rank's query shard over the whole sequence, K/V shards passing round the ring.
 
     Every rank calls it at once with its own shards (``q`` ``(B, S/world, Hq, D)``, ``k``/``v``
@@ -82,14 +86,22 @@ def ring_attention(q, k, v, comm, *, causal: bool = False, scale: float | None =
     NCCL's CTAs); NCCL's kernel needs as many SMs as it launches CTAs (``NCCL_MAX_CTAS`` or
     ``max_ctas`` in the communicator's config bound them). Measured on 4 H200s: 8 with
     ``NCCL_MAX_CTAS=8`` is best (docs/DISTRIBUTED.md, Speed).
+
+    ``transport``: how K/V move. ``"nccl"``: NCCL's send and receive. ``"copy"``: the copy engine
+    into the next rank's buffers, shared by CUDA IPC (ranks of one host; `peer_copy`), NCCL only
+    carrying two 4-byte messages a step; RuntimeError on every rank when the ranks cannot share
+    buffers. ``"auto"``: the copy engine where the ranks can share buffers, else NCCL.
     """
     return _ring(q, k, v, comm, causal=causal, scale=scale, layout=layout, zigzag=zigzag, softcap=softcap,
                  sinks=sinks, window_size=window_size, alibi_slopes=alibi_slopes, return_lse=return_lse,
-                 stream=stream, exchange=True, sm_margin=sm_margin)
+                 stream=stream, exchange=True, sm_margin=sm_margin, transport=transport)
+
+
+_TRANSPORTS = ("nccl", "copy", "auto")
 
 
 def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, window_size, alibi_slopes, return_lse,
-          stream, exchange: bool, sm_margin: int = 0):
+          stream, exchange: bool, sm_margin: int = 0, transport: str = "nccl"):
     """`ring_attention`; ``exchange=False`` runs the same steps on the rank's own K/V without NCCL (the
     bench's compute-only time, from which it tells the communication left exposed)."""
     zigzag = bool(causal) if zigzag is None else bool(zigzag)
@@ -106,6 +118,8 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
                                                                   heads_q=1).window
         world, rank, c = _check(q, k, v, comm, layout, zigzag)
         _sm_margin.check(sm_margin)
+        if transport not in _TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(map(repr, _TRANSPORTS))}; got {transport!r}")
         ref = call_stream(q, stream, dev)  # its object kept by the outputs
         hax = 2 if layout == "bshd" else 1
         fields.update({"shard length": q.shape[3 - hax], "batch": q.shape[0], "query heads": q.shape[hax],
@@ -113,7 +127,7 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
                        "causal": bool(causal), "zigzag": zigzag, "layout": layout == "bshd", "window": _code(window),
                        "softcap": None if softcap is None else float(softcap),
                        "scale": None if scale is None else float(scale), "sinks": sinks is not None,
-                       "exchange": exchange})
+                       "exchange": exchange, "transport": _code(transport)})
     except (TypeError, ValueError, NotImplementedError) as e:
         error = e
     nb, handle, u8, s_main = begin(comm, fields, error, ref, "ring_attention")
@@ -131,6 +145,12 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
 
     kw = {"scale": scale, "layout": layout, "softcap": softcap, "return_lse": True, "stream": ref}
 
+    xc = None  # the copy engine's buffers (transport "copy" or "auto"), else NCCL into `bufs`
+    if exchange and last > 0 and transport != "nccl":
+        xc = _peer_copy.buffers_for(comm, nb, handle, u8, dev, s_main, _peer_copy.layout(k, v)[1], "ring_attention")
+        if xc is None and transport == "copy":
+            raise RuntimeError("ring_attention: transport='copy' needs every rank on one host, each able to map "
+                               "the next rank's memory (CUDA IPC); use 'nccl' or 'auto'")
     bufs: list = [None, None]  # the two K/V buffers the ring receives into, made when first needed
     mine = chunks_of(rank, world, zigzag)  # the local query chunks, in the shard's order
     # every call's output and LSE go to a slot of its query chunk's stack, merged once at the end
@@ -146,7 +166,11 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
     with _sm_margin.leave_free(sm_margin):  # NCCL's kernel finds SMs free beside the calls
         for s, calls in enumerate(plan):
             nxt = None
-            if s < last and exchange:
+            if s < last and exchange and xc is not None:
+                stream_wait(s_comm, s_main)  # the calls of step s-1 read buffer (s+1) % 2: done before it is free
+                xc.pass_on(nb, handle, u8, rank, world, (cur_k, cur_v), (s + 1) % 2, s_comm, "ring_attention")
+                nxt = xc.views((s + 1) % 2, (k, v))
+            elif s < last and exchange:
                 if bufs[(s + 1) % 2] is None:
                     bufs[(s + 1) % 2] = tuple(new_array(k.shape, k.dtype, dev, s_comm) for _ in range(2))
                 nxt = bufs[(s + 1) % 2]

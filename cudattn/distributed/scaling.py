@@ -44,7 +44,7 @@ def whole(seed: int, which: int, n: int, shape: tuple, dtype_name: str, batch: s
 
 def time_rank(comm, case: dict, iters: int, want_output: bool) -> dict:
     """This rank's ring on its shard of ``case`` (``B, H, Hkv, S, D, dtype, causal, seed``, and
-    optionally ``sm_margin``): the median GPU ms of the ring and of the same steps without NCCL
+    optionally ``sm_margin`` and ``transport``): the median GPU ms of the ring and of the same steps without NCCL
     (``exchange=False``), and its output shard. On one rank, also single-GPU `attention` on the
     whole sequence (``attention_ms``): the baseline a user without a ring would have."""
     world, rank, dev = int(comm.nranks), int(comm.rank), int(comm.device.device_id)
@@ -57,7 +57,7 @@ def time_rank(comm, case: dict, iters: int, want_output: bool) -> dict:
     q, k, v = (to_device(x, device=dev) for x in shards)
     kw = {"causal": zig, "scale": None, "layout": "bshd", "zigzag": zig, "softcap": None, "sinks": None,
           "window_size": None, "alibi_slopes": None, "return_lse": False, "stream": None,
-          "sm_margin": int(case.get("sm_margin", 0))}
+          "sm_margin": int(case.get("sm_margin", 0)), "transport": case.get("transport", "nccl")}
     out = _ring(q, k, v, comm, exchange=True, **kw)  # warm: kernels compiled or loaded
     _ring(q, k, v, comm, exchange=False, **kw)
     row = {"rank": rank,
