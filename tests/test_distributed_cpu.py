@@ -350,6 +350,49 @@ class _HostArray:
         self.a.view(np.uint32)[...] = pattern
 
 
+def _ring_inputs(seed: int, world: int, causal: bool, mods: dict):
+    """A small ring problem: q, k, v (B=2, 4 query and 2 key heads, D=16, 6 tokens a chunk), sinks,
+    and the window and softcap keywords."""
+    rng = np.random.default_rng(seed)
+    B, Hq, Hkv, D = 2, 4, 2, 16
+    S = world * (2 if causal else 1) * 6
+    q = rng.standard_normal((B, S, Hq, D)).astype(np.float16)
+    k, v = (rng.standard_normal((B, S, Hkv, D)).astype(np.float16) for _ in range(2))
+    sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
+    return q, k, v, sinks, {"window_size": mods.get("window"), "softcap": mods.get("softcap")}
+
+
+def _on_host(monkeypatch, mod, **fakes) -> None:
+    """A ring module's (``ring`` or ``ring_backward``) GPU work stood in for on host arrays: copies by
+    NumPy, no streams, and ``fakes`` (its ``begin``, ``new_array``, calls...) as given."""
+    import types
+
+    from cudattn.distributed import agree
+
+    monkeypatch.setattr(agree, "DeviceArray", _HostArray)
+    monkeypatch.setattr(mod, "place", lambda dst, src, stream: dst.a.__setitem__(Ellipsis, src.a))
+    monkeypatch.setattr(mod, "stream_wait", lambda *a, **k: None)
+    monkeypatch.setattr(mod, "call_stream", lambda q, s, d: types.SimpleNamespace(handle=0, obj=None))
+    monkeypatch.setattr(mod, "_comm_stream", lambda d, c: 1)
+    monkeypatch.setattr(mod._lifetime, "hold", lambda *a: None)
+    for name, fake in fakes.items():
+        monkeypatch.setattr(mod, name, fake)
+
+
+def _reference_call(q_, k_, v_, causal, window_size, softcap, sinks, out):
+    """The ring's `attention` call on host arrays, by the float64 reference: (output, LSE)."""
+    o, lse = reference.attention(q_.a, k_.a, v_.a, causal=causal, window_size=window_size, softcap=softcap,
+                                 sinks=sinks, return_lse=True)
+    target = out if out is not None else _HostArray(np.empty(q_.shape, q_.dtype))
+    target.a[...] = o
+    return target, _HostArray(lse.astype(np.float32))
+
+
+def _reference_merge(outs, lses, *, layout, stream):
+    o, lse = reference.merge_attention_states(list(outs.a), list(lses.a))
+    return _HostArray(o.astype(outs.dtype)), _HostArray(lse.astype(np.float32))
+
+
 @pytest.mark.parametrize("world,causal,mods", [(2, True, {}), (4, True, {"sinks": 1}), (3, False, {}),
                                                (4, True, {"window": (9, 0), "sinks": 1}),
                                                (4, False, {"window": (7, 3)}),
@@ -360,16 +403,10 @@ def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
     import types
 
     from cudattn._kernels import sm_margin
-    from cudattn.distributed import agree, ring
+    from cudattn.distributed import ring
 
-    rng = np.random.default_rng(4600 + world)
-    B, Hq, Hkv, D = 2, 4, 2, 16
+    q, k, v, sinks, kw = _ring_inputs(4600 + world, world, causal, mods)
     zig = causal
-    S = world * (2 if zig else 1) * 6
-    q = rng.standard_normal((B, S, Hq, D)).astype(np.float16)
-    k, v = (rng.standard_normal((B, S, Hkv, D)).astype(np.float16) for _ in range(2))
-    sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
-    kw = {"window_size": mods.get("window"), "softcap": mods.get("softcap")}
     shards = {n: shard_sequence(x, world, zigzag=zig) for n, x in (("k", k), ("v", v))}
 
     margins = []  # the SMs each call leaves free (ring_attention's sm_margin, here the world size)
@@ -396,15 +433,7 @@ def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
                   sinks=None, out=None):
         margins.append(sm_margin.current())
         assert not nccl_state["pending"], "attention queued while an NCCL call was in progress"
-        o, lse = reference.attention(q_.a, k_.a, v_.a, causal=causal, window_size=window_size, softcap=softcap,
-                                     sinks=sinks, return_lse=True)
-        target = out if out is not None else _HostArray(np.empty(q_.shape, q_.dtype))
-        target.a[...] = o
-        return target, _HostArray(lse.astype(np.float32))
-
-    def merge(outs, lses, *, layout, stream):
-        o, lse = reference.merge_attention_states(list(outs.a), list(lses.a))
-        return _HostArray(o.astype(outs.dtype)), _HostArray(lse.astype(np.float32))
+        return _reference_call(q_, k_, v_, causal, window_size, softcap, sinks, out)
 
     bufs = {}
     outs = []
@@ -424,16 +453,8 @@ def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
             bufs[x.ptr] = x
             return x
 
-        monkeypatch.setattr(agree, "DeviceArray", _HostArray)
-        monkeypatch.setattr(ring, "begin", lambda comm, fields, error, ref, what, nb=nb: (nb, 0, 1, 0))
-        monkeypatch.setattr(ring, "new_array", new_array)
-        monkeypatch.setattr(ring, "attention", attention)
-        monkeypatch.setattr(ring, "merge_attention_states", merge)
-        monkeypatch.setattr(ring, "place", lambda dst, src, stream: dst.a.__setitem__(Ellipsis, src.a))
-        monkeypatch.setattr(ring, "stream_wait", lambda *a, **k: None)
-        monkeypatch.setattr(ring, "call_stream", lambda q, s, d: types.SimpleNamespace(handle=0, obj=None))
-        monkeypatch.setattr(ring, "_comm_stream", lambda d, c: 1)
-        monkeypatch.setattr(ring._lifetime, "hold", lambda *a: None)
+        _on_host(monkeypatch, ring, begin=lambda comm, fields, error, ref, what, nb=nb: (nb, 0, 1, 0),
+                 new_array=new_array, attention=attention, merge_attention_states=_reference_merge)
         comm = types.SimpleNamespace(nranks=world, rank=r, ptr=0, device=types.SimpleNamespace(device_id=0))
         mine = [_HostArray(shard_sequence(x, world, zigzag=zig)[r]) for x in (q, k, v)]
         out = ring.ring_attention(*mine, comm, causal=causal, zigzag=zig, sinks=sinks, sm_margin=world, **kw)
@@ -522,7 +543,7 @@ def test_the_ring_backward_driver_on_host_arrays(world, causal, mods, monkeypatc
     import threading
     import types
 
-    from cudattn.distributed import agree, ring_backward
+    from cudattn.distributed import ring_backward
 
     rng = np.random.default_rng(4700 + world)
     B, Hq, Hkv, D = 1, 4, 2, 8
@@ -595,20 +616,10 @@ def test_the_ring_backward_driver_on_host_arrays(world, causal, mods, monkeypatc
     def store(dst, src, stream):
         dst.a[...] = src.a
 
-    for mod in (ring_backward, agree):
-        monkeypatch.setattr(mod, "DeviceArray", _HostArray)
-    monkeypatch.setattr(ring_backward, "new_array", new_array)
-    monkeypatch.setattr(ring_backward, "attention_backward", backward)
-    monkeypatch.setattr(ring_backward, "add_into", add_into)
-    monkeypatch.setattr(ring_backward, "store", store)
-    monkeypatch.setattr(ring_backward, "place", lambda dst, src, stream: dst.a.__setitem__(Ellipsis, src.a))
-    monkeypatch.setattr(ring_backward, "begin", lambda comm, fields, error, ref, what: (
-        error is None or (_ for _ in ()).throw(error)) and (nb, comm.rank, 1, 0))
-    monkeypatch.setattr(ring_backward, "nccl", lambda: (types.SimpleNamespace(FLOAT32=7, SUM=0), nb))
-    monkeypatch.setattr(ring_backward, "stream_wait", lambda *a, **k: None)
-    monkeypatch.setattr(ring_backward, "call_stream", lambda q, s, d: types.SimpleNamespace(handle=0, obj=None))
-    monkeypatch.setattr(ring_backward, "_comm_stream", lambda d, c: 1)
-    monkeypatch.setattr(ring_backward._lifetime, "hold", lambda *a: None)
+    _on_host(monkeypatch, ring_backward, DeviceArray=_HostArray, new_array=new_array, attention_backward=backward,
+             add_into=add_into, store=store, nccl=lambda: (types.SimpleNamespace(FLOAT32=7, SUM=0), nb),
+             begin=lambda comm, fields, error, ref, what: (
+                 error is None or (_ for _ in ()).throw(error)) and (nb, comm.rank, 1, 0))
     monkeypatch.setattr(_HostArray, "memset", lambda self, pattern, stream=None: self.a.fill(0))
     monkeypatch.setattr(_HostArray, "size", property(lambda self: self.a.size), raising=False)
     def rank(r, comm):
@@ -684,6 +695,25 @@ def test_ulysses_backward_lse_to_heads_plan(world):
         np.testing.assert_array_equal(buf["y"].view(np.float64).reshape(B, h, S), lse[:, r * h:(r + 1) * h])
 
 
+class _HostAllGather:
+    """NCCL's all-gather among ``world`` rank threads, on host memory: ``(send, recv, nbytes, dtype,
+    rank, stream)`` with host addresses (the rank stands in for the communicator handle)."""
+
+    def __init__(self, world: int):
+        import threading
+
+        self.world, self.rows, self.barrier = world, {}, threading.Barrier(world)
+
+    def __call__(self, sptr, rptr, nbytes, u8, me, stream):
+        import ctypes
+
+        self.rows[me] = ctypes.string_at(sptr, nbytes)
+        self.barrier.wait()
+        for j in range(self.world):
+            ctypes.memmove(rptr + j * nbytes, self.rows[j], nbytes)
+        self.barrier.wait()
+
+
 class _HostMem(_HostArray):
     """A `_HostArray` whose ``ptr`` is its data's host address, for code that copies by address."""
 
@@ -703,7 +733,6 @@ def test_ulysses_forward_and_backward_drivers_on_host_memory(world, causal, mods
     gradients by the float64 reference (the whole sequence for the rank's heads)."""
     import ctypes
     import queue
-    import threading
     import types
 
     from cudattn.distributed import agree, copies, ulysses
@@ -717,7 +746,6 @@ def test_ulysses_forward_and_backward_drivers_on_host_memory(world, causal, mods
     sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
     kw = {"window_size": mods.get("window"), "softcap": mods.get("softcap")}
     chans = {(a, b): queue.Queue() for a in range(world) for b in range(world)}
-    gathered, barrier = {}, threading.Barrier(world)
 
     def copy2d(dst, dpitch, src, spitch, width, height, stream):
         for r in range(height):
@@ -730,12 +758,7 @@ def test_ulysses_forward_and_backward_drivers_on_host_memory(world, causal, mods
         for j in range(world_):
             ctypes.memmove(recv.ptr + j * n, chans[j, me].get(timeout=10), n)
 
-    def all_gather(sptr, rptr, nbytes, u8, me, stream):
-        gathered[me] = ctypes.string_at(sptr, nbytes)
-        barrier.wait()
-        for j in range(world):
-            ctypes.memmove(rptr + j * nbytes, gathered[j], nbytes)
-        barrier.wait()
+    all_gather = _HostAllGather(world)
 
     def attention(q_, k_, v_, *, return_lse, stream, causal=False, scale=None, softcap=None, window_size=None,
                   sinks=None, alibi_slopes=None):
@@ -891,16 +914,11 @@ def test_the_ring_by_copy_engine_on_host_arrays(world, causal, mods, monkeypatch
     import queue
     import types
 
-    from cudattn.distributed import agree, peer_copy, ring
+    from cudattn.distributed import peer_copy, ring
 
-    rng = np.random.default_rng(4700 + world)
-    B, Hq, Hkv, D = 2, 4, 2, 16
+    q, k, v, sinks, kw = _ring_inputs(4700 + world, world, causal, mods)
     zig = causal
-    S = world * (2 if zig else 1) * 6
-    q = rng.standard_normal((B, S, Hq, D)).astype(np.float16)
-    k, v = (rng.standard_normal((B, S, Hkv, D)).astype(np.float16) for _ in range(2))
-    sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
-    kw = {"window_size": mods.get("window"), "softcap": mods.get("softcap")}
+    B, S, Hkv, D = q.shape[0], q.shape[1], k.shape[2], q.shape[3]
 
     arrays: dict = {}  # id -> array, for the copies' sources
     regions: dict = {}  # fake device address -> bytes of a rank's receive buffer
@@ -957,15 +975,7 @@ def test_the_ring_by_copy_engine_on_host_arrays(world, causal, mods, monkeypatch
     def attention(q_, k_, v_, *, scale, layout, softcap, return_lse, stream, causal=False, window_size=None,
                   sinks=None, out=None):
         assert not np.isnan(k_.a.astype(np.float32)).any(), "a call read a buffer before its K/V arrived"
-        o, lse = reference.attention(q_.a, k_.a, v_.a, causal=causal, window_size=window_size, softcap=softcap,
-                                     sinks=sinks, return_lse=True)
-        target = out if out is not None else _HostArray(np.empty(q_.shape, q_.dtype))
-        target.a[...] = o
-        return target, _HostArray(lse.astype(np.float32))
-
-    def merge(outs, lses, *, layout, stream):
-        o, lse = reference.merge_attention_states(list(outs.a), list(lses.a))
-        return _HostArray(o.astype(outs.dtype)), _HostArray(lse.astype(np.float32))
+        return _reference_call(q_, k_, v_, causal, window_size, softcap, sinks, out)
 
     def buffers_for(comm, nb, handle, u8, dev, stream, n, what):
         r = int(comm.rank)
@@ -973,16 +983,9 @@ def test_the_ring_by_copy_engine_on_host_arrays(world, causal, mods, monkeypatch
         return peer_copy.PeerBuffers(0, n, [base(r, 0), base(r, 1)],
                                      [base((r + 1) % world, 0), base((r + 1) % world, 1)], 0)
 
-    monkeypatch.setattr(agree, "DeviceArray", _HostArray)
-    monkeypatch.setattr(ring, "begin", lambda comm, fields, error, ref, what: (make_nb(int(comm.rank)), 0, 1, 0))
-    monkeypatch.setattr(ring, "new_array", lambda shape, dtype, dev, stream, keep=None: _HostArray(np.empty(shape, dtype)))
-    monkeypatch.setattr(ring, "attention", attention)
-    monkeypatch.setattr(ring, "merge_attention_states", merge)
-    monkeypatch.setattr(ring, "place", lambda dst, src, stream: dst.a.__setitem__(Ellipsis, src.a))
-    monkeypatch.setattr(ring, "stream_wait", lambda *a, **k: None)
-    monkeypatch.setattr(ring, "call_stream", lambda q, s, d: types.SimpleNamespace(handle=0, obj=None))
-    monkeypatch.setattr(ring, "_comm_stream", lambda d, c: 1)
-    monkeypatch.setattr(ring._lifetime, "hold", lambda *a: None)
+    _on_host(monkeypatch, ring, begin=lambda comm, fields, error, ref, what: (make_nb(int(comm.rank)), 0, 1, 0),
+             new_array=lambda shape, dtype, dev, stream, keep=None: _HostArray(np.empty(shape, dtype)),
+             attention=attention, merge_attention_states=_reference_merge)
     monkeypatch.setattr(peer_copy, "buffers_for", buffers_for)
     monkeypatch.setattr(peer_copy, "copy", fake_copy)
     monkeypatch.setattr(peer_copy, "DeviceArray", view_array)
@@ -1097,20 +1100,11 @@ def test_first_call_check_gathers_every_ranks_fields_and_names_the_difference(mo
     """`agree.agree` through `all_gather_rows` (the all-gather stood in for on host memory, a thread
     per rank): ranks whose fields match pass and the communicator is marked checked; a rank whose
     head dim differs makes every rank raise, naming it and the field."""
-    import ctypes
-    import threading
 
     from cudattn.distributed import agree
 
     world = 3
-    gathered, barrier = {}, threading.Barrier(world)
-
-    def all_gather(sptr, rptr, nbytes, u8, me, stream):
-        gathered[me] = ctypes.string_at(sptr, nbytes)
-        barrier.wait()
-        for j in range(world):
-            ctypes.memmove(rptr + j * nbytes, gathered[j], nbytes)
-        barrier.wait()
+    all_gather = _HostAllGather(world)
 
     nb = type("NB", (), {"all_gather": staticmethod(all_gather), "comm_get_async_error": staticmethod(lambda h: 0)})
     monkeypatch.setattr(agree, "to_device", lambda a, device, stream: _HostMem(np.ascontiguousarray(a)))
