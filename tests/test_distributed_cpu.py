@@ -905,23 +905,65 @@ def test_settle_waits_for_a_non_blocking_communicator_and_times_out(monkeypatch)
         agree.settle(nb, 5, "ring_attention")
 
 
+class _StreamSim:
+    """The GPU of every rank as streams of deferred operations: the host code queues, `run` then
+    executes the queues in a random interleaving that keeps each stream's order, a stream wait (an
+    event: the other stream's length when it was queued), and the flags' waits. Kernels and copies
+    read their inputs when they run, so an order the streams do not enforce shows as wrong data.
+    A wait no operation can satisfy fails (a deadlock on the GPU)."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.queues: dict = {}
+        self.done: dict = {}
+        self.flags: dict = {}
+        self.speed: dict = {}
+
+    def put(self, stream, fn, ready=lambda: True):
+        self.queues.setdefault(stream, []).append((fn, ready))
+
+    def stream_wait(self, waiter, waited, *a):
+        n = len(self.queues.get(waited, []))
+        self.put(waiter, lambda: None, lambda: self.done.get(waited, 0) >= n)
+
+    def write_value(self, addr, value, stream):
+        self.put(stream, lambda: self.flags.__setitem__(addr, value))
+
+    def wait_value(self, addr, value, stream):
+        self.put(stream, lambda: None, lambda: self.flags.get(addr, 0) >= value)
+
+    def run(self):
+        while True:
+            heads = [st for st, q in self.queues.items() if self.done.get(st, 0) < len(q)
+                     and q[self.done.get(st, 0)][1]()]
+            if not heads:
+                left = {st: len(q) - self.done.get(st, 0) for st, q in self.queues.items()}
+                assert not any(left.values()), f"the streams deadlocked: {left}"
+                return
+            # each stream a speed of its own, drawn once: some ranks run far ahead of others
+            w = np.array([self.speed.setdefault(h, self.rng.exponential()) for h in heads])
+            st = heads[self.rng.choice(len(heads), p=w / w.sum())]
+            self.queues[st][self.done.get(st, 0)][0]()
+            self.done[st] = self.done.get(st, 0) + 1
+
+
+@pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("world,causal,mods", [(2, True, {}), (3, False, {}), (4, True, {"sinks": 1}),
                                                (4, False, {"window": (7, 3)})])
-def test_the_ring_by_copy_engine_on_host_arrays(world, causal, mods, monkeypatch):
-    """`ring._ring` with ``transport="copy"``, a thread per rank: each rank's predecessor writes the next
-    K/V into its buffers (`peer_copy`'s protocol: "free" before the copy, "done" after), NCCL carries
-    only 4-byte messages, and the result equals the float64 reference on the whole sequence."""
-    import queue
+def test_the_ring_by_copy_engine_on_simulated_streams(world, causal, mods, seed, monkeypatch):
+    """`ring._ring` with ``transport="copy"``: every rank's host code queues its work, then the streams
+    of all ranks run in a random interleaving (`_StreamSim`), copies and flags included. Two calls
+    in a row on two caller streams (the buffers and flag counts carry over), each equal to the
+    float64 reference; and the steps use no NCCL."""
     import types
 
     from cudattn.distributed import peer_copy, ring
 
-    q, k, v, sinks, kw = _ring_inputs(4700 + world, world, causal, mods)
-    zig = causal
-    B, S, Hkv, D = q.shape[0], q.shape[1], k.shape[2], q.shape[3]
-
+    sim = _StreamSim(seed)
+    calls_in = [_ring_inputs(4700 + world + i, world, causal, mods) for i in range(2)]
+    B, S, Hkv, D = calls_in[0][0].shape[0], calls_in[0][0].shape[1], calls_in[0][1].shape[2], calls_in[0][0].shape[3]
     arrays: dict = {}  # id -> array, for the copies' sources
-    regions: dict = {}  # fake device address -> bytes of a rank's receive buffer
+    regions: dict = {}  # fake device address -> bytes of a rank's region
 
     def host(a):
         x = _HostArray(a)
@@ -930,75 +972,82 @@ def test_the_ring_by_copy_engine_on_host_arrays(world, causal, mods, monkeypatch
 
     def region_view(ptr, nbytes):
         base = max(b for b in regions if b <= ptr)
-        off = ptr - base
-        assert off + nbytes <= regions[base].size, "outside a buffer"
-        return regions[base][off:off + nbytes]
+        assert ptr - base + nbytes <= regions[base].size, "outside a region"
+        return regions[base][ptr - base:ptr - base + nbytes]
 
     def fake_copy(dst, src, nbytes, stream):
-        a = np.ascontiguousarray(arrays[src])
-        assert a.nbytes == nbytes
-        region_view(dst, nbytes)[...] = a.reshape(-1).view(np.uint8)
+        def run():
+            a = np.ascontiguousarray(arrays[src])
+            region_view(dst, nbytes)[...] = a.reshape(-1).view(np.uint8)
+        sim.put(stream, run)
 
     def view_array(ptr, shape, dtype, *, device_id, owner):
-        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
-        return host(region_view(ptr, n).view(dtype).reshape(shape))
-
-    nbytes = peer_copy.layout(*(host(np.empty((B, S // world, Hkv, D), np.float16)) for _ in range(2)))[1]
-    base = lambda r, b: (r + 1) << 32 | b << 28  # noqa: E731
-    for r in range(world):
-        for b in range(2):
-            regions[base(r, b)] = np.full(nbytes, 0xFF, np.uint8)  # NaN bits until a copy lands
-    channels = {(a, b): queue.Queue() for a in range(world) for b in range(world)}
-    sent_bytes = []
-
-    def make_nb(r):
-        pending = {"send": [], "recv": []}
-
-        def send(ptr, n, dtype, peer, handle, stream):
-            sent_bytes.append(n)
-            pending["send"].append(peer)
-
-        def recv(ptr, n, dtype, peer, handle, stream):
-            pending["recv"].append(peer)
-
-        def group_end():
-            for peer in pending["send"]:
-                channels[(r, peer)].put(r)
-            for peer in pending["recv"]:
-                assert channels[(peer, r)].get(timeout=20) == peer
-            pending["send"].clear()
-            pending["recv"].clear()
-
-        return types.SimpleNamespace(group_start=lambda: None, group_end=group_end, send=send, recv=recv,
-                                     Comm=lambda p: p, comm_get_async_error=lambda h: 0)
+        return host(region_view(ptr, int(np.prod(shape)) * np.dtype(dtype).itemsize).view(dtype).reshape(shape))
 
     def attention(q_, k_, v_, *, scale, layout, softcap, return_lse, stream, causal=False, window_size=None,
                   sinks=None, out=None):
-        assert not np.isnan(k_.a.astype(np.float32)).any(), "a call read a buffer before its K/V arrived"
-        return _reference_call(q_, k_, v_, causal, window_size, softcap, sinks, out)
+        target = out if out is not None else _HostArray(np.empty(q_.shape, q_.dtype))
+        lse = _HostArray(np.empty((q_.shape[0], q_.shape[2], q_.shape[1]), np.float32))
+
+        def run():
+            assert not np.isnan(k_.a.astype(np.float32)).any(), "a call read a buffer before its K/V arrived"
+            o, ls = _reference_call(q_, k_, v_, causal, window_size, softcap, sinks, None)
+            target.a[...], lse.a[...] = o.a, ls.a
+        sim.put(stream.handle, run)
+        return target, lse
+
+    def merge(outs, lses, *, layout, stream):
+        o = _HostArray(np.empty(outs.shape[1:], outs.dtype))
+        ls = _HostArray(np.empty(lses.shape[1:], np.float32))
+
+        def run():
+            a, b = _reference_merge(outs, lses, layout=layout, stream=stream)
+            o.a[...], ls.a[...] = a.a, b.a
+        sim.put(stream.handle, run)
+        return o, ls
+
+    nbytes = peer_copy.layout(*(host(np.empty((B, S // world, Hkv, D), np.float16)) for _ in range(2)))[1]
+    base = lambda r: (r + 1) << 32  # noqa: E731
+    for r in range(world):
+        regions[base(r)] = np.full(peer_copy._DATA + 2 * nbytes, 0xFF, np.uint8)  # NaN bits until a copy lands
 
     def buffers_for(comm, nb, handle, u8, dev, stream, n, what):
         r = int(comm.rank)
         assert n == nbytes
-        return peer_copy.PeerBuffers(0, n, [base(r, 0), base(r, 1)],
-                                     [base((r + 1) % world, 0), base((r + 1) % world, 1)], 0)
+        return bufs[r], None
 
-    _on_host(monkeypatch, ring, begin=lambda comm, fields, error, ref, what: (make_nb(int(comm.rank)), 0, 1, 0),
+    bufs = [peer_copy.PeerBuffers(0, nbytes, base(r), base((r - 1) % world), base((r + 1) % world))
+            for r in range(world)]
+    results: list = []
+    no_nccl = types.SimpleNamespace(group_start=None, group_end=None, send=None, recv=None)
+    main = lambda r: (f"main{len(results)}", r)  # noqa: E731 (each call its own caller stream)
+    _on_host(monkeypatch, ring, begin=lambda comm, fields, error, ref, what: (no_nccl, 0, 1, main(int(comm.rank))),
              new_array=lambda shape, dtype, dev, stream, keep=None: _HostArray(np.empty(shape, dtype)),
-             attention=attention, merge_attention_states=_reference_merge)
-    monkeypatch.setattr(peer_copy, "buffers_for", buffers_for)
-    monkeypatch.setattr(peer_copy, "copy", fake_copy)
-    monkeypatch.setattr(peer_copy, "DeviceArray", view_array)
+             attention=attention, merge_attention_states=merge, stream_wait=sim.stream_wait,
+             place=lambda dst, src, stream: sim.put(stream, lambda: dst.a.__setitem__(Ellipsis, src.a)),
+             _comm_stream=lambda d, c: ("comm", int(c.rank)))
+    monkeypatch.setattr(ring, "call_stream", lambda q, st, d: types.SimpleNamespace(handle=main(q.rank), obj=None))
+    monkeypatch.setattr(_HostArray, "memset", lambda self, pattern, *, stream=None: sim.put(
+        stream, lambda: self.a.view(np.uint32).__setitem__(Ellipsis, pattern)))
+    for name, fake in (("buffers_for", buffers_for), ("copy", fake_copy), ("DeviceArray", view_array),
+                       ("write_value", sim.write_value), ("wait_value", sim.wait_value)):
+        monkeypatch.setattr(peer_copy, name, fake)
 
-    def rank_body(r, comm):
-        mine = [host(shard_sequence(x, world, zigzag=zig)[r]) for x in (q, k, v)]
-        return ring.ring_attention(*mine, comm, causal=causal, zigzag=zig, sinks=sinks, transport="copy", **kw).a
-
-    outs = _per_rank(world, rank_body)
-    assert sent_bytes and set(sent_bytes) == {4}, "K/V went by NCCL"
-    got = gather_sequence(outs, zigzag=zig).astype(np.float64)
-    want = reference.attention(q, k, v, causal=causal, sinks=sinks, **kw)
-    np.testing.assert_allclose(got, want, rtol=0, atol=4e-3)
+    for q, k, v, sinks, kw in calls_in:
+        outs = []
+        for r in range(world):
+            mine = [host(shard_sequence(x, world, zigzag=causal)[r]) for x in (q, k, v)]
+            mine[0].rank = r
+            outs.append(ring.ring_attention(*mine, types.SimpleNamespace(nranks=world, rank=r, ptr=0,
+                                            device=types.SimpleNamespace(device_id=0)), causal=causal,
+                                            zigzag=causal, sinks=sinks, transport="copy", **kw))
+        results.append((outs, q, k, v, sinks, kw))
+    sim.run()
+    for outs, q, k, v, sinks, kw in results:
+        got = gather_sequence([o.a for o in outs], zigzag=causal).astype(np.float64)
+        want = reference.attention(q, k, v, causal=causal, sinks=sinks, **kw)
+        np.testing.assert_allclose(got, want, rtol=0, atol=4e-3)
+    assert all(b.uses == bufs[0].uses for b in bufs) and sum(bufs[0].uses) > 0
 
 
 def test_ring_transport_is_checked_before_any_gpu_work(monkeypatch):
@@ -1020,47 +1069,62 @@ def test_ring_transport_is_checked_before_any_gpu_work(monkeypatch):
     assert isinstance(seen[0], ValueError)
 
 
-@pytest.mark.parametrize("case", ["one process", "processes", "two hosts", "one cannot map"])
+@pytest.mark.parametrize("case", ["one process", "processes", "two ranks", "two hosts", "one cannot map",
+                                  "no memops", "one cannot allocate"])
 def test_copy_engine_buffers_are_decided_by_every_rank_together(case, monkeypatch):
     """`peer_copy.buffers_for` on a thread per rank, the all-gathers and the driver stood in for: every
-    rank takes the same path, maps its successor's buffers (its addresses in one process, its IPC
-    handles across processes), and frees what it made when any rank cannot."""
+    rank takes the same path and says why not; a rank maps its neighbours' regions (by address in
+    one process, by IPC handle across processes) and frees its own when the ranks cannot share;
+    buffers are reused by smaller calls and replaced together by a larger one."""
     import threading
 
     from cudattn.distributed import peer_copy
 
-    world = 3
+    world = 2 if case == "two ranks" else 3  # two: the previous rank is the next, mapped once
     gathered: dict = {}
     barrier = threading.Barrier(world)
-    released = []
+    freed, closed, synced = [], [], []
 
     def all_gather_rows(nb, handle, u8, world_, row, dev, stream, what):
-        r = nb  # the rank stands in for the bindings
-        gathered[(len(gathered) // world, r)] = row.copy()
+        gathered[(len(gathered) // world, nb)] = row.copy()  # the rank stands in for the bindings
         barrier.wait()
         rows = np.stack([gathered[(len(gathered) // world - 1, i)] for i in range(world)])
         barrier.wait()
         return rows
 
-    pids = {"one process": [7, 7, 7]}.get(case, [7, 8, 9])
-    hosts = [5, 5, 6] if case == "two hosts" else [5, 5, 5]
     local = threading.local()
-    monkeypatch.setattr(peer_copy, "all_gather_rows", all_gather_rows)
-    monkeypatch.setattr(peer_copy, "host_id", lambda: hosts[local.r])
-    monkeypatch.setattr(peer_copy.os, "getpid", lambda: pids[local.r])
-    monkeypatch.setattr(peer_copy, "get_device", lambda d: None)
-    monkeypatch.setattr(peer_copy, "_allocate", lambda n: ([1000 * (local.r + 1), 1000 * (local.r + 1) + 500],
-                                                           1000 * (local.r + 1) + 900,
-                                                           [bytes([local.r, i]) * 32 for i in range(2)]))
-    monkeypatch.setattr(peer_copy, "_enable_peer", lambda me, peer: True)
+    sizes = {}
 
-    def _open(handles):
+    def allocate(n):
+        if case == "one cannot allocate" and local.r == 2:
+            return None, None
+        sizes[local.r] = n
+        return 1000 * (local.r + 1) + n, bytes([local.r]) * peer_copy._HANDLE
+
+    def ipc_open(h, flag):  # the handle names its rank: mapped at 50_000 + 10 * rank
+        import ctypes
+
+        r = ctypes.string_at(h.getPtr(), 1)[0]
         if case == "one cannot map" and local.r == 1:
-            return None
-        return [50_000 + 10 * h[0] + h[1] for h in handles]  # the handle's rank and buffer, mapped
+            return (peer_copy.driver.CUresult.CUDA_ERROR_INVALID_VALUE, 0)
+        return (peer_copy.driver.CUresult.CUDA_SUCCESS, 50_000 + 10 * r)
 
-    monkeypatch.setattr(peer_copy, "_open", _open)
-    monkeypatch.setattr(peer_copy, "_release", lambda dev, mine, unmap: released.append((dev, tuple(mine), tuple(unmap))))
+    monkeypatch.setattr(peer_copy, "all_gather_rows", all_gather_rows)
+    monkeypatch.setattr(peer_copy, "host_id", lambda: [5, 5, 6][local.r] if case == "two hosts" else 5)
+    monkeypatch.setattr(peer_copy, "_PROCESS", 7)
+    monkeypatch.setattr(peer_copy, "get_device", lambda d: None)
+    monkeypatch.setattr(peer_copy, "_allocate", allocate)
+    monkeypatch.setattr(peer_copy, "_memops", lambda d: not (case == "no memops" and local.r == 0))
+    monkeypatch.setattr(peer_copy, "_enable_peer", lambda me, peer: True)
+    monkeypatch.setattr(peer_copy, "_unmap", lambda dev, opened: (closed.extend(opened), opened.clear()))
+    fake_driver = type("D", (), {
+        "CUresult": peer_copy.driver.CUresult, "CUipcMemHandle": peer_copy.driver.CUipcMemHandle,
+        "CUipcMem_flags": peer_copy.driver.CUipcMem_flags, "cuIpcOpenMemHandle": staticmethod(ipc_open),
+        "cuIpcCloseMemHandle": staticmethod(lambda p: closed.append(p)),
+        "cuMemFree": staticmethod(lambda p: freed.append(p) or (peer_copy.driver.CUresult.CUDA_SUCCESS,)),
+        "cuCtxSynchronize": staticmethod(lambda: synced.append(local.r) or (peer_copy.driver.CUresult.CUDA_SUCCESS,))})
+    monkeypatch.setattr(peer_copy, "driver", fake_driver)
+    processes = case != "one process"
 
     class Comm:  # the buffers are kept per communicator object (weakly)
         nranks = world
@@ -1070,30 +1134,55 @@ def test_copy_engine_buffers_are_decided_by_every_rank_together(case, monkeypatc
 
     comms = [Comm(r) for r in range(world)]
 
-    def body(r, _):
-        local.r = r
-        return peer_copy.buffers_for(comms[r], r, 0, 1, r, 0, 4096, "test")
+    def call(n):
+        def body(r, _):
+            local.r = r
+            return peer_copy.buffers_for(comms[r], r, 0, 1, r, 0, n, "test")
+        return _per_rank(world, body)
 
-    got = _per_rank(world, body)
-    if case in ("two hosts", "one cannot map"):
-        assert got == [None] * world
-        assert sorted(r[1] for r in released) == [(1000 * (r + 1), 1000 * (r + 1) + 500, 1000 * (r + 1) + 900)
-                                                  for r in range(world)]  # every rank freed what it made
-        assert all(not r[2] for r in released) or case == "one cannot map"
-        # decided once: a later call takes NCCL at once, with no all-gather
+    if processes:  # each rank a process of its own: the rows carry distinct tokens
+        real = all_gather_rows
+
+        def all_gather_rows(nb, handle, u8, world_, row, dev, stream, what):  # noqa: F811
+            if row.size == peer_copy._WORDS:
+                row = row.copy()
+                row[2] = 100 + nb
+            return real(nb, handle, u8, world_, row, dev, stream, what)
+
+        monkeypatch.setattr(peer_copy, "all_gather_rows", all_gather_rows)
+    got = call(4096)
+    whys = {w for _, w in got}
+    if case in ("two hosts", "one cannot map", "no memops", "one cannot allocate"):
+        assert [b for b, _ in got] == [None] * world and len(whys) == 1 and None not in whys, got
+        assert {"two hosts": "one host", "one cannot map": "map", "no memops": "stream memory",
+                "one cannot allocate": "allocate"}[case] in whys.pop()
+        made = [1000 * (r + 1) + sizes[r] for r in sizes]
+        assert sorted(freed) == sorted(made)  # every rank freed the region it made
+        if case == "one cannot map":  # ranks 0 and 2 closed what they had opened: their neighbours' regions
+            assert sorted(closed) == [50_000, 50_010, 50_010, 50_020]  # rank 0: 2 and 1; rank 2: 1 and 0
         before = len(gathered)
-        assert _per_rank(world, body) == [None] * world and len(gathered) == before
+        again = call(4096)
+        if case == "one cannot allocate":  # may pass next time: asked again
+            assert len(gathered) > before
+        else:  # decided once: a later call takes NCCL at once, with no all-gather
+            assert [b for b, _ in again] == [None] * world and len(gathered) == before
         return
-    for r, bufs in enumerate(got):
-        s = (r + 1) % world
-        assert bufs.local == [1000 * (r + 1), 1000 * (r + 1) + 500] and bufs.flags == 1000 * (r + 1) + 900
-        want = [1000 * (s + 1), 1000 * (s + 1) + 500] if case == "one process" else [50_000 + 10 * s, 50_000 + 10 * s + 1]
-        assert bufs.peer == want, (r, bufs.peer)
-    assert not released
-    before = len(gathered)  # a later call of the same size or smaller reuses them
-    assert [b.local for b in _per_rank(world, lambda r, _: (setattr(local, "r", r),
-            peer_copy.buffers_for(comms[r], r, 0, 1, r, 0, 1024, "test"))[1])] == [b.local for b in got]
-    assert len(gathered) == before
+    for r, (bufs, why) in enumerate(got):
+        p, s = (r - 1) % world, (r + 1) % world
+        assert why is None and bufs.mine == 1000 * (r + 1) + sizes[r]
+        want = ((1000 * (p + 1) + sizes[p], 1000 * (s + 1) + sizes[s]) if not processes
+                else (50_000 + 10 * p, 50_000 + 10 * s))
+        assert (bufs.prev, bufs.succ) == want, (r, bufs.prev, bufs.succ)
+        assert sorted(bufs.opened) == ([] if not processes else sorted(set(want)))
+    assert not freed and not closed
+    opened = sorted(p for b, _ in got for p in b.opened)
+    before = len(gathered)  # a call of the same size or smaller reuses them
+    assert [b for b, _ in call(1024)] == [b for b, _ in got] and len(gathered) == before
+    bigger = call(8192)  # a larger one replaces them: every rank idle, old mappings closed, old regions freed
+    assert all(b is not None and b.nbytes == 8192 for b, _ in bigger)
+    assert sorted(synced) == list(range(world))
+    assert sorted(freed) == sorted(b.mine for b, _ in got)
+    assert sorted(closed) == opened and all(not b.opened for b, _ in got)
 
 
 def test_first_call_check_gathers_every_ranks_fields_and_names_the_difference(monkeypatch):

@@ -441,43 +441,50 @@ def test_ring_on_non_blocking_communicators():
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_ring_by_copy_engine_equals_the_ring_by_nccl(world):
-    """transport="copy" (K/V by the copy engine into the next rank's buffers; ranks as threads of one
-    process, so by peer access) gives the same bits as NCCL's send/receive, on calls that reuse the
-    buffers, a smaller call, and a non-causal one."""
+    """transport="copy" (K/V by the copy engine into the next rank's buffers, ordered by flags; ranks
+    as threads of one process, so by address with peer access) gives the same bits as NCCL's
+    send/receive: calls queued back to back without a host sync, on two caller streams, buffers
+    that grow (a larger shard after a smaller one), causal, full and windowed."""
     _need(world)
     pytest.importorskip("nccl.core")
+    from cuda.core import Device
+
     from cudattn.distributed import ring_attention, shard_sequence
 
     rng = np.random.default_rng(5100 + world)
-    cases = [(True, 2 * world * 160), (True, 2 * world * 160), (True, 2 * world * 64), (False, world * 200)]
-    data = [(causal, [shard_sequence(x, world, zigzag=causal) for x in _case(rng, 2, S, 8, 2, 128)])
-            for causal, S in cases]
+    cases = [(True, 2 * world * 64, None), (True, 2 * world * 160, None), (False, world * 200, None),
+             (True, 2 * world * 160, (150, 0)), (True, 2 * world * 160, None)]
+    data = [(causal, win, [shard_sequence(x, world, zigzag=causal) for x in _case(rng, 2, S, 8, 2, 128)])
+            for causal, S, win in cases]
 
     def rank(r, comm):
-        got = []
-        for causal, shards in data:
+        streams = [Device(r).create_stream() for _ in range(2)]
+        outs = []
+        for i, (causal, win, shards) in enumerate(data):
             qd, kd, vd = (cudattn.to_device(s[r], device=r) for s in shards)
-            by = {t: cudattn.to_host(ring_attention(qd, kd, vd, comm, causal=causal, transport=t))
-                  for t in ("copy", "nccl", "auto")}
-            got.append(by)
-        return got
+            st = streams[i % 2]
+            outs.append({t: ring_attention(qd, kd, vd, comm, causal=causal, window_size=win, transport=t, stream=st)
+                         for t in ("copy", "nccl", "auto")})
+        return [{t: cudattn.to_host(o) for t, o in by.items()} for by in outs]  # the first host sync
 
     outs, errors = _ranks(world, rank)
     assert not errors, errors
     for r, per_case in enumerate(outs):
         for i, by in enumerate(per_case):
+            assert np.isfinite(by["nccl"].astype(np.float32)).all(), (r, i)
             for t in ("copy", "auto"):
                 assert np.array_equal(by[t].view(np.uint16), by["nccl"].view(np.uint16)), (r, i, t)
 
 
-def test_launcher_ring_by_copy_engine_in_processes():
+@pytest.mark.parametrize("world", [2, 4])
+def test_launcher_ring_by_copy_engine_in_processes(world):
     """transport="copy" across processes (CUDA IPC), through the launcher: the rows match the reference."""
-    _need(2)
+    _need(world)
     pytest.importorskip("nccl.core")
     from cudattn.distributed import scaling
 
-    case = {"B": 1, "H": 8, "Hkv": 2, "S": 4 * 512, "D": 128, "dtype": "bfloat16", "causal": True, "seed": 5,
-            "transport": "copy", "sm_margin": 1}
-    row = scaling.measure(case, 2, 3, want_output=True, timeout=300)
-    ok, err, bound = scaling.check_rows(case, 2, row["out"])
+    case = {"B": 1, "H": 8, "Hkv": 2, "S": 2 * world * 256, "D": 128, "dtype": "bfloat16", "causal": True,
+            "seed": 5, "transport": "copy"}
+    row = scaling.measure(case, world, 3, want_output=True, timeout=300)
+    ok, err, bound = scaling.check_rows(case, world, row["out"])
     assert ok, f"off by {err:.3g} > {bound:.3g}"

@@ -3,25 +3,32 @@
 NCCL moves data with a kernel, and a kernel needs SMs, while the Hopper forward kernel keeps one
 CTA on every SM for a whole call: on 4 H200s the call that ran beside a transfer slowed by up to
 2.6 ms a step, and leaving SMs free for NCCL (``sm_margin``) costs every call its share of them.
-Here each rank makes two receive buffers once per communicator (``cuMemAlloc``), shares them by
-CUDA IPC, and its predecessor copies the next step's K/V straight into them
-(``cuMemcpyDtoDAsync`` between peers: the copy engine). NCCL carries only two 4-byte messages a
-step on the ring's stream, one each way: "free" to the predecessor once the calls that read the
-buffer are done, and "done" to the successor once the copy is. Their kernels take one CTA for
-microseconds; with ``sm_margin=1`` (``NCCL_MAX_CTAS=1``) they need not wait for a call to end.
+Here each rank makes one region per communicator (``cuMemAlloc``): two receive buffers and a few
+flags. Its neighbours map it, by CUDA IPC from another process or by address from a thread of
+the same one. A step then needs neither SMs nor NCCL, only stream operations the GPU's front end
+carries out:
 
-Every rank must share one host with its neighbours and reach their buffers: a rank in another
-process maps them by CUDA IPC, a rank that is a thread of the same process uses their addresses
-(peer access). The ranks decide together (two all-gathers when a communicator first needs buffers
-of a size), so that all of them take the same path.
+1. write "free" into the previous rank's flags: this rank's buffer b is no longer read;
+2. wait until the next rank wrote "free" into this rank's flags;
+3. copy K and V into the next rank's buffer b (``cuMemcpyDtoDAsync``: the copy engine);
+4. write "done" into the next rank's flags (the write is fenced after the copy);
+5. wait until the previous rank wrote "done" here: buffer b holds its K/V.
+
+Flags hold the count of a buffer's uses, the same on every rank because every rank makes the same
+calls; waits compare with >= (``cuStreamWaitValue32``, wrap-safe). The ranks decide together
+whether they can share regions (two all-gathers when a communicator first needs buffers of a
+size), so that all of them take the same path.
+
+A region lives as long as the process, or until a larger call replaces it (the ranks then drop
+the old one together: an exporter may not free memory a peer still maps).
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 import socket
 import threading
+import uuid
 import weakref
 import zlib
 
@@ -31,13 +38,18 @@ from cuda.bindings import driver
 from .._arrays.array import DeviceArray
 from .._runtime.device import get_device
 from .._runtime.errors import check
-from .agree import all_gather_rows, settle
+from .agree import all_gather_rows
 
 _HANDLE = driver.CU_IPC_HANDLE_SIZE  # bytes of a CUipcMemHandle
+_FREE, _DONE, _DATA = 0, 128, 256  # offsets in a region: flags (a cache line each kind), then two buffers
 _ALIGN = 256  # V starts this aligned after K in a buffer (TMA wants 16)
+_GEQ = driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ
+_FENCED = driver.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT  # after the stream's earlier writes
+_PROCESS = uuid.uuid4().int & ((1 << 63) - 1)  # this process, told apart from others of one host
 _lock = threading.Lock()
 _by_comm: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # communicator -> PeerBuffers or _NONE
-_NONE = object()  # the ranks found they cannot share buffers (another host, or IPC refused)
+_NONE = object()  # the ranks cannot share regions: another host, no peer access, no stream memory operations
+_WORDS = 6 + _HANDLE // 8  # a rank's row: host, ok, process, device, region address, memops; its IPC handle
 
 
 def host_id() -> int:
@@ -53,43 +65,43 @@ def host_id() -> int:
 def layout(k: DeviceArray, v: DeviceArray) -> tuple[int, int]:
     """(offset of V, bytes) of a buffer holding ``k`` then ``v``."""
     off = -(-k.nbytes // _ALIGN) * _ALIGN
-    return off, off + v.nbytes
+    return off, -(-(off + v.nbytes) // _ALIGN) * _ALIGN
 
 
 class PeerBuffers:
-    """Two receive buffers on this rank (``local``) and the successor's two mapped here (``peer``),
-    ``nbytes`` each, and 8 bytes for the messages (``flags``)."""
+    """This rank's region (``mine``) and its neighbours' as mapped here (``prev``, ``succ``), each two
+    buffers of ``nbytes`` after the flags; ``uses`` counts each buffer's transfers."""
 
-    def __init__(self, device_id: int, nbytes: int, local: list[int], peer: list[int], flags: int):
-        self.device_id, self.nbytes, self.local, self.peer, self.flags = device_id, nbytes, local, peer, flags
+    def __init__(self, device_id: int, nbytes: int, mine: int, prev: int, succ: int, opened: list | None = None):
+        self.device_id, self.nbytes, self.mine, self.prev, self.succ = device_id, nbytes, mine, prev, succ
+        self.opened = opened if opened is not None else []  # the neighbours' regions this process mapped by IPC
+        self.uses = [0, 0]
 
-    def pass_on(self, nb, handle, u8: int, rank: int, world: int, srcs: tuple, b: int, stream: int,
-                what: str) -> None:
-        """Copy ``srcs`` (K, V) into the successor's buffer ``b`` once it says it is free, after telling
-        the predecessor this rank's buffer ``b`` is; then exchange "done". Queued on ``stream``, which
-        must already follow the calls that read this rank's buffer ``b``."""
-        prev, succ = (rank - 1) % world, (rank + 1) % world
+    def buffer(self, region: int, b: int) -> int:
+        return region + _DATA + b * self.nbytes
+
+    def pass_on(self, srcs: tuple, b: int, stream: int, what: str) -> None:
+        """Queue on ``stream`` the step that copies ``srcs`` (K, V) into the next rank's buffer ``b``
+        and receives the previous rank's into this one's (steps 1-5 above). ``stream`` must already
+        follow the calls that read this rank's buffer ``b``."""
         v_at, used = layout(*srcs)
         if used > self.nbytes:
             raise ValueError(f"{what}: K/V of {used} bytes do not fit the ring's {self.nbytes}-byte buffers")
-        _messages(nb, handle, u8, self.flags, to=prev, frm=succ, stream=stream, what=what)  # "free"
+        self.uses[b] += 1
+        n = self.uses[b] & 0xFFFFFFFF
+        flag = 4 * b
+        write_value(self.prev + _FREE + flag, n, stream)
+        wait_value(self.mine + _FREE + flag, n, stream)
         for x, at in zip(srcs, (0, v_at)):
-            copy(self.peer[b] + at, x.ptr, x.nbytes, stream)
-        _messages(nb, handle, u8, self.flags, to=succ, frm=prev, stream=stream, what=what)  # "done"
+            copy(self.buffer(self.succ, b) + at, x.ptr, x.nbytes, stream)
+        write_value(self.succ + _DONE + flag, n, stream)
+        wait_value(self.mine + _DONE + flag, n, stream)
 
     def views(self, b: int, like: tuple) -> tuple:
         """This rank's buffer ``b`` as arrays shaped as ``like`` (K, V)."""
-        offsets = (0, layout(*like)[0])
-        return tuple(DeviceArray(self.local[b] + at, x.shape, x.dtype, device_id=self.device_id, owner=self)
-                     for x, at in zip(like, offsets))
-
-
-def _messages(nb, handle, u8: int, flags: int, *, to: int, frm: int, stream: int, what: str) -> None:
-    nb.group_start()
-    nb.send(flags, 4, u8, to, handle, stream)
-    nb.recv(flags + 4, 4, u8, frm, handle, stream)
-    nb.group_end()
-    settle(nb, handle, what)
+        base = self.buffer(self.mine, b)
+        return tuple(DeviceArray(base + at, x.shape, x.dtype, device_id=self.device_id, owner=self)
+                     for x, at in zip(like, (0, layout(*like)[0])))
 
 
 def copy(dst: int, src: int, nbytes: int, stream: int) -> None:
@@ -97,57 +109,123 @@ def copy(dst: int, src: int, nbytes: int, stream: int) -> None:
     check(driver.cuMemcpyDtoDAsync(dst, src, nbytes, stream), "cuMemcpyDtoDAsync (K/V to the next rank)")
 
 
+def write_value(addr: int, value: int, stream: int) -> None:
+    check(driver.cuStreamWriteValue32(stream, addr, value, _FENCED), "cuStreamWriteValue32 (a ring flag)")
+
+
+def wait_value(addr: int, value: int, stream: int) -> None:
+    check(driver.cuStreamWaitValue32(stream, addr, value, _GEQ), "cuStreamWaitValue32 (a ring flag)")
+
+
 def buffers_for(comm, nb, handle, u8: int, device_id: int, stream: int, nbytes: int, what: str):
-    """The communicator's `PeerBuffers` of at least ``nbytes``, made (collectively: every rank calls
-    this with the same ``nbytes``) when it has none that large; None when the ranks cannot share
-    buffers, which every rank then learns together."""
+    """``(PeerBuffers of at least nbytes, None)``, made collectively (every rank calls this with the
+    same ``nbytes``) when the communicator has none that large; ``(None, why)`` when the ranks
+    cannot share regions, which every rank then learns together."""
     with _lock:
         have = _by_comm.get(comm)
     if have is _NONE:
-        return None
+        return None, "the ranks found they cannot share memory (another host, no peer access or no stream memory operations)"
     if have is not None and have.nbytes >= nbytes:
-        return have
+        return have, None
     world, rank = int(comm.nranks), int(comm.rank)
     get_device(device_id)
-    made = _allocate(nbytes)  # (local pointers, flags, handles) or None
-    row = np.zeros(_WORDS, np.int64)  # host, ok, process, device, the buffers' addresses, their IPC handles
-    row[:4] = host_id(), made is not None, os.getpid(), device_id
-    if made is not None:
-        row[4:6] = made[0]
-        row[6:] = np.frombuffer(b"".join(made[2]), np.int64)
-    rows = all_gather_rows(nb, handle, u8, world, row, device_id, stream, what)
-    succ = rows[(rank + 1) % world]
-    peer, mapped = None, False
-    if (rows[:, 0] == rows[0, 0]).all() and rows[:, 1].all():
-        if succ[2] == os.getpid():  # a thread of this process: its addresses as they are (UVA)
-            peer = [int(p) for p in succ[4:6]] if _enable_peer(device_id, int(succ[3])) else None
-        else:
-            raw = succ[6:].tobytes()
-            peer, mapped = _open([raw[i * _HANDLE:(i + 1) * _HANDLE] for i in range(2)]), True
-    opened = all_gather_rows(nb, handle, u8, world, np.array([peer is not None], np.int64), device_id, stream, what)
-    unmap = peer if mapped and peer else []
-    if not opened.all():
-        _release(device_id, made[0] + [made[1]] if made else [], unmap)
+    if have is not None:  # replaced: no copy may still run, nor a mapping of a neighbour's old region stay
+        check(driver.cuCtxSynchronize(), "cuCtxSynchronize (before the ring's buffers grow)")
+        _unmap(have.device_id, have.opened)
+    region, raw = _allocate(_DATA + 2 * nbytes)
+    row = np.zeros(_WORDS, np.int64)
+    row[:6] = host_id(), region is not None, _PROCESS, device_id, region or 0, _memops(device_id)
+    if raw is not None:
+        row[6:] = np.frombuffer(raw, np.int64)
+    rows = all_gather_rows(nb, handle, u8, world, row, device_id, stream, what)  # also: every old mapping closed
+    if have is not None:
+        check(driver.cuMemFree(have.mine), "cuMemFree (the ring's old buffers)")
+    why = None
+    if not (rows[:, 0] == rows[0, 0]).all():
+        why = "the ranks are not all on one host"
+    elif not rows[:, 5].all():
+        why = "a GPU without stream memory operations (cuStreamWaitValue32)"
+    elif not rows[:, 1].all():
+        why = "a rank could not allocate the ring's buffers"
+    mapped = None if why else _map(rows, rank, world, device_id)
+    opened = all_gather_rows(nb, handle, u8, world, np.array([mapped is not None], np.int64), device_id, stream, what)
+    if why is None and not opened.all():
+        why = "a rank could not map its neighbours' memory (CUDA IPC or peer access refused)"
+    if why is not None:
+        if mapped is not None:
+            _unmap(device_id, mapped[2])
+        if region is not None:
+            check(driver.cuMemFree(region), "cuMemFree (the ring's buffers, not shared)")
         with _lock:
-            _by_comm[comm] = _NONE
-        return None
-    bufs = PeerBuffers(device_id, nbytes, made[0], peer, made[1])
-    weakref.finalize(bufs, _release, device_id, made[0] + [made[1]], unmap)
+            if why != "a rank could not allocate the ring's buffers":  # that one may pass next time
+                _by_comm[comm] = _NONE
+            else:
+                _by_comm.pop(comm, None)
+        return None, why
+    bufs = PeerBuffers(device_id, nbytes, region, *mapped)
+    fin = weakref.finalize(bufs, _unmap, device_id, bufs.opened)  # the region itself stays (see above)
+    fin.atexit = False
     with _lock:
-        _by_comm[comm] = bufs  # the smaller set it replaces goes when its last view does
-    return bufs
+        _by_comm[comm] = bufs
+    return bufs, None
 
 
-_WORDS = 6 + 2 * _HANDLE // 8
+def _memops(device_id: int) -> bool:
+    attr = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1
+    err, value = driver.cuDeviceGetAttribute(attr, driver.CUdevice(device_id))
+    return err == driver.CUresult.CUDA_SUCCESS and bool(value)
+
+
+def _allocate(nbytes: int):
+    """(region address, its IPC handle's bytes) with zeroed flags, or (None, None) where the driver
+    refuses (``cuMemAlloc``: pool memory has no legacy IPC handle)."""
+    err, ptr = driver.cuMemAlloc(nbytes)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        return None, None
+    ptr = int(ptr)
+    err, h = driver.cuIpcGetMemHandle(ptr)
+    if err != driver.CUresult.CUDA_SUCCESS or driver.cuMemsetD8(ptr, 0, _DATA)[0] != driver.CUresult.CUDA_SUCCESS:
+        driver.cuMemFree(ptr)
+        return None, None
+    return ptr, ctypes.string_at(h.getPtr(), _HANDLE)  # read while `h` lives: the bytes are inside it
+
+
+def _map(rows: np.ndarray, rank: int, world: int, device_id: int):
+    """(previous rank's region, next rank's region, the addresses opened by IPC) as seen here, or None
+    where the driver refuses. A thread of this process is reached by its address, with peer access."""
+    got: dict[int, int] = {}
+    opened: list[int] = []
+    try:
+        for r in ((rank - 1) % world, (rank + 1) % world):
+            if r in got:  # two ranks: the previous is the next
+                continue
+            if rows[r, 2] == _PROCESS:
+                if not _enable_peer(device_id, int(rows[r, 3])):
+                    raise RuntimeError("no peer access")
+                got[r] = int(rows[r, 4])
+            else:
+                h = driver.CUipcMemHandle()
+                ctypes.memmove(h.getPtr(), rows[r, 6:].tobytes(), _HANDLE)
+                flag = driver.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
+                got[r] = int(check(driver.cuIpcOpenMemHandle(h, flag), "cuIpcOpenMemHandle"))
+                opened.append(got[r])
+    except Exception:  # noqa: BLE001 (the ranks then agree on NCCL)
+        for p in opened:
+            driver.cuIpcCloseMemHandle(p)
+        return None
+    return got[(rank - 1) % world], got[(rank + 1) % world], opened
 
 
 def _enable_peer(device_id: int, peer_id: int) -> bool:
     """This context reads and writes ``peer_id``'s memory directly (NVLink or PCIe), if it can."""
     if peer_id == device_id:
         return True
-    if not get_device(device_id).can_access_peer(peer_id):
+    try:
+        if not get_device(device_id).can_access_peer(peer_id):
+            return False
+        ctx = check(driver.cuDevicePrimaryCtxRetain(driver.CUdevice(peer_id)), "cuDevicePrimaryCtxRetain")
+    except Exception:  # noqa: BLE001
         return False
-    ctx = check(driver.cuDevicePrimaryCtxRetain(driver.CUdevice(peer_id)), "cuDevicePrimaryCtxRetain")
     try:
         err = driver.cuCtxEnablePeerAccess(ctx, 0)[0]
         return err in (driver.CUresult.CUDA_SUCCESS, driver.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
@@ -155,47 +233,20 @@ def _enable_peer(device_id: int, peer_id: int) -> bool:
         driver.cuDevicePrimaryCtxRelease(driver.CUdevice(peer_id))
 
 
-def _allocate(nbytes: int):
-    """Two buffers and the message bytes (``cuMemAlloc``: pool memory has no legacy IPC handle) and
-    the buffers' IPC handles; None where the driver refuses."""
-    got: list[int] = []
+def _unmap(device_id: int, opened: list[int]) -> None:
+    """Close the IPC mappings of neighbours' regions, in this device's context, leaving the thread's
+    current context as it was."""
+    if not opened:
+        return
     try:
-        for n in (nbytes, nbytes, 8):
-            got.append(int(check(driver.cuMemAlloc(n), f"cuMemAlloc({n} bytes)")))
-        handles = [ctypes.string_at(check(driver.cuIpcGetMemHandle(p), "cuIpcGetMemHandle").getPtr(), _HANDLE)
-                   for p in got[:2]]
-    except Exception:  # noqa: BLE001 (the ranks then agree on NCCL transfers)
-        for p in got:
-            driver.cuMemFree(p)
-        return None
-    return got[:2], got[2], handles
-
-
-def _open(handles: list[bytes]):
-    """The successor's buffers mapped into this context; None where the driver refuses (no peer
-    access, or a process that does not see that GPU)."""
-    ptrs: list[int] = []
-    try:
-        for raw in handles:
-            h = driver.CUipcMemHandle()
-            ctypes.memmove(h.getPtr(), raw, _HANDLE)
-            flag = driver.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
-            ptrs.append(int(check(driver.cuIpcOpenMemHandle(h, flag), "cuIpcOpenMemHandle")))
-    except Exception:  # noqa: BLE001
-        for p in ptrs:
-            driver.cuIpcCloseMemHandle(p)
-        return None
-    return ptrs
-
-
-def _release(device_id: int, local: list[int], peer: list[int]) -> None:
-    """Unmap the successor's buffers and free ours, once the device is idle (a copy may be in flight)."""
-    try:
-        get_device(device_id)
-        driver.cuCtxSynchronize()
-        for p in peer:
-            driver.cuIpcCloseMemHandle(p)
-        for p in local:
-            driver.cuMemFree(p)
+        ctx = check(driver.cuDevicePrimaryCtxRetain(driver.CUdevice(device_id)), "cuDevicePrimaryCtxRetain")
+        check(driver.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+        try:
+            for p in opened:
+                driver.cuIpcCloseMemHandle(p)
+        finally:
+            driver.cuCtxPopCurrent()
+            driver.cuDevicePrimaryCtxRelease(driver.CUdevice(device_id))
     except Exception:  # noqa: BLE001 (interpreter shutdown: the driver may be gone)
         pass
+    opened.clear()

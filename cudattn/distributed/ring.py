@@ -6,8 +6,8 @@ its own it sends that K/V on to ``rank + 1`` and receives the next from ``rank -
 group, into the other of two buffers) while the step's attention calls run on the caller's
 stream; the caller's stream waits for the receive before the next step, and the communication
 stream for the calls that read a buffer before overwriting it. Nothing blocks the host. With
-``transport="copy"`` the copy engine writes the K/V into the next rank's buffers instead and NCCL
-carries only the messages that order it (`peer_copy`).
+``transport="copy"`` the copy engine writes the K/V into the next rank's buffers instead, ordered
+by flags in the ranks' memory (`peer_copy`): no SM and no NCCL in the steps.
 """
 
 from __future__ import annotations
@@ -88,9 +88,10 @@ def ring_attention(q, k, v, comm, *, causal: bool = False, scale: float | None =
     ``NCCL_MAX_CTAS=8`` is best (docs/DISTRIBUTED.md, Speed).
 
     ``transport``: how K/V move. ``"nccl"``: NCCL's send and receive. ``"copy"``: the copy engine
-    into the next rank's buffers, shared by CUDA IPC (ranks of one host; `peer_copy`), NCCL only
-    carrying two 4-byte messages a step; RuntimeError on every rank when the ranks cannot share
-    buffers. ``"auto"``: the copy engine where the ranks can share buffers, else NCCL.
+    into the next rank's buffers (shared by CUDA IPC between processes of one host, by address
+    between threads; `peer_copy`), ordered by stream memory operations on flags: no SM and no NCCL
+    in the steps; RuntimeError on every rank, saying why, when the ranks cannot share buffers.
+    ``"auto"``: the copy engine where the ranks can share buffers, else NCCL.
     """
     return _ring(q, k, v, comm, causal=causal, scale=scale, layout=layout, zigzag=zigzag, softcap=softcap,
                  sinks=sinks, window_size=window_size, alibi_slopes=alibi_slopes, return_lse=return_lse,
@@ -147,10 +148,10 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
 
     xc = None  # the copy engine's buffers (transport "copy" or "auto"), else NCCL into `bufs`
     if exchange and last > 0 and transport != "nccl":
-        xc = _peer_copy.buffers_for(comm, nb, handle, u8, dev, s_main, _peer_copy.layout(k, v)[1], "ring_attention")
+        xc, why = _peer_copy.buffers_for(comm, nb, handle, u8, dev, s_main, _peer_copy.layout(k, v)[1],
+                                         "ring_attention")
         if xc is None and transport == "copy":
-            raise RuntimeError("ring_attention: transport='copy' needs every rank on one host, each able to map "
-                               "the next rank's memory (CUDA IPC); use 'nccl' or 'auto'")
+            raise RuntimeError(f"ring_attention: transport='copy' cannot run here: {why}; use 'nccl' or 'auto'")
     bufs: list = [None, None]  # the two K/V buffers the ring receives into, made when first needed
     mine = chunks_of(rank, world, zigzag)  # the local query chunks, in the shard's order
     # every call's output and LSE go to a slot of its query chunk's stack, merged once at the end
@@ -168,7 +169,7 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
             nxt = None
             if s < last and exchange and xc is not None:
                 stream_wait(s_comm, s_main)  # the calls of step s-1 read buffer (s+1) % 2: done before it is free
-                xc.pass_on(nb, handle, u8, rank, world, (cur_k, cur_v), (s + 1) % 2, s_comm, "ring_attention")
+                xc.pass_on((cur_k, cur_v), (s + 1) % 2, s_comm, "ring_attention")
                 nxt = xc.views((s + 1) % 2, (k, v))
             elif s < last and exchange:
                 if bufs[(s + 1) % 2] is None:
