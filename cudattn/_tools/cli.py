@@ -337,7 +337,8 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                    help="ring attention over this many GPUs of this machine, one process each (needs the "
                         "'distributed' extra); --seqlen is the whole sequence")
     d.add_argument("--sm-margin", type=_nonneg_int, default=0, metavar="N",
-                   help="with --gpus: SMs the ring's attention calls leave free for NCCL's transfers (the ranks get NCCL_MAX_CTAS=N unless it is set)")
+                   help="with --gpus: SMs the ring's attention calls leave free for NCCL's transfers "
+                        "(the ranks get NCCL_MAX_CTAS=N unless it is set)")
     d.add_argument("--arch", type=_arch, default=None,
                    help="compile target when there is no GPU (default sm_90a); with a GPU, the GPU's own")
     d.add_argument("--jobs", type=_positive_int, default=None, help="compile processes (default: the CPU count)")

@@ -104,8 +104,8 @@ def warm(arch: str | Sequence[str], *, jobs: int | None = None, cache: nvrtc_cac
          progress: bool = True) -> WarmReport:
     """Compile every kernel :func:`cudattn._kernels.catalog.all_kernels` lists for ``arch`` (one
     compile target or several, sharing one pool), the ring's accumulators included, into ``cache``
-    (default: the default cache) with ``jobs`` processes (default: the CPUs available). A kernel that fails to compile is reported in the
-    result, and the others still compile."""
+    (default: the default cache) with ``jobs`` processes (default: the CPUs available). A kernel
+    that fails to compile is reported in the result, and the others still compile."""
     t0 = time.perf_counter()
     cache = cache if cache is not None else nvrtc_cache.default_cache()
     archs = [arch] if isinstance(arch, str) else list(arch)

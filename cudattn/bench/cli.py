@@ -66,7 +66,8 @@ def add_arguments(p) -> None:
     p.add_argument("--device", type=_count(0), default=0, metavar="N",
                    help="time on GPU N (the bench runs again seeing that GPU alone)")
     p.add_argument("--sm-margin", type=_count(0), default=0, metavar="N",
-                   help="--grid distributed: SMs the ring's attention calls leave free for NCCL's transfers (the ranks get NCCL_MAX_CTAS=N unless it is set; 8 measured best on H200s)")
+                   help="--grid distributed: SMs the ring's attention calls leave free for NCCL's transfers "
+                        "(the ranks get NCCL_MAX_CTAS=N unless it is set; 8 measured best on H200s)")
     p.add_argument("--plot", metavar="FILE.png", help="draw TFLOP/s against sequence length (needs matplotlib)")
     p.add_argument("--markdown", metavar="FILE.md",
                    help="write the tables as Markdown (docs/PERFORMANCE.md is made this way)")

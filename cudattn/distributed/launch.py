@@ -70,7 +70,8 @@ def run(fn: Callable, world: int, *args, devices: Sequence[int] | None = None, t
     uid = bytes(nccl.get_unique_id())
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(fn, r, world, devices[r], uid, args, results, dict(env or {})), daemon=True)
+    env = dict(env or {})
+    procs = [ctx.Process(target=_rank_main, args=(fn, r, world, devices[r], uid, args, results, env), daemon=True)
              for r in range(world)]
     for p in procs:
         p.start()
