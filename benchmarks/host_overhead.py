@@ -1,4 +1,5 @@
-"""Host time of one warm call on device arrays, from call to return, by the kind of operands.
+"""Host time of one warm call on device arrays, from call to return and from call to its first
+kernel launch (the part that delays the GPU), by the kind of operands.
 
 The shapes are small, so the GPU keeps up and launches never block: what is measured is the call
 path (operands, plan, output allocation) and the launch itself, which bound the speed of small
@@ -66,6 +67,37 @@ def _median_us(call, sync) -> float:
     return statistics.median(times) * 1e6
 
 
+def _median_pre_launch_us(call, sync) -> float:
+    """Median host µs from a call's start to its first cuLaunchKernel (cudattn launches every kernel
+    through ``cudattn._runtime.launch._cuLaunchKernel``, wrapped here; commits without it: skipped)."""
+    from cudattn._runtime import launch as _launch
+
+    real = getattr(_launch, "_cuLaunchKernel", None)
+    if real is None:
+        raise NotImplementedError("this cudattn launches without _runtime.launch._cuLaunchKernel")
+    stamp = [None]
+
+    def stamped(*args):
+        if stamp[0] is None:
+            stamp[0] = time.perf_counter_ns()
+        return real(*args)
+
+    times = []
+    _launch._cuLaunchKernel = stamped
+    try:
+        for i in range(_CALLS):
+            stamp[0] = None
+            t0 = time.perf_counter_ns()
+            call()
+            times.append(stamp[0] - t0)
+            if i % _SYNC_EVERY == _SYNC_EVERY - 1:
+                sync()
+    finally:
+        _launch._cuLaunchKernel = real
+    sync()
+    return statistics.median(times) / 1e3
+
+
 class HostOverhead:
     version = "1"  # what it measures (see _common): bump only when that changes
     params = (["DeviceArray", "torch", "cupy"], ["new_output", "out="])
@@ -91,6 +123,11 @@ class HostOverhead:
         return _median_us(self.call, self.sync)
 
     track_host_overhead_us.unit = "us"
+
+    def track_pre_launch_us(self, operands, output):
+        return _median_pre_launch_us(self.call, self.sync)
+
+    track_pre_launch_us.unit = "us"
 
 
 class HostOverheadKvcache:
@@ -124,3 +161,8 @@ class HostOverheadKvcache:
         return _median_us(self.call, self.sync)
 
     track_host_overhead_us.unit = "us"
+
+    def track_pre_launch_us(self, operands):
+        return _median_pre_launch_us(self.call, self.sync)
+
+    track_pre_launch_us.unit = "us"

@@ -218,3 +218,28 @@ def test_bench_without_gpu_says_so():
         pytest.skip("a GPU is present")
     res = subprocess.run([sys.executable, "-m", "cudattn", "bench", "--grid", "quick"], capture_output=True, text=True)
     assert res.returncode == 2 and "no CUDA GPU" in res.stderr
+
+
+def test_overhead_pre_launch_us_stamps_each_calls_first_launch(monkeypatch):
+    """Host time to the first cuLaunchKernel of a call (a fake clock: 7 µs before it, 3 between two
+    launches, 20 after): 7 µs, two launches a call, and the real launch function put back."""
+    clock = {"ns": 0}
+    launched = []
+    monkeypatch.setattr(overhead.time, "perf_counter_ns", lambda: clock["ns"])
+    monkeypatch.setattr(overhead._launch, "synchronize", lambda h: None)
+    real = lambda *a: launched.append(a) or (0,)  # noqa: E731
+    monkeypatch.setattr(overhead._launch, "_cuLaunchKernel", real)
+
+    def call():
+        clock["ns"] += 7_000
+        overhead._launch._cuLaunchKernel("k1")
+        clock["ns"] += 3_000
+        overhead._launch._cuLaunchKernel("k2")
+        clock["ns"] += 20_000
+
+    res = overhead.pre_launch_us(call, 9, calls=10, repeats=3)
+    assert res["pre_launch_us"] == 7.0 and res["launches_per_call"] == 2.0
+    assert len(launched) == 60 and overhead._launch._cuLaunchKernel is real
+    with pytest.raises(RuntimeError, match="launched no kernel"):
+        overhead.pre_launch_us(lambda: None, 9, calls=2, repeats=1)
+    assert overhead._launch._cuLaunchKernel is real

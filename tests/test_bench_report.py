@@ -95,9 +95,10 @@ def _overhead_rows():
                 "case": case.as_dict()}
         rows += [{**head, "impl": "torch_sdpa", "operands": "torch", "stream": "omitted", "out": False,
                   **m(21.5, 40.0, launch_stream="torch's current stream")},
-                 {**head, "impl": "cudattn", "operands": "cudattn", "stream": "omitted", "out": False, **m(11.25, 30.0)},
+                 {**head, "impl": "cudattn", "operands": "cudattn", "stream": "omitted", "out": False,
+                  **m(11.25, 30.0, pre_launch_us=6.0)},
                  {**head, "impl": "cudattn", "operands": "cudattn", "stream": "omitted", "out": True,
-                  **(m(9.5, 28.0) if problem == "prefill" else {"skipped": "no out= in this cudattn"})},
+                  **(m(9.5, 28.0, pre_launch_us=5.5) if problem == "prefill" else {"skipped": "no out= in this cudattn"})},
                  {**head, "impl": "cudattn", "operands": "torch", "stream": "omitted", "out": False,
                   **m(150.0, 35.0, outlasted_spin=True)},
                  {**head, "impl": "cudattn", "operands": "cupy", "stream": "omitted", "out": False,
@@ -112,13 +113,16 @@ def test_overhead_markdown_and_lines():
     assert md[0] == "## Host time per call (µs)" and "torch SDPA host µs" in text
     lines = [ln for ln in md if ln.startswith("| prefill") or ln.startswith("| decode")]
     assert len(lines) == 6  # per problem: DeviceArray, torch, cupy (out= beside, on the same line)
-    assert "| prefill 1x8x512x64 | cudattn DeviceArray | omitted | cudattn's stream | 11.2 | 9.5 | 30.0 | 28.0 | " \
-           "21.5 | 40.0 |" in text
+    assert "| prefill 1x8x512x64 | cudattn DeviceArray | omitted | cudattn's stream | 11.2 | 9.5 | 6.0 | 5.5 | " \
+           "30.0 | 28.0 | 21.5 | 40.0 |" in text
     assert "150.0*" in text and "skipped: cupy not installed" in text
     assert "| decode 4x8x1/1024x128 | cudattn DeviceArray | omitted | cudattn's stream | 11.2 | " \
-           "skipped: no out= in this cudattn | 30.0 | - |" in text
+           "skipped: no out= in this cudattn | 6.0 | - | 30.0 | - |" in text
+    assert "| prefill 1x8x512x64 | torch.Tensor | omitted | cudattn's stream | 150.0* | - | - | - | 35.0 |" in text
     assert "host    11.2" not in text
     assert report.overhead_line(rows[1]).split("|")[1].split()[0] == "11.2"
+    assert report.overhead_line(rows[1]).split("|")[2].strip() == "6.0"  # before the launch
+    assert report.overhead_line(rows[0]).split("|")[2].strip() == "-"  # torch SDPA: not seen from here
     assert "outlasted" in report.overhead_line(rows[3]) and "skipped: cupy" in report.overhead_line(rows[4])
 
 

@@ -10,7 +10,9 @@ flagged (``outlasted_spin``): the call waits for the GPU (a sync in its path), a
 is not host time alone.
 
 Each variant is also timed as called (`ascalled.single`: events around one call on an idle
-stream, its own stream: the one the call's output was made on).
+stream, its own stream: the one the call's output was made on). cudattn's rows also give the host
+time before the call's first launch (`pre_launch_us`): only that part delays the GPU, while the
+work after the launch (wrapping the output, keeping operands alive) overlaps the kernel.
 """
 
 from __future__ import annotations
@@ -71,6 +73,53 @@ def host_us(fn, stream_handle: int, device_id: int, *, calls: int = CALLS, repea
             return {"host_us": statistics.median(per_call), "host_p90_us": timing.percentile(per_call, 90),
                     "outlasted_spin": outlasted, "calls": calls, "repeats": repeats, "spin_us_per_call": spin_us}
         calls = max(MIN_CALLS, calls // 2)
+
+
+class FirstLaunch:
+    """While entered, the host time (``perf_counter_ns``) of the first kernel launch since ``at`` was
+    last cleared, and the launches counted: cudattn launches every kernel through
+    ``_launch._cuLaunchKernel``, which this wraps (about 0.1 µs a launch, after the stamp)."""
+
+    def __init__(self):
+        self.at, self.count, self.real = None, 0, None
+
+    def __enter__(self):
+        real = self.real = _launch._cuLaunchKernel
+
+        def stamped(*args):
+            if self.at is None:
+                self.at = time.perf_counter_ns()
+            self.count += 1
+            return real(*args)
+
+        _launch._cuLaunchKernel = stamped
+        return self
+
+    def __exit__(self, *exc):
+        _launch._cuLaunchKernel = self.real
+
+
+def pre_launch_us(fn, stream_handle: int, *, calls: int = CALLS, repeats: int = REPEATS) -> dict:
+    """Host µs from the start of a warm call ``fn()`` to its first kernel launch: the part of the
+    host's time that delays the GPU (the rest, after the launch, overlaps the kernel). Median over
+    calls of each batch, median and p90 over ``repeats`` batches; the stream drained between batches
+    so that the launch queue never fills. Also the launches a call makes."""
+    per_batch = []
+    with FirstLaunch() as stamp:
+        for _ in range(repeats):
+            _launch.synchronize(stream_handle)
+            ns = []
+            for _ in range(calls):
+                stamp.at = None
+                t0 = time.perf_counter_ns()
+                fn()
+                if stamp.at is None:
+                    raise RuntimeError("pre_launch_us: the call launched no kernel through cudattn")
+                ns.append(stamp.at - t0)
+            per_batch.append(statistics.median(ns) / 1e3)
+        _launch.synchronize(stream_handle)
+    return {"pre_launch_us": statistics.median(per_batch), "pre_launch_p90_us": timing.percentile(per_batch, 90),
+            "launches_per_call": stamp.count / (calls * repeats)}
 
 
 def _load(kind: str, torch_mod):
@@ -142,11 +191,13 @@ class _Namer:
         return self.names.get(handle, f"stream {handle:#x}")
 
 
-def _measure(fn, stream_handle: int, device_id: int, iters: int) -> dict:
+def _measure(fn, stream_handle: int, device_id: int, iters: int, *, ours: bool = True) -> dict:
     for _ in range(WARM_CALLS):  # kernel loaded, plan cached, memory pools grown
         fn()
     check(driver.cuCtxSynchronize(), "cuCtxSynchronize")  # nothing left over from the last variant
     res = host_us(fn, stream_handle, device_id)
+    if ours:  # torch's launches go through its own runtime calls, out of sight here
+        res.update(pre_launch_us(fn, stream_handle))
     res["as_called_us"] = 1e3 * ascalled.single(lambda i: fn(), stream_handle, iters=iters, warmup=0).median_ms
     return res
 
@@ -201,7 +252,7 @@ def _sdpa_row(problem: str, torch_mod, namer, device_id: int, iters: int) -> dic
     sdpa = torch_mod.nn.functional.scaled_dot_product_attention
     handle = int(torch_mod.cuda.current_stream().cuda_stream)
     try:
-        row.update(_measure(lambda: sdpa(q, k, v), handle, device_id, iters), launch_stream=namer(handle))
+        row.update(_measure(lambda: sdpa(q, k, v), handle, device_id, iters, ours=False), launch_stream=namer(handle))
     except Exception as e:
         row["error"] = _first_line(e)
     return row

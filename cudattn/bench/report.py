@@ -280,19 +280,23 @@ def _us_cell(r: dict | None, key: str, why: bool = True) -> str:
         if not why:
             return "-"
         return ("skipped: " + r["skipped"]) if "skipped" in r else "error: " + r["error"]
+    if key not in r:  # a figure this row has no way to measure (torch's own launches)
+        return "-"
     return f"{r[key]:.1f}" + ("*" if key == "host_us" and r.get("outlasted_spin") else "")
 
 
 def overhead_header() -> str:
     return (f"{'problem':8} {'impl':10} {'operands':8} {'stream=':28} {'out=':5} | {'host us':>8} {'p90':>7} | "
-            f"{'called us':>9} | runs on")
+            f"{'pre-launch':>10} | {'called us':>9} | runs on")
 
 
 def overhead_line(r: dict) -> str:
     line = f"{r['problem']:8} {r['impl']:10} {r['operands']:8} {r['stream']:28} {str(r['out']):5} | "
     if "skipped" in r or "error" in r:
         return line + _us_cell(r, "host_us")
-    return (line + f"{r['host_us']:8.1f} {r['host_p90_us']:7.1f} | {r['as_called_us']:9.1f} | {r['launch_stream']}"
+    pre = f"{r['pre_launch_us']:10.1f}" if "pre_launch_us" in r else f"{'-':>10}"
+    return (line + f"{r['host_us']:8.1f} {r['host_p90_us']:7.1f} | {pre} | {r['as_called_us']:9.1f} | "
+            f"{r['launch_stream']}"
             + ("  (outlasted its spin: the call waits for the GPU)" if r["outlasted_spin"] else ""))
 
 
@@ -314,14 +318,16 @@ def overhead_markdown(rows: list[dict]) -> list[str]:
           f"Host µs: wall clock of {CALLS} back-to-back warm calls over {CALLS}, the GPU held by a spin kernel "
           f"so that every launch is only queued, median of {REPEATS} batches (fewer calls per batch where "
           f"{CALLS} fill the launch queue: the row's `calls` in the JSON). As called µs: CUDA events around "
-          "one call on an idle stream. Prefill: `attention`, float16, q, k, v (B, S, H, D) for cudattn, "
+          "one call on an idle stream. Before launch µs: host time from the call's start to its first kernel "
+          "launch, the part that delays the GPU (cudattn's rows; median over calls of 7 batches). Prefill: `attention`, float16, q, k, v (B, S, H, D) for cudattn, "
           "(B, H, S, D) for torch SDPA (its default backend choice; it takes no out=). Decode: "
           f"`attention_with_kvcache`, contiguous cache, cache_seqlens {list(OVERHEAD_SEQLENS)} (a device "
           "array of the operands' kind); torch SDPA attends to the whole cache. \"runs on\": the stream "
           f"the call's output was made on. *: batches outlasted their spin even at {MIN_CALLS} calls, so the "
           "call waits for the GPU (a sync in its path): more than host time.", "",
-          "| problem | operands | stream= | runs on | host µs | host µs, out= | as called µs | as called µs, out= "
-          "| torch SDPA host µs | torch SDPA as called µs |", "|" + "---|" * 10]
+          "| problem | operands | stream= | runs on | host µs | host µs, out= | before launch µs | "
+          "before launch µs, out= | as called µs | as called µs, out= | torch SDPA host µs | torch SDPA as called µs |",
+          "|" + "---|" * 12]
     groups: dict = {}
     for r in rows:
         if r["impl"] == "cudattn":
@@ -331,9 +337,10 @@ def overhead_markdown(rows: list[dict]) -> list[str]:
         plain, out = g.get(False), g.get(True)
         first = plain or out
         if "skipped" in first and out is None:  # the whole kind is missing: one cell says why
-            cells = [_us_cell(first, "host_us"), "-", "-", "-"]
+            cells = [_us_cell(first, "host_us"), "-", "-", "-", "-", "-"]
         else:
-            cells = [_us_cell(plain, "host_us"), _us_cell(out, "host_us"), _us_cell(plain, "as_called_us", False),
+            cells = [_us_cell(plain, "host_us"), _us_cell(out, "host_us"), _us_cell(plain, "pre_launch_us", False),
+                     _us_cell(out, "pre_launch_us", False), _us_cell(plain, "as_called_us", False),
                      _us_cell(out, "as_called_us", False)]
         md.append(f"| {problem} {label} | {OVERHEAD_KINDS.get(kind, kind)} | {stream} | "
                   f"{first.get('launch_stream', '-')} | " + " | ".join(cells) +
