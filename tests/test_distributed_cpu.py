@@ -1095,7 +1095,7 @@ def test_copy_engine_buffers_are_decided_by_every_rank_together(case, monkeypatc
     local = threading.local()
     sizes = {}
 
-    def allocate(n):
+    def allocate(n, stream):
         if case == "one cannot allocate" and local.r == 2:
             return None, None
         sizes[local.r] = n
@@ -1114,7 +1114,7 @@ def test_copy_engine_buffers_are_decided_by_every_rank_together(case, monkeypatc
     monkeypatch.setattr(peer_copy, "_PROCESS", 7)
     monkeypatch.setattr(peer_copy, "get_device", lambda d: None)
     monkeypatch.setattr(peer_copy, "_allocate", allocate)
-    monkeypatch.setattr(peer_copy, "_memops", lambda d: not (case == "no memops" and local.r == 0))
+    monkeypatch.setattr(peer_copy, "_memops", lambda region, stream: not (case == "no memops" and local.r == 0))
     monkeypatch.setattr(peer_copy, "_enable_peer", lambda me, peer: True)
     monkeypatch.setattr(peer_copy, "_unmap", lambda dev, opened: (closed.extend(opened), opened.clear()))
     fake_driver = type("D", (), {

@@ -132,9 +132,9 @@ def buffers_for(comm, nb, handle, u8: int, device_id: int, stream: int, nbytes: 
     if have is not None:  # replaced: no copy may still run, nor a mapping of a neighbour's old region stay
         check(driver.cuCtxSynchronize(), "cuCtxSynchronize (before the ring's buffers grow)")
         _unmap(have.device_id, have.opened)
-    region, raw = _allocate(_DATA + 2 * nbytes)
+    region, raw = _allocate(_DATA + 2 * nbytes, stream)
     row = np.zeros(_WORDS, np.int64)
-    row[:6] = host_id(), region is not None, _PROCESS, device_id, region or 0, _memops(device_id)
+    row[:6] = host_id(), region is not None, _PROCESS, device_id, region or 0, region is not None and _memops(region, stream)
     if raw is not None:
         row[6:] = np.frombuffer(raw, np.int64)
     rows = all_gather_rows(nb, handle, u8, world, row, device_id, stream, what)  # also: every old mapping closed
@@ -143,10 +143,10 @@ def buffers_for(comm, nb, handle, u8: int, device_id: int, stream: int, nbytes: 
     why = None
     if not (rows[:, 0] == rows[0, 0]).all():
         why = "the ranks are not all on one host"
-    elif not rows[:, 5].all():
-        why = "a GPU without stream memory operations (cuStreamWaitValue32)"
     elif not rows[:, 1].all():
         why = "a rank could not allocate the ring's buffers"
+    elif not rows[:, 5].all():
+        why = "a GPU without stream memory operations (cuStreamWaitValue32)"
     mapped = None if why else _map(rows, rank, world, device_id)
     opened = all_gather_rows(nb, handle, u8, world, np.array([mapped is not None], np.int64), device_id, stream, what)
     if why is None and not opened.all():
@@ -170,21 +170,26 @@ def buffers_for(comm, nb, handle, u8: int, device_id: int, stream: int, nbytes: 
     return bufs, None
 
 
-def _memops(device_id: int) -> bool:
-    attr = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1
-    err, value = driver.cuDeviceGetAttribute(attr, driver.CUdevice(device_id))
-    return err == driver.CUresult.CUDA_SUCCESS and bool(value)
+def _memops(region: int, stream: int) -> bool:
+    """Whether this GPU takes stream memory operations: one write and one wait, on a spare flag (the
+    driver's attribute for them names the old API only)."""
+    spare = region + _DONE + 64
+    ok = driver.CUresult.CUDA_SUCCESS
+    return (driver.cuStreamWriteValue32(stream, spare, 0, _FENCED)[0] == ok
+            and driver.cuStreamWaitValue32(stream, spare, 0, _GEQ)[0] == ok)
 
 
-def _allocate(nbytes: int):
-    """(region address, its IPC handle's bytes) with zeroed flags, or (None, None) where the driver
-    refuses (``cuMemAlloc``: pool memory has no legacy IPC handle)."""
+def _allocate(nbytes: int, stream: int):
+    """(region address, its IPC handle's bytes), or (None, None) where the driver refuses
+    (``cuMemAlloc``: pool memory has no legacy IPC handle). The flags are zeroed on ``stream``,
+    which the all-gather that follows waits for: before any neighbour can write one."""
     err, ptr = driver.cuMemAlloc(nbytes)
     if err != driver.CUresult.CUDA_SUCCESS:
         return None, None
     ptr = int(ptr)
     err, h = driver.cuIpcGetMemHandle(ptr)
-    if err != driver.CUresult.CUDA_SUCCESS or driver.cuMemsetD8(ptr, 0, _DATA)[0] != driver.CUresult.CUDA_SUCCESS:
+    if err != driver.CUresult.CUDA_SUCCESS or \
+            driver.cuMemsetD8Async(ptr, 0, _DATA, stream)[0] != driver.CUresult.CUDA_SUCCESS:
         driver.cuMemFree(ptr)
         return None, None
     return ptr, ctypes.string_at(h.getPtr(), _HANDLE)  # read while `h` lives: the bytes are inside it
