@@ -124,7 +124,8 @@ def buffers_for(comm, nb, handle, u8: int, device_id: int, stream: int, nbytes: 
     with _lock:
         have = _by_comm.get(comm)
     if have is _NONE:
-        return None, "the ranks found they cannot share memory (another host, no peer access or no stream memory operations)"
+        return None, ("the ranks found they cannot share memory (another host, no peer access or no stream "
+                      "memory operations)")
     if have is not None and have.nbytes >= nbytes:
         return have, None
     world, rank = int(comm.nranks), int(comm.rank)
@@ -134,7 +135,8 @@ def buffers_for(comm, nb, handle, u8: int, device_id: int, stream: int, nbytes: 
         _unmap(have.device_id, have.opened)
     region, raw = _allocate(_DATA + 2 * nbytes, stream)
     row = np.zeros(_WORDS, np.int64)
-    row[:6] = host_id(), region is not None, _PROCESS, device_id, region or 0, region is not None and _memops(region, stream)
+    memops = region is not None and _memops(region, stream)
+    row[:6] = host_id(), region is not None, _PROCESS, device_id, region or 0, memops
     if raw is not None:
         row[6:] = np.frombuffer(raw, np.int64)
     rows = all_gather_rows(nb, handle, u8, world, row, device_id, stream, what)  # also: every old mapping closed
