@@ -243,3 +243,52 @@ def test_overhead_pre_launch_us_stamps_each_calls_first_launch(monkeypatch):
     with pytest.raises(RuntimeError, match="launched no kernel"):
         overhead.pre_launch_us(lambda: None, 9, calls=2, repeats=1)
     assert overhead._launch._cuLaunchKernel is real
+
+
+def test_overhead_pre_launch_profiled_pairs_each_marker_with_the_next_launch(monkeypatch):
+    """The profiler's view (a fake torch.profiler whose events are what the calls recorded): marker end
+    to the first launch after it, per call; a call with no launch before the next marker is left out."""
+    import sys
+    import types
+
+    clock = {"us": 0.0}
+    events = []
+
+    def event(name, dur):
+        events.append(types.SimpleNamespace(name=name, time_range=types.SimpleNamespace(
+            start=clock["us"], end=clock["us"] + dur)))
+        clock["us"] += dur
+
+    class Profile:
+        def __init__(self, activities):
+            assert activities == ["CUDA"]
+
+        def __enter__(self):
+            events.clear()
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def events(self):
+            return list(events)
+
+    fake_profiler = types.SimpleNamespace(ProfilerActivity=types.SimpleNamespace(CUDA="CUDA"), profile=Profile)
+    monkeypatch.setitem(sys.modules, "torch.profiler", fake_profiler)
+    stream = types.SimpleNamespace(query=lambda: event("cudaStreamQuery", 1.0))
+    torch_mod = types.SimpleNamespace(cuda=types.SimpleNamespace(current_stream=lambda: stream,
+                                                                 synchronize=lambda: event("cudaDeviceSynchronize", 1.0)))
+    n = {"calls": 0}
+
+    def call():  # 6 us of host work, a launch, 2 us, a second launch; every 4th call launches nothing
+        n["calls"] += 1
+        clock["us"] += 6.0
+        if n["calls"] % 4:
+            event("cuLaunchKernel", 3.0)
+            clock["us"] += 2.0
+            event("cudaLaunchKernel", 3.0)
+
+    res = overhead.pre_launch_profiled_us(call, torch_mod, calls=20)
+    assert res == {"pre_launch_profiled_us": 6.0, "profiled_calls": 15}
+    n["calls"] = 0
+    assert overhead.pre_launch_profiled_us(lambda: None, torch_mod, calls=20) == {}  # no launches seen

@@ -94,7 +94,7 @@ def _overhead_rows():
         head = {"problem": problem, "function": overhead.row_function(problem), "label": case.label(),
                 "case": case.as_dict()}
         rows += [{**head, "impl": "torch_sdpa", "operands": "torch", "stream": "omitted", "out": False,
-                  **m(21.5, 40.0, launch_stream="torch's current stream")},
+                  **m(21.5, 40.0, launch_stream="torch's current stream", pre_launch_profiled_us=12.0)},
                  {**head, "impl": "cudattn", "operands": "cudattn", "stream": "omitted", "out": False,
                   **m(11.25, 30.0, pre_launch_us=6.0)},
                  {**head, "impl": "cudattn", "operands": "cudattn", "stream": "omitted", "out": True,
@@ -114,7 +114,7 @@ def test_overhead_markdown_and_lines():
     lines = [ln for ln in md if ln.startswith("| prefill") or ln.startswith("| decode")]
     assert len(lines) == 6  # per problem: DeviceArray, torch, cupy (out= beside, on the same line)
     assert "| prefill 1x8x512x64 | cudattn DeviceArray | omitted | cudattn's stream | 11.2 | 9.5 | 6.0 | 5.5 | " \
-           "30.0 | 28.0 | 21.5 | 40.0 |" in text
+           "30.0 | 28.0 | 21.5 | 12.0 | 40.0 |" in text
     assert "150.0*" in text and "skipped: cupy not installed" in text
     assert "| decode 4x8x1/1024x128 | cudattn DeviceArray | omitted | cudattn's stream | 11.2 | " \
            "skipped: no out= in this cudattn | 6.0 | - | 30.0 | - |" in text
@@ -122,7 +122,7 @@ def test_overhead_markdown_and_lines():
     assert "host    11.2" not in text
     assert report.overhead_line(rows[1]).split("|")[1].split()[0] == "11.2"
     assert report.overhead_line(rows[1]).split("|")[2].strip() == "6.0"  # before the launch
-    assert report.overhead_line(rows[0]).split("|")[2].strip() == "-"  # torch SDPA: not seen from here
+    assert report.overhead_line(rows[0]).split("|")[2].strip() == "12.0p"  # torch SDPA: through its profiler
     assert "outlasted" in report.overhead_line(rows[3]) and "skipped: cupy" in report.overhead_line(rows[4])
 
 

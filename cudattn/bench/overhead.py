@@ -12,7 +12,10 @@ is not host time alone.
 Each variant is also timed as called (`ascalled.single`: events around one call on an idle
 stream, its own stream: the one the call's output was made on). cudattn's rows also give the host
 time before the call's first launch (`pre_launch_us`): only that part delays the GPU, while the
-work after the launch (wrapping the output, keeping operands alive) overlaps the kernel.
+work after the launch (wrapping the output, keeping operands alive) overlaps the kernel. torch
+SDPA's launches are out of Python's sight: for its rows (and, to compare, cudattn's with cudattn
+or torch operands) torch's profiler gives the same span as CUPTI records it
+(`pre_launch_profiled_us`, CUPTI's own cost included).
 """
 
 from __future__ import annotations
@@ -122,6 +125,37 @@ def pre_launch_us(fn, stream_handle: int, *, calls: int = CALLS, repeats: int = 
             "launches_per_call": stamp.count / (calls * repeats)}
 
 
+PROFILED_CALLS = 100
+
+
+def pre_launch_profiled_us(fn, torch_mod, *, calls: int = PROFILED_CALLS) -> dict:
+    """Host µs from a marker just before ``fn()`` (a ``cudaStreamQuery`` on torch's current stream)
+    to the call's first kernel launch, both as torch's profiler records them (CUPTI notes the host
+    time of every CUDA API call, torch's runtime launches and cudattn's driver launches alike): the
+    one measure that reaches torch SDPA's launches. CUPTI's own cost per API call enters it, so for
+    cudattn it reads above `pre_launch_us`. {} where the profiler gives no such events."""
+    from torch.profiler import ProfilerActivity, profile
+
+    stream = torch_mod.cuda.current_stream()
+    torch_mod.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            stream.query()
+            fn()
+        torch_mod.cuda.synchronize()
+    marks = sorted(e.time_range.end for e in prof.events() if e.name == "cudaStreamQuery")
+    launches = sorted(e.time_range.start for e in prof.events() if "LaunchKernel" in e.name)
+    deltas, j = [], 0
+    for i, m in enumerate(marks):
+        while j < len(launches) and launches[j] < m:
+            j += 1
+        if j < len(launches) and (i + 1 == len(marks) or launches[j] < marks[i + 1]):
+            deltas.append(launches[j] - m)
+    if len(deltas) < calls // 2:
+        return {}
+    return {"pre_launch_profiled_us": statistics.median(deltas), "profiled_calls": len(deltas)}
+
+
 def _load(kind: str, torch_mod):
     """``(to_device(numpy array) -> array of this kind, module)``, or ``(None, why not)``."""
     if kind == "cudattn":
@@ -191,13 +225,18 @@ class _Namer:
         return self.names.get(handle, f"stream {handle:#x}")
 
 
-def _measure(fn, stream_handle: int, device_id: int, iters: int, *, ours: bool = True) -> dict:
+def _measure(fn, stream_handle: int, device_id: int, iters: int, *, ours: bool = True, torch_mod=None) -> dict:
     for _ in range(WARM_CALLS):  # kernel loaded, plan cached, memory pools grown
         fn()
     check(driver.cuCtxSynchronize(), "cuCtxSynchronize")  # nothing left over from the last variant
     res = host_us(fn, stream_handle, device_id)
     if ours:  # torch's launches go through its own runtime calls, out of sight here
         res.update(pre_launch_us(fn, stream_handle))
+    if torch_mod is not None:  # the profiler's view, which sees torch's launches too
+        try:
+            res.update(pre_launch_profiled_us(fn, torch_mod))
+        except Exception as e:  # a torch without a working profiler: the column stays empty
+            res["pre_launch_profiled_error"] = _first_line(e)
     res["as_called_us"] = 1e3 * ascalled.single(lambda i: fn(), stream_handle, iters=iters, warmup=0).median_ms
     return res
 
@@ -212,7 +251,7 @@ def _current_stream(kind: str, mod, device_id: int) -> int:
     return int(_stream.default_stream(device_id).handle)
 
 
-def _cudattn_rows(problem: str, kind: str, to_dev, mod, namer, device_id: int, iters: int):
+def _cudattn_rows(problem: str, kind: str, to_dev, mod, namer, device_id: int, iters: int, torch_mod=None):
     ins, out = _host_operands(problem)
     ops, out_arr = tuple(to_dev(x) for x in ins), to_dev(out)
     streams = [("omitted", {})]
@@ -227,7 +266,8 @@ def _cudattn_rows(problem: str, kind: str, to_dev, mod, namer, device_id: int, i
                 if handle is None:  # where the call runs: the stream its new output was made on
                     handle = None if with_out else _importer.stream_of(fn())
                     handle = _current_stream(kind, mod, device_id) if handle is None else handle
-                row.update(_measure(fn, handle, device_id, iters), launch_stream=namer(handle))
+                profiler = torch_mod if kind in ("cudattn", "torch") else None  # JAX's own CUDA client: left alone
+                row.update(_measure(fn, handle, device_id, iters, torch_mod=profiler), launch_stream=namer(handle))
             except TypeError as e:
                 if with_out and "unexpected keyword argument 'out'" in str(e):
                     row["skipped"] = "no out= in this cudattn"
@@ -252,7 +292,8 @@ def _sdpa_row(problem: str, torch_mod, namer, device_id: int, iters: int) -> dic
     sdpa = torch_mod.nn.functional.scaled_dot_product_attention
     handle = int(torch_mod.cuda.current_stream().cuda_stream)
     try:
-        row.update(_measure(lambda: sdpa(q, k, v), handle, device_id, iters, ours=False), launch_stream=namer(handle))
+        row.update(_measure(lambda: sdpa(q, k, v), handle, device_id, iters, ours=False, torch_mod=torch_mod),
+                   launch_stream=namer(handle))
     except Exception as e:
         row["error"] = _first_line(e)
     return row
@@ -269,7 +310,7 @@ def _rows(problem: str, torch_mod, loaded: dict, namer, device_id: int, iters: i
         if to_dev is None:
             yield {"impl": "cudattn", "operands": kind, "stream": "omitted", "out": False, "skipped": mod}
         else:
-            yield from _cudattn_rows(problem, kind, to_dev, mod, namer, device_id, iters)
+            yield from _cudattn_rows(problem, kind, to_dev, mod, namer, device_id, iters, torch_mod)
 
 
 def run(device_id: int, torch_mod, *, iters: int = 30, progress=None) -> list[dict]:

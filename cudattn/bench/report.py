@@ -294,7 +294,12 @@ def overhead_line(r: dict) -> str:
     line = f"{r['problem']:8} {r['impl']:10} {r['operands']:8} {r['stream']:28} {str(r['out']):5} | "
     if "skipped" in r or "error" in r:
         return line + _us_cell(r, "host_us")
-    pre = f"{r['pre_launch_us']:10.1f}" if "pre_launch_us" in r else f"{'-':>10}"
+    if "pre_launch_us" in r:
+        pre = f"{r['pre_launch_us']:10.1f}"
+    elif "pre_launch_profiled_us" in r:  # torch's launches, seen through its profiler only
+        pre = f"{r['pre_launch_profiled_us']:9.1f}p"
+    else:
+        pre = f"{'-':>10}"
     return (line + f"{r['host_us']:8.1f} {r['host_p90_us']:7.1f} | {pre} | {r['as_called_us']:9.1f} | "
             f"{r['launch_stream']}"
             + ("  (outlasted its spin: the call waits for the GPU)" if r["outlasted_spin"] else ""))
@@ -319,15 +324,19 @@ def overhead_markdown(rows: list[dict]) -> list[str]:
           f"so that every launch is only queued, median of {REPEATS} batches (fewer calls per batch where "
           f"{CALLS} fill the launch queue: the row's `calls` in the JSON). As called µs: CUDA events around "
           "one call on an idle stream. Before launch µs: host time from the call's start to its first kernel "
-          "launch, the part that delays the GPU (cudattn's rows; median over calls of 7 batches). Prefill: `attention`, float16, q, k, v (B, S, H, D) for cudattn, "
+          "launch, the part that delays the GPU (cudattn's rows: its launch function wrapped; median over calls "
+          "of 7 batches). torch SDPA's launches are seen only through torch's profiler (CUPTI): from a "
+          "cudaStreamQuery just before the call to its first launch, median of 100 calls, CUPTI's own cost "
+          "included (the JSON has the same figure for cudattn's rows, `pre_launch_profiled_us`). Prefill: `attention`, float16, q, k, v (B, S, H, D) for cudattn, "
           "(B, H, S, D) for torch SDPA (its default backend choice; it takes no out=). Decode: "
           f"`attention_with_kvcache`, contiguous cache, cache_seqlens {list(OVERHEAD_SEQLENS)} (a device "
           "array of the operands' kind); torch SDPA attends to the whole cache. \"runs on\": the stream "
           f"the call's output was made on. *: batches outlasted their spin even at {MIN_CALLS} calls, so the "
           "call waits for the GPU (a sync in its path): more than host time.", "",
           "| problem | operands | stream= | runs on | host µs | host µs, out= | before launch µs | "
-          "before launch µs, out= | as called µs | as called µs, out= | torch SDPA host µs | torch SDPA as called µs |",
-          "|" + "---|" * 12]
+          "before launch µs, out= | as called µs | as called µs, out= | torch SDPA host µs | "
+          "torch SDPA before launch µs (profiler) | torch SDPA as called µs |",
+          "|" + "---|" * 13]
     groups: dict = {}
     for r in rows:
         if r["impl"] == "cudattn":
@@ -344,7 +353,8 @@ def overhead_markdown(rows: list[dict]) -> list[str]:
                      _us_cell(out, "as_called_us", False)]
         md.append(f"| {problem} {label} | {OVERHEAD_KINDS.get(kind, kind)} | {stream} | "
                   f"{first.get('launch_stream', '-')} | " + " | ".join(cells) +
-                  f" | {_us_cell(sdpa, 'host_us')} | {_us_cell(sdpa, 'as_called_us', False)} |")
+                  f" | {_us_cell(sdpa, 'host_us')} | {_us_cell(sdpa, 'pre_launch_profiled_us', False)} | "
+                  f"{_us_cell(sdpa, 'as_called_us', False)} |")
     return md + [""]
 
 
