@@ -257,6 +257,22 @@ def test_a_failing_rank_stops_the_others():
     assert e.value.rank == 1
 
 
+def _ulysses_case(rng, world: int, mods: dict, with_dout: bool = False):
+    """q, k, v (B=2, 8 query and 4 key heads, D=64, 160 tokens a rank), dout if asked, then sinks and
+    ALiBi slopes where ``mods`` asks for them, drawn in that order."""
+    q, k, v = _case(rng, 2, world * 160, 8, 4, 64)
+    dout = rng.standard_normal(q.shape).astype(BF16) if with_dout else None
+    sinks = rng.uniform(-1, 2, 8).astype(np.float32) if mods.get("sinks") else None
+    alibi = rng.uniform(0.01, 0.3, 8).astype(np.float32) if mods.get("alibi") else None
+    return q, k, v, dout, sinks, alibi
+
+
+def _per_head_on(dev: int, sinks, alibi) -> dict:
+    """The per-head keyword arrays (``sinks``, ``alibi_slopes``) on GPU ``dev``, None where absent."""
+    return {n: None if x is None else cudattn.to_device(x, device=dev)
+            for n, x in (("sinks", sinks), ("alibi_slopes", alibi))}
+
+
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("causal,mods", [(False, {}), (True, {}), (True, {"window": (90, 0), "softcap": 10.0}),
                                          (False, {"alibi": 1, "sinks": 1})])
@@ -265,19 +281,13 @@ def test_ulysses_equals_attention_on_the_whole_sequence(world, causal, mods):
     pytest.importorskip("nccl.core")
     from cudattn.distributed import gather_sequence, shard_sequence, ulysses_attention
 
-    rng = np.random.default_rng(4400 + world)
-    B, Hq, Hkv, D = 2, 8, 4, 64
-    S = world * 160
-    q, k, v = _case(rng, B, S, Hq, Hkv, D)
-    sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
-    alibi = rng.uniform(0.01, 0.3, Hq).astype(np.float32) if mods.get("alibi") else None
+    q, k, v, _, sinks, alibi = _ulysses_case(np.random.default_rng(4400 + world), world, mods)
     kw = {"softcap": mods.get("softcap"), "window_size": mods.get("window"), "sinks": sinks, "alibi_slopes": alibi}
     shards = [shard_sequence(x, world, zigzag=False) for x in (q, k, v)]
 
     def rank(r, comm):
         dev = [cudattn.to_device(s[r], device=r) for s in shards]
-        extra = {n: None if x is None else cudattn.to_device(x, device=r)
-                 for n, x in (("sinks", sinks), ("alibi_slopes", alibi))}
+        extra = _per_head_on(r, sinks, alibi)
         o, lse = ulysses_attention(*dev, comm, causal=causal, softcap=kw["softcap"], window_size=kw["window_size"],
                                    return_lse=True, **extra)
         return cudattn.to_host(o), cudattn.to_host(lse)
@@ -368,20 +378,13 @@ def test_ulysses_backward_equals_the_whole_sequence_gradients(world, causal, mod
     from cudattn.distributed import gather_sequence, shard_sequence, ulysses_attention, ulysses_attention_backward
     from cudattn.reference.rule import gradient_eps
 
-    rng = np.random.default_rng(4950 + world)
-    B, Hq, Hkv, D = 2, 8, 4, 64
-    S = world * 160
-    q, k, v = _case(rng, B, S, Hq, Hkv, D)
-    dout = rng.standard_normal(q.shape).astype(BF16)
-    sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
-    alibi = rng.uniform(0.01, 0.3, Hq).astype(np.float32) if mods.get("alibi") else None
+    q, k, v, dout, sinks, alibi = _ulysses_case(np.random.default_rng(4950 + world), world, mods, with_dout=True)
     kw = {"window_size": mods.get("window")}
     shards = [shard_sequence(x, world, zigzag=False) for x in (dout, q, k, v)]
 
     def rank(r, comm):
         do, qd, kd, vd = (cudattn.to_device(s[r], device=r) for s in shards)
-        extra = {n: None if x is None else cudattn.to_device(x, device=r)
-                 for n, x in (("sinks", sinks), ("alibi_slopes", alibi))}
+        extra = _per_head_on(r, sinks, alibi)
         out, lse = ulysses_attention(qd, kd, vd, comm, causal=causal, return_lse=True, **extra, **kw)
         return [cudattn.to_host(g) for g in ulysses_attention_backward(do, qd, kd, vd, out, lse, comm,
                                                                        causal=causal, **extra, **kw)]

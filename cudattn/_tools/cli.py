@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from .._runtime import device as _device
+from .argtypes import at_least
 
 EXIT_USAGE = 2
 DEFAULT_ARCH = "sm_90a"  # cache warm's and export's target when --arch is not given
@@ -71,23 +72,8 @@ def _arch(text: str) -> str:
     return text
 
 
-def _at_least(minimum: int, what: str):
-    """An argparse type: an int >= ``minimum``, else the message "expected ``what``; got ..."."""
-
-    def parse(text: str) -> int:
-        try:
-            n = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}; got {text!r}") from None
-        if n < minimum:
-            raise argparse.ArgumentTypeError(f"expected {what}; got {n}")
-        return n
-
-    return parse
-
-
-_positive_int = _at_least(1, "a positive integer")
-_nonneg_int = _at_least(0, "an integer >= 0")
+_positive_int = at_least(1, "a positive integer")
+_nonneg_int = at_least(0, "an integer >= 0")
 
 
 def _why_no_gpu() -> str:

@@ -9,6 +9,7 @@ import time
 
 from . import grids
 from .._runtime import device as _device
+from .._tools.argtypes import at_least
 
 
 def _shape(text: str) -> str:
@@ -23,18 +24,7 @@ def _shape(text: str) -> str:
 
 
 def _count(minimum: int):
-    import argparse
-
-    def parse(text: str) -> int:
-        try:
-            n = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer; got {text!r}") from None
-        if n < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}; got {n}")
-        return n
-
-    return parse
+    return at_least(minimum, f"an integer >= {minimum}")
 
 
 def add_arguments(p) -> None:
