@@ -75,7 +75,9 @@ class Block:
 
     def __del__(self):
         ptr, self.ptr = self.ptr, 0
-        if ptr:
+        if not ptr:
+            return
+        try:
             d = self.device_id
             if d is not None:
                 key = (d, self.stream, self.nbytes)
@@ -88,6 +90,8 @@ class Block:
                     kept.append((ptr, self.keep, self.ctx))
                     return
             _free(ptr, self.stream, self.ctx)
+        except Exception:  # interpreter shutdown: this module's globals may be gone already
+            pass
 
 
 def _free(ptr: int, stream: int, ctx) -> None:

@@ -32,7 +32,7 @@ from .._runtime.stream import StreamRef, is_capturing
 from .._spec.geometry import span as _span
 from . import replay as _replay
 from .._arrays.array import DeviceArray
-from .._arrays.importer import OTHER, adapt, kind_of
+from .._arrays.importer import JAX, adapt, kind_of
 from .operands import check_addresses, check_one_device, consumer_stream, order_and_hold
 
 __all__ = ["Call", "RecordedCall"]
@@ -74,7 +74,7 @@ class Call:
         ops = [a]
         sig = [(t, a.shape, a.strides, a.dtype, a.device_id, a.readonly)]
         h = a.stream_handle
-        unordered = h != consumer and h is not None or t is not DeviceArray and kind_of(x) == OTHER
+        unordered = h != consumer and h is not None or t is not DeviceArray and kind_of(x) >= JAX
         current = None if t is DeviceArray else (t, a.device_id, h)  # its package's current stream, asked once
         for i in range(1, len(objs)):
             x = objs[i]
@@ -87,7 +87,7 @@ class Call:
             ops.append(a)
             sig.append((t, a.shape, a.strides, a.dtype, a.device_id, a.readonly))
             h = a.stream_handle
-            if h != consumer and h is not None or t is not DeviceArray and kind_of(x) == OTHER:
+            if h != consumer and h is not None or t is not DeviceArray and kind_of(x) >= JAX:
                 unordered = True
         self.consumer, self.keep, self.ops, self.sig, self.unordered = consumer, keep, ops, tuple(sig), unordered
 
