@@ -6,11 +6,13 @@ through cuda.core's ``StridedMemoryView`` (its torch fast path, DLPack, CUDA Arr
 0.9 us for the view and its reads on an H100 host, where torch's own accessors take 1.7 us for
 the same facts. A torch FP8 tensor (the view sees uint8) is read through torch's accessors,
 keeping its dtype; a negated torch view (its bytes hold -x, which the view would hand over as x)
-is refused. What neither takes goes through `_importer.as_device_array`, as do
-arrays of every other producer (JAX, Numba, any DLPack or CAI object): that importer validates
-each field of a foreign producer and names what is wrong, where cuda.core 1.2, handed a malformed
-DLPack capsule by a fuzzed producer, returned without raising and left the interpreter's error
-state inconsistent (a SystemError at the next call, not an error the caller could catch).
+is refused. JAX arrays take the view's DLPack import too, with the call's stream as the consumer
+(JAX orders its pending writes before it). What none of these takes goes through
+`protocols.as_device_array`, as do arrays of every other producer (Numba, any DLPack or CAI
+object): that importer validates each field of a foreign producer and names what is wrong, where
+cuda.core 1.2, handed a malformed DLPack capsule by a fuzzed producer, returned without raising
+and left the interpreter's error state inconsistent (a SystemError at the next call, not an
+error the caller could catch).
 
 Streams follow nvmath-python's rule (docs/DESIGN.md, "Streams"): each operand's
 ``stream_handle`` is the stream its package knows it by: torch's or CuPy's current stream for
@@ -36,8 +38,8 @@ from .protocols import as_device_array, device_id_of, is_device_array_like, stre
 from .._spec.geometry import c_strides as _c_strides
 from .._runtime.stream import CU_STREAM_LEGACY
 
-__all__ = ["OTHER", "TORCH", "CUPY", "CUDATTN", "JAX", "adapt", "as_device_array", "current_stream", "current_stream_owner",
-           "device_id_of", "is_device_array_like", "kind_of", "stream_of"]
+__all__ = ["OTHER", "TORCH", "CUPY", "CUDATTN", "JAX", "adapt", "as_device_array", "current_stream",
+           "current_stream_owner", "device_id_of", "is_device_array_like", "kind_of", "stream_of"]
 
 # JAX and other producers (kinds >= JAX) know no consumer stream: they order their work before it
 # through DLPack's handshake, and the call holds their arrays until its work is done.
