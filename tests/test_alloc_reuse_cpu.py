@@ -2,8 +2,9 @@
 
 A warm call's dropped output is kept by (device, stream, size) and serves the next allocation of
 that size on that stream with no driver call; only allocations known to be outside graph capture
-take part, only on streams that outlive the block, and the kept ones are bounded and go back to
-the pool on `release_kept` (empty_cache, out of memory).
+take part, only on lasting streams (the legacy default stream, cudattn's own), and the kept ones
+are bounded, kept under a lock, and go back to the pool on `release_kept` (empty_cache, out of
+memory) except on a stream that captures a graph at that moment.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from cudattn._arrays import alloc
 
 OK = driver.CUresult.CUDA_SUCCESS
 OOM = driver.CUresult.CUDA_ERROR_OUT_OF_MEMORY
-STREAM, OTHER = 0x1000, 0x2000
+STREAM, OTHER, PASSING = 0x1000, 0x2000, 0x3000  # two lasting streams (cudattn's own), and another
 OWNER = object()  # a stream owner (a cuda.core Stream, say) the block holds
 
 
@@ -26,6 +27,7 @@ class _Pool:
         self.log = []
         self.next_ptr = 1 << 30
         self.oom = 0  # allocations to refuse
+        self.capturing = set()  # streams capturing a graph
 
     def alloc(self, nbytes, pool, stream):
         if self.oom:
@@ -49,6 +51,8 @@ def pool(monkeypatch):
     monkeypatch.setattr(alloc, "_pools", {0: "pool", 1: "pool"})
     monkeypatch.setattr(alloc, "_kept", {})
     monkeypatch.setattr(alloc, "_kept_bytes", {})
+    monkeypatch.setattr(alloc, "LASTING_STREAMS", {0, 1, STREAM, OTHER})
+    monkeypatch.setattr(alloc, "is_capturing", lambda s: s in p.capturing)
     ctx = driver.CUcontext(0x77)
     monkeypatch.setattr(alloc.driver, "cuCtxGetCurrent", lambda: (OK, ctx))
     return p
@@ -65,7 +69,7 @@ def test_a_dropped_block_serves_the_next_allocation_of_its_size_on_its_stream(po
     gc.collect()
     assert [e[0] for e in pool.log] == ["alloc"]  # kept, not freed
     again = _take()
-    assert again.ptr == ptr and again.stream == STREAM and again.keep is OWNER
+    assert again.ptr == ptr and again.stream == STREAM
     assert [e[0] for e in pool.log] == ["alloc"]  # no driver call for the second
     assert alloc._kept_bytes[0] == 0
 
@@ -80,11 +84,11 @@ def test_no_reuse_across_streams_sizes_or_devices(pool):
 
 
 @pytest.mark.parametrize("case", ["reuse not asked (capture not ruled out)", "per-thread default stream",
-                                  "a raw handle with no owner"])
+                                  "a stream that may be destroyed (its handle given to a new one)"])
 def test_blocks_that_may_not_be_kept_are_freed_on_their_stream(pool, case):
     stream, keep, reuse = {"reuse not asked (capture not ruled out)": (STREAM, OWNER, False),
                            "per-thread default stream": (2, None, True),
-                           "a raw handle with no owner": (STREAM, None, True)}[case]
+                           "a stream that may be destroyed (its handle given to a new one)": (PASSING, OWNER, True)}[case]
     b = _take(stream=stream, keep=keep, reuse=reuse)
     ptr = b.ptr
     del b
@@ -111,6 +115,24 @@ def test_kept_blocks_are_bounded_by_count_and_bytes(pool, monkeypatch):
     big_ptr = big.ptr
     del big
     assert pool.log[-1] == ("free", big_ptr, STREAM)  # past the device's byte budget
+
+
+def test_a_block_dropped_while_another_thread_holds_the_lock_is_freed(pool):
+    b = _take()
+    ptr = b.ptr
+    with alloc._kept_lock:  # as if another thread were taking or keeping a block now
+        del b
+    assert pool.log[-1] == ("free", ptr, STREAM) and not any(alloc._kept.values())
+
+
+def test_a_capturing_streams_kept_blocks_stay_kept(pool):
+    a, b = _take(), _take(stream=OTHER)
+    pa, pb = a.ptr, b.ptr
+    del a, b
+    pool.capturing.add(OTHER)  # another thread captures a graph on OTHER: a free there would join it
+    assert alloc.release_kept(0) == {STREAM}
+    assert [e for e in pool.log if e[0] == "free"] == [("free", pa, STREAM)]
+    assert _take(stream=OTHER).ptr == pb and alloc._kept_bytes[0] == 0
 
 
 def test_release_kept_frees_them_on_their_streams(pool):

@@ -9,6 +9,7 @@ import pytest
 
 import cudattn
 from cudattn._arrays import alloc as _alloc
+from cudattn._runtime import stream as _stream
 from _callpath_cases import F16, SPIN, _check_attention, _qkv, _rng
 
 pytestmark = pytest.mark.gpu
@@ -33,22 +34,23 @@ def test_a_dropped_output_serves_the_next_call_on_its_stream():
 
 
 def test_an_output_still_read_on_another_stream_is_not_reused(torch):
-    """``a`` made on stream A is the query of a call on B queued behind a 0.2 s spin; dropped by
-    the caller at once, it stays held until B's call is done, so the next calls on A (same size)
-    must take other memory: else they overwrite what B has not read yet."""
+    """``a``, made on cudattn's stream (a lasting stream, where dropped outputs are kept), is the
+    query of a call on torch stream B queued behind a 0.2 s spin; dropped by the caller at once, it
+    stays held until B's call is done, so the next calls on cudattn's stream (same size) must take
+    other memory: else they overwrite what B has not read yet."""
     rng = _rng()
     q, k, v = _qkv(rng, 1, 256, 256, 4, 4, 64)
-    A, B = torch.cuda.Stream(), torch.cuda.Stream()
-    core_a = A.cuda_stream
-    qd, kd, vd = (cudattn.to_device(x, stream=core_a) for x in (q, k, v))
-    cudattn.attention(qd, kd, vd, stream=A)  # the full path; A's blocks hold its owner, so they may be kept
-    a = cudattn.attention(qd, kd, vd, stream=A)
+    B = torch.cuda.Stream()
+    qd, kd, vd = (cudattn.to_device(x) for x in (q, k, v))
+    cudattn.attention(qd, kd, vd)  # the full path
+    a = cudattn.attention(qd, kd, vd)  # warm: a block that is kept when dropped
+    assert a.stream_handle in _stream.LASTING_STREAMS
     a_ptr, host_a = a.ptr, cudattn.to_host(a)
     with torch.cuda.stream(B):
         torch.cuda._sleep(SPIN)
     b = cudattn.attention(a, kd, vd, stream=B)  # reads a after the spin
     del a
-    later = [cudattn.attention(qd, kd, vd, stream=A) for _ in range(3)]
+    later = [cudattn.attention(qd, kd, vd) for _ in range(3)]
     assert all(x.ptr != a_ptr for x in later), "a block still read on another stream was handed out again"
     assert not B.query(), "B finished before the check: the test proves nothing (spin too short)"
     torch.cuda.synchronize()

@@ -12,10 +12,13 @@ asks for that size on that stream takes it with no driver call (as PyTorch's cac
 reuses a block on its stream). Stream order makes this as safe as the pool's own reuse on the
 stream: the new owner's work queues after everything the old owner queued there. Blocks come
 back this way only where the allocation was known to be outside graph capture (``reuse=True``)
-and the stream outlives the block (a default stream other than the per-thread one, or a stream
-whose owner the block holds); the kept ones are bounded (``KEEP_PER_SIZE`` a size, ``KEEP_BYTES``
-a device) and go back to the pool at :func:`release_kept` (`cudattn.empty_cache`, out of memory).
-With a busy stream the pool's calls cost several microseconds each on the host.
+and on streams that stay the same stream for the life of the process
+(`_runtime.stream.LASTING_STREAMS`: the legacy default stream and cudattn's own; another stream
+may be destroyed and its handle given to a new one, which would not be ordered after the old
+work). The kept ones are bounded (``KEEP_PER_SIZE`` a size, ``KEEP_BYTES`` a device), kept under
+a lock (a block dropped while another thread holds it is freed instead), and go back to the pool
+at :func:`release_kept` (`cudattn.empty_cache`, out of memory), except on a stream that captures
+a graph at that moment. With a busy stream the pool's calls cost several microseconds each.
 
 No call here synchronises the host on the normal path. Out of memory, the pool is trimmed and the
 allocation tried again; then, unless the stream is capturing a CUDA graph, the allocating stream
@@ -28,11 +31,13 @@ cudattn allocates there only workspaces, freed before the call returns.
 
 from __future__ import annotations
 
+import threading
+
 from cuda.bindings import driver
 
 from .._runtime.device import get_device
 from .._runtime.errors import OutOfMemoryError, check
-from .._runtime.stream import is_capturing
+from .._runtime.stream import LASTING_STREAMS, is_capturing
 
 __all__ = ["Block", "allocate", "pool_of", "release_kept", "trim"]
 
@@ -45,12 +50,12 @@ _pools: dict[int, object] = {}  # device id -> driver.CUmemoryPool
 
 
 _SPECIAL_STREAMS = (0, 1, 2)  # the legacy and per-thread default streams: the current context's
-_PER_THREAD = 2  # CU_STREAM_PER_THREAD: another stream in each thread, so never a key for reuse
 
 KEEP_PER_SIZE = 4  # blocks kept for reuse per (device, stream, size)
 KEEP_BYTES = 256 << 20  # bytes kept for reuse per device
-_kept: dict[tuple[int, int, int], list] = {}  # (device id, stream, bytes) -> [(ptr, keep, ctx), ...]
+_kept: dict[tuple[int, int, int], list] = {}  # (device id, stream, bytes) -> [(ptr, ctx), ...]
 _kept_bytes: dict[int, int] = {}  # device id -> bytes in _kept
+_kept_lock = threading.Lock()
 
 
 class Block:
@@ -79,16 +84,17 @@ class Block:
             return
         try:
             d = self.device_id
-            if d is not None:
-                key = (d, self.stream, self.nbytes)
-                kept = _kept.get(key)
-                if kept is None:
-                    kept = _kept.setdefault(key, [])
-                total = _kept_bytes.get(d, 0) + self.nbytes
-                if len(kept) < KEEP_PER_SIZE and total <= KEEP_BYTES:
-                    _kept_bytes[d] = total
-                    kept.append((ptr, self.keep, self.ctx))
-                    return
+            # never wait for the lock: a collection can run this inside `allocate` on this thread
+            if d is not None and _kept_lock.acquire(blocking=False):
+                try:
+                    kept = _kept.setdefault((d, self.stream, self.nbytes), [])
+                    total = _kept_bytes.get(d, 0) + self.nbytes
+                    if len(kept) < KEEP_PER_SIZE and total <= KEEP_BYTES:
+                        _kept_bytes[d] = total
+                        kept.append((ptr, self.ctx))
+                        return
+                finally:
+                    _kept_lock.release()
             _free(ptr, self.stream, self.ctx)
         except Exception:  # interpreter shutdown: this module's globals may be gone already
             pass
@@ -109,20 +115,28 @@ def _free(ptr: int, stream: int, ctx) -> None:
 
 
 def release_kept(device_id: int) -> set:
-    """Free the blocks kept for reuse on ``device_id`` (stream-ordered, on their streams); returns
-    those streams."""
-    streams = set()
-    for key in [k for k in _kept if k[0] == device_id]:
-        kept = _kept.get(key) or []
-        while kept:
-            try:
-                ptr, _keep, ctx = kept.pop()
-            except IndexError:  # another thread took the last one
-                break
-            _kept_bytes[device_id] = _kept_bytes.get(device_id, 0) - key[2]
-            _free(ptr, key[1], ctx)
-            streams.add(key[1])
-    return streams
+    """Free the blocks kept for reuse on ``device_id`` (stream-ordered, on their streams) but those
+    of a stream that captures a graph now (a free there would join the graph); returns the streams
+    freed on."""
+    capturing = {}
+    with _kept_lock:
+        taken = []
+        for key in list(_kept):
+            if key[0] != device_id or not _kept[key]:
+                continue
+            s = key[1]
+            if s not in capturing:
+                try:
+                    capturing[s] = is_capturing(s)
+                except Exception:  # the query itself refused (another thread's global capture): leave them
+                    capturing[s] = True
+            if not capturing[s]:
+                blocks = _kept.pop(key)
+                _kept_bytes[device_id] = _kept_bytes.get(device_id, 0) - key[2] * len(blocks)
+                taken.extend((ptr, s, ctx) for ptr, ctx in blocks)
+    for ptr, s, ctx in taken:  # outside the lock: a free never waits for it
+        _free(ptr, s, ctx)
+    return {s for _, s, _ in taken}
 
 
 def pool_of(device_id: int):
@@ -138,18 +152,18 @@ def allocate(device_id: int, nbytes: int, stream: int, keep: object = None, reus
 
     ``reuse``: the caller knows ``stream`` is not capturing a graph, so a block kept from an
     earlier allocation of this size on this stream may serve, and this one is kept when dropped
-    (where the stream outlives it: ``keep`` holds its owner, or it is a shared default stream)."""
-    if reuse and (keep is not None or stream in _SPECIAL_STREAMS) and stream != _PER_THREAD:
-        kept = _kept.get((device_id, stream, nbytes))
-        if kept:
-            try:
-                ptr, _, ctx = kept.pop()
-            except IndexError:  # another thread took the last one
-                pass
-            else:
-                _kept_bytes[device_id] -= nbytes
+    (on a lasting stream only: see the module docstring)."""
+    if reuse and stream in LASTING_STREAMS:
+        if _kept.get((device_id, stream, nbytes)):
+            with _kept_lock:
+                kept = _kept.get((device_id, stream, nbytes))
+                found = kept.pop() if kept else None
+                if found is not None:
+                    _kept_bytes[device_id] -= nbytes
+            if found is not None:
                 b = object.__new__(Block)
-                b.ptr, b.nbytes, b.stream, b.keep, b.ctx, b.device_id = ptr, nbytes, stream, keep, ctx, device_id
+                b.ptr, b.nbytes, b.stream, b.keep, b.ctx, b.device_id = found[0], nbytes, stream, keep, found[1], \
+                    device_id
                 return b
         err, ptr = _alloc_async(nbytes, _pools.get(device_id) or pool_of(device_id), stream)
         if err == _SUCCESS:
@@ -174,8 +188,9 @@ def _fallback(err, device_id: int, nbytes: int, stream: int, keep: object) -> Bl
 def _retry(device_id: int, nbytes: int, stream: int) -> int:
     get_device(device_id)  # the stream's and the memory query's device
     pool = pool_of(device_id)
-    for s in release_kept(device_id) - {stream}:  # kept blocks back to the pool, their frees done
-        check(driver.cuStreamSynchronize(s), "cuStreamSynchronize (out of memory: waiting for kept blocks' frees)")
+    if not is_capturing(stream):  # kept blocks back to the pool, their frees done
+        for s in release_kept(device_id) - {stream}:
+            check(driver.cuStreamSynchronize(s), "cuStreamSynchronize (out of memory: waiting for kept blocks' frees)")
     trim(device_id)
     err, ptr = _alloc_async(nbytes, pool, stream)
     if err == _OOM and not is_capturing(stream):
