@@ -42,7 +42,7 @@ from . import dlpack as _dlpack
 from . import stream_memory as _stream_memory
 from . import transfer as _transfer
 from .._runtime import device as _devices, recording as _recording
-from .._runtime.device import _as_ordinal, get_device
+from .._runtime.device import _as_ordinal, get_device, restores_caller_context
 from .dlpack import kDLCUDA
 from .._runtime.errors import check
 from .._spec.geometry import c_strides as _c_strides, stand_in
@@ -95,18 +95,9 @@ class DeviceArray:
     stream_handle: int | None
     readonly: bool
 
-    def __init__(
-        self,
-        ptr: int,
-        shape: Iterable[SupportsIndex],
-        dtype: DTypeLike,
-        strides: Iterable[SupportsIndex] | None = None,
-        *,
-        device_id: int,
-        owner: object = None,
-        stream_handle: int | None = None,
-        readonly: bool = False,
-    ) -> None:
+    def __init__(self, ptr: int, shape: Iterable[SupportsIndex], dtype: DTypeLike,
+                 strides: Iterable[SupportsIndex] | None = None, *, device_id: int, owner: object = None,
+                 stream_handle: int | None = None, readonly: bool = False) -> None:
         self.ptr = int(ptr)
         if not 0 <= self.ptr < 1 << 64:
             raise ValueError(f"ptr {self.ptr:#x} is not a 64-bit device address")
@@ -247,6 +238,7 @@ class DeviceArray:
     def __dlpack_device__(self) -> tuple[int, int]:
         return (kDLCUDA, self.device_id)
 
+    @restores_caller_context
     def __dlpack__(self, stream: int | None = None, *, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> object:
         """Export as a DLPack ``"dltensor"`` capsule (zero copy; FP8 goes out as uint8).
@@ -349,6 +341,7 @@ def new_array(shape: tuple[int, ...], dtype: np.dtype, device_id: int, stream: i
     return a
 
 
+@restores_caller_context
 def empty_cache(device: DeviceLike = None) -> None:
     """Give the device memory that cudattn keeps for reuse, but no array uses, back to the driver.
 

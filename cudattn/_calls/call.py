@@ -108,54 +108,58 @@ class Call:
         address-dependent case the entry wants the full path to judge; ``more_outs``: the slots of further
         outputs after ``out_index`` (the backward's dk and dv), checked as ``out_index``'s is and apart
         from it. Returns what ``full`` returns."""
-        objs, ops, names, consumer, keep = self.objs, self.ops, self.names, self.consumer, self.keep
-        if _lifetime.pending:
-            _lifetime.release_done()
-        # (*map(...),) builds the tuple faster than tuple(map(...)); tests may force the portable kernels,
-        # and a ring leaves SMs free (sm_margin): both change what a call launches
-        key = (self.op, self.sig, flags, (*map(type, flags),), key, _traits.FORCED_FAMILY, _sm_margin.local.n)
         try:
-            plan = _plans.get(key)
-        except TypeError:  # an unhashable argument: the full path says which
-            key, plan = None, _FULL_ONLY
-        if allocates and is_capturing(consumer):
-            raise ValueError("the stream is in CUDA graph capture, and cudattn cannot allocate the output inside "
-                             "a graph it does not own: pass out= (and call without return_lse)")
-        device_id = ops[0].device_id
-        ptrs = [0 if a is None else a.ptr for a in ops]
-        if plan.__class__ is RecordedCall and not force_full and plan.plain(ptrs):
-            # the operands' device current before any event or special stream (legacy, per-thread) is used
-            if self.unordered or consumer in _SPECIAL_STREAMS:
+            objs, ops, names, consumer, keep = self.objs, self.ops, self.names, self.consumer, self.keep
+            if _lifetime.pending:
+                _lifetime.release_done()
+            # (*map(...),) builds the tuple faster than tuple(map(...)); tests may force the portable kernels,
+            # and a ring leaves SMs free (sm_margin): both change what a call launches
+            key = (self.op, self.sig, flags, (*map(type, flags),), key, _traits.FORCED_FAMILY, _sm_margin.local.n)
+            try:
+                plan = _plans.get(key)
+            except TypeError:  # an unhashable argument: the full path says which
+                key, plan = None, _FULL_ONLY
+            if allocates and is_capturing(consumer):
+                raise ValueError("the stream is in CUDA graph capture, and cudattn cannot allocate the output inside "
+                                 "a graph it does not own: pass out= (and call without return_lse)")
+            device_id = ops[0].device_id
+            ptrs = [0 if a is None else a.ptr for a in ops]
+            if plan.__class__ is RecordedCall and not force_full and plan.plain(ptrs):
+                # the operands' device current before any event or special stream (legacy, per-thread) is used
+                if self.unordered or consumer in _SPECIAL_STREAMS:
+                    _device.get_device(device_id)
+                held = order_and_hold(objs, ops, consumer) if self.unordered else None
+                # a call that allocates has just learnt that its stream does not capture (else it raised)
+                result = plan.replay.run(ops, ptrs, device_id, consumer, keep, False if allocates else None)
+            else:
                 _device.get_device(device_id)
-            held = order_and_hold(objs, ops, consumer) if self.unordered else None
-            # a call that allocates has just learnt that its stream does not capture (else it raised)
-            result = plan.replay.run(ops, ptrs, device_id, consumer, keep, False if allocates else None)
-        else:
-            _device.get_device(device_id)
-            check_one_device(ops, names)
-            check_addresses(ops, names, tensors, out_index)
-            held = order_and_hold(objs, ops, consumer)
+                check_one_device(ops, names)
+                check_addresses(ops, names, tensors, out_index)
+                held = order_and_hold(objs, ops, consumer)
 
-            def full_path(*adapted):
-                return full(self, args, *adapted)
+                def full_path(*adapted):
+                    return full(self, args, *adapted)
 
-            result = full_path(*ops)
-            if key is not None and plan is None:
-                if len(_plans) >= _PLANS_MAX:  # many distinct shapes (variable lengths): keep the table bounded
-                    _plans.clear()
-                try:
-                    _plans[key] = RecordedCall(_replay.record(full_path, ops, consumer), ops, tensors, out_index,
-                                               more_outs)
-                except _replay.NotReplayable:
-                    _plans[key] = _FULL_ONLY
-        if out_index is not None and ops[out_index] is not None:
-            ops[out_index].stream_handle = consumer  # consumers of `out` now order after this call
-        for i in more_outs:
-            if ops[i] is not None:
-                ops[i].stream_handle = consumer
-        if held is not None:
-            _lifetime.hold(consumer, held)
-        return result
+                result = full_path(*ops)
+                if key is not None and plan is None:
+                    if len(_plans) >= _PLANS_MAX:  # many distinct shapes (variable lengths): keep the table bounded
+                        _plans.clear()
+                    try:
+                        _plans[key] = RecordedCall(_replay.record(full_path, ops, consumer), ops, tensors, out_index,
+                                                   more_outs)
+                    except _replay.NotReplayable:
+                        _plans[key] = _FULL_ONLY
+            if out_index is not None and ops[out_index] is not None:
+                ops[out_index].stream_handle = consumer  # consumers of `out` now order after this call
+            for i in more_outs:
+                if ops[i] is not None:
+                    ops[i].stream_handle = consumer
+            if held is not None:
+                _lifetime.hold(consumer, held)
+            return result
+        finally:  # the thread's context as the caller had it (`_runtime.device`)
+            if _device.pending:
+                _device.restore_caller_context()
 
 
 class RecordedCall:

@@ -7,10 +7,16 @@ Nothing here touches CUDA at import time. The first :func:`get_device` call runs
 ``cuInit``; after that a call costs one ``cuCtxGetCurrent`` and a dict lookup, which
 also notices when another library has made a different context current on this thread
 in the meantime (and then makes ours current again).
+
+A public call gives the thread back the context it found: where :func:`get_device` makes another
+one current, it remembers the caller's, and :func:`restore_caller_context` (at the end of every
+public call) makes it current again. A torch user on ``cuda:0`` who passes ``cuda:1`` tensors
+stays on ``cuda:0``; a thread with no current context is left with the call's (CUDA's default).
 """
 
 from __future__ import annotations
 
+import functools
 import operator
 import threading
 from dataclasses import dataclass
@@ -25,6 +31,8 @@ __all__ = [
     "gpu_count",
     "device_properties",
     "get_device",
+    "restore_caller_context",
+    "restores_caller_context",
 ]
 
 _init_lock = threading.Lock()
@@ -34,6 +42,11 @@ _device_count: int | None = None
 # cuda.core Device objects are thread-local singletons, and whether a context is
 # current is per thread too, so the "already current" cache is per thread.
 _tls = threading.local()
+
+# Threads whose caller's context awaits restoring (`restore_caller_context`): read without the lock
+# on every call, so that a call that switched nothing pays one global read.
+pending = 0
+_pending_lock = threading.Lock()
 
 # Library-owned streams and the property cache are per process.
 _props_lock = threading.Lock()
@@ -106,7 +119,43 @@ def get_device(device_id: int | None = None):
         entry = by_id.get(device_id)
         if entry is not None and entry[1] == cur:
             return entry[0]
+    if cur and getattr(_tls, "caller", None) is None:  # the caller's context, given back at the call's end
+        _remember_caller(driver.CUcontext(cur))
     return _activate(device_id, by_id, by_ctx)
+
+
+def _remember_caller(ctx) -> None:
+    global pending
+    _tls.caller = ctx
+    with _pending_lock:
+        pending += 1
+
+
+def restore_caller_context() -> None:
+    """Make current again the context this thread had before a cudattn call switched it (nothing to
+    do where no call did)."""
+    global pending
+    ctx = getattr(_tls, "caller", None)
+    if ctx is None:
+        return
+    _tls.caller = None
+    with _pending_lock:
+        pending -= 1
+    check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent (the caller's context, back after the call)")
+
+
+def restores_caller_context(fn):
+    """``fn`` (a public entry point) giving the thread back its context when it returns or raises."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if pending:
+                restore_caller_context()
+
+    return call
 
 
 def _as_ordinal(device) -> int:
