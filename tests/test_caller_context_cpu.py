@@ -118,3 +118,21 @@ def test_threads_give_back_their_own(drv):
     release.set()
     t.join(5)
     assert seen == {"main": USER_CTX, "other": CTX[0]} and _device.pending == 0
+
+
+def test_public_calls_inside_a_public_call_leave_the_context_to_it(drv):
+    """A NumPy call's device call, a ring's local calls: the inner calls end with the outer call's
+    device still current (its later driver calls need it); the outer call gives it back."""
+    drv.current.ctx = CTX[0]
+    seen = []
+
+    @_device.restores_caller_context
+    def outer():
+        _device.get_device(1)
+        _public_call(1)
+        seen.append(drv.cur())
+        _device.restore_caller_context()  # what an inner call path's end does: nothing at depth > 0
+        seen.append(drv.cur())
+
+    outer()
+    assert seen == [CTX[1], CTX[1]] and drv.cur() == CTX[0] and _device.pending == 0

@@ -132,11 +132,11 @@ def _remember_caller(ctx) -> None:
 
 
 def restore_caller_context() -> None:
-    """Make current again the context this thread had before a cudattn call switched it (nothing to
-    do where no call did)."""
+    """At the end of a public call: make current again the context this thread had before the call
+    switched it (nothing to do where none did, or inside an outer public call, which does it)."""
     global pending
     ctx = getattr(_tls, "caller", None)
-    if ctx is None:
+    if ctx is None or getattr(_tls, "depth", 0):
         return
     _tls.caller = None
     with _pending_lock:
@@ -145,13 +145,17 @@ def restore_caller_context() -> None:
 
 
 def restores_caller_context(fn):
-    """``fn`` (a public entry point) giving the thread back its context when it returns or raises."""
+    """``fn`` (a public entry point) giving the thread back its context when it returns or raises.
+    The public calls it makes inside (a NumPy call's device call, a ring's steps) leave the
+    context to it: they run with the device current that ``fn`` made so."""
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
+        _tls.depth = getattr(_tls, "depth", 0) + 1
         try:
             return fn(*args, **kwargs)
         finally:
+            _tls.depth -= 1
             if pending:
                 restore_caller_context()
 

@@ -24,7 +24,7 @@ def single(fn, stream_handle: int, *, iters: int = 30, warmup: int = 3) -> Timin
     """Events around ``fn(i)`` alone, ``i`` = 0..iters-1, the stream drained before each."""
     for i in range(warmup):
         fn(i)
-    start, end = _launch.Event(), _launch.Event()  # reused: elapsed_ms waits for each pair
+    start, end = _launch.Event(stream_handle), _launch.Event(stream_handle)  # reused: elapsed_ms waits for each pair
     ms = []
     for i in range(iters):
         _launch.synchronize(stream_handle)
@@ -39,7 +39,7 @@ def back_to_back(fn, stream_handle: int, *, batch: int = BATCH, repeats: int = 3
     """Median over ``repeats`` of (events around ``batch`` queued calls) / ``batch``, in ms."""
     for i in range(warmup):
         fn(i)
-    start, end = _launch.Event(), _launch.Event()
+    start, end = _launch.Event(stream_handle), _launch.Event(stream_handle)
     per_call = []
     for _ in range(repeats):
         _launch.synchronize(stream_handle)

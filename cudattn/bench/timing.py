@@ -45,7 +45,7 @@ def gpu_time(fn, stream_handle: int, device_id: int, *, iters: int = 30, warmup:
         fn(i)
     _device.get_device(device_id)  # the events belong to the stream's device
     _launch.synchronize(stream_handle)
-    events = [(_launch.Event(), _launch.Event()) for _ in range(iters)]
+    events = [(_launch.Event(stream_handle), _launch.Event(stream_handle)) for _ in range(iters)]
     spin(stream_handle, min(500.0, max(5.0, iters * host_us_per_call / 1e3)), device_id)
     for i, (start, end) in enumerate(events):
         start.record(stream_handle)

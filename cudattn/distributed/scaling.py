@@ -76,7 +76,7 @@ def gpu_times(fn, device: int, iters: int, host_ms_per_call: float = 2.0) -> lis
     behind a spin kernel so that the host's time to queue them is not counted."""
     h = as_stream(None, device).handle
     _launch.synchronize(h)
-    events = [(_launch.Event(), _launch.Event()) for _ in range(iters)]
+    events = [(_launch.Event(h), _launch.Event(h)) for _ in range(iters)]
     spin(h, min(500.0, 5.0 + iters * host_ms_per_call), device)
     for start, end in events:
         start.record(h)
