@@ -136,3 +136,58 @@ def test_public_calls_inside_a_public_call_leave_the_context_to_it(drv):
 
     outer()
     assert seen == [CTX[1], CTX[1]] and drv.cur() == CTX[0] and _device.pending == 0
+
+
+def test_a_refused_call_gives_it_back_but_never_over_a_context_made_current_since(drv):
+    """A call that switched and then failed before its end: the next call's end gives the caller's
+    context back only if the one the call made is still current (the caller may have chosen
+    another meanwhile)."""
+    drv.current.ctx = CTX[0]
+    _device.get_device(1)  # a switch whose call failed before giving it back
+    drv.current.ctx = USER_CTX  # the caller makes its own choice
+    _public_call()
+    assert drv.cur() == USER_CTX and _device.pending == 0
+
+
+def test_a_failed_switch_restores_nothing(drv, monkeypatch):
+    drv.current.ctx = CTX[0]
+
+    def refuse(device_id, by_id, by_ctx):
+        raise ValueError("device 7 does not exist")
+
+    monkeypatch.setattr(_device, "_activate", refuse)
+    with pytest.raises(ValueError):
+        _public_call(7)
+    assert drv.cur() == CTX[0] and drv.sets == [] and _device.pending == 0
+
+
+def test_the_full_path_runs_nested(drv, monkeypatch):
+    """Inside `Call.run`'s full path the public helpers it uses (a memset, an upload) do not give
+    the context back: the launches after them still need the operands' device."""
+    from cudattn._calls import call as _callpath
+
+    drv.current.ctx = CTX[0]
+    during = []
+
+    @_device.restores_caller_context
+    def helper():  # as `_transfer.memset` is
+        return None
+
+    def full(call, args, qa):
+        helper()
+        during.append(drv.cur())
+        return qa
+
+    class _Op:
+        ptr, shape, strides, dtype, device_id, readonly, stream_handle = 0x1000, (1,), (2,), None, 1, False, 5
+
+    call = object.__new__(_callpath.Call)
+    call.op, call.objs, call.names, call.consumer, call.keep = "fake", (_Op,), ("q",), 5, None
+    call.ops, call.sig, call.unordered = [_Op], ((type(_Op), (1,), (2,), None, 1, False),), False
+    monkeypatch.setattr(_callpath, "_plans", {})
+    monkeypatch.setattr(_callpath._replay, "record", lambda *a: (_ for _ in ()).throw(_callpath._replay.NotReplayable()))
+    monkeypatch.setattr(_callpath, "check_one_device", lambda *a: None)
+    monkeypatch.setattr(_callpath, "check_addresses", lambda *a: None)
+    monkeypatch.setattr(_callpath, "order_and_hold", lambda *a: None)
+    assert call.run((), None, full, None, tensors=1, out_index=None, allocates=False) is _Op
+    assert during == [CTX[1]] and drv.cur() == CTX[0] and _device.pending == 0

@@ -31,8 +31,10 @@ __all__ = [
     "gpu_count",
     "device_properties",
     "get_device",
+    "nest",
     "restore_caller_context",
     "restores_caller_context",
+    "unnest",
 ]
 
 _init_lock = threading.Lock()
@@ -121,7 +123,10 @@ def get_device(device_id: int | None = None):
             return entry[0]
     if cur and getattr(_tls, "caller", None) is None:  # the caller's context, given back at the call's end
         _remember_caller(driver.CUcontext(cur))
-    return _activate(device_id, by_id, by_ctx)
+    dev = _activate(device_id, by_id, by_ctx)
+    if getattr(_tls, "caller", None) is not None:
+        _tls.ours = by_id[device_id][1]  # what a restore expects to find current
+    return dev
 
 
 def _remember_caller(ctx) -> None:
@@ -129,6 +134,16 @@ def _remember_caller(ctx) -> None:
     _tls.caller = ctx
     with _pending_lock:
         pending += 1
+
+
+def nest() -> None:
+    """Enter a public call's inner work (the full path of a call): public calls made inside leave
+    the context to the outer one (see :func:`restores_caller_context`)."""
+    _tls.depth = getattr(_tls, "depth", 0) + 1
+
+
+def unnest() -> None:
+    _tls.depth -= 1
 
 
 def restore_caller_context() -> None:
@@ -141,7 +156,9 @@ def restore_caller_context() -> None:
     _tls.caller = None
     with _pending_lock:
         pending -= 1
-    check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent (the caller's context, back after the call)")
+    # a context made current since (by the caller, between a failed call and this one) stays
+    if int(check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")) == getattr(_tls, "ours", None):
+        check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent (the caller's context, back after the call)")
 
 
 def restores_caller_context(fn):

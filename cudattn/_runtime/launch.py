@@ -24,7 +24,7 @@ import threading
 from cuda.bindings import driver
 
 from . import recording as _recording
-from .device import _device_id, device_properties, get_device
+from .device import _device_id, device_properties, get_device, restores_caller_context
 from .errors import check
 from .stream import as_stream
 __all__ = [
@@ -285,6 +285,7 @@ def elapsed_ms(start: Event, end: Event) -> float:
     return float(check(driver.cuEventElapsedTime(start.handle, end.handle), "cuEventElapsedTime"))
 
 
+@restores_caller_context
 def time_ms(fn, stream=None, *, device=None) -> float:
     """GPU time of the work ``fn()`` queues on ``stream`` (anything :func:`~cudattn._runtime.stream.as_stream` takes).
 

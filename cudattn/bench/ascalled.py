@@ -15,11 +15,13 @@ from __future__ import annotations
 import statistics
 
 from .._runtime import launch as _launch
+from .._runtime.device import restores_caller_context
 from .timing import Timing, percentile
 
 BATCH = 10  # calls per back-to-back sample: few enough never to fill the launch queue
 
 
+@restores_caller_context
 def single(fn, stream_handle: int, *, iters: int = 30, warmup: int = 3) -> Timing:
     """Events around ``fn(i)`` alone, ``i`` = 0..iters-1, the stream drained before each."""
     for i in range(warmup):
@@ -35,6 +37,7 @@ def single(fn, stream_handle: int, *, iters: int = 30, warmup: int = 3) -> Timin
     return Timing(statistics.median(ms), percentile(ms, 90), len(ms))
 
 
+@restores_caller_context
 def back_to_back(fn, stream_handle: int, *, batch: int = BATCH, repeats: int = 3, warmup: int = 3) -> float:
     """Median over ``repeats`` of (events around ``batch`` queued calls) / ``batch``, in ms."""
     for i in range(warmup):
