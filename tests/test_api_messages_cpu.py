@@ -265,8 +265,9 @@ def test_empty_cache_still_frees_where_cuda_is_in_use(monkeypatch):
     monkeypatch.setattr(_array, "driver", _Driver())
     monkeypatch.setattr(_array._stream_memory, "release", lambda device_id: done.append(("release", device_id)))
     monkeypatch.setattr(_array._alloc, "trim", lambda device_id: done.append(("trim", device_id)))
+    monkeypatch.setattr(_array._alloc, "release_kept", lambda device_id: done.append(("kept", device_id)))
     assert cudattn.empty_cache(1) is None
-    assert done == [("device", 1), "sync", ("release", 1), ("trim", 1)]
+    assert done == [("device", 1), ("kept", 1), "sync", ("release", 1), ("trim", 1)]
 
 
 def test_importer_names_what_is_no_array():

@@ -102,9 +102,13 @@ class _FakeLaunch:
 
     def __init__(self, log):
         self.log = log
+        self.made = []  # the streams events were made for
         launch = self
 
         class Event:
+            def __init__(self, stream_handle=None):  # made in the stream's context
+                launch.made.append(stream_handle)
+
             def record(self, h):
                 launch.log.append(("record", h))
                 return self
@@ -120,9 +124,10 @@ class _FakeLaunch:
 
 def test_as_called_single_drains_the_stream_before_each_sample(monkeypatch):
     log = []
-    monkeypatch.setattr(ascalled, "_launch", _FakeLaunch(log))
+    fake = _FakeLaunch(log)
+    monkeypatch.setattr(ascalled, "_launch", fake)
     t = ascalled.single(lambda i: log.append(("call", i)), 7, iters=3, warmup=2)
-    assert t.median_ms == 2.0 and t.samples == 3
+    assert t.median_ms == 2.0 and t.samples == 3 and fake.made == [7, 7]  # events of the stream's context
     warm, timed = log[:2], log[2:]
     assert warm == [("call", 0), ("call", 1)]
     assert timed == [("sync", 7), ("record", 7), ("call", 0), ("record", 7)] + \
@@ -131,9 +136,10 @@ def test_as_called_single_drains_the_stream_before_each_sample(monkeypatch):
 
 def test_as_called_back_to_back_is_per_call_with_no_sync_inside(monkeypatch):
     log = []
-    monkeypatch.setattr(ascalled, "_launch", _FakeLaunch(log))
+    fake = _FakeLaunch(log)
+    monkeypatch.setattr(ascalled, "_launch", fake)
     ms = ascalled.back_to_back(lambda i: log.append(("call", i)), 3, batch=4, repeats=2, warmup=0)
-    assert ms == 2.0 / 4
+    assert ms == 2.0 / 4 and fake.made == [3, 3]
     one = [("sync", 3), ("record", 3)] + [("call", i) for i in range(4)] + [("record", 3)]
     assert log == one + one
     fields = ascalled.measure(lambda i: None, 3, iters=5, warmup=0, tag="_torch")

@@ -153,3 +153,18 @@ def test_a_packages_current_stream_is_asked_once_per_call_not_per_operand(monkey
     c = Call("fake", objs, names[:4], None)
     consumer, keep, ops, unordered = c.consumer, c.keep, c.ops, c.unordered
     assert [a.stream_handle for a in ops] == [0x5000, 0x5000, 0x5001, 0x5001] and unordered
+
+
+def test_the_callers_context_is_given_back_after_either_path_and_after_an_error(world, monkeypatch):
+    """`Call.run` ends by restoring the thread's context where a switch is pending (`_runtime.device`):
+    after the full path, after a replay, and when the full path raises."""
+    restored = []
+    monkeypatch.setattr(_callpath._device, "pending", 1)
+    monkeypatch.setattr(_callpath._device, "restore_caller_context", lambda: restored.append(True))
+    q, o = _array(0x10000), _array(0x90000)
+    _call(world, q, o)  # full path
+    _call(world, q, o)  # replay
+    assert restored == [True, True]
+    with pytest.raises(ValueError, match="overlaps q"):
+        _call(world, _array(0x10000), _array(0x10000 + 4096))
+    assert restored == [True, True, True]

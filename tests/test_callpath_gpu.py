@@ -157,6 +157,7 @@ def test_foreign_inputs_stay_alive_until_the_kernel_is_done(torch):
     # torch's pool holds enough free blocks for every tensor below, so none waits on a cudaMalloc
     # (in a fresh process those outlasted the spin, and the hazard went unexercised)
     pool = [torch.empty(shape, dtype=torch.float16, device="cuda") for _ in range(9)]
+    pool[0].fill_(NAN)  # torch's fill kernel loaded now: a kernel's first (lazy) load waits for the GPU
     del pool
     torch.cuda.synchronize()
     B = torch.cuda.Stream()

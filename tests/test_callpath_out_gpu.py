@@ -33,6 +33,7 @@ def test_out_takes_the_call_stream_and_waits_for_its_producer(torch):
     od = cudattn.to_device(np.zeros(q.shape, F16), stream=A.cuda_stream)
     assert od.stream_handle == A.cuda_stream
     with torch.cuda.stream(A):
+        torch.from_dlpack(od).fill_(0.0)  # torch's fill kernel loaded: a kernel's first (lazy) load waits for the GPU
         torch.cuda._sleep(SPIN)
         torch.from_dlpack(od).fill_(NAN)
     res = cudattn.attention(qd, kd, vd, causal=True, out=od, stream=B.cuda_stream)

@@ -192,6 +192,40 @@ def test_foreign_arrays_on_the_second_device():
     np.testing.assert_array_equal(cudattn.to_host(got).view(np.int16), want.view(np.int16))
 
 
+def test_calls_on_the_second_device_leave_the_callers_context_current():
+    """torch works on cuda:0; cudattn calls on cuda:1 operands (uploads, attention, a DLPack export
+    to torch, a copy back, every public operation) give the thread cuda:0's context back each time,
+    so torch's current device stays 0."""
+    _need(2)
+    torch = pytest.importorskip("torch")
+    from cuda.bindings import driver
+
+    torch.cuda.set_device(0)
+    torch.zeros(1, device="cuda:0")  # torch's context current on this thread
+
+    def current() -> int:
+        return int(driver.cuCtxGetCurrent()[1])
+
+    ctx0, after = current(), {}
+    q, k, v = _case(np.random.default_rng(4503))
+    qd = cudattn.to_device(q, device=1)
+    after["to_device"] = current()
+    kd, vd = (cudattn.to_device(x, device=1) for x in (k, v))
+    out = cudattn.attention(qd, kd, vd, causal=True)
+    after["attention"] = current()
+    t = torch.from_dlpack(out)
+    after["DLPack export"] = current()
+    host = cudattn.to_host(out)
+    after["to_host"] = current()
+    _every_api(1, 4503)
+    after["every operation"] = current()
+    assert all(c == ctx0 for c in after.values()), {name: hex(c) for name, c in after.items() if c != ctx0}
+    assert torch.cuda.current_device() == 0 and t.device == torch.device("cuda", 1)
+    ok, err, bound = check_close(host, reference.attention(q, k, v, causal=True),
+                                 reference.attention_naive(q, k, v, causal=True, dtype=BF16))
+    assert ok, f"cuda:1 off by {err:.3g} > {bound:.3g}"
+
+
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("causal,mods", [(False, {}), (True, {}), (True, {"softcap": 15.0}), (True, {"sinks": 1}),
                                          (True, {"window": (100, 0)}), (False, {"window": (150, 40)})])

@@ -49,7 +49,7 @@ def fake(monkeypatch):
         def __init__(self, ptr, nbytes, stream):
             self.ptr, self.nbytes, self.stream = ptr, nbytes, stream
 
-    def allocate(device_id, nbytes, stream, keep=None):
+    def allocate(device_id, nbytes, stream, keep=None, reuse=False):
         state.next_ptr += 1 << 20
         state.allocs.append((state.next_ptr, nbytes, stream))
         return Block(state.next_ptr, nbytes, stream)

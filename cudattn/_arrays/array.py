@@ -41,13 +41,11 @@ from . import alloc as _alloc
 from . import dlpack as _dlpack
 from . import stream_memory as _stream_memory
 from . import transfer as _transfer
-from .._runtime import recording as _recording
-from .._runtime import device as _devices
-from .._runtime.device import _as_ordinal, get_device
+from .._runtime import device as _devices, recording as _recording
+from .._runtime.device import _as_ordinal, get_device, restores_caller_context
 from .dlpack import kDLCUDA
 from .._runtime.errors import check
-from .._spec.geometry import c_strides as _c_strides
-from .._spec.geometry import stand_in
+from .._spec.geometry import c_strides as _c_strides, stand_in
 from .._runtime.stream import CU_STREAM_LEGACY, as_stream, stream_wait
 from .types import DeviceLike, DTypeLike, Index, StreamLike
 
@@ -97,18 +95,9 @@ class DeviceArray:
     stream_handle: int | None
     readonly: bool
 
-    def __init__(
-        self,
-        ptr: int,
-        shape: Iterable[SupportsIndex],
-        dtype: DTypeLike,
-        strides: Iterable[SupportsIndex] | None = None,
-        *,
-        device_id: int,
-        owner: object = None,
-        stream_handle: int | None = None,
-        readonly: bool = False,
-    ) -> None:
+    def __init__(self, ptr: int, shape: Iterable[SupportsIndex], dtype: DTypeLike,
+                 strides: Iterable[SupportsIndex] | None = None, *, device_id: int, owner: object = None,
+                 stream_handle: int | None = None, readonly: bool = False) -> None:
         self.ptr = int(ptr)
         if not 0 <= self.ptr < 1 << 64:
             raise ValueError(f"ptr {self.ptr:#x} is not a 64-bit device address")
@@ -249,6 +238,7 @@ class DeviceArray:
     def __dlpack_device__(self) -> tuple[int, int]:
         return (kDLCUDA, self.device_id)
 
+    @restores_caller_context
     def __dlpack__(self, stream: int | None = None, *, max_version: tuple[int, int] | None = None,
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> object:
         """Export as a DLPack ``"dltensor"`` capsule (zero copy; FP8 goes out as uint8).
@@ -333,9 +323,9 @@ def empty_on(shape: tuple[int, ...], dtype: np.dtype, dev, ref) -> DeviceArray:
 
 
 def new_array(shape: tuple[int, ...], dtype: np.dtype, device_id: int, stream: int, keep: object = None,
-              strides: tuple[int, ...] | None = None) -> DeviceArray:
-    """A C-contiguous (or ``strides``, dense) array on a fresh stream-ordered block (`_arrays.alloc`): the
-    light constructor the warm call path uses (no argument conversion)."""
+              strides: tuple[int, ...] | None = None, reuse: bool = False) -> DeviceArray:
+    """A C-contiguous (or ``strides``, dense) array on a stream-ordered block (`_arrays.alloc`, which
+    says what ``reuse`` allows): the light constructor of the warm call path (no argument conversion)."""
     nbytes = math.prod(shape) * dtype.itemsize
     a = object.__new__(DeviceArray)
     a.shape, a.dtype, a.device_id, a.stream_handle, a.readonly = shape, dtype, device_id, stream, False
@@ -344,20 +334,22 @@ def new_array(shape: tuple[int, ...], dtype: np.dtype, device_id: int, stream: i
     if rec is not None:  # a recorded call (`_calls.replay`): a placeholder address, no memory
         a.owner, a.ptr = None, rec.allocate(shape, dtype, a.strides) if nbytes else 0
     elif nbytes:
-        a.owner = block = _alloc.allocate(device_id, nbytes, stream, keep)
+        a.owner = block = _alloc.allocate(device_id, nbytes, stream, keep, reuse)
         a.ptr = block.ptr
     else:
         a.owner, a.ptr = None, 0
     return a
 
 
+@restores_caller_context
 def empty_cache(device: DeviceLike = None) -> None:
     """Give the device memory that cudattn keeps for reuse, but no array uses, back to the driver.
 
-    Freed arrays leave their memory in the device's stream-ordered pool (as PyTorch's caching
-    allocator does), and streams that ran split-KV decode keep counters and workspaces (64 MiB a
-    device at most); this call waits for the device's pending work, then frees both. Where cudattn
-    has used no GPU in this process (none present included), it returns at once, CUDA untouched.
+    Freed arrays leave their memory in the device's pool, as PyTorch's caching allocator does (a
+    warm call's dropped outputs, up to 256 MiB a device, wait for the next call on their stream);
+    streams that ran split-KV decode keep counters and workspaces (64 MiB a device at most). This
+    call waits for the device's pending work, then frees them all. Where cudattn has used no GPU
+    in this process (none present included), it returns at once, CUDA untouched.
 
     Parameters
     ----------
@@ -387,6 +379,7 @@ def empty_cache(device: DeviceLike = None) -> None:
     if not _devices._initialized or not _devices._device_count:
         return  # cudattn never initialised CUDA (or sees no GPU): it holds no device memory
     dev = get_device(device)
+    _alloc.release_kept(dev.device_id)  # kept for later calls (`_arrays.alloc`): back to the pool
     check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
     _stream_memory.release(dev.device_id)  # their kernels are done; the frees are waited for
     _alloc.trim(dev.device_id)

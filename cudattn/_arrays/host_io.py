@@ -11,10 +11,12 @@ from . import transfer as _transfer
 from .array import DeviceArray, empty
 from .importer import as_device_array
 from .types import DeviceArrayLike, DeviceLike, HostArrayLike, StreamLike
+from .._runtime.device import restores_caller_context
 
 __all__ = ["to_device", "to_host"]
 
 
+@restores_caller_context
 def to_device(array: HostArrayLike, *, device: DeviceLike = None, stream: StreamLike = None) -> DeviceArray:
     """Copy host data into a new C-contiguous :class:`DeviceArray` (asynchronous on ``stream``).
 
@@ -64,6 +66,7 @@ def to_device(array: HostArrayLike, *, device: DeviceLike = None, stream: Stream
     return out
 
 
+@restores_caller_context
 def to_host(arr: DeviceArrayLike, *, stream: StreamLike = None) -> NDArray[Any]:
     """Copy a device array into a new NumPy array; returns when the copy is done.
 

@@ -6,11 +6,13 @@ through cuda.core's ``StridedMemoryView`` (its torch fast path, DLPack, CUDA Arr
 0.9 us for the view and its reads on an H100 host, where torch's own accessors take 1.7 us for
 the same facts. A torch FP8 tensor (the view sees uint8) is read through torch's accessors,
 keeping its dtype; a negated torch view (its bytes hold -x, which the view would hand over as x)
-is refused. What neither takes goes through `_importer.as_device_array`, as do
-arrays of every other producer (JAX, Numba, any DLPack or CAI object): that importer validates
-each field of a foreign producer and names what is wrong, where cuda.core 1.2, handed a malformed
-DLPack capsule by a fuzzed producer, returned without raising and left the interpreter's error
-state inconsistent (a SystemError at the next call, not an error the caller could catch).
+is refused. JAX arrays take the view's DLPack import too, with the call's stream as the consumer
+(JAX orders its pending writes before it). What none of these takes goes through
+`protocols.as_device_array`, as do arrays of every other producer (Numba, any DLPack or CAI
+object): that importer validates each field of a foreign producer and names what is wrong, where
+cuda.core 1.2, handed a malformed DLPack capsule by a fuzzed producer, returned without raising
+and left the interpreter's error state inconsistent (a SystemError at the next call, not an
+error the caller could catch).
 
 Streams follow nvmath-python's rule (docs/DESIGN.md, "Streams"): each operand's
 ``stream_handle`` is the stream its package knows it by: torch's or CuPy's current stream for
@@ -34,11 +36,14 @@ from .array import DeviceArray
 from .._spec.dtypes import BFLOAT16, FLOAT8_E4M3, FLOAT16
 from .protocols import as_device_array, device_id_of, is_device_array_like, stream_of
 from .._spec.geometry import c_strides as _c_strides
+from .._runtime.stream import CU_STREAM_LEGACY
 
-__all__ = ["OTHER", "TORCH", "CUPY", "CUDATTN", "adapt", "as_device_array", "current_stream", "current_stream_owner",
-           "device_id_of", "is_device_array_like", "kind_of", "stream_of"]
+__all__ = ["OTHER", "TORCH", "CUPY", "CUDATTN", "JAX", "adapt", "as_device_array", "current_stream",
+           "current_stream_owner", "device_id_of", "is_device_array_like", "kind_of", "stream_of"]
 
-CUDATTN, TORCH, CUPY, OTHER = 0, 1, 2, 3
+# JAX and other producers (kinds >= JAX) know no consumer stream: they order their work before it
+# through DLPack's handshake, and the call holds their arrays until its work is done.
+CUDATTN, TORCH, CUPY, JAX, OTHER = 0, 1, 2, 3, 4
 _kinds: dict[type, int] = {DeviceArray: CUDATTN}
 _SMV = None
 _torch_stream = None  # torch's current-stream getter, bound when a torch tensor first arrives
@@ -49,7 +54,8 @@ def kind_of(obj) -> int:
     k = _kinds.get(t)
     if k is None:
         top = t.__module__.partition(".")[0]
-        k = _kinds[t] = TORCH if top == "torch" else CUPY if top == "cupy" else OTHER
+        k = _kinds[t] = TORCH if top == "torch" else CUPY if top == "cupy" else \
+            JAX if top in ("jax", "jaxlib") else OTHER
     return k
 
 
@@ -104,6 +110,8 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
         return obj
     if kind == OTHER:  # any other producer: cudattn's validating importer (see the module docstring)
         return as_device_array(obj, name=name, stream_handle=consumer)
+    if kind == JAX:
+        return _from_jax(obj, name, consumer)
     if kind == TORCH and obj.is_neg():  # the view would hand over the bytes, which hold -x
         raise TypeError(f"{name} is a negated torch view (torch._neg_view): its memory holds the negated "
                         f"values; pass {name}.resolve_neg()")
@@ -134,6 +142,28 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
         a.stream_handle = current[2]
     else:
         a.stream_handle = (_torch_stream or _torch_stream_getter())(dev) if kind == TORCH else current_stream(kind, dev)
+    return a
+
+
+def _from_jax(obj, name: str, consumer: int) -> DeviceArray:
+    """A JAX array through the view's DLPack import, which asks JAX to order its pending writes
+    before ``consumer`` (a quarter of the time of the validating importer, whose ctypes reading of
+    the capsule is the cost); what the view cannot take (host arrays, FP8) goes to the importer,
+    which names the problem or takes it."""
+    try:
+        view = (_SMV or _smv_type()).from_any_interface(obj, CU_STREAM_LEGACY if consumer == 0 else consumer)
+        dtype = view.dtype
+        dev = view.device_id
+        if dev < 0 or dtype is None or dtype.kind == "u":
+            raise TypeError
+    except Exception:
+        return as_device_array(obj, name=name, stream_handle=consumer)
+    a = object.__new__(DeviceArray)
+    shape = view.shape
+    a.ptr, a.shape, a.dtype, a.device_id, a.owner, a.readonly = view.ptr, shape, dtype, dev, view, view.readonly
+    st = view.strides
+    a.strides = _contiguous(shape, dtype.itemsize) if st is None else _byte_strides(st, dtype.itemsize)
+    a.stream_handle = consumer
     return a
 
 

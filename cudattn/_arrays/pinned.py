@@ -23,6 +23,7 @@ from cuda.bindings import driver
 
 from .._runtime import device as _device
 from .._runtime.errors import check
+from .._runtime.device import restores_caller_context
 
 __all__ = ["empty_pinned", "is_pinned"]
 
@@ -42,6 +43,7 @@ class _PinnedBlock:
             self.ptr = 0
 
 
+@restores_caller_context
 def empty_pinned(shape: int | tuple[int, ...], dtype: DTypeLike = np.float32) -> NDArray[Any]:
     """A new C-contiguous NumPy array in page-locked host memory (uninitialised, as ``np.empty``).
 

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from cuda.bindings import driver
 
 from .._runtime import recording as _recording
-from .._runtime.device import get_device
+from .._runtime.device import get_device, restores_caller_context
 from .._runtime.errors import check
 from .._spec.geometry import is_dense as _is_dense
 from .._spec.geometry import span as _span
@@ -48,6 +48,7 @@ def _stream_for(arr: DeviceArray, stream) -> int:
     return h
 
 
+@restores_caller_context
 def device_to_host(arr: DeviceArray, stream: StreamLike = None) -> NDArray[Any]:
     """Copy a device array (any strided view) into a new C-ordered NumPy array; returns when the
     copy is done. The covering byte span is copied and the view rebuilt on the host."""
@@ -262,6 +263,7 @@ def zero_fill(arr: DeviceArray, *, stream=None) -> None:
             check(driver.cuMemsetD2D8Async(dst, s2, 0, n3 * itemsize, n2, h), "cuMemsetD2D8Async")
 
 
+@restores_caller_context
 def memset(arr: DeviceArray, pattern: int, *, stream=None) -> None:
     """Write the ``itemsize``-wide bit ``pattern`` over every element (asynchronous on ``stream``).
 

@@ -32,7 +32,7 @@ from .._runtime.stream import StreamRef, is_capturing
 from .._spec.geometry import span as _span
 from . import replay as _replay
 from .._arrays.array import DeviceArray
-from .._arrays.importer import OTHER, adapt, kind_of
+from .._arrays.importer import JAX, adapt, kind_of
 from .operands import check_addresses, check_one_device, consumer_stream, order_and_hold
 
 __all__ = ["Call", "RecordedCall"]
@@ -60,36 +60,41 @@ class Call:
     __slots__ = ("op", "objs", "names", "consumer", "keep", "ops", "sig", "unordered")
 
     def __init__(self, op: str, objs, names, stream):
-        self.op = op
-        self.objs = objs
-        self.names = names
-        x = objs[0]
-        t = type(x)
-        if stream is None and t is DeviceArray and x.stream_handle is not None:  # `consumer_stream`'s usual case
-            consumer, keep, a = x.stream_handle, getattr(x.owner, "keep", None), x
-        else:
-            consumer, keep, a = consumer_stream(x, stream)
-            if a is None:
-                a = adapt(x, names[0], consumer)
-        ops = [a]
-        sig = [(t, a.shape, a.strides, a.dtype, a.device_id, a.readonly)]
-        h = a.stream_handle
-        unordered = h != consumer and h is not None or t is not DeviceArray and kind_of(x) == OTHER
-        current = None if t is DeviceArray else (t, a.device_id, h)  # its package's current stream, asked once
-        for i in range(1, len(objs)):
-            x = objs[i]
-            if x is None:
-                ops.append(None)
-                sig.append(None)
-                continue
+        try:
+            self.op = op
+            self.objs = objs
+            self.names = names
+            x = objs[0]
             t = type(x)
-            a = x if t is DeviceArray else adapt(x, names[i], consumer, current)
-            ops.append(a)
-            sig.append((t, a.shape, a.strides, a.dtype, a.device_id, a.readonly))
+            if stream is None and t is DeviceArray and x.stream_handle is not None:  # `consumer_stream`'s usual case
+                consumer, keep, a = x.stream_handle, getattr(x.owner, "keep", None), x
+            else:
+                consumer, keep, a = consumer_stream(x, stream)
+                if a is None:
+                    a = adapt(x, names[0], consumer)
+            ops = [a]
+            sig = [(t, a.shape, a.strides, a.dtype, a.device_id, a.readonly)]
             h = a.stream_handle
-            if h != consumer and h is not None or t is not DeviceArray and kind_of(x) == OTHER:
-                unordered = True
-        self.consumer, self.keep, self.ops, self.sig, self.unordered = consumer, keep, ops, tuple(sig), unordered
+            unordered = h != consumer and h is not None or t is not DeviceArray and kind_of(x) >= JAX
+            current = None if t is DeviceArray else (t, a.device_id, h)  # its package's current stream, asked once
+            for i in range(1, len(objs)):
+                x = objs[i]
+                if x is None:
+                    ops.append(None)
+                    sig.append(None)
+                    continue
+                t = type(x)
+                a = x if t is DeviceArray else adapt(x, names[i], consumer, current)
+                ops.append(a)
+                sig.append((t, a.shape, a.strides, a.dtype, a.device_id, a.readonly))
+                h = a.stream_handle
+                if h != consumer and h is not None or t is not DeviceArray and kind_of(x) >= JAX:
+                    unordered = True
+            self.consumer, self.keep, self.ops, self.sig, self.unordered = consumer, keep, ops, tuple(sig), unordered
+        except BaseException:  # a refused operand after a context switch: the caller's context back
+            if _device.pending:
+                _device.restore_caller_context()
+            raise
 
     def stream_ref(self) -> StreamRef:
         """The call's stream, holding the object that owns it (what launches and allocations take)."""
@@ -108,54 +113,62 @@ class Call:
         address-dependent case the entry wants the full path to judge; ``more_outs``: the slots of further
         outputs after ``out_index`` (the backward's dk and dv), checked as ``out_index``'s is and apart
         from it. Returns what ``full`` returns."""
-        objs, ops, names, consumer, keep = self.objs, self.ops, self.names, self.consumer, self.keep
-        if _lifetime.pending:
-            _lifetime.release_done()
-        # (*map(...),) builds the tuple faster than tuple(map(...)); tests may force the portable kernels,
-        # and a ring leaves SMs free (sm_margin): both change what a call launches
-        key = (self.op, self.sig, flags, (*map(type, flags),), key, _traits.FORCED_FAMILY, _sm_margin.local.n)
         try:
-            plan = _plans.get(key)
-        except TypeError:  # an unhashable argument: the full path says which
-            key, plan = None, _FULL_ONLY
-        if allocates and is_capturing(consumer):
-            raise ValueError("the stream is in CUDA graph capture, and cudattn cannot allocate the output inside "
-                             "a graph it does not own: pass out= (and call without return_lse)")
-        device_id = ops[0].device_id
-        ptrs = [0 if a is None else a.ptr for a in ops]
-        if plan.__class__ is RecordedCall and not force_full and plan.plain(ptrs):
-            # the operands' device current before any event or special stream (legacy, per-thread) is used
-            if self.unordered or consumer in _SPECIAL_STREAMS:
+            objs, ops, names, consumer, keep = self.objs, self.ops, self.names, self.consumer, self.keep
+            if _lifetime.pending:
+                _lifetime.release_done()
+            # (*map(...),) builds the tuple faster than tuple(map(...)); tests may force the portable kernels,
+            # and a ring leaves SMs free (sm_margin): both change what a call launches
+            key = (self.op, self.sig, flags, (*map(type, flags),), key, _traits.FORCED_FAMILY, _sm_margin.local.n)
+            try:
+                plan = _plans.get(key)
+            except TypeError:  # an unhashable argument: the full path says which
+                key, plan = None, _FULL_ONLY
+            if allocates and is_capturing(consumer):
+                raise ValueError("the stream is in CUDA graph capture, and cudattn cannot allocate the output inside "
+                                 "a graph it does not own: pass out= (and call without return_lse)")
+            device_id = ops[0].device_id
+            ptrs = [0 if a is None else a.ptr for a in ops]
+            if plan.__class__ is RecordedCall and not force_full and plan.plain(ptrs):
+                # the operands' device current before any event or special stream (legacy, per-thread) is used
+                if self.unordered or consumer in _SPECIAL_STREAMS:
+                    _device.get_device(device_id)
+                held = order_and_hold(objs, ops, consumer) if self.unordered else None
+                # a call that allocates has just learnt that its stream does not capture (else it raised)
+                result = plan.replay.run(ops, ptrs, device_id, consumer, keep, False if allocates else None)
+            else:
                 _device.get_device(device_id)
-            held = order_and_hold(objs, ops, consumer) if self.unordered else None
-            # a call that allocates has just learnt that its stream does not capture (else it raised)
-            result = plan.replay.run(ops, ptrs, device_id, consumer, keep, False if allocates else None)
-        else:
-            _device.get_device(device_id)
-            check_one_device(ops, names)
-            check_addresses(ops, names, tensors, out_index)
-            held = order_and_hold(objs, ops, consumer)
-
-            def full_path(*adapted):
-                return full(self, args, *adapted)
-
-            result = full_path(*ops)
-            if key is not None and plan is None:
-                if len(_plans) >= _PLANS_MAX:  # many distinct shapes (variable lengths): keep the table bounded
-                    _plans.clear()
+                _device.nest()  # the public helpers it calls (copies, memsets) leave the context to this call
                 try:
-                    _plans[key] = RecordedCall(_replay.record(full_path, ops, consumer), ops, tensors, out_index,
-                                               more_outs)
-                except _replay.NotReplayable:
-                    _plans[key] = _FULL_ONLY
-        if out_index is not None and ops[out_index] is not None:
-            ops[out_index].stream_handle = consumer  # consumers of `out` now order after this call
-        for i in more_outs:
-            if ops[i] is not None:
-                ops[i].stream_handle = consumer
-        if held is not None:
-            _lifetime.hold(consumer, held)
-        return result
+                    check_one_device(ops, names)
+                    check_addresses(ops, names, tensors, out_index)
+                    held = order_and_hold(objs, ops, consumer)
+
+                    def full_path(*adapted):
+                        return full(self, args, *adapted)
+
+                    result = full_path(*ops)
+                    if key is not None and plan is None:
+                        if len(_plans) >= _PLANS_MAX:  # many distinct shapes (variable lengths): keep it bounded
+                            _plans.clear()
+                        try:
+                            _plans[key] = RecordedCall(_replay.record(full_path, ops, consumer), ops, tensors,
+                                                       out_index, more_outs)
+                        except _replay.NotReplayable:
+                            _plans[key] = _FULL_ONLY
+                finally:
+                    _device.unnest()
+            if out_index is not None and ops[out_index] is not None:
+                ops[out_index].stream_handle = consumer  # consumers of `out` now order after this call
+            for i in more_outs:
+                if ops[i] is not None:
+                    ops[i].stream_handle = consumer
+            if held is not None:
+                _lifetime.hold(consumer, held)
+            return result
+        finally:  # the thread's context as the caller had it (`_runtime.device`)
+            if _device.pending:
+                _device.restore_caller_context()
 
 
 class RecordedCall:

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._arrays.array import DeviceArray
 from .._arrays.importer import device_id_of, is_device_array_like
-from .._arrays.importer import CUDATTN, OTHER, adapt, current_stream_owner, kind_of
+from .._arrays.importer import CUDATTN, JAX, adapt, current_stream_owner, kind_of
 from .._runtime import stream as _stream
 from .._runtime.stream import stream_wait
 from .._spec.geometry import share_bytes
@@ -59,7 +59,7 @@ def consumer_stream(first, stream):
             ref = _stream.as_stream(None, first.device_id)
             return ref.handle, ref.obj, first
         return h, getattr(first.owner, "keep", None), first  # the stream that allocated it stays alive
-    if kind != OTHER:
+    if kind < JAX:  # torch, CuPy: their current stream
         a = adapt(first, "q", -1)
         if a.stream_handle is not None:
             return a.stream_handle, current_stream_owner(kind, a.device_id), a
@@ -79,7 +79,7 @@ def order_and_hold(objs, ops, consumer: int):
         if foreign and p not in waited:
             stream_wait(consumer, p)
             waited += (p,)
-        if foreign or kind_of(x) == OTHER:
+        if foreign or kind_of(x) >= JAX:
             held = (held or ()) + (a,)
     return held
 

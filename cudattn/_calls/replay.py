@@ -148,15 +148,16 @@ class Replay:
         kept = self.scratch_bytes and len(self.steps) == 1
         if capturing is None and (kept or self.counters):
             capturing = _stream.is_capturing(stream)
+        reuse = capturing is False  # known outside capture: blocks kept on the host may serve (`_arrays.alloc`)
         if kept:  # one kernel writes and reads it: the stream's
             scratch = _stream_memory.workspace(device_id, stream, self.scratch_bytes, keep, capturing)
         elif self.scratch_bytes:  # read by a later kernel of the call: its own (`_arrays.stream_memory`)
-            scratch = _alloc.allocate(device_id, self.scratch_bytes, stream, keep)
+            scratch = _alloc.allocate(device_id, self.scratch_bytes, stream, keep, reuse)
         for shape, dtype, strides, offset in self.allocations:
             if dtype is COUNTERS:  # the stream's zeroed counters; a capturing stream's are the graph's
                 a = _stream_memory.counters(device_id, stream, shape[0], keep, capturing)
             elif offset is None:
-                a = _array.new_array(shape, dtype, device_id, stream, keep, strides)
+                a = _array.new_array(shape, dtype, device_id, stream, keep, strides, reuse)
             else:
                 made.append(None)
                 ptrs.append(scratch.ptr + offset)

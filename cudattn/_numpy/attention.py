@@ -42,6 +42,7 @@ from .._arrays import host_io as _host_io
 from .._arrays import transfer as _transfer
 from .._runtime.errors import check
 from .._spec.validate import validate
+from .._runtime.device import restores_caller_context
 
 __all__ = ["attention_host", "plan_batch_chunks", "PIPELINE_MIN_BYTES", "PIPELINE_CHUNK_BYTES"]
 
@@ -100,6 +101,7 @@ def _bytes_per_item(problem) -> int:
     return up + down
 
 
+@restores_caller_context
 def attention_host(q, k, v, *, causal, scale, layout, return_lse, q_descale, k_descale, v_descale, out_dtype,
                    num_splits, out, stream, window_size=None, softcap=None, sinks=None, alibi_slopes=None):
     kw = dict(causal=causal, scale=scale, layout=layout, return_lse=return_lse, q_descale=q_descale,

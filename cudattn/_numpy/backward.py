@@ -9,8 +9,10 @@ from .._kernels import backward as _device_path
 from .._runtime import device as _device
 from .._runtime import stream as _stream
 from .._spec.backward import validate_backward
+from .._runtime.device import restores_caller_context
 
 
+@restores_caller_context
 def backward_host(dout, q, k, v, out, lse, dq, dk, dv, sinks, alibi, varlen, flags, stream):
     """NumPy in, NumPy out: checked, uploaded (contiguous), run, copied back; synchronous."""
     for name, x in (("dq", dq), ("dk", dk), ("dv", dv), ("sinks", sinks), ("alibi_slopes", alibi)):

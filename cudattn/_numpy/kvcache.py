@@ -15,7 +15,9 @@ from .._spec.geometry import TensorGeom, contiguous_geom
 from .._spec.kvcache import validate_kvcache
 from .._spec.problem import KvCache
 from .quantize import saturate_to_e4m3
+from .._runtime.device import restores_caller_context
 
+@restores_caller_context
 def attention_with_kvcache_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale, return_lse, num_splits,
               stream, packed=None, mods=(None, None, None, None), descales=(None, None, None)):
     cu_q, max_q = packed if packed else (None, None)

@@ -13,8 +13,10 @@ from .._kernels import fp8 as _fp8
 from .._runtime import device as _device
 from .._runtime import stream as _stream
 from .._spec.varlen import validate_varlen
+from .._runtime.device import restores_caller_context
 
 
+@restores_caller_context
 def attention_varlen_host(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags, out, stream, mods=(None, None, None)):
     """NumPy in, NumPy out: checked, uploaded (contiguous), run, copied back; synchronous."""
     for name, x in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):

@@ -7,10 +7,16 @@ Nothing here touches CUDA at import time. The first :func:`get_device` call runs
 ``cuInit``; after that a call costs one ``cuCtxGetCurrent`` and a dict lookup, which
 also notices when another library has made a different context current on this thread
 in the meantime (and then makes ours current again).
+
+A public call gives the thread back the context it found: where :func:`get_device` makes another
+one current, it remembers the caller's, and :func:`restore_caller_context` (at the end of every
+public call) makes it current again. A torch user on ``cuda:0`` who passes ``cuda:1`` tensors
+stays on ``cuda:0``; a thread with no current context is left with the call's (CUDA's default).
 """
 
 from __future__ import annotations
 
+import functools
 import operator
 import threading
 from dataclasses import dataclass
@@ -25,6 +31,10 @@ __all__ = [
     "gpu_count",
     "device_properties",
     "get_device",
+    "nest",
+    "restore_caller_context",
+    "restores_caller_context",
+    "unnest",
 ]
 
 _init_lock = threading.Lock()
@@ -34,6 +44,11 @@ _device_count: int | None = None
 # cuda.core Device objects are thread-local singletons, and whether a context is
 # current is per thread too, so the "already current" cache is per thread.
 _tls = threading.local()
+
+# Threads whose caller's context awaits restoring (`restore_caller_context`): read without the lock
+# on every call, so that a call that switched nothing pays one global read.
+pending = 0
+_pending_lock = threading.Lock()
 
 # Library-owned streams and the property cache are per process.
 _props_lock = threading.Lock()
@@ -106,7 +121,62 @@ def get_device(device_id: int | None = None):
         entry = by_id.get(device_id)
         if entry is not None and entry[1] == cur:
             return entry[0]
-    return _activate(device_id, by_id, by_ctx)
+    if cur and getattr(_tls, "caller", None) is None:  # the caller's context, given back at the call's end
+        _remember_caller(driver.CUcontext(cur))
+    dev = _activate(device_id, by_id, by_ctx)
+    if getattr(_tls, "caller", None) is not None:
+        _tls.ours = by_id[device_id][1]  # what a restore expects to find current
+    return dev
+
+
+def _remember_caller(ctx) -> None:
+    global pending
+    _tls.caller = ctx
+    with _pending_lock:
+        pending += 1
+
+
+def nest() -> None:
+    """Enter a public call's inner work (the full path of a call): public calls made inside leave
+    the context to the outer one (see :func:`restores_caller_context`)."""
+    _tls.depth = getattr(_tls, "depth", 0) + 1
+
+
+def unnest() -> None:
+    _tls.depth -= 1
+
+
+def restore_caller_context() -> None:
+    """At the end of a public call: make current again the context this thread had before the call
+    switched it (nothing to do where none did, or inside an outer public call, which does it)."""
+    global pending
+    ctx = getattr(_tls, "caller", None)
+    if ctx is None or getattr(_tls, "depth", 0):
+        return
+    _tls.caller = None
+    with _pending_lock:
+        pending -= 1
+    # a context made current since (by the caller, between a failed call and this one) stays
+    if int(check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")) == getattr(_tls, "ours", None):
+        check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent (the caller's context, back after the call)")
+
+
+def restores_caller_context(fn):
+    """``fn`` (a public entry point) giving the thread back its context when it returns or raises.
+    The public calls it makes inside (a NumPy call's device call, a ring's steps) leave the
+    context to it: they run with the device current that ``fn`` made so."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        _tls.depth = getattr(_tls, "depth", 0) + 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _tls.depth -= 1
+            if pending:
+                restore_caller_context()
+
+    return call
 
 
 def _as_ordinal(device) -> int:

@@ -24,7 +24,7 @@ import threading
 from cuda.bindings import driver
 
 from . import recording as _recording
-from .device import _device_id, device_properties, get_device
+from .device import _device_id, device_properties, get_device, restores_caller_context
 from .errors import check
 from .stream import as_stream
 __all__ = [
@@ -234,13 +234,27 @@ def launch_prepared(args: tuple, stream_handle: int, argv: int, name: str) -> No
 
 
 class Event:
-    """A timing-enabled CUDA event (created in the current context; destroyed with the object)."""
+    """A timing-enabled CUDA event (destroyed with the object), made in the context of the stream
+    it will be recorded on, ``stream_handle`` (an event of another context is an invalid handle
+    there, and a public call gives the thread back its own context), else in the current one."""
 
     __slots__ = ("handle",)
 
-    def __init__(self):
+    def __init__(self, stream_handle: int | None = None):
         self.handle = None
-        self.handle = check(driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
+        ctx = None
+        if stream_handle is not None and stream_handle not in (0, 1, 2):  # 0-2: the current context's
+            ctx = check(driver.cuStreamGetCtx(stream_handle), "cuStreamGetCtx")
+            if int(ctx) == int(check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")):
+                ctx = None
+        if ctx is None:
+            self.handle = check(driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
+            return
+        check(driver.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+        try:
+            self.handle = check(driver.cuEventCreate(driver.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
+        finally:
+            check(driver.cuCtxPopCurrent(), "cuCtxPopCurrent")
 
     def record(self, stream_handle: int) -> Event:
         check(driver.cuEventRecord(self.handle, stream_handle), "cuEventRecord")
@@ -262,7 +276,7 @@ def record_event(stream_handle: int, *, device=None) -> Event:
     """A new timing event recorded on ``stream_handle`` (``device`` made current first if given)."""
     if device is not None:
         get_device(device)
-    return Event().record(stream_handle)
+    return Event(stream_handle).record(stream_handle)
 
 
 def elapsed_ms(start: Event, end: Event) -> float:
@@ -271,6 +285,7 @@ def elapsed_ms(start: Event, end: Event) -> float:
     return float(check(driver.cuEventElapsedTime(start.handle, end.handle), "cuEventElapsedTime"))
 
 
+@restores_caller_context
 def time_ms(fn, stream=None, *, device=None) -> float:
     """GPU time of the work ``fn()`` queues on ``stream`` (anything :func:`~cudattn._runtime.stream.as_stream` takes).
 
@@ -278,9 +293,10 @@ def time_ms(fn, stream=None, *, device=None) -> float:
     """
     dev = get_device(device)
     h = as_stream(stream, dev.device_id).handle
-    start = Event().record(h)
+    start, end = Event(h), Event(h)
+    start.record(h)
     fn()
-    end = Event().record(h)
+    end.record(h)
     return elapsed_ms(start, end)
 
 

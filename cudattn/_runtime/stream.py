@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numbers
 import operator
+import os
 
 from cuda.bindings import driver
 
@@ -72,6 +73,13 @@ _streams_lock = threading.Lock()
 _default_streams: dict[int, object] = {}  # device id -> cuda.core Stream
 _default_stream_refs: dict[int, StreamRef] = {}  # device id -> StreamRef of that stream
 
+# Stream handles that stay the same stream for the life of the process: the legacy default stream
+# (1, and 0 unless cuda-python maps 0 to the per-thread stream) and cudattn's own streams. A handle
+# of any other stream may be destroyed and handed to a new stream (`_arrays.alloc` keeps blocks
+# for reuse on lasting streams only).
+LASTING_STREAMS: set[int] = {1} if os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0") \
+    else {0, 1}
+
 
 def default_stream(device=None):
     """The library's own non-blocking ``cuda.core.Stream`` for ``device`` (created on first use).
@@ -105,6 +113,7 @@ def _create_default_stream(dev_id: int):
             s = dev.create_stream(options=StreamOptions(nonblocking=True))
             _default_stream_refs[dev_id] = StreamRef(int(s.handle), s)
             _default_streams[dev_id] = s
+            LASTING_STREAMS.add(int(s.handle))
     return s
 
 

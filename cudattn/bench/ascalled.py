@@ -15,16 +15,18 @@ from __future__ import annotations
 import statistics
 
 from .._runtime import launch as _launch
+from .._runtime.device import restores_caller_context
 from .timing import Timing, percentile
 
 BATCH = 10  # calls per back-to-back sample: few enough never to fill the launch queue
 
 
+@restores_caller_context
 def single(fn, stream_handle: int, *, iters: int = 30, warmup: int = 3) -> Timing:
     """Events around ``fn(i)`` alone, ``i`` = 0..iters-1, the stream drained before each."""
     for i in range(warmup):
         fn(i)
-    start, end = _launch.Event(), _launch.Event()  # reused: elapsed_ms waits for each pair
+    start, end = _launch.Event(stream_handle), _launch.Event(stream_handle)  # reused: elapsed_ms waits for each pair
     ms = []
     for i in range(iters):
         _launch.synchronize(stream_handle)
@@ -35,11 +37,12 @@ def single(fn, stream_handle: int, *, iters: int = 30, warmup: int = 3) -> Timin
     return Timing(statistics.median(ms), percentile(ms, 90), len(ms))
 
 
+@restores_caller_context
 def back_to_back(fn, stream_handle: int, *, batch: int = BATCH, repeats: int = 3, warmup: int = 3) -> float:
     """Median over ``repeats`` of (events around ``batch`` queued calls) / ``batch``, in ms."""
     for i in range(warmup):
         fn(i)
-    start, end = _launch.Event(), _launch.Event()
+    start, end = _launch.Event(stream_handle), _launch.Event(stream_handle)
     per_call = []
     for _ in range(repeats):
         _launch.synchronize(stream_handle)

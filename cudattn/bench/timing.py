@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .._runtime import device as _device
 from .._runtime import launch as _launch
+from .._runtime.device import restores_caller_context
 from .._runtime.spin import spin
 
 
@@ -34,6 +35,7 @@ def percentile(values, q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+@restores_caller_context
 def gpu_time(fn, stream_handle: int, device_id: int, *, iters: int = 30, warmup: int = 5,
              host_us_per_call: float = 300.0) -> Timing:
     """Time ``fn(i)`` (which queues work on ``stream_handle``) for i = 0..iters-1.
@@ -45,7 +47,7 @@ def gpu_time(fn, stream_handle: int, device_id: int, *, iters: int = 30, warmup:
         fn(i)
     _device.get_device(device_id)  # the events belong to the stream's device
     _launch.synchronize(stream_handle)
-    events = [(_launch.Event(), _launch.Event()) for _ in range(iters)]
+    events = [(_launch.Event(stream_handle), _launch.Event(stream_handle)) for _ in range(iters)]
     spin(stream_handle, min(500.0, max(5.0, iters * host_us_per_call / 1e3)), device_id)
     for i, (start, end) in enumerate(events):
         start.record(stream_handle)

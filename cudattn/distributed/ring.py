@@ -23,7 +23,7 @@ from .._arrays.array import new_array
 from .._kernels import sm_margin as _sm_margin
 from .._ops.attention import attention
 from .._ops.merge import merge_attention_states
-from .._runtime.device import get_device
+from .._runtime.device import get_device, restores_caller_context
 from .._runtime.stream import stream_wait
 from .._spec.modifiers import parse_modifiers
 from .agree import begin, call_stream, check_shards, code as _code, settle
@@ -65,6 +65,7 @@ def _check(q, k, v, comm, layout: str, zigzag: bool):
     return world, rank, q.shape[sax] // per
 
 
+@restores_caller_context
 def ring_attention(q, k, v, comm, *, causal: bool = False, scale: float | None = None, layout: str = "bshd",
                    zigzag: bool | None = None, softcap: float | None = None, sinks=None, window_size=None,
                    alibi_slopes=None, return_lse: bool = False, stream=None, sm_margin: int = 0,

@@ -20,6 +20,7 @@ from .._arrays import lifetime as _lifetime
 from .._arrays.array import DeviceArray, new_array
 from .._kernels.accumulate import add_into, store
 from .._ops.backward import attention_backward
+from .._runtime.device import restores_caller_context
 from .._runtime.stream import stream_wait
 from .._spec.modifiers import parse_modifiers
 from .agree import begin, call_stream, nccl, settle
@@ -32,6 +33,7 @@ _FIELDS = ("backward", "shard length", "batch", "query heads", "key/value heads"
            "zigzag", "layout", "window", "softcap", "scale", "sinks")
 
 
+@restores_caller_context
 def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = False, scale: float | None = None,
                             layout: str = "bshd", zigzag: bool | None = None, softcap: float | None = None,
                             sinks=None, window_size=None, stream=None):

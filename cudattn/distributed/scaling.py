@@ -17,6 +17,7 @@ from .. import reference
 from .._arrays.host_io import to_device, to_host
 from .._ops.attention import attention
 from .._runtime import launch as _launch
+from .._runtime.device import restores_caller_context
 from .._runtime.spin import spin
 from .._runtime.stream import as_stream
 from . import launch
@@ -71,12 +72,13 @@ def time_rank(comm, case: dict, iters: int, want_output: bool) -> dict:
     return row
 
 
+@restores_caller_context
 def gpu_times(fn, device: int, iters: int, host_ms_per_call: float = 2.0) -> list[float]:
     """GPU ms of each of ``iters`` calls of ``fn`` (work on cudattn's stream of ``device``), queued
     behind a spin kernel so that the host's time to queue them is not counted."""
     h = as_stream(None, device).handle
     _launch.synchronize(h)
-    events = [(_launch.Event(), _launch.Event()) for _ in range(iters)]
+    events = [(_launch.Event(h), _launch.Event(h)) for _ in range(iters)]
     spin(h, min(500.0, 5.0 + iters * host_ms_per_call), device)
     for start, end in events:
         start.record(h)

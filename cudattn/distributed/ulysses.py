@@ -15,6 +15,7 @@ from .._arrays import lifetime as _lifetime
 from .._arrays.array import DeviceArray, new_array
 from .._ops.attention import attention
 from .._ops.backward import attention_backward
+from .._runtime.device import restores_caller_context
 from .._runtime.stream import stream_wait
 from . import copies
 from .agree import begin, call_stream, check_shards, code as _code, settle
@@ -66,6 +67,7 @@ def _all_to_all(nb, handle, send: DeviceArray, recv: DeviceArray, world: int, u8
     settle(nb, handle, "ulysses_attention (all-to-all)")
 
 
+@restores_caller_context
 def ulysses_attention(q, k, v, comm, *, causal: bool = False, scale: float | None = None, softcap: float | None = None,
                       sinks=None, window_size=None, alibi_slopes=None, return_lse: bool = False, stream=None):
     """Attention of this rank's rows over the whole sequence by two all-to-alls (``"bshd"`` shards).
@@ -108,6 +110,7 @@ def ulysses_attention(q, k, v, comm, *, causal: bool = False, scale: float | Non
     return (out, lse_rows) if return_lse else out
 
 
+@restores_caller_context
 def ulysses_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = False, scale: float | None = None,
                                softcap: float | None = None, sinks=None, window_size=None, alibi_slopes=None,
                                stream=None):

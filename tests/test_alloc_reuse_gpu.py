@@ -1,0 +1,60 @@
+"""GPU: a warm call's dropped output is kept on the host and serves the next call of that size on
+its stream (`_arrays.alloc`), and never while a call on another stream still reads it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cudattn
+from cudattn._arrays import alloc as _alloc
+from cudattn._runtime import stream as _stream
+from _callpath_cases import F16, SPIN, _check_attention, _qkv, _rng
+
+pytestmark = pytest.mark.gpu
+
+
+def test_a_dropped_output_serves_the_next_call_on_its_stream():
+    rng = _rng()
+    q, k, v = _qkv(rng, 2, 193, 193, 4, 2, 64)
+    q2, k2, v2 = _qkv(rng, 2, 193, 193, 4, 2, 64)
+    qd, kd, vd, qd2, kd2, vd2 = (cudattn.to_device(x) for x in (q, k, v, q2, k2, v2))
+    cudattn.attention(qd, kd, vd, causal=True)  # the full path: recorded
+    first = cudattn.attention(qd, kd, vd, causal=True)  # warm: from the pool
+    ptr, host_first = first.ptr, cudattn.to_host(first)
+    del first
+    second = cudattn.attention(qd2, kd2, vd2, causal=True)  # warm: the kept block, no driver call
+    assert second.ptr == ptr, "a warm call's dropped output must serve the next call of its size on its stream"
+    _check_attention(host_first, q, k, v, causal=True)
+    _check_attention(cudattn.to_host(second), q2, k2, v2, causal=True)
+    del second
+    cudattn.empty_cache()
+    assert _alloc._kept_bytes.get(qd.device_id, 0) == 0, "empty_cache must give the kept blocks back"
+
+
+def test_an_output_still_read_on_another_stream_is_not_reused(torch):
+    """``a``, made on cudattn's stream (a lasting stream, where dropped outputs are kept), is the
+    query of a call on torch stream B queued behind a 0.2 s spin; dropped by the caller at once, it
+    stays held until B's call is done, so the next calls on cudattn's stream (same size) must take
+    other memory: else they overwrite what B has not read yet."""
+    rng = _rng()
+    q, k, v = _qkv(rng, 1, 256, 256, 4, 4, 64)
+    B = torch.cuda.Stream()
+    qd, kd, vd = (cudattn.to_device(x) for x in (q, k, v))
+    cudattn.attention(qd, kd, vd)  # the full path
+    a = cudattn.attention(qd, kd, vd)  # warm: a block that is kept when dropped
+    assert a.stream_handle in _stream.LASTING_STREAMS
+    a_ptr, host_a = a.ptr, cudattn.to_host(a)
+    with torch.cuda.stream(B):
+        torch.cuda._sleep(SPIN)
+    b = cudattn.attention(a, kd, vd, stream=B)  # reads a after the spin
+    del a
+    later = [cudattn.attention(qd, kd, vd) for _ in range(3)]
+    assert all(x.ptr != a_ptr for x in later), "a block still read on another stream was handed out again"
+    assert not B.query(), "B finished before the check: the test proves nothing (spin too short)"
+    torch.cuda.synchronize()
+    _check_attention(cudattn.to_host(b), host_a.astype(F16), k, v)
+    for x in later:
+        _check_attention(cudattn.to_host(x), q, k, v)
+    assert np.isfinite(host_a.astype(np.float32)).all()

@@ -1,0 +1,73 @@
+"""GPU: JAX arrays as operands. They come in through DLPack's handshake, which orders JAX's
+pending writes before the call's stream, are held until the call's work is done, and give the
+reference's result; a JAX array in host memory is refused naming the argument.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import cudattn
+from _callpath_cases import BF16, _check_attention, _qkv, _rng
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def jax():
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave the GPU's memory to the others
+    jax = pytest.importorskip("jax")
+    try:
+        jax.devices("gpu")
+    except RuntimeError:
+        pytest.skip("JAX without a CUDA backend")
+    return jax
+
+
+def _put(jax, x):
+    return jax.block_until_ready(jax.device_put(x, jax.devices("gpu")[0]))
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float16), BF16])
+def test_jax_operands_give_the_reference(jax, dtype):
+    rng = _rng()
+    q, k, v = _qkv(rng, 2, 211, 211, 4, 2, 64, dtype)
+    qj, kj, vj = (_put(jax, x) for x in (q, k, v))
+    for _ in range(3):  # the full path, then the recorded one twice
+        out = cudattn.attention(qj, kj, vj, causal=True)
+        _check_attention(cudattn.to_host(out), q, k, v, causal=True)
+
+
+def test_a_pending_jax_computation_is_ordered_before_the_call(jax):
+    """q is the output of a jitted computation still running (a chain of large products, its
+    result scaled by 0 and added): the call must read it only once JAX has written it."""
+    jnp = jax.numpy
+    rng = _rng()
+    q, k, v = _qkv(rng, 1, 333, 333, 2, 2, 64)
+    qj, kj, vj = (_put(jax, x) for x in (q, k, v))
+    big = _put(jax, rng.standard_normal((4096, 4096), dtype=np.float32))
+
+    @jax.jit
+    def slow_copy(a, m):
+        for _ in range(12):  # normalised each step: finite, so 0 * sum stays 0
+            m = m @ m
+            m = m / jnp.max(jnp.abs(m))
+        return (a.astype(jnp.float32) + 0.0 * jnp.sum(m)).astype(a.dtype)
+
+    slow_copy(qj, big).block_until_ready()  # compiled
+    for _ in range(2):
+        pending = slow_copy(qj, big)
+        out = cudattn.attention(pending, kj, vj)
+        _check_attention(cudattn.to_host(out), q, k, v, what="attention on a pending JAX array")
+
+
+def test_a_jax_array_in_host_memory_is_refused_naming_it(jax):
+    rng = _rng()
+    q, k, v = _qkv(rng, 1, 16, 16, 2, 2, 64)
+    kd, vd = cudattn.to_device(k), cudattn.to_device(v)
+    q_host = jax.device_put(q, jax.devices("cpu")[0])
+    with pytest.raises(TypeError, match=r"^q: "):
+        cudattn.attention(q_host, kd, vd)
