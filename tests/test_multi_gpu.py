@@ -146,7 +146,7 @@ def _every_api(dev: int, seed: int) -> dict:
         got[name] = cudattn.to_host(g)
     pinned = cudattn.empty_pinned(q.shape, BF16)
     pinned[...] = q
-    got["pinned"] = cudattn.attention(pinned, k, v)  # the NumPy path, from pinned memory: a NumPy result
+    got["pinned"] = cudattn.attention(pinned, k, v, device=dev)  # the NumPy path on `dev`, from pinned memory
     for r in got.values():
         assert np.isfinite(np.asarray(r, np.float64)).all() or r.dtype == np.uint8
     return got

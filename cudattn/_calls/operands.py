@@ -20,11 +20,12 @@ import numpy as np
 from .._arrays.array import DeviceArray
 from .._arrays.importer import device_id_of, is_device_array_like
 from .._arrays.importer import CUDATTN, JAX, adapt, current_stream_owner, kind_of
+from .._runtime import device as _device
 from .._runtime import stream as _stream
 from .._runtime.stream import stream_wait
 from .._spec.geometry import share_bytes
 
-__all__ = ["array_key", "array_or_none", "check_addresses", "check_not_mixed", "check_one_device",
+__all__ = ["array_key", "array_or_none", "check_addresses", "check_device_arg", "check_not_mixed", "check_one_device",
            "consumer_stream", "order_and_hold", "tag"]
 
 
@@ -99,6 +100,18 @@ def check_addresses(ops, names, tensors: int, out_index: int | None) -> None:
                     o_name = names[out_index]
                     raise ValueError(f"{o_name} overlaps {n} (they share device memory); the kernel would "
                                      f"overwrite an input it still reads: pass a separate {o_name}")
+
+
+def check_device_arg(device, device_id: int) -> None:
+    """``device=`` of a device call: None, or the operands' device ``device_id`` (ValueError naming
+    both; it chooses the GPU of NumPy calls only: device arrays run where they live)."""
+    if device is None:
+        return
+    if _device._as_ordinal(device) != device_id:
+        if _device.pending:  # adapting the operands may have switched the context: the caller's back
+            _device.restore_caller_context()
+        raise ValueError(f"device={_device._as_ordinal(device)} but the operands are on device {device_id}: device= "
+                         "chooses the GPU of NumPy calls; device arrays are computed on their own device")
 
 
 def check_one_device(ops, names) -> None:

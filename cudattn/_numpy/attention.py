@@ -103,7 +103,8 @@ def _bytes_per_item(problem) -> int:
 
 @restores_caller_context
 def attention_host(q, k, v, *, causal, scale, layout, return_lse, q_descale, k_descale, v_descale, out_dtype,
-                   num_splits, out, stream, window_size=None, softcap=None, sinks=None, alibi_slopes=None):
+                   num_splits, out, stream, window_size=None, softcap=None, sinks=None, alibi_slopes=None,
+                   device=None):
     kw = dict(causal=causal, scale=scale, layout=layout, return_lse=return_lse, q_descale=q_descale,
               k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype, num_splits=num_splits)
     for name, x in (("window_size", window_size), ("softcap", softcap), ("sinks", sinks),
@@ -118,7 +119,7 @@ def attention_host(q, k, v, *, causal, scale, layout, return_lse, q_descale, k_d
     q, k, v = (_copyable(x) for x in given)
     problem = validate(q, k, v, **kw, out=out, host=True)  # every argument error before any GPU work
 
-    device = _device.get_device(None)
+    device = _device.get_device(device)
     device_id = _device.device_properties(device).device_id
     sref = _stream.as_stream(stream, device)
     pinned = _Pinned(q, k, v, out)

@@ -13,7 +13,7 @@ from .._runtime.device import restores_caller_context
 
 
 @restores_caller_context
-def backward_host(dout, q, k, v, out, lse, dq, dk, dv, sinks, alibi, varlen, flags, stream):
+def backward_host(dout, q, k, v, out, lse, dq, dk, dv, sinks, alibi, varlen, flags, stream, device=None):
     """NumPy in, NumPy out: checked, uploaded (contiguous), run, copied back; synchronous."""
     for name, x in (("dq", dq), ("dk", dk), ("dv", dv), ("sinks", sinks), ("alibi_slopes", alibi)):
         if x is not None and not isinstance(x, np.ndarray):
@@ -25,7 +25,7 @@ def backward_host(dout, q, k, v, out, lse, dq, dk, dv, sinks, alibi, varlen, fla
                                 f"{type(c).__name__}")
     validate_backward(dout, q, k, v, out, lse, dq, dk, dv, host=True, sinks=sinks, alibi_slopes=alibi,
                       varlen=varlen, **flags)  # every rule, before any upload
-    device = _device.get_device(None)
+    device = _device.get_device(device)
     sref = _stream.as_stream(stream, device)
     up = lambda x: None if x is None else _host_io.to_device(np.ascontiguousarray(x), device=device,  # noqa: E731
                                                              stream=sref)

@@ -19,13 +19,13 @@ from .._runtime.device import restores_caller_context
 
 @restores_caller_context
 def attention_with_kvcache_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale, return_lse, num_splits,
-              stream, packed=None, mods=(None, None, None, None), descales=(None, None, None)):
+              stream, packed=None, mods=(None, None, None, None), descales=(None, None, None), device=None):
     cu_q, max_q = packed if packed else (None, None)
     problem, _ = validate_kvcache(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal, scale,
                                   return_lse, num_splits, host=True, cu_seqlens_q=cu_q, max_seqlen_q=max_q,
                                   mods=mods, descales=descales)
     kv = problem.kv_cache
-    device = _device.get_device(None)
+    device = _device.get_device(device)
     device_id = _device.device_properties(device).device_id
     _kv_launches.check_fp8_arch(kv, device_id)  # before the NumPy caches are changed
     if k_new is not None:  # the NumPy caches are updated in place, here, before they go up

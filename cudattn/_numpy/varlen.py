@@ -17,7 +17,8 @@ from .._runtime.device import restores_caller_context
 
 
 @restores_caller_context
-def attention_varlen_host(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags, out, stream, mods=(None, None, None)):
+def attention_varlen_host(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags, out, stream, mods=(None, None, None),
+                          device=None):
     """NumPy in, NumPy out: checked, uploaded (contiguous), run, copied back; synchronous."""
     for name, x in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
         if not isinstance(x, np.ndarray):
@@ -27,7 +28,7 @@ def attention_varlen_host(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags, ou
         raise TypeError("out must be a NumPy array (q, k, v are NumPy arrays)")
     q, k, v = (np.ascontiguousarray(x) for x in (q, k, v))
     problem = validate_varlen(q, k, v, cu_q, cu_k, max_q, max_k, descales, flags, out, host=True, mods=mods)
-    device = _device.get_device(None)
+    device = _device.get_device(device)
     device_id = _device.device_properties(device).device_id
     sref = _stream.as_stream(stream, device)
     up = lambda x: _host_io.to_device(np.ascontiguousarray(x), device=device, stream=sref)  # noqa: E731

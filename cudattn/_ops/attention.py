@@ -9,10 +9,10 @@ import numpy as np
 from .._kernels import attention as _device_path
 from .._numpy import attention as _numpy_attention
 from .._calls.call import Call
-from .._calls.operands import array_key, array_or_none, check_not_mixed, tag
+from .._calls.operands import array_key, array_or_none, check_device_arg, check_not_mixed, tag
 from .._runtime import device as _device
 from . import varlen as _varlen_api
-from .._arrays.types import ArrayLike, DescaleLike, DTypeLike, Layout, StreamLike
+from .._arrays.types import ArrayLike, DescaleLike, DeviceLike, DTypeLike, Layout, StreamLike
 from .._arrays.array import ArrayResult, DeviceArray
 from .._arrays.importer import OTHER, kind_of
 from .._spec.validate import validate
@@ -29,7 +29,7 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = ..., s
               cu_seqlens_q: ArrayLike | None = ..., cu_seqlens_k: ArrayLike | None = ...,
               max_seqlen_q: int | None = ..., max_seqlen_k: int | None = ...,
               window_size: tuple[int, int] | None = ..., softcap: float | None = ..., sinks: ArrayLike | None = ...,
-              alibi_slopes: ArrayLike | None = ...) -> ArrayResult: ...
+              alibi_slopes: ArrayLike | None = ..., device: DeviceLike = ...) -> ArrayResult: ...
 
 
 @overload
@@ -40,7 +40,7 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = ..., s
               stream: StreamLike = ..., cu_seqlens_q: ArrayLike | None = ..., cu_seqlens_k: ArrayLike | None = ...,
               max_seqlen_q: int | None = ..., max_seqlen_k: int | None = ...,
               window_size: tuple[int, int] | None = ..., softcap: float | None = ..., sinks: ArrayLike | None = ...,
-              alibi_slopes: ArrayLike | None = ...) -> tuple[ArrayResult, ArrayResult]: ...
+              alibi_slopes: ArrayLike | None = ..., device: DeviceLike = ...) -> tuple[ArrayResult, ArrayResult]: ...
 
 
 @overload
@@ -52,7 +52,7 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = ..., s
               max_seqlen_q: int | None = ...,
               max_seqlen_k: int | None = ..., window_size: tuple[int, int] | None = ...,
               softcap: float | None = ..., sinks: ArrayLike | None = ..., alibi_slopes: ArrayLike | None = ...,
-              ) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
+              device: DeviceLike = ...) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
 
 
 def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False, scale: float | None = None,
@@ -62,8 +62,8 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
               stream: StreamLike = None, cu_seqlens_q: ArrayLike | None = None, cu_seqlens_k: ArrayLike | None = None,
               max_seqlen_q: int | None = None, max_seqlen_k: int | None = None,
               window_size: tuple[int, int] | None = None, softcap: float | None = None,
-              sinks: ArrayLike | None = None,
-              alibi_slopes: ArrayLike | None = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
+              sinks: ArrayLike | None = None, alibi_slopes: ArrayLike | None = None,
+              device: DeviceLike = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
     """Fused scaled-dot-product attention: ``softmax(scale · q kᵀ) v`` per head.
 
     Parameters
@@ -132,6 +132,9 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
         ``(Hq,)`` or ``(B, Hq)``; ``-slope · |i + Sk - Sq - j|`` is added to the capped score.
         The modifiers apply in the order softcap, ALiBi, masks; their arrays are NumPy for NumPy
         calls and device arrays otherwise; FP8 inputs take them on the dequantised scores.
+    device : int or cuda.core Device, optional
+        NumPy calls: the GPU that computes; None: the thread's current device (device 0 where
+        none is current). Device calls run on their operands' device: None or that device.
 
     Returns
     -------
@@ -193,13 +196,14 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal, scale=scale,
             layout=layout, return_lse=return_lse, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
             out_dtype=out_dtype, num_splits=num_splits, out=out, stream=stream, window_size=window_size,
-            mods=(softcap, sinks, alibi_slopes))
+            mods=(softcap, sinks, alibi_slopes), device=device)
     host_q, host_k, host_v = isinstance(q, np.ndarray), isinstance(k, np.ndarray), isinstance(v, np.ndarray)
     if host_q and host_k and host_v:
         return _numpy_attention.attention_host(
             q, k, v, causal=causal, scale=scale, layout=layout, return_lse=return_lse, q_descale=q_descale,
             k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype, num_splits=num_splits, out=out,
-            stream=stream, window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes)
+            stream=stream, window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
+            device=device)
     # q alone is asked its kind (a k or v that is no array is named by the importer as it adapts them)
     if host_q or host_k or host_v or type(q) is not DeviceArray and kind_of(q) == OTHER:
         check_not_mixed((("q", q), ("k", k), ("v", v)))  # the one message for host/device mixes and non-arrays
@@ -210,6 +214,8 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
         alibi_slopes is not None
     call = Call("attention", [q, k, v, out, *map(array_or_none, extra)] if has_x else [q, k, v, out],
                 _NAMES if has_x else _NAMES4, stream)
+    if device is not None:
+        check_device_arg(device, call.ops[0].device_id)
     return call.run((causal, scale, layout, return_lse, out_dtype, num_splits),
                     (None if window_size is None else tag(window_size), None if softcap is None else tag(softcap),
                      tuple(map(array_key, extra, call.ops[4:])) if has_x else None),

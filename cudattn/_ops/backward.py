@@ -7,9 +7,9 @@ import numpy as np
 from .._arrays import host_io as _host_io
 from .._arrays.array import ArrayResult, DeviceArray
 from .._arrays.importer import OTHER, kind_of
-from .._arrays.types import ArrayLike, Layout, StreamLike
+from .._arrays.types import ArrayLike, DeviceLike, Layout, StreamLike
 from .._calls.call import Call
-from .._calls.operands import check_not_mixed, tag
+from .._calls.operands import check_device_arg, check_not_mixed, tag
 from .._kernels import backward as _device_path
 from .._numpy import backward as _numpy_backward
 from .._runtime import device as _device
@@ -29,7 +29,8 @@ def attention_backward(dout: ArrayLike, q: ArrayLike, k: ArrayLike, v: ArrayLike
                        cu_seqlens_q: ArrayLike | None = None, cu_seqlens_k: ArrayLike | None = None,
                        max_seqlen_q: int | None = None, max_seqlen_k: int | None = None,
                        deterministic: bool = False, dq: ArrayLike | None = None, dk: ArrayLike | None = None,
-                       dv: ArrayLike | None = None, stream: StreamLike = None) -> tuple[ArrayResult, ...]:
+                       dv: ArrayLike | None = None, stream: StreamLike = None,
+                       device: DeviceLike = None) -> tuple[ArrayResult, ...]:
     """Gradients of :func:`cudattn.attention` with respect to q, k and v (and the sinks).
 
     Parameters
@@ -54,6 +55,9 @@ def attention_backward(dout: ArrayLike, q: ArrayLike, k: ArrayLike, v: ArrayLike
         memory with any input or with each other. Required while ``stream`` captures a CUDA graph.
     stream : optional
         As :func:`cudattn.attention`: device calls are asynchronous on it.
+    device : int or cuda.core Device, optional
+        As in :func:`cudattn.attention`: the GPU of NumPy calls (device calls run where their
+        operands are).
 
     Returns
     -------
@@ -88,13 +92,15 @@ def attention_backward(dout: ArrayLike, q: ArrayLike, k: ArrayLike, v: ArrayLike
                  deterministic=deterministic)
     named = (("dout", dout), ("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse))
     if all(isinstance(x, np.ndarray) for _, x in named):
-        return _numpy_backward.backward_host(dout, q, k, v, out, lse, dq, dk, dv, sinks, alibi_slopes, varlen, flags, stream)
+        return _numpy_backward.backward_host(dout, q, k, v, out, lse, dq, dk, dv, sinks, alibi_slopes, varlen, flags,
+                                             stream, device)
     if any(isinstance(x, np.ndarray) for _, x in named) or any(
             x is None or type(x) is not DeviceArray and kind_of(x) == OTHER for _, x in named):
         check_not_mixed(named)
     host_offsets = varlen is not None and any(type(c) is np.ndarray for c in varlen[:2])
     cu_objs = [None, None] if varlen is None else [None if type(c) is np.ndarray else c for c in varlen[:2]]
     call = Call("backward", [dout, q, k, v, out, lse, dq, dk, dv, sinks, alibi_slopes, *cu_objs], _NAMES, stream)
+    check_device_arg(device, call.ops[1].device_id)
     # Operands 0-5 are read, 6-8 written: a warm call checks that the gradients given touch no input
     # and none of each other (its recorded spans), else the full path judges (validate_backward).
     return call.run((causal, scale, layout, deterministic, max_seqlen_q, max_seqlen_k),

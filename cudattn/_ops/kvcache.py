@@ -21,14 +21,14 @@ from typing import Literal, overload
 import numpy as np
 
 from .._calls.call import Call
-from .._calls.operands import array_key, array_or_none, check_not_mixed, tag
+from .._calls.operands import array_key, array_or_none, check_device_arg, check_not_mixed, tag
 from .._runtime import device as _device
 from .._arrays import importer as _importer
 from .._arrays import host_io as _host_io
 from .._spec.geometry import span
 from .._arrays.importer import OTHER, kind_of
 from .._spec.geometry import TensorGeom
-from .._arrays.types import ArrayLike, DescaleLike, StreamLike
+from .._arrays.types import ArrayLike, DescaleLike, DeviceLike, StreamLike
 from .._arrays.array import ArrayResult, DeviceArray
 from .._spec.validate import check_out
 from .._numpy.kvcache import attention_with_kvcache_host
@@ -48,7 +48,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            window_size: tuple[int, int] | None = ..., softcap: float | None = ...,
                            sinks: ArrayLike | None = ..., alibi_slopes: ArrayLike | None = ...,
                            q_descale: DescaleLike = ..., k_descale: DescaleLike = ...,
-                           v_descale: DescaleLike = ...) -> ArrayResult: ...
+                           v_descale: DescaleLike = ..., device: DeviceLike = ...) -> ArrayResult: ...
 
 
 @overload
@@ -61,7 +61,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            window_size: tuple[int, int] | None = ..., softcap: float | None = ...,
                            sinks: ArrayLike | None = ..., alibi_slopes: ArrayLike | None = ...,
                            q_descale: DescaleLike = ..., k_descale: DescaleLike = ...,
-                           v_descale: DescaleLike = ...) -> tuple[ArrayResult, ArrayResult]: ...
+                           v_descale: DescaleLike = ..., device: DeviceLike = ...) -> tuple[ArrayResult, ArrayResult]: ...
 
 
 @overload
@@ -74,7 +74,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            window_size: tuple[int, int] | None = ..., softcap: float | None = ...,
                            sinks: ArrayLike | None = ..., alibi_slopes: ArrayLike | None = ...,
                            q_descale: DescaleLike = ..., k_descale: DescaleLike = ...,
-                           v_descale: DescaleLike = ...) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
+                           v_descale: DescaleLike = ..., device: DeviceLike = ...) -> ArrayResult | tuple[ArrayResult, ArrayResult]: ...
 
 
 def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike, *,
@@ -86,7 +86,8 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
                            window_size: tuple[int, int] | None = None, softcap: float | None = None,
                            sinks: ArrayLike | None = None, alibi_slopes: ArrayLike | None = None,
                            q_descale: DescaleLike = None, k_descale: DescaleLike = None,
-                           v_descale: DescaleLike = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
+                           v_descale: DescaleLike = None,
+                           device: DeviceLike = None) -> ArrayResult | tuple[ArrayResult, ArrayResult]:
     """Attention of a few query tokens against a KV cache (FlashAttention's ``flash_attn_with_kvcache``).
 
     Parameters
@@ -128,6 +129,9 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     q_descale, k_descale, v_descale : None, float or float32 array, optional
         None (1.0), a float, or float32 ``(B, Hkv)`` arrays, as in :func:`cudattn.attention`:
         ``k_descale``, ``v_descale`` for an FP8 cache, ``q_descale`` for an FP8 q.
+    device : int or cuda.core Device, optional
+        As in :func:`cudattn.attention`: the GPU of NumPy calls (device calls run where their
+        operands are).
 
     Returns
     -------
@@ -197,7 +201,7 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
             raise TypeError("out is taken by device calls only; a NumPy call returns a new array (pass out=None)")
         return attention_with_kvcache_host(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, causal,
                                            scale, return_lse, num_splits, stream, packed, mods,
-                                           (q_descale, k_descale, v_descale))
+                                           (q_descale, k_descale, v_descale), device)
     if out is not None and isinstance(out, np.ndarray):
         raise TypeError("out must be a device array for device calls (the NumPy path returns a new array)")
     objs = (q, k_cache, v_cache, k_new, v_new, out, cache_seqlens, block_table, cu_seqlens_q)
@@ -218,6 +222,8 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     arrays = tuple(map(array_or_none, extra)) if given_x else None
     has_x = given_x and arrays != (None, None, None, None, None)
     call = Call("kvcache", (*dev_objs, *arrays) if has_x else dev_objs, _NAMES, stream)
+    if device is not None:
+        check_device_arg(device, call.ops[0].device_id)
     ka, va, kn = call.ops[1:4]
     # Appending into caches whose byte ranges meet: the full path's exact test of shared elements.
     suspect = kn is not None and _ranges_meet(ka, va)

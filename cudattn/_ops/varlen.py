@@ -18,7 +18,7 @@ from .._arrays import array as _array
 from .._calls.call import Call
 from .._kernels import attention as _device_path
 from .._numpy import varlen as _numpy_varlen
-from .._calls.operands import array_key, array_or_none, check_not_mixed, tag
+from .._calls.operands import array_key, array_or_none, check_device_arg, check_not_mixed, tag
 from .._runtime import device as _device
 from .._arrays import importer as _importer
 from .._arrays import host_io as _host_io
@@ -35,7 +35,7 @@ _NAMES = ("q", "k", "v", "out", "cu_seqlens_q", "cu_seqlens_k", "q_descale", "k_
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal, scale, layout,
                      return_lse, q_descale, k_descale, v_descale, out_dtype, num_splits, out, stream,
-                     window_size=None, mods=(None, None, None)):
+                     window_size=None, mods=(None, None, None), device=None):
     """`cudattn.attention` with ``cu_seqlens_q``/``cu_seqlens_k`` (its docstring has the contract).
     ``mods``: its (softcap, sinks, alibi_slopes)."""
     check_varlen_call(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, layout, num_splits)
@@ -43,8 +43,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     descales = (q_descale, k_descale, v_descale)
     host = [isinstance(x, np.ndarray) for x in (q, k, v)]
     if all(host):
-        return _numpy_varlen.attention_varlen_host(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, descales, flags, out,
-                         stream, mods)
+        return _numpy_varlen.attention_varlen_host(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                   descales, flags, out, stream, mods, device)
     if any(host) or type(q) is not _array.DeviceArray and kind_of(q) == OTHER:  # (k, v: see attention)
         check_not_mixed((("q", q), ("k", k), ("v", v)))
     host_offsets = False
@@ -63,6 +63,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     has_x = not (q_descale is None and k_descale is None and v_descale is None and sinks is None and alibi is None)
     objs = [q, k, v, out, cq_obj, ck_obj]
     call = Call("varlen", [*objs, *map(array_or_none, extra)] if has_x else objs, _NAMES, stream)
+    check_device_arg(device, call.ops[0].device_id)
     # NumPy offsets make the key unhashable: such calls always take the full path.
     return call.run((causal, scale, return_lse, out_dtype, max_seqlen_q, max_seqlen_k),
                     ((cu_seqlens_q, cu_seqlens_k) if host_offsets else None, tag(window_size), tag(softcap),
