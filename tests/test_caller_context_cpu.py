@@ -191,3 +191,32 @@ def test_the_full_path_runs_nested(drv, monkeypatch):
     monkeypatch.setattr(_callpath, "order_and_hold", lambda *a: None)
     assert call.run((), None, full, None, tensors=1, out_index=None, allocates=False) is _Op
     assert during == [CTX[1]] and drv.cur() == CTX[0] and _device.pending == 0
+
+
+def test_a_device_seen_before_is_switched_to_with_one_driver_call(drv, monkeypatch):
+    drv.current.ctx = CTX[0]
+    _public_call(1)  # first time: cuda.core's activation (the fake) records the context
+    activations = []
+    monkeypatch.setattr(_device, "_activate", lambda *a: activations.append(a) or "unused")
+    drv.sets.clear()
+    assert _public_call(1) == "result"
+    assert activations == [] and drv.sets == [CTX[1], CTX[0]] and drv.cur() == CTX[0]
+
+
+def test_default_stream_calls_make_the_operands_device_current_before_asking_about_capture(monkeypatch):
+    """Handles 0-2 name the current context's streams: the capture query must see the operands'."""
+    from cudattn._calls import call as _callpath
+
+    order = []
+    monkeypatch.setattr(_callpath._device, "get_device", lambda d=None: order.append(("device", d)))
+    monkeypatch.setattr(_callpath, "is_capturing", lambda s: order.append(("capture", s)) or True)
+
+    class _Op:
+        ptr, shape, strides, dtype, device_id, readonly, stream_handle = 0x1000, (1,), (2,), None, 1, False, 0
+
+    call = object.__new__(_callpath.Call)
+    call.op, call.objs, call.names, call.consumer, call.keep = "fake", (_Op,), ("q",), 0, None
+    call.ops, call.sig, call.unordered = [_Op], ((type(_Op), (1,), (2,), None, 1, False),), False
+    with pytest.raises(ValueError, match="graph capture"):
+        call.run((), None, None, None, tensors=1, out_index=None, allocates=True)
+    assert order == [("device", 1), ("capture", 0)]

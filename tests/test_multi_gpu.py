@@ -217,8 +217,13 @@ def test_calls_on_the_second_device_leave_the_callers_context_current():
     after["DLPack export"] = current()
     host = cudattn.to_host(out)
     after["to_host"] = current()
-    _every_api(1, 4503)
+    cold = _every_api(1, 4503)
     after["every operation"] = current()
+    _same(cold, _every_api(1, 4503), "warm calls on cuda:1 from a thread on cuda:0")  # replays, split-KV included
+    after["every operation, warm"] = current()
+    on_legacy = [cudattn.to_host(cudattn.attention(qd, kd, vd, causal=True, stream=0)) for _ in range(3)]
+    after["cuda:1's legacy default stream"] = current()
+    assert all(np.array_equal(x.view(np.uint16), host.view(np.uint16)) for x in on_legacy)
     assert all(c == ctx0 for c in after.values()), {name: hex(c) for name, c in after.items() if c != ctx0}
     assert torch.cuda.current_device() == 0 and t.device == torch.device("cuda", 1)
     ok, err, bound = check_close(host, reference.attention(q, k, v, causal=True),

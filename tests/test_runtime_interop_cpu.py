@@ -67,7 +67,10 @@ def test_cai_stream_is_waited_on(no_driver_device_lookup, monkeypatch):
     assert waits == [(0x42, 0x99)]
 
 
-def test_cai_export():
+def test_cai_export(monkeypatch):
+    from cudattn._arrays import array as _array
+
+    monkeypatch.setattr(_array._devices, "is_current", lambda device_id: True)
     a = DeviceArray(FAKE_PTR, (3, 4), np.float16, device_id=0, stream_handle=0x77)
     cai = a.__cuda_array_interface__
     assert cai["version"] == 3 and cai["shape"] == (3, 4) and cai["typestr"] == "<f2"
@@ -76,6 +79,13 @@ def test_cai_export():
     assert v.__cuda_array_interface__["strides"] == (8, 4)
     assert DeviceArray(FAKE_PTR, (3,), FP8, device_id=0).__cuda_array_interface__["typestr"] == "|u1"
     assert DeviceArray(FAKE_PTR, (3,), np.float16, device_id=0, stream_handle=0).__cuda_array_interface__["stream"] == 1
+    # a default stream of a device that is not current: the consumer would read it as its own
+    # device's, so the host waits for the producer and the export names no stream
+    settled = []
+    monkeypatch.setattr(_array._devices, "is_current", lambda device_id: False)
+    monkeypatch.setattr(_array._transfer, "settle_default_stream", lambda arr: settled.append(arr.device_id))
+    other = DeviceArray(FAKE_PTR, (3,), np.float16, device_id=1, stream_handle=0)
+    assert other.__cuda_array_interface__["stream"] is None and settled == [1]
     b = DeviceArray(FAKE_PTR, (3,), BF16, device_id=0)
     assert not hasattr(b, "__cuda_array_interface__")  # consumers fall back to DLPack
     with pytest.raises(AttributeError, match="DLPack"):

@@ -124,14 +124,15 @@ class Call:
                 plan = _plans.get(key)
             except TypeError:  # an unhashable argument: the full path says which
                 key, plan = None, _FULL_ONLY
+            device_id = ops[0].device_id
+            if consumer in _SPECIAL_STREAMS:  # handles 0-2 name the current context's streams: the operands'
+                _device.get_device(device_id)
             if allocates and is_capturing(consumer):
                 raise ValueError("the stream is in CUDA graph capture, and cudattn cannot allocate the output inside "
                                  "a graph it does not own: pass out= (and call without return_lse)")
-            device_id = ops[0].device_id
             ptrs = [0 if a is None else a.ptr for a in ops]
             if plan.__class__ is RecordedCall and not force_full and plan.plain(ptrs):
-                # the operands' device current before any event or special stream (legacy, per-thread) is used
-                if self.unordered or consumer in _SPECIAL_STREAMS:
+                if self.unordered:  # the operands' device current before any event is made
                     _device.get_device(device_id)
                 held = order_and_hold(objs, ops, consumer) if self.unordered else None
                 # a call that allocates has just learnt that its stream does not capture (else it raised)

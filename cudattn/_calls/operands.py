@@ -107,10 +107,16 @@ def check_device_arg(device, device_id: int) -> None:
     both; it chooses the GPU of NumPy calls only: device arrays run where they live)."""
     if device is None:
         return
-    if _device._as_ordinal(device) != device_id:
+    try:
+        ordinal = _device._as_ordinal(device)
+    except TypeError:
         if _device.pending:  # adapting the operands may have switched the context: the caller's back
             _device.restore_caller_context()
-        raise ValueError(f"device={_device._as_ordinal(device)} but the operands are on device {device_id}: device= "
+        raise
+    if ordinal != device_id:
+        if _device.pending:  # adapting the operands may have switched the context: the caller's back
+            _device.restore_caller_context()
+        raise ValueError(f"device={ordinal} but the operands are on device {device_id}: device= "
                          "chooses the GPU of NumPy calls; device arrays are computed on their own device")
 
 

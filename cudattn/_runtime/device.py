@@ -37,6 +37,7 @@ __all__ = [
     "unnest",
 ]
 
+_SUCCESS = driver.CUresult.CUDA_SUCCESS
 _init_lock = threading.Lock()
 _initialized = False
 _device_count: int | None = None
@@ -115,6 +116,7 @@ def get_device(device_id: int | None = None):
         if dev is not None:
             return dev
         device_id = int(check(driver.cuCtxGetDevice(), "cuCtxGetDevice")) if cur else 0
+        entry = by_id.get(device_id)
     else:
         if type(device_id) is not int:
             device_id = _as_ordinal(device_id)
@@ -123,10 +125,21 @@ def get_device(device_id: int | None = None):
             return entry[0]
     if cur and getattr(_tls, "caller", None) is None:  # the caller's context, given back at the call's end
         _remember_caller(driver.CUcontext(cur))
-    dev = _activate(device_id, by_id, by_ctx)
+    # a context seen before: one driver call (a call on cuda:1 from a thread on cuda:0 makes this
+    # switch every time); else, or if the driver refuses it, cuda.core's activation
+    if entry is not None and driver.cuCtxSetCurrent(driver.CUcontext(entry[1]))[0] == _SUCCESS:
+        dev = entry[0]
+    else:
+        dev = _activate(device_id, by_id, by_ctx)
     if getattr(_tls, "caller", None) is not None:
         _tls.ours = by_id[device_id][1]  # what a restore expects to find current
     return dev
+
+
+def is_current(device_id: int) -> bool:
+    """Whether ``device_id``'s primary context is current on this thread (as far as cudattn knows it)."""
+    entry = _thread_cache()[0].get(device_id)
+    return entry is not None and entry[1] == int(check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent"))
 
 
 def _remember_caller(ctx) -> None:
