@@ -153,30 +153,20 @@ def allocate(device_id: int, nbytes: int, stream: int, keep: object = None, reus
     ``reuse``: the caller knows ``stream`` is not capturing a graph, so a block kept from an
     earlier allocation of this size on this stream may serve, and this one is kept when dropped
     (on a lasting stream only: see the module docstring)."""
-    if reuse and stream in LASTING_STREAMS:
-        if _kept.get((device_id, stream, nbytes)):
-            with _kept_lock:
-                kept = _kept.get((device_id, stream, nbytes))
-                found = kept.pop() if kept else None
-                if found is not None:
-                    _kept_bytes[device_id] -= nbytes
+    kept_later = reuse and stream in LASTING_STREAMS
+    if kept_later and _kept.get((device_id, stream, nbytes)):
+        with _kept_lock:
+            kept = _kept.get((device_id, stream, nbytes))
+            found = kept.pop() if kept else None
             if found is not None:
-                b = object.__new__(Block)
-                b.ptr, b.nbytes, b.stream, b.keep, b.ctx, b.device_id = found[0], nbytes, stream, keep, found[1], \
-                    device_id
-                return b
-        err, ptr = _alloc_async(nbytes, _pools.get(device_id) or pool_of(device_id), stream)
-        if err == _SUCCESS:
-            return Block(int(ptr), nbytes, stream, keep, device_id)
-        return _fallback(err, device_id, nbytes, stream, keep)
+                _kept_bytes[device_id] -= nbytes
+        if found is not None:
+            b = object.__new__(Block)
+            b.ptr, b.nbytes, b.stream, b.keep, b.ctx, b.device_id = found[0], nbytes, stream, keep, found[1], device_id
+            return b
     err, ptr = _alloc_async(nbytes, _pools.get(device_id) or pool_of(device_id), stream)
     if err == _SUCCESS:
-        return Block(int(ptr), nbytes, stream, keep)
-    return _fallback(err, device_id, nbytes, stream, keep)
-
-
-def _fallback(err, device_id: int, nbytes: int, stream: int, keep: object) -> Block:
-    """`allocate` after the pool refused: a graph memory node while capturing, else the retry."""
+        return Block(int(ptr), nbytes, stream, keep, device_id if kept_later else None)
     if err == _CAPTURE_UNSUPPORTED:  # a capturing stream: a graph memory node (freed in the graph too)
         return Block(int(check(driver.cuMemAllocAsync(nbytes, stream), f"cuMemAllocAsync({nbytes} bytes)")),
                      nbytes, stream, keep)

@@ -110,8 +110,6 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
         return obj
     if kind == OTHER:  # any other producer: cudattn's validating importer (see the module docstring)
         return as_device_array(obj, name=name, stream_handle=consumer)
-    if kind == JAX:
-        return _from_jax(obj, name, consumer)
     if kind == TORCH and obj.is_neg():  # the view would hand over the bytes, which hold -x
         raise TypeError(f"{name} is a negated torch view (torch._neg_view): its memory holds the negated "
                         f"values; pass {name}.resolve_neg()")
@@ -119,13 +117,18 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
         a = _from_torch(obj, current)  # FP8 crosses DLPack as uint8: straight to the accessors (no failed export)
         if a is not None:
             return a
-    try:  # torch / CuPy: ordered after their current stream by the caller, as their users expect
-        view = (_SMV or _smv_type()).from_any_interface(obj, -1)
+    # torch / CuPy: ordered after their current stream by the caller, as their users expect; JAX
+    # orders its pending writes before the consumer stream itself (DLPack's handshake)
+    sync = (CU_STREAM_LEGACY if consumer == 0 else consumer) if kind == JAX else -1
+    try:
+        view = (_SMV or _smv_type()).from_any_interface(obj, sync)
         dtype = view.dtype
         dev = view.device_id
         if dev < 0 or dtype is None or dtype.kind == "u":  # host memory, or FP8 that crossed as uint8
             raise TypeError
     except Exception:
+        if kind == JAX:  # what the view cannot take (host arrays, FP8): the importer takes it or says why
+            return as_device_array(obj, name=name, stream_handle=consumer)
         if kind == TORCH:
             a = _from_torch(obj, current)  # FP8 keeps its dtype
             if a is not None:
@@ -141,29 +144,8 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
     if current is not None and current[0] is type(obj) and current[1] == dev:  # `_current`, inline
         a.stream_handle = current[2]
     else:
-        a.stream_handle = (_torch_stream or _torch_stream_getter())(dev) if kind == TORCH else current_stream(kind, dev)
-    return a
-
-
-def _from_jax(obj, name: str, consumer: int) -> DeviceArray:
-    """A JAX array through the view's DLPack import, which asks JAX to order its pending writes
-    before ``consumer`` (a quarter of the time of the validating importer, whose ctypes reading of
-    the capsule is the cost); what the view cannot take (host arrays, FP8) goes to the importer,
-    which names the problem or takes it."""
-    try:
-        view = (_SMV or _smv_type()).from_any_interface(obj, CU_STREAM_LEGACY if consumer == 0 else consumer)
-        dtype = view.dtype
-        dev = view.device_id
-        if dev < 0 or dtype is None or dtype.kind == "u":
-            raise TypeError
-    except Exception:
-        return as_device_array(obj, name=name, stream_handle=consumer)
-    a = object.__new__(DeviceArray)
-    shape = view.shape
-    a.ptr, a.shape, a.dtype, a.device_id, a.owner, a.readonly = view.ptr, shape, dtype, dev, view, view.readonly
-    st = view.strides
-    a.strides = _contiguous(shape, dtype.itemsize) if st is None else _byte_strides(st, dtype.itemsize)
-    a.stream_handle = consumer
+        a.stream_handle = (_torch_stream or _torch_stream_getter())(dev) if kind == TORCH else \
+            consumer if kind == JAX else current_stream(kind, dev)
     return a
 
 
