@@ -500,7 +500,9 @@ def test_ring_by_copy_engine_equals_the_ring_by_nccl(world):
             for causal, S, win in cases]
 
     def rank(r, comm):
-        streams = [Device(r).create_stream() for _ in range(2)]
+        dev = Device(r)
+        dev.set_current()  # cuda.core's rule: a thread makes a device current before it makes streams on it
+        streams = [dev.create_stream() for _ in range(2)]
         outs = []
         for i, (causal, win, shards) in enumerate(data):
             qd, kd, vd = (cudattn.to_device(s[r], device=r) for s in shards)
