@@ -277,8 +277,8 @@ int main(void) {
             row = cudattn__select(&h, fams[fam], dts[dt], out, d, c, sq);
             printf("P %d %d %d %d %d %d %s\n", fams[fam], dts[dt], out, d, c, sq, row < 0 ? "-" : cudattn_kernel_table[row].file);
         }
-    for (i = 1; i < 400; i += 3) for (d = 1; d < 600; d += 7) for (c = 1; c < 3; ++c)
-        printf("S %d %d %d %d\n", i, d, c, cudattn__choose_num_splits(i, d, 132, c));
+    for (i = 1; i < 400; i += 3) for (d = 1; d < 600; d += 7) for (c = 1; c < 3; ++c) for (out = 1; out < 5; out += 3)
+        printf("S %d %d %d %d %d\n", i, d, c, out, cudattn__choose_num_splits(i, d, 132, c, out));
     h.smem_per_sm = 233472;
     for (dt = 0; dt < 2; ++dt) for (d = 8; d <= 256; d += 8) for (i = 1; i <= 40; i += 3) for (c = 0; c < 2; ++c) {
         const int row = cudattn__select_decode(&h, dts[dt], d, i);
@@ -312,8 +312,8 @@ int main(void) {
             kv = SimpleNamespace(paged=paged, fp8=False)
             assert per_sm == _decode._blocks_per_sm(spec, kv, props), line
         else:
-            blocks, tiles, per_sm, got = map(int, f[1:])
-            assert got == _decode.choose_num_splits(blocks, tiles, 132, per_sm), line
+            blocks, tiles, per_sm, rows_per_warp, got = map(int, f[1:])
+            assert got == _decode.choose_num_splits(blocks, tiles, 132, per_sm, rows_per_warp), line
         checked += 1
     assert checked > 5000
 

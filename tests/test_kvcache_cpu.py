@@ -95,6 +95,12 @@ def test_split_heuristic():
     assert c(256, 64, 132) == 1 and c(106, 64, 132) == 1  # the grid already fills the GPU
     assert c(8, 7, 132) == 1  # too few tiles to cut
     assert c(1, 40, 132) == 10  # at least MIN_TILES_PER_SPLIT tiles per split
+    # One kv head, 8 packed rows on 4 warps (2 rows a warp), two blocks an SM: with 128 key tiles the
+    # split count that gives each block 4 tiles (32; 31 gave some 5), with 512 the merge's cost
+    # outweighs the last tiles (H200: 57-64 splits 21.5 us against 122 splits' 29.1)
+    assert c(1, 128, 132, 2, 2) == 32
+    assert 48 <= c(1, 512, 132, 2, 2) <= 64
+    assert c(1, 512, 132, 2, 1) > c(1, 512, 132, 2, 2)  # fewer rows to merge: more splits pay
     for blocks in range(1, 200, 7):
         for tiles in (1, 9, 100, 5000):
             s = c(blocks, tiles, 132)

@@ -12,7 +12,6 @@ parts given by the caller with the same math.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,34 +42,48 @@ def takes_split_kv(problem: Problem) -> bool:
 
 #: A grid with at least this many blocks per SM gets no split.
 FULL_GRID_FRACTION = 0.8
-#: Among split counts, take the smallest whose wave efficiency is within this of the best.
-EFFICIENCY_TOLERANCE = 0.95
 #: A split gets at least this many key tiles (shorter ones cost more in set-up and merge than they save).
 MIN_TILES_PER_SPLIT = 4
+#: What one more split adds to the last block's merge, in hundredths of a key tile's time, for each
+#: packed row a warp of that block merges (the partials come from L2 in round trips of 16).
+#: Fitted on an H200 (bf16, D 128, one token, 8 and 32 query heads on 1 and 8 kv heads, 8192 and
+#: 32768 keys, 8-128 splits): a + 0.77 us a key tile + 0.12 us a split at 2 rows a warp.
+MERGE_COST_PER_SPLIT_ROW = 8
+#: A wave's own cost beyond its tiles, in hundredths of a tile (a block's start: Q and the first
+#: tiles in flight): two waves of a little fewer tiles do not beat one (H100, a one-block-an-SM
+#: build, 8 kv heads, 131072 keys: 16 splits 2.77 TB/s, 33 splits 2.62).
+WAVE_COST = 200
 
 
-def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm: int = 1) -> int:
-    """The heuristic behind ``num_splits=None`` (FlashAttention's wave model).
+def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm: int = 1,
+                      merge_rows_per_warp: int = 1) -> int:
+    """The heuristic behind ``num_splits=None``: FlashAttention's wave model with the merge's cost.
 
     ``blocks``: blocks without splitting (row blocks x kv heads x batch); ``key_tiles``: key tiles
     of the longest sequence. One split when the grid already gives most SMs a block
     (``blocks >= FULL_GRID_FRACTION * sm_count``) or there are under 2 * MIN_TILES_PER_SPLIT
     tiles to cut. Otherwise, for each s up to min(MAX_SPLITS, key_tiles / MIN_TILES_PER_SPLIT),
-    the wave efficiency ``waves / ceil(waves)`` with ``waves = blocks * s / (sm_count *
-    blocks_per_sm)``; the smallest s within EFFICIENCY_TOLERANCE of the best wins.
+    the cost in hundredths of a tile: ``ceil(waves) * (100 * ceil(key_tiles / s) + WAVE_COST)``
+    (the longest block's tiles and start, once a wave, with ``waves = blocks * s / (sm_count *
+    blocks_per_sm)``) plus,
+    with splits, ``MERGE_COST_PER_SPLIT_ROW * merge_rows_per_warp * s``; the cheapest wins, the
+    smallest s among equals. Integers, so that the C launcher's copy chooses the same.
 
     ``blocks_per_sm`` comes from `_blocks_per_sm` (the build and the cache: one or two blocks, up
-    to four for FP8 caches).
+    to four for FP8 caches); ``merge_rows_per_warp`` from the build's warps and the packed rows.
     """
     if blocks >= FULL_GRID_FRACTION * sm_count or key_tiles < 2 * MIN_TILES_PER_SPLIT:
         return 1
     top = min(MAX_SPLITS, key_tiles // MIN_TILES_PER_SPLIT)
-    eff = {}
+    slots = sm_count * blocks_per_sm
+    best, best_cost = 1, None
     for s in range(1, top + 1):
-        waves = blocks * s / (sm_count * blocks_per_sm)
-        eff[s] = waves / math.ceil(waves)
-    best = max(eff.values())
-    return min(s for s, e in eff.items() if e >= EFFICIENCY_TOLERANCE * best)
+        cost = -(-blocks * s // slots) * (100 * -(-key_tiles // s) + WAVE_COST)
+        if s > 1:
+            cost += MERGE_COST_PER_SPLIT_ROW * merge_rows_per_warp * s
+        if best_cost is None or cost < best_cost:
+            best, best_cost = s, cost
+    return best
 
 
 @dataclass(frozen=True)
@@ -109,7 +122,9 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
     key_tiles = max(1, _tiles_seen(problem, capacity, t.block_m, t.block_n))
     blocks = num_m * problem.heads_kv * problem.batch
     if problem.num_splits is None:
-        splits = choose_num_splits(blocks, key_tiles, props.sm_count, _blocks_per_sm(variant, kv, props))
+        warps = variant.threads // 32
+        splits = choose_num_splits(blocks, key_tiles, props.sm_count, _blocks_per_sm(variant, kv, props),
+                                   -(-min(rows, t.block_m) // warps))
     else:
         splits = problem.num_splits
     tiles_per_split = -(-key_tiles // splits)
