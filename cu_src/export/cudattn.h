@@ -816,28 +816,36 @@ typedef struct cudattn__decode_plan {
 
 /* The split heuristic's constants, as cudattn/_kernels/decode.py's of the same names. */
 #define CUDATTN__FULL_GRID_FRACTION 0.8
+#define CUDATTN__EFFICIENCY_TOLERANCE 0.95
 #define CUDATTN__MIN_TILES_PER_SPLIT 4
 #define CUDATTN__MERGE_COST_PER_SPLIT_ROW 8
 #define CUDATTN__WAVE_COST 200
 #define CUDATTN__SMEM_RESERVED_PER_BLOCK 1024
 
-/* FlashAttention's wave model with the merge's cost, in hundredths of a key tile, as
- * cudattn/_kernels/decode.py choose_num_splits (integers: both choose the same). */
+/* The lower of FlashAttention's wave model (with the tiles' rounding) and the merge's cost against
+ * the tiles, as cudattn/_kernels/decode.py choose_num_splits (the same double and integer math). */
 static inline int cudattn__choose_num_splits(long long blocks, long long key_tiles, int sm_count, int blocks_per_sm,
                                              int merge_rows_per_warp) {
     const long long slots = (long long)sm_count * blocks_per_sm;
-    long long top, s, cost, best_cost = -1;
-    int best = 1;
+    double eff[CUDATTN_MAX_SPLITS + 1], best = 0;
+    long long top, s, cost, best_cost = -1, per_block;
+    int cheapest = 1;
     if ((double)blocks >= CUDATTN__FULL_GRID_FRACTION * sm_count || key_tiles < 2 * CUDATTN__MIN_TILES_PER_SPLIT)
         return 1;
     top = key_tiles / CUDATTN__MIN_TILES_PER_SPLIT < CUDATTN_MAX_SPLITS ? key_tiles / CUDATTN__MIN_TILES_PER_SPLIT
                                                                        : CUDATTN_MAX_SPLITS;
     for (s = 1; s <= top; ++s) {
-        cost = ((blocks * s + slots - 1) / slots) * (100 * ((key_tiles + s - 1) / s) + CUDATTN__WAVE_COST);
+        const double waves = (double)(blocks * s) / (double)slots;
+        per_block = (key_tiles + s - 1) / s;
+        eff[s] = (waves / ceil(waves)) * (((double)key_tiles / (double)s) / (double)per_block);
+        if (eff[s] > best) best = eff[s];
+        cost = ((blocks * s + slots - 1) / slots) * (100 * per_block + CUDATTN__WAVE_COST);
         if (s > 1) cost += (long long)CUDATTN__MERGE_COST_PER_SPLIT_ROW * merge_rows_per_warp * s;
-        if (best_cost < 0 || cost < best_cost) best = (int)s, best_cost = cost;
+        if (best_cost < 0 || cost < best_cost) cheapest = (int)s, best_cost = cost;
     }
-    return best;
+    for (s = 1; s <= top; ++s)
+        if (eff[s] >= CUDATTN__EFFICIENCY_TOLERANCE * best) return (int)s < cheapest ? (int)s : cheapest;
+    return cheapest;
 }
 
 static inline size_t cudattn__align256(size_t n) { return (n + 255) / 256 * 256; }

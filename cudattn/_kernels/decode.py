@@ -12,6 +12,7 @@ parts given by the caller with the same math.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +43,8 @@ def takes_split_kv(problem: Problem) -> bool:
 
 #: A grid with at least this many blocks per SM gets no split.
 FULL_GRID_FRACTION = 0.8
+#: Among split counts, take the smallest whose wave efficiency is within this of the best.
+EFFICIENCY_TOLERANCE = 0.95
 #: A split gets at least this many key tiles (shorter ones cost more in set-up and merge than they save).
 MIN_TILES_PER_SPLIT = 4
 #: What one more split adds to the last block's merge, in hundredths of a key tile's time, for each
@@ -57,17 +60,23 @@ WAVE_COST = 200
 
 def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm: int = 1,
                       merge_rows_per_warp: int = 1) -> int:
-    """The heuristic behind ``num_splits=None``: FlashAttention's wave model with the merge's cost.
+    """The heuristic behind ``num_splits=None``: the lower of two choices.
 
     ``blocks``: blocks without splitting (row blocks x kv heads x batch); ``key_tiles``: key tiles
     of the longest sequence. One split when the grid already gives most SMs a block
     (``blocks >= FULL_GRID_FRACTION * sm_count``) or there are under 2 * MIN_TILES_PER_SPLIT
-    tiles to cut. Otherwise, for each s up to min(MAX_SPLITS, key_tiles / MIN_TILES_PER_SPLIT),
-    the cost in hundredths of a tile: ``ceil(waves) * (100 * ceil(key_tiles / s) + WAVE_COST)``
-    (the longest block's tiles and start, once a wave, with ``waves = blocks * s / (sm_count *
-    blocks_per_sm)``) plus,
-    with splits, ``MERGE_COST_PER_SPLIT_ROW * merge_rows_per_warp * s``; the cheapest wins, the
-    smallest s among equals. Integers, so that the C launcher's copy chooses the same.
+    tiles to cut. Otherwise, over s up to min(MAX_SPLITS, key_tiles / MIN_TILES_PER_SPLIT):
+
+    - FlashAttention's wave model, with the tiles' rounding too: the efficiency ``waves /
+      ceil(waves) * tiles / ceil(tiles)``, ``waves = blocks * s / (sm_count * blocks_per_sm)`` and
+      ``tiles = key_tiles / s``; the smallest s within EFFICIENCY_TOLERANCE of the best. (31
+      splits of 128 tiles left some blocks 5 tiles where 32 gives each 4.)
+    - The merge's cost against the tiles, in hundredths of a tile: ``ceil(waves) * (100 *
+      ceil(tiles) + WAVE_COST)`` plus, with splits, ``MERGE_COST_PER_SPLIT_ROW *
+      merge_rows_per_warp * s``; the cheapest, the smallest s among equals (integers, so that the
+      C launcher's copy chooses the same). Alone it would pick a little more than the wave model
+      on long caches, where bandwidth, not tiles, bounds the time; the lower of the two keeps the
+      wave model's choice there and cuts the splits where merging them costs more than they save.
 
     ``blocks_per_sm`` comes from `_blocks_per_sm` (the build and the cache: one or two blocks, up
     to four for FP8 caches); ``merge_rows_per_warp`` from the build's warps and the packed rows.
@@ -76,14 +85,19 @@ def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm:
         return 1
     top = min(MAX_SPLITS, key_tiles // MIN_TILES_PER_SPLIT)
     slots = sm_count * blocks_per_sm
-    best, best_cost = 1, None
+    eff = {}
+    cheapest, best_cost = 1, None
     for s in range(1, top + 1):
-        cost = -(-blocks * s // slots) * (100 * -(-key_tiles // s) + WAVE_COST)
+        per_block = -(-key_tiles // s)
+        waves = blocks * s / slots
+        eff[s] = (waves / math.ceil(waves)) * ((key_tiles / s) / per_block)
+        cost = -(-blocks * s // slots) * (100 * per_block + WAVE_COST)
         if s > 1:
             cost += MERGE_COST_PER_SPLIT_ROW * merge_rows_per_warp * s
         if best_cost is None or cost < best_cost:
-            best, best_cost = s, cost
-    return best
+            cheapest, best_cost = s, cost
+    best = max(eff.values())
+    return min(cheapest, min(s for s, e in eff.items() if e >= EFFICIENCY_TOLERANCE * best))
 
 
 @dataclass(frozen=True)
