@@ -20,7 +20,7 @@ namespace cudattn {
 // LSE (every lane), for the caller to store where it wants. Out: an Elem (elem.cuh). sink: an
 // attention sink's logit (a part of LSE `sink` and O = 0, counted once here, never in the parts),
 // or -inf for none. w_buf: 32 floats of shared memory for this warp alone. IN_FLIGHT: the O loads
-// a lane keeps in flight (registers: the merge kernel's 4, the decode kernel's tail 16).
+// a lane keeps in flight (registers: the merge kernel's 4, the decode kernel's tail 8).
 template <class Out, int IN_FLIGHT = 4, class LseOf, class Load4>
 __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int lane, LseOf lse_of, Load4 load4,
                                              typename Out::type* dst, float* w_buf, float sink = -CUDATTN_INF) {
@@ -67,22 +67,15 @@ __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int la
         for (int k = 0; k < 2; ++k) {
             const int c = lane * 4 + 128 * k;
             if (c >= head_dim) break;
-            // IN_FLIGHT loads issued together, then summed in index order. A slot past n re-reads
-            // part n - 1 and is not summed: a remainder loop instead (a part count not a multiple
-            // of IN_FLIGHT) issued its loads one after another, each waiting for the last.
-            for (int i0 = 0; i0 < n; i0 += IN_FLIGHT) {
-                float4 v[IN_FLIGHT];
-#pragma unroll
-                for (int j = 0; j < IN_FLIGHT; ++j) v[j] = load4(s0 + min(i0 + j, n - 1), c);
-#pragma unroll
-                for (int j = 0; j < IN_FLIGHT; ++j) {
-                    const float w = w_buf[min(i0 + j, n - 1)];
-                    const bool use = i0 + j < n && !(w < 0.f);  // NaN too
-                    acc[k].x = use ? fmaf(w, v[j].x, acc[k].x) : acc[k].x;
-                    acc[k].y = use ? fmaf(w, v[j].y, acc[k].y) : acc[k].y;
-                    acc[k].z = use ? fmaf(w, v[j].z, acc[k].z) : acc[k].z;
-                    acc[k].w = use ? fmaf(w, v[j].w, acc[k].w) : acc[k].w;
-                }
+#pragma unroll IN_FLIGHT
+            for (int i = 0; i < n; ++i) {
+                const float w = w_buf[i];
+                const float4 v = load4(s0 + i, c);
+                const bool use = !(w < 0.f);  // NaN too
+                acc[k].x = use ? fmaf(w, v.x, acc[k].x) : acc[k].x;
+                acc[k].y = use ? fmaf(w, v.y, acc[k].y) : acc[k].y;
+                acc[k].z = use ? fmaf(w, v.z, acc[k].z) : acc[k].z;
+                acc[k].w = use ? fmaf(w, v.w, acc[k].w) : acc[k].w;
             }
         }
     }

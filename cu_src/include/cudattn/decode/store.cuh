@@ -46,7 +46,7 @@ struct DecodeStore {
             const float* lse_row = p.lse_part + row;
             const float* o_row = p.o_part + row * p.head_dim;
             const long long o_part_stride = part_rows * p.head_dim;
-            const float lse = combine_row<Out, 16>(  // the partials exclude the sink: it joins here, once
+            const float lse = combine_row<Out, 8>(  // the partials exclude the sink: it joins here, once
                 p.num_splits, p.head_dim, lane, [lse_row, part_rows](int s) { return __ldcg(lse_row + s * part_rows); },
                 [o_row, o_part_stride](int s, int c) { return Elem<0>::load4_l2(o_row + s * o_part_stride + c); },
                 static_cast<T*>(p.o) + b * p.o_stride_b + t * p.o_stride_s + hq * p.o_stride_h, w_buf + 32 * warp,
