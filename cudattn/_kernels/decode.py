@@ -67,8 +67,8 @@ def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm:
     (``blocks >= FULL_GRID_FRACTION * sm_count``) or there are under 2 * MIN_TILES_PER_SPLIT
     tiles to cut. Otherwise, over s up to min(MAX_SPLITS, key_tiles / MIN_TILES_PER_SPLIT):
 
-    - FlashAttention's wave model, with the tiles' rounding too: the efficiency ``waves /
-      ceil(waves) * tiles / ceil(tiles)``, ``waves = blocks * s / (sm_count * blocks_per_sm)`` and
+    - FlashAttention's wave model, with the tiles' rounding too: the efficiency ``(waves /
+      ceil(waves)) * (tiles / ceil(tiles))``, ``waves = blocks * s / (sm_count * blocks_per_sm)`` and
       ``tiles = key_tiles / s``; the smallest s within EFFICIENCY_TOLERANCE of the best. (31
       splits of 128 tiles left some blocks 5 tiles where 32 gives each 4.)
     - The merge's cost against the tiles, in hundredths of a tile: ``ceil(waves) * (100 *
