@@ -224,7 +224,8 @@ class DeviceArray:
         typestr = "|u1" if self.dtype == FP8_E4M3 else self.dtype.str
         s = self.stream_handle
         if s in (0, 1, 2) and not _devices.is_current(self.device_id):
-            s = _transfer.settle_default_stream(self)
+            _transfer.settle_default_stream(self)  # done on the host: the export names no stream
+            s = None
         return {
             "version": 3,
             "shape": self.shape,

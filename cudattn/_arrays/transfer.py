@@ -50,12 +50,11 @@ def _stream_for(arr: DeviceArray, stream) -> int:
 
 @restores_caller_context
 def settle_default_stream(a: DeviceArray) -> None:
-    """None, once the host has waited for ``a``'s producer: a default stream (handle 0-2) of
-    another device than the current one, which a consumer of the CUDA Array Interface would take
-    for its own device's stream (those handles name the current context's streams)."""
+    """Wait on the host for ``a``'s producer: a default stream (handle 0-2) of another device than
+    the current one, which a consumer of the CUDA Array Interface would take for its own device's
+    stream (those handles name the current context's streams)."""
     get_device(a.device_id)
     check(driver.cuStreamSynchronize(a.stream_handle), "cuStreamSynchronize (an array on a default stream, exported)")
-    return None
 
 
 @restores_caller_context

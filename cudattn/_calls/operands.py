@@ -109,15 +109,13 @@ def check_device_arg(device, device_id: int) -> None:
         return
     try:
         ordinal = _device._as_ordinal(device)
-    except TypeError:
+        if ordinal != device_id:
+            raise ValueError(f"device={ordinal} but the operands are on device {device_id}: device= "
+                             "chooses the GPU of NumPy calls; device arrays are computed on their own device")
+    except (TypeError, ValueError):
         if _device.pending:  # adapting the operands may have switched the context: the caller's back
             _device.restore_caller_context()
         raise
-    if ordinal != device_id:
-        if _device.pending:  # adapting the operands may have switched the context: the caller's back
-            _device.restore_caller_context()
-        raise ValueError(f"device={ordinal} but the operands are on device {device_id}: device= "
-                         "chooses the GPU of NumPy calls; device arrays are computed on their own device")
 
 
 def check_one_device(ops, names) -> None:
