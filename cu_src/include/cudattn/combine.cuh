@@ -54,22 +54,24 @@ __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int la
     // part, microseconds at the end of every split decode call). An empty part (LSE -inf: its O may
     // hold anything) is loaded too, then dropped by its weight's mark -1; every other part counts,
     // so a NaN or inf in its O or weight reaches the row.
-    float4 acc[2];  // columns lane * 4 + 128 k, k < 2: head dims up to 256
-#pragma unroll
-    for (int k = 0; k < 2; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s0 = 0; s0 < num_parts; s0 += 32) {
-        const float x = s0 == 0 ? x0 : s0 + lane < num_parts ? lse_of(s0 + lane) : -CUDATTN_INF;
-        __syncwarp();  // the previous chunk's reads are done
-        w_buf[lane] = (empty || x == -CUDATTN_INF) ? -1.f : expf(x - m);
-        __syncwarp();
-        const int n = min(32, num_parts - s0);
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-            const int c = lane * 4 + 128 * k;
-            if (c >= head_dim) break;
-            // IN_FLIGHT loads issued together, then summed in index order. A slot past n re-reads
-            // part n - 1 and is not summed: a remainder loop instead (a part count not a multiple
-            // of IN_FLIGHT) issued its loads one after another, each waiting for the last.
+    // Columns lane * 4 + 128 k (k < 2: head dims up to 256), one k at a time: a single
+    // accumulator live beside the loads in flight (the weights are recomputed for the second).
+    // Every lane runs each pass (w_buf and __syncwarp need the whole warp); a lane past head_dim
+    // reads column 0 and stores nothing.
+    for (int k = 0; k < 2; ++k) {
+        if (128 * k >= head_dim) break;  // uniform
+        const bool active = lane * 4 + 128 * k < head_dim;
+        const int c = active ? lane * 4 + 128 * k : 0;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int s0 = 0; s0 < num_parts; s0 += 32) {
+            const float x = s0 == 0 ? x0 : s0 + lane < num_parts ? lse_of(s0 + lane) : -CUDATTN_INF;
+            __syncwarp();  // the previous chunk's reads are done
+            w_buf[lane] = (empty || x == -CUDATTN_INF) ? -1.f : expf(x - m);
+            __syncwarp();
+            const int n = min(32, num_parts - s0);
+            // IN_FLIGHT loads issued together, then summed in index order; a slot past n re-reads
+            // part n - 1 and is not summed, so a part count not a multiple of IN_FLIGHT still
+            // issues its loads together.
             for (int i0 = 0; i0 < n; i0 += IN_FLIGHT) {
                 float4 v[IN_FLIGHT];
 #pragma unroll
@@ -78,18 +80,14 @@ __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int la
                 for (int j = 0; j < IN_FLIGHT; ++j) {
                     const float w = w_buf[min(i0 + j, n - 1)];
                     const bool use = i0 + j < n && !(w < 0.f);  // NaN too
-                    acc[k].x = use ? fmaf(w, v[j].x, acc[k].x) : acc[k].x;
-                    acc[k].y = use ? fmaf(w, v[j].y, acc[k].y) : acc[k].y;
-                    acc[k].z = use ? fmaf(w, v[j].z, acc[k].z) : acc[k].z;
-                    acc[k].w = use ? fmaf(w, v[j].w, acc[k].w) : acc[k].w;
+                    acc.x = use ? fmaf(w, v[j].x, acc.x) : acc.x;
+                    acc.y = use ? fmaf(w, v[j].y, acc.y) : acc.y;
+                    acc.z = use ? fmaf(w, v[j].z, acc.z) : acc.z;
+                    acc.w = use ? fmaf(w, v[j].w, acc.w) : acc.w;
                 }
             }
         }
-    }
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-        const int c = lane * 4 + 128 * k;
-        if (c < head_dim) Out::store4(dst + c, make_float4(acc[k].x * inv, acc[k].y * inv, acc[k].z * inv, acc[k].w * inv));
+        if (active) Out::store4(dst + c, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     }
     return empty ? -CUDATTN_INF : m + logf(wsum);
 }
