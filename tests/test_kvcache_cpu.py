@@ -96,8 +96,9 @@ def test_split_heuristic():
     assert c(8, 7, 132) == 1  # too few tiles to cut
     assert c(1, 40, 132) == 10  # at least MIN_TILES_PER_SPLIT tiles per split
     # One kv head, 8 packed rows on 4 warps (2 rows a warp), two blocks an SM: with 128 key tiles the
-    # split count that gives each block 4 tiles (32; 31 gave some 5), with 512 the merge's cost
-    # outweighs the last tiles (H200: 57-64 splits 21.5 us against 122 splits' 29.1)
+    # split count that gives each block 4 tiles (32; 31 gave some 5: H200 15.8 us against 18.0),
+    # with 512 the merge's cost outweighs the last tiles (H200: 48-64 splits 23.2-24.8 us against
+    # 122 splits' 32.5)
     assert c(1, 128, 132, 2, 2) == 32
     assert 48 <= c(1, 512, 132, 2, 2) <= 64
     assert c(1, 512, 132, 2, 1) > c(1, 512, 132, 2, 2)  # fewer rows to merge: more splits pay

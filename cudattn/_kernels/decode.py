@@ -48,9 +48,9 @@ EFFICIENCY_TOLERANCE = 0.95
 #: A split gets at least this many key tiles (shorter ones cost more in set-up and merge than they save).
 MIN_TILES_PER_SPLIT = 4
 #: What one more split adds to the last block's merge, in hundredths of a key tile's time, for each
-#: packed row a warp of that block merges (the partials come from L2 in round trips of 16).
-#: Fitted on an H200 (bf16, D 128, one token, 8 and 32 query heads on 1 and 8 kv heads, 8192 and
-#: 32768 keys, 8-128 splits): a + 0.77 us a key tile + 0.12 us a split at 2 rows a warp.
+#: packed row a warp of that block merges (it reads every split's partials from L2). From split
+#: sweeps on an H200 (bf16, D 128, one token, 8 and 32 query heads on 1 and 8 kv heads, 8192 and
+#: 32768 keys, 8-128 splits): 0.6-0.8 us a key tile, 0.12-0.15 us a split at 2 rows a warp.
 MERGE_COST_PER_SPLIT_ROW = 8
 #: A wave's own cost beyond its tiles, in hundredths of a tile (a block's start: Q and the first
 #: tiles in flight): two waves of a little fewer tiles do not beat one (H100, a one-block-an-SM
@@ -67,8 +67,8 @@ def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm:
     (``blocks >= FULL_GRID_FRACTION * sm_count``) or there are under 2 * MIN_TILES_PER_SPLIT
     tiles to cut. Otherwise, over s up to min(MAX_SPLITS, key_tiles / MIN_TILES_PER_SPLIT):
 
-    - FlashAttention's wave model, with the tiles' rounding too: the efficiency ``waves /
-      ceil(waves) * tiles / ceil(tiles)``, ``waves = blocks * s / (sm_count * blocks_per_sm)`` and
+    - FlashAttention's wave model, with the tiles' rounding too: the efficiency ``(waves /
+      ceil(waves)) * (tiles / ceil(tiles))``, ``waves = blocks * s / (sm_count * blocks_per_sm)`` and
       ``tiles = key_tiles / s``; the smallest s within EFFICIENCY_TOLERANCE of the best. (31
       splits of 128 tiles left some blocks 5 tiles where 32 gives each 4.)
     - The merge's cost against the tiles, in hundredths of a tile: ``ceil(waves) * (100 *
