@@ -20,8 +20,8 @@ namespace cudattn {
 // LSE (every lane), for the caller to store where it wants. Out: an Elem (elem.cuh). sink: an
 // attention sink's logit (a part of LSE `sink` and O = 0, counted once here, never in the parts),
 // or -inf for none. w_buf: 32 floats of shared memory for this warp alone. IN_FLIGHT: the O loads
-// a lane keeps in flight (registers: the merge kernel's 4, the decode kernel's tail 16).
-template <class Out, int IN_FLIGHT = 4, class LseOf, class Load4>
+// a lane keeps in flight (registers: the merge kernel's 4, the decode kernel's tail 16 or 8).
+template <class Out, int IN_FLIGHT = 4, bool PAD = true, class LseOf, class Load4>
 __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int lane, LseOf lse_of, Load4 load4,
                                              typename Out::type* dst, float* w_buf, float sink = -CUDATTN_INF) {
     // This lane's parts are lane, lane + 32, ...: the first one's LSE is read once, for all passes.
@@ -54,40 +54,41 @@ __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int la
     // part, microseconds at the end of every split decode call). An empty part (LSE -inf: its O may
     // hold anything) is loaded too, then dropped by its weight's mark -1; every other part counts,
     // so a NaN or inf in its O or weight reaches the row.
-    // Columns lane * 4 + 128 k (k < 2: head dims up to 256), one k at a time: a single
-    // accumulator live beside the loads in flight (the weights are recomputed for the second).
-    // Every lane runs each pass (w_buf and __syncwarp need the whole warp); a lane past head_dim
-    // reads column 0 and stores nothing.
-    for (int k = 0; k < 2; ++k) {
-        if (128 * k >= head_dim) break;  // uniform
-        const bool active = lane * 4 + 128 * k < head_dim;
-        const int c = active ? lane * 4 + 128 * k : 0;
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int s0 = 0; s0 < num_parts; s0 += 32) {
-            const float x = s0 == 0 ? x0 : s0 + lane < num_parts ? lse_of(s0 + lane) : -CUDATTN_INF;
-            __syncwarp();  // the previous chunk's reads are done
-            w_buf[lane] = (empty || x == -CUDATTN_INF) ? -1.f : expf(x - m);
-            __syncwarp();
-            const int n = min(32, num_parts - s0);
-            // IN_FLIGHT loads issued together, then summed in index order; a slot past n re-reads
-            // part n - 1 and is not summed, so a part count not a multiple of IN_FLIGHT still
-            // issues its loads together.
-            for (int i0 = 0; i0 < n; i0 += IN_FLIGHT) {
-                float4 v[IN_FLIGHT];
+    float4 acc[2];  // columns lane * 4 + 128 k, k < 2: head dims up to 256
 #pragma unroll
-                for (int j = 0; j < IN_FLIGHT; ++j) v[j] = load4(s0 + min(i0 + j, n - 1), c);
+    for (int k = 0; k < 2; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s0 = 0; s0 < num_parts; s0 += 32) {
+        const float x = s0 == 0 ? x0 : s0 + lane < num_parts ? lse_of(s0 + lane) : -CUDATTN_INF;
+        __syncwarp();  // the previous chunk's reads are done
+        w_buf[lane] = (empty || x == -CUDATTN_INF) ? -1.f : expf(x - m);
+        __syncwarp();
+        const int n = min(32, num_parts - s0);
+        // Run to a multiple of IN_FLIGHT, a slot past n re-reading part n - 1 and not summed: the
+        // unrolled body issues its loads together, where a remainder loop (a part count not a
+        // multiple of IN_FLIGHT) issued them one after another, each waiting for the last.
+        // (PAD false: the plain loop, for builds with no register to spare.)
+        const int n_pad = PAD ? (n + IN_FLIGHT - 1) / IN_FLIGHT * IN_FLIGHT : n;
 #pragma unroll
-                for (int j = 0; j < IN_FLIGHT; ++j) {
-                    const float w = w_buf[min(i0 + j, n - 1)];
-                    const bool use = i0 + j < n && !(w < 0.f);  // NaN too
-                    acc.x = use ? fmaf(w, v[j].x, acc.x) : acc.x;
-                    acc.y = use ? fmaf(w, v[j].y, acc.y) : acc.y;
-                    acc.z = use ? fmaf(w, v[j].z, acc.z) : acc.z;
-                    acc.w = use ? fmaf(w, v[j].w, acc.w) : acc.w;
-                }
+        for (int k = 0; k < 2; ++k) {
+            const int c = lane * 4 + 128 * k;
+            if (c >= head_dim) break;
+#pragma unroll IN_FLIGHT
+            for (int i = 0; i < n_pad; ++i) {
+                const int part = PAD ? min(i, n - 1) : i;
+                const float w = w_buf[part];
+                const float4 v = load4(s0 + part, c);
+                const bool use = (!PAD || i < n) && !(w < 0.f);  // NaN too
+                acc[k].x = use ? fmaf(w, v.x, acc[k].x) : acc[k].x;
+                acc[k].y = use ? fmaf(w, v.y, acc[k].y) : acc[k].y;
+                acc[k].z = use ? fmaf(w, v.z, acc[k].z) : acc[k].z;
+                acc[k].w = use ? fmaf(w, v.w, acc[k].w) : acc[k].w;
             }
         }
-        if (active) Out::store4(dst + c, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+    }
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        const int c = lane * 4 + 128 * k;
+        if (c < head_dim) Out::store4(dst + c, make_float4(acc[k].x * inv, acc[k].y * inv, acc[k].z * inv, acc[k].w * inv));
     }
     return empty ? -CUDATTN_INF : m + logf(wsum);
 }
