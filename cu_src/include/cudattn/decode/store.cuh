@@ -12,10 +12,10 @@ template <class K>
 struct DecodeStore {
     typedef typename K::T T;
     static constexpr int NT = K::NT, NW = K::NW, SMEM_BYTES = K::SMEM_BYTES;
-    // The merge's loads in flight a lane (combine_row): 16, padded to whole batches; the sm_80-style
-    // two-fragment builds with modifiers use every register in their main loop and keep the plain
-    // loop of 8 (anything more spilled there).
-    static constexpr bool MERGE_TIGHT = K::MODS && K::MF > 1;
+    // The merge's loads in flight a lane (combine_row): 16, padded to whole batches; FP8-cache builds
+    // (several blocks an SM: registers bound them) and the two-fragment builds with modifiers (every
+    // register used by their main loop; anything more spilled) keep the plain loop of 8.
+    static constexpr bool MERGE_TIGHT = K::KV8 || (K::MODS && K::MF > 1);
     static constexpr int MERGE_IN_FLIGHT = MERGE_TIGHT ? 8 : 16;
 
     // With splits: count this block's arrival at its block of rows; the last of the num_splits
