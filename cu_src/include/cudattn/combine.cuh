@@ -20,8 +20,8 @@ namespace cudattn {
 // LSE (every lane), for the caller to store where it wants. Out: an Elem (elem.cuh). sink: an
 // attention sink's logit (a part of LSE `sink` and O = 0, counted once here, never in the parts),
 // or -inf for none. w_buf: 32 floats of shared memory for this warp alone. IN_FLIGHT: the O loads
-// a lane keeps in flight (registers: the merge kernel's 4, the decode kernel's tail 8).
-template <class Out, int IN_FLIGHT = 4, class LseOf, class Load4>
+// a lane keeps in flight (registers: the merge kernel's 4, the decode kernel's tail 16 or 8).
+template <class Out, int IN_FLIGHT = 4, bool PAD = true, class LseOf, class Load4>
 __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int lane, LseOf lse_of, Load4 load4,
                                              typename Out::type* dst, float* w_buf, float sink = -CUDATTN_INF) {
     // This lane's parts are lane, lane + 32, ...: the first one's LSE is read once, for all passes.
@@ -63,15 +63,21 @@ __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int la
         w_buf[lane] = (empty || x == -CUDATTN_INF) ? -1.f : expf(x - m);
         __syncwarp();
         const int n = min(32, num_parts - s0);
+        // Run to a multiple of IN_FLIGHT, a slot past n re-reading part n - 1 and not summed: the
+        // unrolled body issues its loads together, where a remainder loop (a part count not a
+        // multiple of IN_FLIGHT) issued them one after another, each waiting for the last.
+        // (PAD false: the plain loop, for builds with no register to spare.)
+        const int n_pad = PAD ? (n + IN_FLIGHT - 1) / IN_FLIGHT * IN_FLIGHT : n;
 #pragma unroll
         for (int k = 0; k < 2; ++k) {
             const int c = lane * 4 + 128 * k;
             if (c >= head_dim) break;
 #pragma unroll IN_FLIGHT
-            for (int i = 0; i < n; ++i) {
-                const float w = w_buf[i];
-                const float4 v = load4(s0 + i, c);
-                const bool use = !(w < 0.f);  // NaN too
+            for (int i = 0; i < n_pad; ++i) {
+                const int part = PAD ? min(i, n - 1) : i;
+                const float w = w_buf[part];
+                const float4 v = load4(s0 + part, c);
+                const bool use = (!PAD || i < n) && !(w < 0.f);  // NaN too
                 acc[k].x = use ? fmaf(w, v.x, acc[k].x) : acc[k].x;
                 acc[k].y = use ? fmaf(w, v.y, acc[k].y) : acc[k].y;
                 acc[k].z = use ? fmaf(w, v.z, acc[k].z) : acc[k].z;

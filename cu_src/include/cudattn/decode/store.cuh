@@ -12,6 +12,11 @@ template <class K>
 struct DecodeStore {
     typedef typename K::T T;
     static constexpr int NT = K::NT, NW = K::NW, SMEM_BYTES = K::SMEM_BYTES;
+    // The merge's loads in flight a lane (combine_row): 16, padded to whole batches; FP8-cache builds
+    // (several blocks an SM: registers bound them) and the two-fragment builds with modifiers (every
+    // register used by their main loop; anything more spilled) keep the plain loop of 8.
+    static constexpr bool MERGE_TIGHT = K::KV8 || (K::MODS && K::MF > 1);
+    static constexpr int MERGE_IN_FLIGHT = MERGE_TIGHT ? 8 : 16;
 
     // With splits: count this block's arrival at its block of rows; the last of the num_splits
     // blocks to arrive merges their partials into the output (and LSE) and resets the counter for
@@ -46,7 +51,7 @@ struct DecodeStore {
             const float* lse_row = p.lse_part + row;
             const float* o_row = p.o_part + row * p.head_dim;
             const long long o_part_stride = part_rows * p.head_dim;
-            const float lse = combine_row<Out, 8>(  // the partials exclude the sink: it joins here, once
+            const float lse = combine_row<Out, MERGE_IN_FLIGHT, !MERGE_TIGHT>(  // the partials exclude the sink: it joins here, once
                 p.num_splits, p.head_dim, lane, [lse_row, part_rows](int s) { return __ldcg(lse_row + s * part_rows); },
                 [o_row, o_part_stride](int s, int c) { return Elem<0>::load4_l2(o_row + s * o_part_stride + c); },
                 static_cast<T*>(p.o) + b * p.o_stride_b + t * p.o_stride_s + hq * p.o_stride_h, w_buf + 32 * warp,
