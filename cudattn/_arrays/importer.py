@@ -1,18 +1,17 @@
 """The importer of foreign arrays: every operand from another runtime becomes a DeviceArray here, with the
 stream its package calls current. (`protocols` reads DLPack and CAI field by field for it.)
 
-:func:`adapt` turns a torch tensor or CuPy array into a :class:`~cudattn._arrays.array.DeviceArray`
-through cuda.core's ``StridedMemoryView`` (its torch fast path, DLPack, CUDA Array Interface):
-0.9 us for the view and its reads on an H100 host, where torch's own accessors take 1.7 us for
-the same facts. A torch FP8 tensor (the view sees uint8) is read through torch's accessors,
-keeping its dtype; a negated torch view (its bytes hold -x, which the view would hand over as x)
-is refused. JAX arrays take the view's DLPack import too, with the call's stream as the consumer
-(JAX orders its pending writes before it). What none of these takes goes through
-`protocols.as_device_array`, as do arrays of every other producer (Numba, any DLPack or CAI
-object): that importer validates each field of a foreign producer and names what is wrong, where
-cuda.core 1.2, handed a malformed DLPack capsule by a fuzzed producer, returned without raising
-and left the interpreter's error state inconsistent (a SystemError at the next call, not an
-error the caller could catch).
+:func:`adapt` turns a plain CUDA torch tensor or ``cupy.ndarray`` into a
+:class:`~cudattn._arrays.array.DeviceArray` through its package's own accessors (`accessors`:
+a few attribute reads, the layout mapped through a table); a negated torch view (its bytes hold
+-x) is refused by name. Other torch and CuPy arrays (subclasses, dtypes the accessors leave) and
+JAX arrays go through cuda.core's ``StridedMemoryView`` (DLPack, CUDA Array Interface); JAX's
+import names the call's stream as the consumer, and JAX orders its pending writes before it; an
+array imported before for the same stream is recognised again (`known_jax`). What none of these takes goes through `protocols.as_device_array`, as do arrays of every other
+producer (Numba, any DLPack or CAI object): that importer validates each field of a foreign
+producer and names what is wrong, where cuda.core 1.2, handed a malformed DLPack capsule by a
+fuzzed producer, returned without raising and left the interpreter's error state inconsistent
+(a SystemError at the next call, not an error the caller could catch).
 
 Streams follow nvmath-python's rule (docs/DESIGN.md, "Streams"): each operand's
 ``stream_handle`` is the stream its package knows it by: torch's or CuPy's current stream for
@@ -30,10 +29,9 @@ from __future__ import annotations
 import functools
 import sys
 
-import numpy as np
-
+from . import known_jax
+from .accessors import from_cupy, from_torch
 from .array import DeviceArray
-from .._spec.dtypes import BFLOAT16, FLOAT8_E4M3, FLOAT16
 from .protocols import as_device_array, device_id_of, is_device_array_like, stream_of
 from .._spec.geometry import c_strides as _c_strides
 from .._runtime.stream import CU_STREAM_LEGACY
@@ -108,17 +106,31 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
         kind = kind_of(obj)
     if kind == CUDATTN:
         return obj
-    if kind == OTHER:  # any other producer: cudattn's validating importer (see the module docstring)
-        return as_device_array(obj, name=name, stream_handle=consumer)
-    if kind == TORCH and obj.is_neg():  # the view would hand over the bytes, which hold -x
-        raise TypeError(f"{name} is a negated torch view (torch._neg_view): its memory holds the negated "
-                        f"values; pass {name}.resolve_neg()")
-    if kind == TORCH and (_torch_dtypes is not None or _torch_dtype_table()) and obj.dtype is _torch_fp8:
-        a = _from_torch(obj, current)  # FP8 crosses DLPack as uint8: straight to the accessors (no failed export)
+    if kind == TORCH:
+        if obj.is_neg():  # any importer would hand over the bytes, which hold -x
+            raise TypeError(f"{name} is a negated torch view (torch._neg_view): its memory holds the negated "
+                            f"values; pass {name}.resolve_neg()")
+        a = from_torch(obj)  # FP8 keeps its dtype here (it crosses DLPack as uint8)
+        if a is not None:
+            dev = a.device_id
+            a.stream_handle = current[2] if current is not None and current[0] is type(obj) and current[1] == dev \
+                else (_torch_stream or _torch_stream_getter())(dev)
+            return a
+    elif kind == CUPY:
+        a = from_cupy(obj)
+        if a is not None:
+            dev = a.device_id
+            a.stream_handle = current[2] if current is not None and current[0] is type(obj) and current[1] == dev \
+                else current_stream(CUPY, dev)
+            return a
+    elif kind == JAX:
+        a = known_jax.recall(obj, consumer)
         if a is not None:
             return a
-    # torch / CuPy: ordered after their current stream by the caller, as their users expect; JAX
-    # orders its pending writes before the consumer stream itself (DLPack's handshake)
+    else:  # any other producer: cudattn's validating importer (see the module docstring)
+        return as_device_array(obj, name=name, stream_handle=consumer)
+    # torch / CuPy arrays the accessors do not take: ordered after their package's current stream by the
+    # caller, as their users expect; JAX orders its pending writes before the consumer stream itself
     sync = (CU_STREAM_LEGACY if consumer == 0 else consumer) if kind == JAX else -1
     try:
         view = (_SMV or _smv_type()).from_any_interface(obj, sync)
@@ -129,10 +141,6 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
     except Exception:
         if kind == JAX:  # what the view cannot take (host arrays, FP8): the importer takes it or says why
             return as_device_array(obj, name=name, stream_handle=consumer)
-        if kind == TORCH:
-            a = _from_torch(obj, current)  # FP8 keeps its dtype
-            if a is not None:
-                return a
         a = as_device_array(obj, name=name, stream_handle=None)  # no ordering: the caller orders the call
         a.stream_handle = _current(kind, obj, a.device_id, current)  # after the package's current stream
         return a
@@ -141,11 +149,11 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
     a.ptr, a.shape, a.dtype, a.device_id, a.owner, a.readonly = view.ptr, shape, dtype, dev, view, view.readonly
     st = view.strides
     a.strides = _contiguous(shape, dtype.itemsize) if st is None else _byte_strides(st, dtype.itemsize)
-    if current is not None and current[0] is type(obj) and current[1] == dev:  # `_current`, inline
-        a.stream_handle = current[2]
+    if kind == JAX:
+        a.stream_handle = consumer
+        known_jax.remember(obj, consumer, a)
     else:
-        a.stream_handle = (_torch_stream or _torch_stream_getter())(dev) if kind == TORCH else \
-            consumer if kind == JAX else current_stream(kind, dev)
+        a.stream_handle = _current(kind, obj, dev, current)
     return a
 
 
@@ -164,45 +172,3 @@ _contiguous = functools.lru_cache(maxsize=1024)(_c_strides)
 @functools.lru_cache(maxsize=1024)
 def _byte_strides(strides: tuple, itemsize: int) -> tuple:
     return tuple([s * itemsize for s in strides])
-
-
-_torch_dtypes: dict | None = None  # torch dtype -> NumPy dtype, for the dtypes cudattn reads
-_torch_plain: set = set()  # torch.Tensor and Parameter, once torch is seen
-_torch_fp8 = object()  # torch.float8_e4m3fn once torch is seen (`adapt`'s one identity test for it)
-
-
-def _torch_dtype_table() -> dict:
-    global _torch_dtypes, _torch_fp8
-    torch = sys.modules["torch"]
-    table = {torch.float16: FLOAT16, torch.bfloat16: BFLOAT16, torch.float32: np.dtype(np.float32),
-             torch.int32: np.dtype(np.int32)}
-    fp8 = getattr(torch, "float8_e4m3fn", None)
-    if fp8 is not None:
-        table[fp8] = FLOAT8_E4M3
-        _torch_fp8 = fp8
-    _torch_plain.update((torch.Tensor, torch.nn.Parameter))
-    _torch_dtypes = table
-    return table
-
-
-def _from_torch(t, current: tuple | None = None) -> DeviceArray | None:
-    """A CUDA torch tensor the view could not take as it is (FP8, which crosses DLPack as uint8),
-    strided, of a dtype in the table, read through its accessors; None for anything else (CPU,
-    sparse, subclasses, other dtypes): `_importer`'s importer then takes it or names the problem.
-    ``current``: as in `adapt` (torch's current stream, asked once a call)."""
-    table = _torch_dtypes or _torch_dtype_table()
-    if type(t) not in _torch_plain:  # subclasses (DTensor, fake tensors) may not own what data_ptr says
-        return None
-    dtype = table.get(t.dtype)
-    if dtype is None or not t.is_cuda or t.is_neg():
-        return None
-    dev = t.get_device()
-    try:
-        strides = t.stride()
-    except RuntimeError:  # sparse and other layouts without strides
-        return None
-    a = object.__new__(DeviceArray)
-    a.ptr, a.shape, a.dtype, a.device_id, a.owner, a.readonly = t.data_ptr(), tuple(t.shape), dtype, dev, t, False
-    a.strides = _byte_strides(strides, dtype.itemsize)
-    a.stream_handle = _current(TORCH, t, dev, current)
-    return a
