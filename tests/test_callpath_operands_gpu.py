@@ -10,7 +10,8 @@ import pytest
 from cuda.bindings import driver
 
 import cudattn
-from _callpath_cases import F16, F32, SPIN, _nan_device, _need_fp8, _qkv, _rand, _rng, _same_bits, _to_torch
+from _callpath_cases import (F16, F32, SPIN, _check_attention, _nan_device, _need_fp8, _qkv, _rand, _rng, _same_bits,
+                             _to_torch)
 
 pytestmark = pytest.mark.gpu
 
@@ -111,6 +112,24 @@ def test_torch_operands_of_every_form_are_read_as_they_are(torch):
     for where in ("q", "k"):  # as the first operand (it picks the stream) and as another
         with pytest.raises(TypeError, match="negated"):
             cudattn.attention(neg, tk, tv) if where == "q" else cudattn.attention(forms["slice"], neg, tv)
+
+
+def test_a_torch_tensor_changed_in_place_between_calls_is_read_as_it_is_now(torch):
+    """The accessors' layout table maps layouts, never tensors: after ``set_`` (another storage, shape
+    and strides) and ``.data =`` (another dtype's bytes are refused, the same dtype's read anew),
+    a warm call computes on what the tensor is now."""
+    rng = _rng()
+    q, k, v = _qkv(rng, 1, 64, 64, 2, 2, 64)
+    q2 = _rand(rng, (1, 80, 2, 64), F16)
+    tk, tv = _to_torch(torch, k), _to_torch(torch, v)
+    tq = _to_torch(torch, q)
+    for _ in range(2):
+        _check_attention(cudattn.to_host(cudattn.attention(tq, tk, tv)), q, k, v)
+    tq.set_(_to_torch(torch, q2))  # another storage, 80 query rows
+    _check_attention(cudattn.to_host(cudattn.attention(tq, tk, tv)), q2, k, v, what="after set_")
+    wide = _to_torch(torch, np.concatenate([q, q], axis=-1))
+    tq.data = wide[..., 64:]  # a strided view of other memory holding q
+    _check_attention(cudattn.to_host(cudattn.attention(tq, tk, tv)), q, k, v, what="after .data =")
 
 
 def test_warm_call_from_a_thread_without_a_current_context():

@@ -71,3 +71,16 @@ def test_a_jax_array_in_host_memory_is_refused_naming_it(jax):
     q_host = jax.device_put(q, jax.devices("cpu")[0])
     with pytest.raises(TypeError, match=r"^q: "):
         cudattn.attention(q_host, kd, vd)
+
+
+def test_a_jax_array_deleted_after_a_call_is_refused_not_read(jax):
+    """A warm call recognises an array imported before without a DLPack export; once JAX has deleted
+    the array (its buffer freed or donated), the call must not read the address it remembers."""
+    rng = _rng()
+    q, k, v = _qkv(rng, 1, 96, 96, 2, 2, 64)
+    qj, kj, vj = (_put(jax, x) for x in (q, k, v))
+    for _ in range(2):
+        _check_attention(cudattn.to_host(cudattn.attention(qj, kj, vj)), q, k, v)
+    qj.delete()
+    with pytest.raises(Exception, match="(?i)deleted"):
+        cudattn.attention(qj, kj, vj)

@@ -186,11 +186,13 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     >>> lens += 1                                                # the call leaves lens as it was
     """
     mods = (window_size, softcap, sinks, alibi_slopes)
-    kv_host = [isinstance(x, np.ndarray) for x in (q, k_cache, v_cache)]
-    new_host = [isinstance(x, np.ndarray) for x in (k_new, v_new) if x is not None]
-    host = all(kv_host + new_host)
+    nd = np.ndarray
+    any_host = isinstance(q, nd) or isinstance(k_cache, nd) or isinstance(v_cache, nd) or \
+        isinstance(k_new, nd) or isinstance(v_new, nd)
+    host = any_host and isinstance(q, nd) and isinstance(k_cache, nd) and isinstance(v_cache, nd) and \
+        (k_new is None or isinstance(k_new, nd)) and (v_new is None or isinstance(v_new, nd))
     # q alone is asked its kind (a cache or new rows that are no array are named by the importer)
-    if not host and (any(kv_host + new_host) or type(q) is not DeviceArray and kind_of(q) == OTHER):
+    if not host and (any_host or type(q) is not DeviceArray and kind_of(q) == OTHER):
         check_not_mixed((n, x) for i, (n, x) in enumerate(zip(_NAMES, (q, k_cache, v_cache, k_new, v_new)))
                         if i < 3 or x is not None)  # the one message for host/device mixes and non-arrays
     packed = None
@@ -229,8 +231,9 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
     suspect = kn is not None and _ranges_meet(ka, va)
     return call.run((causal, scale, return_lse, num_splits, max_seqlen_q),
                     # NumPy index arrays: unhashable, so such calls take the full path
-                    (*(None if d is not None or x is None else x
-                       for d, x in zip(dev_objs[6:9], (cache_seqlens, block_table, cu_seqlens_q))),
+                    (*((None, None, None) if dev_objs is objs else
+                       (None if d is not None or x is None else x
+                        for d, x in zip(dev_objs[6:9], (cache_seqlens, block_table, cu_seqlens_q)))),
                      (tag(window_size), tag(softcap), *map(array_key, extra, call.ops[9:] if has_x else (None,) * 5))
                      if given_x or softcap is not None or window_size is not None else None),
                     _full, (cache_seqlens, block_table, cu_seqlens_q, causal, scale, return_lse, num_splits,
