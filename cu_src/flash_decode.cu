@@ -25,7 +25,11 @@ typedef cudattn::FwdDecode<cudattn_elem_t, CUDATTN_HEAD_DIM, CUDATTN_WARPS, CUDA
 
 // At least two blocks an SM (what the split heuristic aims for): without a minimum, ptxas held some
 // one-fragment builds to 96-128 registers and spilled a few values around the epilogue's division.
-extern "C" __global__ void __launch_bounds__(CUDATTN_WARPS * 32, 2)
+// Builds whose ring fills an SM alone ask for one (at 8 warps, two would cap them at 128 registers).
+#ifndef CUDATTN_DECODE_MIN_BLOCKS
+#define CUDATTN_DECODE_MIN_BLOCKS 2
+#endif
+extern "C" __global__ void __launch_bounds__(CUDATTN_WARPS * 32, CUDATTN_DECODE_MIN_BLOCKS)
     flash_decode(const __grid_constant__ DecodeParams params) {
     cudattn_decode_variant::run(params);
 }

@@ -278,12 +278,14 @@ int main(void) {
             printf("P %d %d %d %d %d %d %s\n", fams[fam], dts[dt], out, d, c, sq, row < 0 ? "-" : cudattn_kernel_table[row].file);
         }
     for (i = 1; i < 400; i += 3) for (d = 1; d < 600; d += 7) for (c = 1; c < 3; ++c) for (out = 1; out < 5; out += 3)
-        printf("S %d %d %d %d %d\n", i, d, c, out, cudattn__choose_num_splits(i, d, 132, c, out));
+        for (sq = 1; sq <= 4; sq *= 2)
+            printf("S %d %d %d %d %d %d\n", i, d, c, out, sq, cudattn__choose_num_splits(i, d, 132, c, out, sq));
     h.smem_per_sm = 233472;
     for (dt = 0; dt < 2; ++dt) for (d = 8; d <= 256; d += 8) for (i = 1; i <= 40; i += 3) for (c = 0; c < 2; ++c) {
         const int row = cudattn__select_decode(&h, dts[dt], d, i);
-        printf("D %d %d %d %d %s %d\n", dts[dt], d, i, c, row < 0 ? "-" : cudattn_kernel_table[row].file,
-               row < 0 ? 0 : cudattn__blocks_per_sm(&h, &cudattn_kernel_table[row], c));
+        printf("D %d %d %d %d %s %d %d\n", dts[dt], d, i, c, row < 0 ? "-" : cudattn_kernel_table[row].file,
+               row < 0 ? 0 : cudattn__blocks_per_sm(&h, &cudattn_kernel_table[row], c),
+               row < 0 ? 0 : cudattn__split_tiles_min(&cudattn_kernel_table[row]));
     }
     return 0;
 }
@@ -305,15 +307,17 @@ int main(void) {
             spec = _traits.select(names[dt], d, c, _traits.ARCH_SMEM_LIMIT[arch], f"sm{fam}", outs[o], seqlen_q=sq)
             assert got == f"{arch}/{by_build[(spec.source, tuple(_kernels.options_for(spec)))]}", line
         elif f[0] == "D":
-            dt, d, rows, paged, got, per_sm = int(f[1]), int(f[2]), int(f[3]), bool(int(f[4])), f[5], int(f[6])
+            dt, d, rows, paged, got, per_sm, min_tiles = (int(f[1]), int(f[2]), int(f[3]), bool(int(f[4])), f[5],
+                                                          int(f[6]), int(f[7]))
             spec = _decode_traits.select_decode(names[dt], d, _traits.ARCH_SMEM_LIMIT[arch], rows=rows)
             assert got == f"{arch}/{by_build[(spec.source, tuple(_kernels.options_for(spec)))]}", line
             props = SimpleNamespace(max_shared_memory_per_multiprocessor=233472)
             kv = SimpleNamespace(paged=paged, fp8=False)
             assert per_sm == _decode._blocks_per_sm(spec, kv, props), line
+            assert min_tiles == spec.tiles.split_tiles_min, line
         else:
-            blocks, tiles, per_sm, rows_per_warp, got = map(int, f[1:])
-            assert got == _decode.choose_num_splits(blocks, tiles, 132, per_sm, rows_per_warp), line
+            blocks, tiles, per_sm, rows_per_warp, min_tiles, got = map(int, f[1:])
+            assert got == _decode.choose_num_splits(blocks, tiles, 132, per_sm, rows_per_warp, min_tiles), line
         checked += 1
     assert checked > 5000
 

@@ -825,15 +825,13 @@ typedef struct cudattn__decode_plan {
 /* The lower of FlashAttention's wave model (with the tiles' rounding) and the merge's cost against
  * the tiles, as cudattn/_kernels/decode.py choose_num_splits (the same double and integer math). */
 static inline int cudattn__choose_num_splits(long long blocks, long long key_tiles, int sm_count, int blocks_per_sm,
-                                             int merge_rows_per_warp) {
+                                             int merge_rows_per_warp, int min_tiles) {
     const long long slots = (long long)sm_count * blocks_per_sm;
     double eff[CUDATTN_MAX_SPLITS + 1], best = 0;
     long long top, s, cost, best_cost = -1, per_block;
     int cheapest = 1;
-    if ((double)blocks >= CUDATTN__FULL_GRID_FRACTION * sm_count || key_tiles < 2 * CUDATTN__MIN_TILES_PER_SPLIT)
-        return 1;
-    top = key_tiles / CUDATTN__MIN_TILES_PER_SPLIT < CUDATTN_MAX_SPLITS ? key_tiles / CUDATTN__MIN_TILES_PER_SPLIT
-                                                                       : CUDATTN_MAX_SPLITS;
+    if ((double)blocks >= CUDATTN__FULL_GRID_FRACTION * sm_count || key_tiles < 2 * min_tiles) return 1;
+    top = key_tiles / min_tiles < CUDATTN_MAX_SPLITS ? key_tiles / min_tiles : CUDATTN_MAX_SPLITS;
     for (s = 1; s <= top; ++s) {
         const double waves = (double)(blocks * s) / (double)slots;
         per_block = (key_tiles + s - 1) / s;
@@ -866,8 +864,15 @@ static inline int cudattn__select_decode(const cudattn_handle* h, int dtype, int
 
 /* Blocks an SM the split heuristic aims for, as cudattn/_kernels/decode.py _blocks_per_sm (16-bit caches). */
 static inline int cudattn__blocks_per_sm(const cudattn_handle* h, const cudattn_kernel_row* r, int paged) {
-    if (paged) return 2;
-    return r->block_m == 16 && h->smem_per_sm / (r->dynamic_smem + CUDATTN__SMEM_RESERVED_PER_BLOCK) >= 2 ? 2 : 1;
+    const int fit = h->smem_per_sm / (r->dynamic_smem + CUDATTN__SMEM_RESERVED_PER_BLOCK);
+    if (paged) return fit >= 2 ? 2 : 1;
+    return r->block_m == 16 && fit >= 2 ? 2 : 1;
+}
+
+/* The fewest key tiles a split takes, as the build's DecodeTiles.split_tiles_min in
+ * cudattn/_kernels/decode_traits.py: 2 for the 8-warp build (the 16-bit decode build of 256 threads). */
+static inline int cudattn__split_tiles_min(const cudattn_kernel_row* r) {
+    return r->threads == 256 ? 2 : CUDATTN__MIN_TILES_PER_SPLIT;
 }
 
 /* The most key tiles one block of packed rows visits, as cudattn/_kernels/decode.py _tiles_seen (no windows here). */
@@ -918,7 +923,8 @@ static inline cudattn_status cudattn__decode_plan_of(cudattn_handle* h, const cu
                                : cudattn__choose_num_splits(blocks, key_tiles, h->sm_count,
                                                             cudattn__blocks_per_sm(h, r, a->block_table != 0),
                                                             ((pl->rows < r->block_m ? pl->rows : r->block_m) +
-                                                             r->threads / 32 - 1) / (r->threads / 32));
+                                                             r->threads / 32 - 1) / (r->threads / 32),
+                                                            cudattn__split_tiles_min(r));
     pl->tiles_per_split = (int)((key_tiles + pl->splits - 1) / pl->splits);
     if (pl->splits > 1) {
         const size_t rows_all = (size_t)a->batch * a->heads_q * a->seqlen_q;

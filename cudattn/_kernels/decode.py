@@ -45,7 +45,8 @@ def takes_split_kv(problem: Problem) -> bool:
 FULL_GRID_FRACTION = 0.8
 #: Among split counts, take the smallest whose wave efficiency is within this of the best.
 EFFICIENCY_TOLERANCE = 0.95
-#: A split gets at least this many key tiles (shorter ones cost more in set-up and merge than they save).
+#: A split gets at least this many key tiles (shorter ones cost more in set-up and merge than they
+#: save); a build may ask for fewer (`DecodeTiles.split_tiles_min`: 8 warps' 128-key tiles, 2).
 MIN_TILES_PER_SPLIT = 4
 #: What one more split adds to the last block's merge, in hundredths of a key tile's time, for each
 #: packed row a warp of that block merges (it reads every split's partials from L2). From split
@@ -59,13 +60,13 @@ WAVE_COST = 200
 
 
 def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm: int = 1,
-                      merge_rows_per_warp: int = 1) -> int:
+                      merge_rows_per_warp: int = 1, min_tiles: int = MIN_TILES_PER_SPLIT) -> int:
     """The heuristic behind ``num_splits=None``: the lower of two choices.
 
     ``blocks``: blocks without splitting (row blocks x kv heads x batch); ``key_tiles``: key tiles
     of the longest sequence. One split when the grid already gives most SMs a block
-    (``blocks >= FULL_GRID_FRACTION * sm_count``) or there are under 2 * MIN_TILES_PER_SPLIT
-    tiles to cut. Otherwise, over s up to min(MAX_SPLITS, key_tiles / MIN_TILES_PER_SPLIT):
+    (``blocks >= FULL_GRID_FRACTION * sm_count``) or there are under 2 * ``min_tiles`` tiles to
+    cut (the build's `split_tiles_min`). Otherwise, over s up to min(MAX_SPLITS, key_tiles / min_tiles):
 
     - FlashAttention's wave model, with the tiles' rounding too: the efficiency ``(waves /
       ceil(waves)) * (tiles / ceil(tiles))``, ``waves = blocks * s / (sm_count * blocks_per_sm)`` and
@@ -81,9 +82,9 @@ def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm:
     ``blocks_per_sm`` comes from `_blocks_per_sm` (the build and the cache: one or two blocks, up
     to four for FP8 caches); ``merge_rows_per_warp`` from the build's warps and the packed rows.
     """
-    if blocks >= FULL_GRID_FRACTION * sm_count or key_tiles < 2 * MIN_TILES_PER_SPLIT:
+    if blocks >= FULL_GRID_FRACTION * sm_count or key_tiles < 2 * min_tiles:
         return 1
-    top = min(MAX_SPLITS, key_tiles // MIN_TILES_PER_SPLIT)
+    top = min(MAX_SPLITS, key_tiles // min_tiles)
     slots = sm_count * blocks_per_sm
     eff = {}
     cheapest, best_cost = 1, None
@@ -138,7 +139,7 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
     if problem.num_splits is None:
         warps = variant.threads // 32
         splits = choose_num_splits(blocks, key_tiles, props.sm_count, _blocks_per_sm(variant, kv, props),
-                                   -(-min(rows, t.block_m) // warps))
+                                   -(-min(rows, t.block_m) // warps), t.split_tiles_min)
     else:
         splits = problem.num_splits
     tiles_per_split = -(-key_tiles // splits)
@@ -160,7 +161,7 @@ def _blocks_per_sm(variant: DecodeVariant, kv, props) -> int:
     blocks pay their start and merge fewer times; H200, 32/8 heads, D 128, one token: 8 x 8192
     keys 2 splits 40.6 us, 4 splits 42.2; 1 x 131072 16 splits 70.0, 32 splits 74.6; while pages
     of 16 lose 17 % with half the splits); paged 16-bit caches: two (table reads before the
-    copies); one-fragment builds: two where two fit (little work a tile). Measured, H200, 32/8
+    copies) where two fit; one-fragment builds: two where two fit (little work a tile). Measured, H200, 32/8
     heads, D 128, one token, one fragment: 8 x 8192 keys, 2 splits (one block an SM) 2.66 TB/s, 4
     splits (two) 3.77; 1 x 131072, 16 splits 2.83, 32 splits 3.91. Two-fragment 16-bit builds on
     contiguous caches keep one (H100: 16 splits 2.77 TB/s, 33 splits 2.62)."""
@@ -168,7 +169,7 @@ def _blocks_per_sm(variant: DecodeVariant, kv, props) -> int:
     if kv is not None and kv.fp8:
         return max(1, min(4, fit)) if kv.paged else 1
     if kv is not None and kv.paged:
-        return 2
+        return min(2, max(1, fit))
     return 2 if variant.tiles.row_frags == 1 and fit >= 2 else 1
 
 

@@ -25,6 +25,8 @@ class DecodeTiles:
     stages: int
     row_frags: int  # 16-row fragments of packed query rows per block (BLOCK_M = 16 * row_frags)
     keys_as_m: bool = False  # 8 packed rows on the MMAs' 8-wide dimension, keys on the 16-wide one
+    min_blocks: int = 2  # the kernel's __launch_bounds__ minimum of blocks an SM (its register budget)
+    split_tiles_min: int = 4  # the fewest key tiles a split takes (`_kernels.decode.choose_num_splits`)
 
     @property
     def block_n(self) -> int:
@@ -74,6 +76,12 @@ _KV8_KEYS_M = {
     256: _KV8_CANDIDATES[256],
 }
 _MODS_32 = {32: (DecodeTiles(4, 16, 3, 2), DecodeTiles(4, 16, 2, 2))}
+# 16-bit caches, one row fragment, no modifiers, head dim 128: 8 warps of 16 keys (128-key stages,
+# one block an SM, so ptxas may give it up to 255 registers), where grids of few blocks lean on their splits. H200, bf16, one token, GPU time:
+# 8 query heads on 1 kv head, 8192 keys, 32 splits 12.6 us against 14.7 with 4 warps; 32768
+# keys, 64 splits 17.8 against 21.6; 32/8 heads (8 or 32 blocks before splitting) even. A split
+# takes 2 of its tiles at least (256 keys, as 4 tiles of the 4-warp build): 32 splits at 8192 keys.
+_ONE_FRAG = {**_CANDIDATES, 128: (DecodeTiles(8, 16, 3, 1, min_blocks=1, split_tiles_min=2),) + _CANDIDATES[128]}
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,8 @@ class DecodeVariant:
             d["CUDATTN_KV_FP8"] = 1
         if t.keys_as_m:
             d["CUDATTN_KEYS_AS_M"] = 1
+        if t.min_blocks != 2:
+            d["CUDATTN_DECODE_MIN_BLOCKS"] = t.min_blocks
         return d
 
     def describe(self) -> str:
@@ -158,7 +168,7 @@ def select_decode(dtype, head_dim: int, smem_limit: int, mods: bool = False, kv_
     name = dtype if isinstance(dtype, str) else DTYPE_NAMES[dtype]
     d = tile_dim_for(head_dim, DECODE_TILE_DIMS)
     one_frag = rows is not None and rows <= ONE_FRAG_ROWS
-    table = _CANDIDATES
+    table = _ONE_FRAG if one_frag and not mods else _CANDIDATES
     if kv_fp8:
         table = _KV8_ONE_FRAG if one_frag and not mods else _KV8_CANDIDATES
     if mods and d == 32:
