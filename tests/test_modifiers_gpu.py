@@ -313,8 +313,11 @@ def test_softcap_saturated_rows(softcap, D, sinks):
 @pytest.mark.parametrize("D", [64, 128])
 def test_softcap_nan_rows_stay_nan(D):
     """A NaN in one query row makes that row NaN (tanh and the FMA-pipe exp2 keep NaN); the other
-    rows stay exact, and a row that sees no key still gets O = 0 and LSE -inf."""
-    rng = np.random.default_rng(next(_seed))
+    rows stay exact, and a row that sees no key still gets O = 0 and LSE -inf. The seed is fixed
+    by the parameters, not by the module's count (which moved with the test order under xdist):
+    25 of 400 seeds put row 100, which sees one key, one bfloat16 ulp past the rule's bound, the
+    defect that test_softcapped_bf16_row_of_one_key_is_its_value pins down."""
+    rng = np.random.default_rng(9100 + D)
     q, k, v = _rand(rng, (1, 300, 2, D), BF16), _rand(rng, (1, 200, 2, D), BF16), _rand(rng, (1, 200, 2, D), BF16)
     q[0, 250, 1, 3] = np.nan
     o, lse = _run(q, k, v, {"softcap": 30.0}, causal=True)
@@ -326,3 +329,21 @@ def test_softcap_nan_rows_stay_nan(D):
     ok, err, bound = reference.check_close(o[:, keep], ref[:, keep], naive[:, keep])
     assert ok, (err, bound)
     assert np.all(o[:, :100] == 0) and np.isneginf(lse[:, :, :100]).all()
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float16), BF16], ids=["float16", "bfloat16"])
+def test_softcapped_bf16_row_of_one_key_is_its_value(dtype, request):
+    """A row that sees one key has P = 1 for it, so its output is that key's value, bit for bit.
+    bfloat16 softcap calls take the softcap as every row's max (softmax.cuh, BOUNDED): the one
+    key's P is then 2^(s c - c), rounded to bfloat16 for the P V product while the row sum keeps
+    it unrounded, and the output lands up to one ulp off (a relative 2^-9 or less). Known, not yet
+    fixed: the bfloat16 case is expected to fail until the row sum takes the rounded P."""
+    if dtype == BF16:
+        request.applymarker(pytest.mark.xfail(strict=True, reason="bounded softcap rounds P for P V only"))
+    rng = np.random.default_rng(9500)
+    q = _rand(rng, (2, 64, 2, 128), dtype)
+    k, v = _rand(rng, (2, 1, 2, 128), dtype), _rand(rng, (2, 1, 2, 128), dtype)
+    o, _ = _run(q, k, v, {"softcap": 30.0})
+    want = np.broadcast_to(v, o.shape)
+    assert np.array_equal(o.view(np.uint16), want.view(np.uint16)), \
+        f"{int((o != want).sum())} of {o.size} outputs differ from the one key's value"
