@@ -310,12 +310,17 @@ def test_softcap_saturated_rows(softcap, D, sinks):
         _check(o, lse, reference.attention, reference.attention_naive, (q, k, v), dict(kw, causal=causal))
 
 
-@pytest.mark.parametrize("D", [64, 128])
+_ONE_KEY_ROWS = pytest.mark.xfail(strict=True, reason="bounded bfloat16 softcap: rows of few keys land one ulp past "
+                                  "the bound (test_softcapped_bf16_row_of_one_key_is_its_value)")
+
+
+@pytest.mark.parametrize("D", [pytest.param(64, marks=_ONE_KEY_ROWS), 128])
 def test_softcap_nan_rows_stay_nan(D):
     """A NaN in one query row makes that row NaN (tanh and the FMA-pipe exp2 keep NaN); the other
     rows stay exact, and a row that sees no key still gets O = 0 and LSE -inf. The seed is fixed
     by the parameters, not by the module's count (which moved with the test order under xdist):
-    25 of 400 seeds put row 100, which sees one key, one bfloat16 ulp past the rule's bound, the
+    25 of 400 seeds (an H200, the same bits run after run) put a row that sees one or two keys
+    one bfloat16 ulp past the rule's bound, among them D 64's here (0.0156 against 0.0126) — the
     defect that test_softcapped_bf16_row_of_one_key_is_its_value pins down."""
     rng = np.random.default_rng(9100 + D)
     q, k, v = _rand(rng, (1, 300, 2, D), BF16), _rand(rng, (1, 200, 2, D), BF16), _rand(rng, (1, 200, 2, D), BF16)
