@@ -1,10 +1,9 @@
 """The importer's fast readers without a GPU: torch tensors and CuPy arrays read through their own
-accessors (stand-in packages in ``sys.modules``), and JAX arrays recognised after a first import.
-Each reader must take what it can describe exactly and hand everything else to the general path."""
+accessors (stand-in packages in ``sys.modules``). Each reader must take what it can describe
+exactly and hand everything else to the general path."""
 
 from __future__ import annotations
 
-import gc
 import sys
 import types
 
@@ -13,7 +12,6 @@ import pytest
 
 from cudattn._arrays import accessors as _acc
 from cudattn._arrays import importer as _importer
-from cudattn._arrays import known_jax as _known
 from cudattn._arrays.array import DeviceArray
 from _runtime_cases import BF16, FP8
 
@@ -32,8 +30,9 @@ def _fake_torch(monkeypatch):
         setattr(torch, name, _Dtype(name))
 
     class Tensor:
-        def __init__(self, ptr, shape, strides, dtype, device=0, neg=False):
+        def __init__(self, ptr, shape, strides, dtype, device=0, neg=False, is_cuda=True):
             self.ptr, self.shape, self.strides, self.dtype, self.device, self.neg = ptr, shape, strides, dtype, device, neg
+            self.is_cuda = is_cuda and device >= 0
 
         def stride(self):
             if self.strides is None:
@@ -100,6 +99,8 @@ def test_a_changed_tensor_is_read_again_not_taken_from_the_layout_table(monkeypa
 def test_what_the_torch_reader_leaves_goes_to_the_general_path(monkeypatch):
     torch = _fake_torch(monkeypatch)
     assert _acc.from_torch(torch.Tensor(0x10000, (2,), (1,), torch.float16, device=-1)) is None  # CPU
+    # another backend's device (xpu:0, mps:0: get_device() is its index) is no CUDA address
+    assert _acc.from_torch(torch.Tensor(0x10000, (2,), (1,), torch.float16, device=0, is_cuda=False)) is None
     assert _acc.from_torch(torch.Tensor(0x10000, (2,), None, torch.float16)) is None  # no strides
     assert _acc.from_torch(torch.Tensor(0x10000, (2,), (1,), torch.float64)) is None  # a dtype cudattn does not read
     assert _acc.from_torch(torch.Subclass(0x10000, (2,), (1,), torch.float16)) is None  # may not own data_ptr
@@ -133,46 +134,3 @@ def test_a_cupy_array_is_read_through_its_accessors(monkeypatch):
     x.shape, x.strides = (8,), (2,)  # an in-place reshape: read again
     assert _importer.adapt(x, "q", -1).shape == (8,)
     assert _acc.from_cupy(cupy.ndarray(0x50000, (2,), (1,), np.bool_)) is None  # the general path names it
-
-
-class _JaxArray:
-    """A stand-in jax.Array: one buffer that deleting gives up."""
-
-    def __init__(self, ptr):
-        self.ptr = ptr
-
-    def unsafe_buffer_pointer(self):
-        if self.ptr is None:
-            raise RuntimeError("Array has been deleted")
-        return self.ptr
-
-
-def _imported(ptr, device=0):
-    a = object.__new__(DeviceArray)
-    a.ptr, a.shape, a.strides, a.dtype, a.device_id, a.readonly = ptr, (2, 4), (8, 2), F16, device, True
-    a.owner, a.stream_handle = None, None
-    return a
-
-
-def test_a_jax_array_imported_for_a_stream_is_recognised_on_that_stream_only():
-    x = _JaxArray(0x60000)
-    _known.remember(x, STREAM, _imported(0x60000, device=1))
-    a = _known.recall(x, STREAM)
-    assert (a.ptr, a.shape, a.strides, a.dtype, a.device_id, a.readonly) == (0x60000, (2, 4), (8, 2), F16, 1, True)
-    assert a.owner is x and a.stream_handle == STREAM
-    assert _known.device_of(x) == 1
-    assert _known.recall(x, STREAM + 1) is None, "another stream was never ordered after JAX's write"
-    assert _known.recall(_JaxArray(0x60000), STREAM) is None, "another object at the same address"
-
-
-def test_a_deleted_or_collected_jax_array_is_not_recalled():
-    x = _JaxArray(0x70000)
-    _known.remember(x, STREAM, _imported(0x70000))
-    x.ptr = None  # deleted (or donated): the general import says so
-    assert _known.recall(x, STREAM) is None
-    y = _JaxArray(0x80000)
-    _known.remember(y, STREAM, _imported(0x80000))
-    key = id(y)
-    del y
-    gc.collect()
-    assert key not in _known._seen, "an entry must not outlive its array"

@@ -115,9 +115,9 @@ def test_torch_operands_of_every_form_are_read_as_they_are(torch):
 
 
 def test_a_torch_tensor_changed_in_place_between_calls_is_read_as_it_is_now(torch):
-    """The accessors' layout table maps layouts, never tensors: after ``set_`` (another storage, shape
-    and strides) and ``.data =`` (another dtype's bytes are refused, the same dtype's read anew),
-    a warm call computes on what the tensor is now."""
+    """The accessors' layout table maps layouts, never tensors: after ``set_`` (another storage and
+    shape) and ``.data =`` (a strided view of other memory), a warm call computes on what the
+    tensor is now."""
     rng = _rng()
     q, k, v = _qkv(rng, 1, 64, 64, 2, 2, 64)
     q2 = _rand(rng, (1, 80, 2, 64), F16)

@@ -82,9 +82,9 @@ def from_torch(t) -> DeviceArray | None:
         if dtype is None:
             return None
         f = _remember(_torch_layouts, (dt, shape, st), shape, [s * dtype.itemsize for s in st], dtype)
-    dev = t.get_device()
-    if dev < 0:  # a CPU tensor
+    if not t.is_cuda:  # CPU, meta, and other backends' devices (whose get_device() may be >= 0)
         return None
+    dev = t.get_device()
     a = object.__new__(DeviceArray)
     a.ptr, (a.shape, a.strides, a.dtype), a.device_id, a.owner, a.readonly = t.data_ptr(), f, dev, t, False
     return a
