@@ -62,7 +62,7 @@ def _fake_torch(monkeypatch):
     torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda d: STREAM + d)
     monkeypatch.setitem(sys.modules, "torch", torch)
     monkeypatch.setattr(_acc, "_torch_dtypes", None)
-    monkeypatch.setattr(_acc, "torch_plain", set())
+    monkeypatch.setattr(_acc, "_torch_plain", set())
     monkeypatch.setattr(_acc, "_torch_layouts", {})
     monkeypatch.setattr(_importer, "_torch_stream", None)
     return torch

@@ -160,11 +160,11 @@ def _blocks_per_sm(variant: DecodeVariant, kv, props) -> int:
     four (each tile's table reads and conversions are long); contiguous FP8 caches: one (longer
     blocks pay their start and merge fewer times; H200, 32/8 heads, D 128, one token: 8 x 8192
     keys 2 splits 40.6 us, 4 splits 42.2; 1 x 131072 16 splits 70.0, 32 splits 74.6; while pages
-    of 16 lose 17 % with half the splits); paged 16-bit caches: two (table reads before the
-    copies) where two fit; one-fragment builds: two where two fit (little work a tile). Measured, H200, 32/8
-    heads, D 128, one token, one fragment: 8 x 8192 keys, 2 splits (one block an SM) 2.66 TB/s, 4
-    splits (two) 3.77; 1 x 131072, 16 splits 2.83, 32 splits 3.91. Two-fragment 16-bit builds on
-    contiguous caches keep one (H100: 16 splits 2.77 TB/s, 33 splits 2.62)."""
+    of 16 lose 17 % with half the splits); paged 16-bit caches: two where two fit (table reads
+    before the copies); one-fragment builds: two where two fit (little work a tile). Measured,
+    H200, 32/8 heads, D 128, one token, one fragment: 8 x 8192 keys, 2 splits (one block an SM)
+    2.66 TB/s, 4 splits (two) 3.77; 1 x 131072, 16 splits 2.83, 32 splits 3.91. Two-fragment
+    16-bit builds on contiguous caches keep one (H100: 16 splits 2.77 TB/s, 33 splits 2.62)."""
     fit = props.max_shared_memory_per_multiprocessor // (variant.smem_bytes + _SMEM_RESERVED_PER_BLOCK)
     if kv is not None and kv.fp8:
         return max(1, min(4, fit)) if kv.paged else 1

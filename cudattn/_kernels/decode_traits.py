@@ -77,11 +77,13 @@ _KV8_KEYS_M = {
 }
 _MODS_32 = {32: (DecodeTiles(4, 16, 3, 2), DecodeTiles(4, 16, 2, 2))}
 # 16-bit caches, one row fragment, no modifiers, head dim 128: 8 warps of 16 keys (128-key stages,
-# one block an SM, so ptxas may give it up to 255 registers), where grids of few blocks lean on their splits. H200, bf16, one token, GPU time:
-# 8 query heads on 1 kv head, 8192 keys, 32 splits 12.6 us against 14.7 with 4 warps; 32768
-# keys, 64 splits 17.8 against 21.6; 32/8 heads (8 or 32 blocks before splitting) even. A split
-# takes 2 of its tiles at least (256 keys, as 4 tiles of the 4-warp build): 32 splits at 8192 keys.
-_ONE_FRAG = {**_CANDIDATES, 128: (DecodeTiles(8, 16, 3, 1, min_blocks=1, split_tiles_min=2),) + _CANDIDATES[128]}
+# one block an SM, so ptxas may give it up to 255 registers), where grids of few blocks lean on
+# their splits. H200, bf16, one token, GPU time: 8 query heads on 1 kv head, 8192 keys, 32 splits
+# 12.6 us against 14.7 with 4 warps; 32768 keys, 64 splits 17.8 against 21.6; 32/8 heads (8 or 32
+# blocks before splitting) even. A split takes 2 of its tiles at least (256 keys, as 4 tiles of
+# the 4-warp build): 32 splits at 8192 keys.
+_ONE_FRAG = {**_CANDIDATES,
+             128: (DecodeTiles(8, 16, 3, 1, min_blocks=1, split_tiles_min=2),) + _CANDIDATES[128]}
 
 
 @dataclass(frozen=True)

@@ -177,9 +177,11 @@ def _rules() -> dict:
                         "with null",
         "rows_max": "decode: a row with rows_max applies when (heads_q / heads_kv) * seqlen_q <= it; otherwise "
                     "the row with null",
-        "decode_blocks_per_sm": "the split heuristic's blocks an SM: 2 for a paged cache; 2 for a row of "
-                                "block_m 16 when two of its blocks (dynamic smem + 1 KiB each) fit an SM's "
-                                "shared memory; else 1",
+        "decode_blocks_per_sm": "the split heuristic's blocks an SM: 2 where two of the row's blocks (dynamic "
+                                "smem + 1 KiB each) fit an SM's shared memory and the cache is paged or the row's "
+                                "block_m is 16; else 1",
+        "decode_split_tiles_min": "the fewest key tiles a split takes: 2 for the rows of 256 threads (8 warps), "
+                                  "else 4",
         "head_dims": list(_traits.SUPPORTED_HEAD_DIMS),
         "fp8_head_dims": "multiples of 16 up to 256",
         "fp8_archs": list(_traits.FP8_ARCHS),
