@@ -107,22 +107,15 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
         kind = kind_of(obj)
     if kind == CUDATTN:
         return obj
-    if kind == TORCH:
-        if obj.is_neg():  # any importer would hand over the bytes, which hold -x
+    if kind == TORCH or kind == CUPY:
+        if kind == TORCH and obj.is_neg():  # any importer would hand over the bytes, which hold -x
             raise TypeError(f"{name} is a negated torch view (torch._neg_view): its memory holds the negated "
                             f"values; pass {name}.resolve_neg()")
-        a = from_torch(obj)  # FP8 keeps its dtype here (it crosses DLPack as uint8)
+        a = from_torch(obj) if kind == TORCH else from_cupy(obj)  # torch FP8 keeps its dtype (DLPack: uint8)
         if a is not None:
-            dev = a.device_id
+            dev = a.device_id  # `_current`'s reuse inline: the later operands of a call skip a function call
             a.stream_handle = current[2] if current is not None and current[0] is type(obj) and current[1] == dev \
-                else (_torch_stream or _torch_stream_getter())(dev)
-            return a
-    elif kind == CUPY:
-        a = from_cupy(obj)
-        if a is not None:
-            dev = a.device_id
-            a.stream_handle = current[2] if current is not None and current[0] is type(obj) and current[1] == dev \
-                else current_stream(CUPY, dev)
+                else _current(kind, obj, dev, None)
             return a
     elif kind != JAX:  # any other producer: cudattn's validating importer (see the module docstring)
         return as_device_array(obj, name=name, stream_handle=consumer)
