@@ -1,9 +1,10 @@
 """The importer's fast readers without a GPU: torch tensors and CuPy arrays read through their own
-accessors (stand-in packages in ``sys.modules``). Each reader must take what it can describe
-exactly and hand everything else to the general path."""
+accessors (stand-in packages in ``sys.modules``), and JAX arrays recognised after a first import.
+Each reader must take what it can describe exactly and hand everything else to the general path."""
 
 from __future__ import annotations
 
+import gc
 import sys
 import types
 
@@ -12,6 +13,7 @@ import pytest
 
 from cudattn._arrays import accessors as _acc
 from cudattn._arrays import importer as _importer
+from cudattn._arrays import known_jax as _known
 from cudattn._arrays.array import DeviceArray
 from _runtime_cases import BF16, FP8
 
@@ -134,3 +136,55 @@ def test_a_cupy_array_is_read_through_its_accessors(monkeypatch):
     x.shape, x.strides = (8,), (2,)  # an in-place reshape: read again
     assert _importer.adapt(x, "q", -1).shape == (8,)
     assert _acc.from_cupy(cupy.ndarray(0x50000, (2,), (1,), np.bool_)) is None  # the general path names it
+
+
+class _JaxArray:
+    """A stand-in jax.Array: one buffer, handed over as a capsule (refused once deleted)."""
+
+    def __init__(self, ptr):
+        self.ptr, self.exports = ptr, []
+
+    def __dlpack__(self, stream=None):
+        if self.ptr is None:
+            raise RuntimeError("Array has been deleted")
+        self.exports.append(stream)
+        return ("capsule", self.ptr, stream)
+
+
+def _imported(ptr, device=0):
+    a = object.__new__(DeviceArray)
+    a.ptr, a.shape, a.strides, a.dtype, a.device_id, a.readonly = ptr, (2, 4), (8, 2), F16, device, True
+    a.owner, a.stream_handle = None, None
+    return a
+
+
+def test_a_jax_array_imported_before_is_recalled_with_a_fresh_capsule_for_the_call():
+    """The facts come from the first import; every call still asks for a capsule with its stream
+    (JAX orders its pending writes before that stream, and the capsule held with the operands
+    keeps JAX from freeing or donating the buffer while the call's kernels read it)."""
+    x = _JaxArray(0x60000)
+    _known.remember(x, _imported(0x60000, device=1))
+    for stream in (STREAM, STREAM + 1):
+        a = _known.recall(x, stream, stream + 5, "q")
+        assert (a.ptr, a.shape, a.strides, a.dtype, a.device_id, a.readonly) == (0x60000, (2, 4), (8, 2), F16, 1, True)
+        assert a.stream_handle == stream and a.owner == (x, ("capsule", 0x60000, stream + 5))
+    assert x.exports == [STREAM + 5, STREAM + 6]
+    assert _known.device_of(x) == 1
+    y = _JaxArray(0x60000)
+    _known._seen[id(y)] = _known._seen[id(x)]  # an entry whose reference is another object's
+    assert _known.recall(y, STREAM, STREAM, "q") is None and _known.device_of(y) is None
+    del _known._seen[id(y)]
+
+
+def test_a_deleted_jax_array_is_refused_by_name_and_a_collected_one_forgotten():
+    x = _JaxArray(0x70000)
+    _known.remember(x, _imported(0x70000))
+    x.ptr = None  # deleted (or donated): the capsule is refused, and the call says which operand
+    with pytest.raises(ValueError, match=r"^k: the JAX array refused its DLPack export \(Array has been deleted\)"):
+        _known.recall(x, STREAM, STREAM, "k")
+    y = _JaxArray(0x80000)
+    _known.remember(y, _imported(0x80000))
+    key = id(y)
+    del y
+    gc.collect()
+    assert key not in _known._seen, "an entry must not outlive its array"

@@ -74,13 +74,14 @@ def test_a_jax_array_in_host_memory_is_refused_naming_it(jax):
 
 
 def test_a_jax_array_deleted_after_a_call_is_refused_not_read(jax):
-    """Once JAX has deleted an array (its buffer freed or donated), a warm call of the same
-    signature must refuse it, not read the address an earlier call was given."""
+    """A warm call recognises an array imported before (its capsule still asked for); once JAX has
+    deleted the array (its buffer freed or donated), the call must refuse it, naming it, not read
+    the address an earlier call was given."""
     rng = _rng()
     q, k, v = _qkv(rng, 1, 96, 96, 2, 2, 64)
     qj, kj, vj = (_put(jax, x) for x in (q, k, v))
     for _ in range(2):
         _check_attention(cudattn.to_host(cudattn.attention(qj, kj, vj)), q, k, v)
     qj.delete()
-    with pytest.raises(Exception, match="(?i)deleted"):
+    with pytest.raises(ValueError, match=r"(?is)^q: .*deleted"):
         cudattn.attention(qj, kj, vj)

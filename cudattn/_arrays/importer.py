@@ -6,9 +6,9 @@ stream its package calls current. (`protocols` reads DLPack and CAI field by fie
 a few attribute reads, the layout mapped through a table); a negated torch view (its bytes hold
 -x) is refused by name. Other torch and CuPy arrays (subclasses, dtypes the accessors leave) and
 JAX arrays go through cuda.core's ``StridedMemoryView`` (DLPack, CUDA Array Interface); JAX's
-import names the call's stream as the consumer, and JAX orders its pending writes before it
-(the view holds the capsule, the external reference that keeps JAX from freeing or donating the
-buffer while the call's kernels read it). What none of these takes goes
+import names the call's stream as the consumer, and JAX orders its pending writes before it. An
+array JAX has handed over before is recognised again (`known_jax`: its capsule is still asked
+for, for the ordering and to keep the buffer, but not parsed). What none of these takes goes
 through `protocols.as_device_array`, as do arrays of every other producer (Numba, any DLPack or
 CAI object): that importer validates each field of a foreign producer and names what is wrong,
 where cuda.core 1.2, handed a malformed DLPack capsule by a fuzzed producer, returned without
@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import sys
 
+from . import known_jax
 from .accessors import from_cupy, from_torch
 from .array import DeviceArray
 from .protocols import as_device_array, device_id_of, is_device_array_like, stream_of
@@ -117,7 +118,11 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
             a.stream_handle = current[2] if current is not None and current[0] is type(obj) and current[1] == dev \
                 else _current(kind, obj, dev, None)
             return a
-    elif kind != JAX:  # any other producer: cudattn's validating importer (see the module docstring)
+    elif kind == JAX:
+        a = known_jax.recall(obj, consumer, CU_STREAM_LEGACY if consumer == 0 else consumer, name)
+        if a is not None:
+            return a
+    else:  # any other producer: cudattn's validating importer (see the module docstring)
         return as_device_array(obj, name=name, stream_handle=consumer)
     # torch / CuPy arrays the accessors do not take: ordered after their package's current stream by the
     # caller, as their users expect; JAX orders its pending writes before the consumer stream itself
@@ -139,7 +144,11 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
     a.ptr, a.shape, a.dtype, a.device_id, a.owner, a.readonly = view.ptr, shape, dtype, dev, view, view.readonly
     st = view.strides
     a.strides = _contiguous(shape, dtype.itemsize) if st is None else _byte_strides(st, dtype.itemsize)
-    a.stream_handle = consumer if kind == JAX else _current(kind, obj, dev, current)
+    if kind == JAX:
+        a.stream_handle = consumer
+        known_jax.remember(obj, a)
+    else:
+        a.stream_handle = _current(kind, obj, dev, current)
     return a
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._arrays import known_jax
 from .._arrays.array import DeviceArray
 from .._arrays.importer import device_id_of, is_device_array_like
 from .._arrays.importer import CUDATTN, JAX, adapt, current_stream_owner, kind_of
@@ -64,7 +65,8 @@ def consumer_stream(first, stream):
         a = adapt(first, "q", -1)
         if a.stream_handle is not None:
             return a.stream_handle, current_stream_owner(kind, a.device_id), a
-    ref = _stream.as_stream(None, device_id_of(first, name="q"))
+    dev = known_jax.device_of(first) if kind == JAX else None
+    ref = _stream.as_stream(None, device_id_of(first, name="q") if dev is None else dev)
     return ref.handle, ref.obj, None
 
 
