@@ -869,10 +869,10 @@ static inline int cudattn__blocks_per_sm(const cudattn_handle* h, const cudattn_
     return r->block_m == 16 && fit >= 2 ? 2 : 1;
 }
 
-/* The fewest key tiles a split takes, as the build's DecodeTiles.split_tiles_min in
- * cudattn/_kernels/decode_traits.py: 2 for the 8-warp build (the 16-bit decode build of 256 threads). */
+/* The fewest key tiles a split takes: the row's build's DecodeTiles.split_tiles_min
+ * (cudattn/_kernels/decode_traits.py), exported as a column of the kernel table. */
 static inline int cudattn__split_tiles_min(const cudattn_kernel_row* r) {
-    return r->threads == 256 ? 2 : CUDATTN__MIN_TILES_PER_SPLIT;
+    return r->split_tiles_min > 0 ? r->split_tiles_min : CUDATTN__MIN_TILES_PER_SPLIT;
 }
 
 /* The most key tiles one block of packed rows visits, as cudattn/_kernels/decode.py _tiles_seen (no windows here). */

@@ -180,8 +180,8 @@ def _rules() -> dict:
         "decode_blocks_per_sm": "the split heuristic's blocks an SM: 2 where two of the row's blocks (dynamic "
                                 "smem + 1 KiB each) fit an SM's shared memory and the cache is paged or the row's "
                                 "block_m is 16; else 1",
-        "decode_split_tiles_min": "the fewest key tiles a split takes: 2 for the rows of 256 threads (8 warps), "
-                                  "else 4",
+        "decode_split_tiles_min": "the fewest key tiles a split takes: the build's tiles.split_tiles_min (the "
+                                  "kernel table's split_tiles_min column)",
         "head_dims": list(_traits.SUPPORTED_HEAD_DIMS),
         "fp8_head_dims": "multiples of 16 up to 256",
         "fp8_archs": list(_traits.FP8_ARCHS),
