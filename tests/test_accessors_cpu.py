@@ -147,8 +147,13 @@ class _JaxArray:
     def __dlpack__(self, stream=None):
         if self.ptr is None:
             raise RuntimeError("Array has been deleted")
+        if stream == 0xBAD:
+            raise RuntimeError("CUDA_ERROR_INVALID_HANDLE")
         self.exports.append(stream)
         return ("capsule", self.ptr, stream)
+
+    def is_deleted(self):
+        return self.ptr is None
 
 
 def _imported(ptr, device=0):
@@ -179,8 +184,10 @@ def test_a_jax_array_imported_before_is_recalled_with_a_fresh_capsule_for_the_ca
 def test_a_deleted_jax_array_is_refused_by_name_and_a_collected_one_forgotten():
     x = _JaxArray(0x70000)
     _known.remember(x, _imported(0x70000))
+    with pytest.raises(ValueError, match=r"^v: the JAX array refused its DLPack export for stream 0xbad: CUDA_ERROR"):
+        _known.recall(x, STREAM, 0xBAD, "v")  # a refusal for another reason says JAX's
     x.ptr = None  # deleted (or donated): the capsule is refused, and the call says which operand
-    with pytest.raises(ValueError, match=r"^k: the JAX array refused its DLPack export \(Array has been deleted\)"):
+    with pytest.raises(ValueError, match=r"^k: the JAX array has been deleted or donated \(Array has been deleted\)"):
         _known.recall(x, STREAM, STREAM, "k")
     y = _JaxArray(0x80000)
     _known.remember(y, _imported(0x80000))

@@ -118,15 +118,15 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
             a.stream_handle = current[2] if current is not None and current[0] is type(obj) and current[1] == dev \
                 else _current(kind, obj, dev, None)
             return a
-    elif kind == JAX:
-        a = known_jax.recall(obj, consumer, CU_STREAM_LEGACY if consumer == 0 else consumer, name)
+    elif kind == JAX:  # the consumer as DLPack names it: JAX orders its pending writes before that stream
+        sync = CU_STREAM_LEGACY if consumer == 0 else consumer
+        a = known_jax.recall(obj, consumer, sync, name)
         if a is not None:
             return a
     else:  # any other producer: cudattn's validating importer (see the module docstring)
         return as_device_array(obj, name=name, stream_handle=consumer)
-    # torch / CuPy arrays the accessors do not take: ordered after their package's current stream by the
-    # caller, as their users expect; JAX orders its pending writes before the consumer stream itself
-    sync = (CU_STREAM_LEGACY if consumer == 0 else consumer) if kind == JAX else -1
+    if kind != JAX:  # torch / CuPy arrays the accessors do not take: ordered after their package's current
+        sync = -1    # stream by the caller, as their users expect
     try:
         view = (_SMV or _smv_type()).from_any_interface(obj, sync)
         dtype = view.dtype

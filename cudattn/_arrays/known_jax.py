@@ -6,8 +6,9 @@ device) holds for every later call. What is remembered here is that import's fac
 shape, strides, dtype, device), keyed by the array's identity and held through a weak reference
 (nothing here keeps an array alive). A later call still asks the array for a capsule with the
 call's stream (``__dlpack__(stream=...)``, about 4 us): JAX then orders its pending writes
-before that stream on the GPU, and the capsule, held with the call's operands until its work is
-done, is the external reference that keeps JAX from freeing or donating the buffer meanwhile.
+before that stream on the GPU, and the capsule, held with the call's operands (`lifetime`) until
+a later cudattn call finds their work done, is the external reference that keeps JAX from
+freeing or donating the buffer meanwhile (so until then a donation may copy or be refused).
 A deleted or donated array refuses the capsule, and the call raises, naming the operand.
 """
 
@@ -19,7 +20,7 @@ from .array import DeviceArray
 
 __all__ = ["device_of", "recall", "remember"]
 
-_MAX = 4096
+_MAX = 4096  # entries leave with their arrays; past this many live ones, forget all (cheaper than an LRU)
 _seen: dict = {}  # id(array) -> (weak reference, (ptr, shape, strides, dtype, device, readonly))
 
 
@@ -43,20 +44,28 @@ def remember(obj, a: DeviceArray) -> None:
 def recall(obj, consumer: int, sync: int, name: str) -> DeviceArray | None:
     """``obj`` as a DeviceArray read on ``consumer`` from an earlier import, its owner holding the
     array and a fresh capsule exported for ``sync`` (``consumer`` as DLPack names it); None when
-    there is no earlier import. An array that refuses the capsule (deleted, donated) raises a
-    ValueError naming ``name``, JAX's reason chained."""
+    there is no earlier import. An array that refuses the capsule raises a ValueError naming
+    ``name`` (deleted or donated, or JAX's reason), JAX's exception chained."""
     e = _seen.get(id(obj))
     if e is None or e[0]() is not obj:
         return None
     try:
         capsule = obj.__dlpack__(stream=sync)
     except Exception as exc:
-        raise ValueError(f"{name}: the JAX array refused its DLPack export ({exc}); a deleted or donated "
-                         f"array cannot be read") from exc
+        if _deleted(obj):
+            raise ValueError(f"{name}: the JAX array has been deleted or donated ({exc}); it cannot be read") from exc
+        raise ValueError(f"{name}: the JAX array refused its DLPack export for stream {sync:#x}: {exc}") from exc
     a = object.__new__(DeviceArray)
     a.ptr, a.shape, a.strides, a.dtype, a.device_id, a.readonly = e[1]
     a.owner, a.stream_handle = (obj, capsule), consumer
     return a
+
+
+def _deleted(obj) -> bool:
+    try:
+        return bool(obj.is_deleted())
+    except Exception:  # not a jax.Array after all: say what the export said
+        return False
 
 
 def device_of(obj) -> int | None:

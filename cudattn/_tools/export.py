@@ -48,7 +48,7 @@ from .._spec.modifiers import MOD_ALIBI, MOD_SOFTCAP
 __all__ = ["FORMAT", "ExportError", "OutDirError", "check_out", "export", "read_manifest"]
 
 #: Bumped whenever the manifest's schema or the meaning of a field changes.
-FORMAT = 2
+FORMAT = 3
 
 
 #: The launcher's headers, copied into DIR/include as they are (cudattn.h includes the others).
