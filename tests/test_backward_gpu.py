@@ -389,3 +389,34 @@ def test_tiles_of_gpus_with_less_shared_memory(limit, D, mods, causal, kernel_fa
     res = _run(dout, q, k, v, dtype=BF16, causal=causal, **_dev(kw))
     assert chosen and all(c.smem_bytes <= smem and c.family == "sm80" for c in chosen)
     _check(res, *_expect(dout, q, k, v, BF16, causal=causal, **kw), f"{limit} D={D} {mods} causal={causal}")
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float16), BF16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("D", [64, 128])
+def test_alibi_with_a_shifted_diagonal_gives_a_key_ranges_gradients(dtype, D):
+    """The backward with ALiBi's diagonal moved (`_kernels.alibi_shift`, as a ring's local calls use
+    it): two key ranges, each call given the whole call's out and LSE and its diagonal moved so that
+    its distances are the whole call's; their dK and dV side by side and their dQ summed equal the
+    whole call's gradients (dQ: two 16-bit partials, so twice the rule's eps)."""
+    from cudattn._kernels import alibi_shift
+
+    B, S, Hq, Hkv, m = 2, 203, 8, 2, 77
+    dout, q, k, v = _inputs(B, S, S, Hq, Hkv, D, dtype)
+    slopes = np.random.default_rng(next(_seed)).uniform(0.02, 0.5, Hq).astype(np.float32)
+    ref, naive = _expect(dout, q, k, v, dtype, alibi_slopes=slopes)
+    dod, qd, kd, vd, sd = (cudattn.to_device(x) for x in (dout, q, k, v, slopes))
+    out, lse = cudattn.attention(qd, kd, vd, alibi_slopes=sd, return_lse=True)
+    grads = []
+    for (a, b), shift in (((0, m), S - m), ((m, S), 0)):
+        given = dict(dq=_poisoned(q.shape, dtype), dk=_poisoned((B, b - a, Hkv, D), dtype),
+                     dv=_poisoned((B, b - a, Hkv, D), dtype))
+        with alibi_shift.shifted(shift):
+            grads.append([cudattn.to_host(g) for g in cudattn.attention_backward(
+                dod, qd, kd[:, a:b], vd[:, a:b], out, lse, alibi_slopes=sd, **given)])
+    dq = (grads[0][0].astype(np.float64) + grads[1][0].astype(np.float64))
+    dk, dv = (np.concatenate([g[i] for g in grads], axis=1) for i in (1, 2))
+    for name, g, r, n, eps in (("dq", dq, ref[0], naive[0], 2 * gradient_eps(ref[0], dtype)),
+                               ("dk", dk, ref[1], naive[1], gradient_eps(ref[1], dtype)),
+                               ("dv", dv, ref[2], naive[2], gradient_eps(ref[2], dtype))):
+        ok, err, bound = check_close(g, r, n, atol=eps)
+        assert ok, f"{name} off by {err:.3g} > {bound:.3g}"

@@ -96,10 +96,11 @@ def test_shard_and_gather_round_trip(zigzag, axis):
         shard_sequence(x[:, :23] if axis == 1 else x[:, :, :23], 3, zigzag=zigzag, axis=axis)
 
 
-def _ring_float64(q, k, v, world, *, zigzag, causal, window=None, softcap=None, sinks=None):
+def _ring_float64(q, k, v, world, *, zigzag, causal, window=None, softcap=None, sinks=None, slopes=None):
     """The ring of `cudattn.distributed.ring_attention` in float64: each rank's calls as the ring
-    plans them (one call over the visiting K/V where nothing is masked, else one per chunk pair,
-    rows a window leaves out given LSE -inf) through the reference's attention, merged by LSE per
+    plans them (one call over the visiting K/V where nothing is masked and no ALiBi, else one per
+    chunk pair, ALiBi's diagonal moved by the pair's `Block.alibi_shift`, rows a window leaves out
+    given LSE -inf) through the reference's attention, merged by LSE per
     query chunk; the whole output."""
     B, S, Hq, D = q.shape
     n = world * (2 if zigzag else 1)
@@ -112,7 +113,7 @@ def _ring_float64(q, k, v, world, *, zigzag, causal, window=None, softcap=None, 
         parts = {qc: ([], []) for qc in mine}
         for s, blocks in enumerate(ring_steps(r, world, c, zigzag=zigzag, left=left, right=right)):
             src = chunks_of((r - s) % world, world, zigzag)
-            for qc, b, ki in _step_calls(blocks, mine, src, c):
+            for qc, b, ki in _step_calls(blocks, mine, src, c, slopes is None):
                 o = np.zeros((B, c, Hq, D))
                 lse = np.full((B, Hq, c), -np.inf)
                 if b is None:
@@ -121,9 +122,11 @@ def _ring_float64(q, k, v, world, *, zigzag, causal, window=None, softcap=None, 
                 else:
                     assert src[ki] == b.k_chunk
                     kx, vx = (chunk(x, b.k_chunk)[:, b.ka:b.kb] for x in (k, v))
-                    o[:, b.qa:b.qb], lse[:, :, b.qa:b.qb] = reference.attention(
-                        chunk(q, qc)[:, b.qa:b.qb], kx, vx, causal=b.causal, window_size=b.window, softcap=softcap,
-                        sinks=sinks if b.sinks else None, return_lse=True)
+                    qx, kw = chunk(q, qc)[:, b.qa:b.qb], dict(causal=b.causal, window_size=b.window, softcap=softcap,
+                                                               sinks=sinks if b.sinks else None)
+                    o[:, b.qa:b.qb], lse[:, :, b.qa:b.qb] = reference.attention(qx, kx, vx, **kw, return_lse=True) \
+                        if slopes is None else _shifted_alibi_call(qx, kx, vx, **kw, slopes=slopes,
+                                                                   shift=b.alibi_shift(c))
                 parts[qc][0].append(o)
                 parts[qc][1].append(lse)
         for qc, (os_, ls) in parts.items():
@@ -136,7 +139,10 @@ def _ring_float64(q, k, v, world, *, zigzag, causal, window=None, softcap=None, 
     (4, True, True, {"sinks": True}), (3, True, False, {"window": (9, 3)}), (4, True, True, {"window": (13, -1)}),
     (4, False, False, {"window": (5, 5), "sinks": True}), (2, True, False, {"softcap": 5.0, "sinks": True}),
     (2, True, True, {"window": (3, 0), "sinks": True}), (3, True, False, {"window": (4, 2), "sinks": True}),
-    (1, True, True, {"window": (4, 0), "sinks": True}),
+    (1, True, True, {"window": (4, 0), "sinks": True}), (2, True, True, {"alibi": True}),
+    (3, False, False, {"alibi": True}), (2, True, False, {"alibi": True, "softcap": 5.0}),
+    (4, True, True, {"alibi": True, "window": (13, -1), "sinks": True}), (3, True, False, {"alibi": True, "window": (4, 2)}),
+    (1, True, False, {"alibi": True}),
 ])
 def test_ring_in_float64_equals_whole_attention(world, zigzag, causal, mods):
     rng = np.random.default_rng(4000 + world)
@@ -145,10 +151,11 @@ def test_ring_in_float64_equals_whole_attention(world, zigzag, causal, mods):
     q = rng.standard_normal((B, S, Hq, D))
     k, v = (rng.standard_normal((B, S, Hkv, D)) for _ in range(2))
     sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
+    slopes = rng.uniform(0.05, 0.6, (B, Hq)).astype(np.float32) if mods.get("alibi") else None
     kw = dict(window_size=mods.get("window"), softcap=mods.get("softcap"), sinks=sinks)
     got = _ring_float64(q, k, v, world, zigzag=zigzag, causal=causal, window=kw["window_size"],
-                        softcap=kw["softcap"], sinks=sinks)
-    want = reference.attention(q, k, v, causal=causal, **kw)
+                        softcap=kw["softcap"], sinks=sinks, slopes=slopes)
+    want = reference.attention(q, k, v, causal=causal, alibi_slopes=slopes, **kw)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
@@ -186,12 +193,17 @@ def test_ring_attention_refuses_before_any_gpu_work(monkeypatch):
         ring_attention(x, x, x, Comm(), causal=True)
     with pytest.raises(ValueError, match="window_size's left must be >= -1"):
         ring_attention(x, x, x, Comm(), window_size=(-2, 0))
-    with pytest.raises(NotImplementedError, match="alibi_slopes"):
-        ring_attention(x, x, x, Comm(), alibi_slopes=np.ones(2, np.float32))
     with pytest.raises(ValueError, match="layout"):
         ring_attention(x, x, x, Comm(), layout="sbhd")
     monkeypatch.setattr(agree, "DeviceArray", _HostArray)
     h = _HostArray(x)
+    rule = r"ring_attention: alibi_slopes must be a C-contiguous float32 DeviceArray of shape \(2,\) or \(1, 2\)"
+    for bad, got in ((np.ones(2, np.float32), "ndarray"),
+                     (_HostArray(np.ones(3, np.float32)), r"a float32 DeviceArray \(3,\) on cuda:0"),
+                     (_HostArray(np.ones(2)), r"a float64 DeviceArray \(2,\)"),
+                     (_HostArray(np.ones((2, 2), np.float32)[:, 0]), r"a float32 DeviceArray \(2,\) on cuda:0, not C-")):
+        with pytest.raises(ValueError, match=rule + ".*; got " + got):
+            ring_attention(h, h, h, Comm(), alibi_slopes=bad)
     for bad in (-1, 2.0, True):
         with pytest.raises(ValueError, match=rf"sm_margin must be an int >= 0; got {bad!r}"):
             ring_attention(h, h, h, Comm(), sm_margin=bad)
@@ -359,7 +371,10 @@ def _ring_inputs(seed: int, world: int, causal: bool, mods: dict):
     q = rng.standard_normal((B, S, Hq, D)).astype(np.float16)
     k, v = (rng.standard_normal((B, S, Hkv, D)).astype(np.float16) for _ in range(2))
     sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
-    return q, k, v, sinks, {"window_size": mods.get("window"), "softcap": mods.get("softcap")}
+    kw = {"window_size": mods.get("window"), "softcap": mods.get("softcap")}
+    if mods.get("alibi"):
+        kw["alibi_slopes"] = rng.uniform(0.05, 0.6, mods.get("alibi_shape", (Hq,))).astype(np.float32)
+    return q, k, v, sinks, kw
 
 
 def _on_host(monkeypatch, mod, **fakes) -> None:
@@ -379,6 +394,57 @@ def _on_host(monkeypatch, mod, **fakes) -> None:
         monkeypatch.setattr(mod, name, fake)
 
 
+def _alibi_bias(slopes, B: int, Hq: int, Sq: int, Sk: int, shift: int) -> np.ndarray:
+    """``(B, Hq, Sq, Sk)``: ALiBi's ``-slope * |j - i - (Sk - Sq) - shift|`` (shift: `_kernels.alibi_shift`)."""
+    s = np.broadcast_to(np.asarray(slopes, np.float64), (B, Hq))
+    rel = np.arange(Sk)[None, :] - np.arange(Sq)[:, None] - (Sk - Sq) - shift
+    return -s[:, :, None, None] * np.abs(rel)[None, None]
+
+
+def _shifted_alibi_call(q, k, v, *, causal, window_size, softcap, sinks, slopes, shift):
+    """(output, LSE) in float64 of one call whose ALiBi diagonal is moved ``shift`` keys right (as
+    the kernels do inside `alibi_shift.shifted`), masks as `attention`'s (bottom right)."""
+    B, Sq, Hq, D = q.shape
+    Sk, g = k.shape[1], Hq // k.shape[2]
+    Q, K, V = (np.asarray(x, np.float64) for x in (q, k, v))
+    s = np.einsum("bihd,bjhd->bhij", Q, np.repeat(K, g, axis=2)) / np.sqrt(D)
+    if softcap:
+        s = softcap * np.tanh(s / softcap)
+    s = s + _alibi_bias(slopes, B, Hq, Sq, Sk, shift)
+    rel = np.arange(Sk)[None, :] - np.arange(Sq)[:, None] - (Sk - Sq)
+    left, right = window_size if window_size is not None else (-1, -1)
+    right = 0 if causal else right
+    ok = ((rel >= -left) | (left == -1)) & ((rel <= right) | (right == -1))
+    s = np.where(ok, s, -np.inf)
+    m = np.max(s, axis=-1, keepdims=True)
+    if sinks is not None:
+        m = np.maximum(m, np.asarray(sinks, np.float64)[None, :, None, None])
+    m = np.where(np.isfinite(m), m, 0.0)
+    p = np.exp(s - m)
+    den = p.sum(-1, keepdims=True)
+    if sinks is not None:
+        den = den + np.exp(np.asarray(sinks, np.float64)[None, :, None, None] - m)
+    out = np.einsum("bhij,bjhd->bihd", p / np.where(den > 0, den, 1), np.repeat(V, g, axis=2))
+    lse = np.where(den[..., 0] > 0, m[..., 0] + np.log(np.where(den[..., 0] > 0, den[..., 0], 1)), -np.inf)
+    return out, lse
+
+
+def test_the_shifted_alibi_call_is_the_references_at_no_shift():
+    rng = np.random.default_rng(4590)
+    q, k, v = (rng.standard_normal((2, n, 4, 16)) for n in (5, 9, 9))
+    v = v[:, :, :2]
+    k = k[:, :, :2]
+    slopes = rng.uniform(0.05, 0.6, 4).astype(np.float32)
+    for causal, window, sinks in ((False, None, None), (True, None, rng.uniform(-1, 2, 4).astype(np.float32)),
+                                  (False, (3, 2), None)):
+        got = _shifted_alibi_call(q, k, v, causal=causal, window_size=window, softcap=5.0, sinks=sinks,
+                                  slopes=slopes, shift=0)
+        want = reference.attention(q, k, v, causal=causal, window_size=window, softcap=5.0, sinks=sinks,
+                                   alibi_slopes=slopes, return_lse=True)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-12)
+
+
 def _reference_call(q_, k_, v_, causal, window_size, softcap, sinks, out):
     """The ring's `attention` call on host arrays, by the float64 reference: (output, LSE)."""
     o, lse = reference.attention(q_.a, k_.a, v_.a, causal=causal, window_size=window_size, softcap=softcap,
@@ -396,16 +462,19 @@ def _reference_merge(outs, lses, *, layout, stream):
 @pytest.mark.parametrize("world,causal,mods", [(2, True, {}), (4, True, {"sinks": 1}), (3, False, {}),
                                                (4, True, {"window": (9, 0), "sinks": 1}),
                                                (4, False, {"window": (7, 3)}),
-                                               (2, True, {"softcap": 7.0})])
+                                               (2, True, {"softcap": 7.0}), (2, True, {"alibi": 1}),
+                                               (3, False, {"alibi": 1, "window": (7, 3)}),
+                                               (4, True, {"alibi": 1, "sinks": 1, "alibi_shape": (2, 4)})])
 def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
     """`ring._ring` itself, each rank in turn, on host arrays: attention, merge and copies by the float64
     reference and NumPy, a rank's receives filled with what its neighbour sends at that step."""
     import types
 
-    from cudattn._kernels import sm_margin
+    from cudattn._kernels import alibi_shift, sm_margin
     from cudattn.distributed import ring
 
     q, k, v, sinks, kw = _ring_inputs(4600 + world, world, causal, mods)
+    slopes = kw.pop("alibi_slopes", None)
     zig = causal
     shards = {n: shard_sequence(x, world, zigzag=zig) for n, x in (("k", k), ("v", v))}
 
@@ -430,10 +499,17 @@ def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
         return 0
 
     def attention(q_, k_, v_, *, scale, layout, softcap, return_lse, stream, causal=False, window_size=None,
-                  sinks=None, out=None):
+                  sinks=None, out=None, alibi_slopes=None):
         margins.append(sm_margin.current())
         assert not nccl_state["pending"], "attention queued while an NCCL call was in progress"
-        return _reference_call(q_, k_, v_, causal, window_size, softcap, sinks, out)
+        if alibi_slopes is None:
+            assert alibi_shift.local.n == 0
+            return _reference_call(q_, k_, v_, causal, window_size, softcap, sinks, out)
+        o, lse = _shifted_alibi_call(q_.a, k_.a, v_.a, causal=causal, window_size=window_size, softcap=softcap,
+                                     sinks=sinks, slopes=alibi_slopes.a, shift=alibi_shift.local.n)
+        target = out if out is not None else _HostArray(np.empty(q_.shape, q_.dtype))
+        target.a[...] = o
+        return target, _HostArray(lse.astype(np.float32))
 
     bufs = {}
     outs = []
@@ -457,12 +533,13 @@ def test_the_ring_driver_on_host_arrays(world, causal, mods, monkeypatch):
                  new_array=new_array, attention=attention, merge_attention_states=_reference_merge)
         comm = types.SimpleNamespace(nranks=world, rank=r, ptr=0, device=types.SimpleNamespace(device_id=0))
         mine = [_HostArray(shard_sequence(x, world, zigzag=zig)[r]) for x in (q, k, v)]
-        out = ring.ring_attention(*mine, comm, causal=causal, zigzag=zig, sinks=sinks, sm_margin=world, **kw)
+        out = ring.ring_attention(*mine, comm, causal=causal, zigzag=zig, sinks=sinks, sm_margin=world,
+                                  alibi_slopes=None if slopes is None else _HostArray(slopes), **kw)
         outs.append(out.a)
-    assert margins and set(margins) == {world} and sm_margin.current() == 0
+    assert margins and set(margins) == {world} and sm_margin.current() == 0 and alibi_shift.local.n == 0
     assert nccl_state["settled"] and not nccl_state["pending"]
     got = gather_sequence(outs, zigzag=zig).astype(np.float64)
-    want = reference.attention(q, k, v, causal=causal, sinks=sinks, **kw)
+    want = reference.attention(q, k, v, causal=causal, sinks=sinks, alibi_slopes=slopes, **kw)
     np.testing.assert_allclose(got, want, rtol=0, atol=4e-3)
 
 
@@ -491,9 +568,10 @@ def _per_rank(world: int, body) -> list:
 
 
 def _block_backward(dout, q, k, v, out, lse, *, causal=False, window_size=None, softcap=None, sinks=None,
-                    scale=None):
+                    scale=None, slopes=None, shift=0):
     """Gradients of one block of keys under the whole sequence's softmax (``out``, ``lse``), float64,
-    bottom-right aligned masks: what `attention_backward` gives on a block with those out and lse."""
+    bottom-right aligned masks: what `attention_backward` gives on a block with those out and lse
+    (ALiBi's diagonal moved ``shift`` keys right, as inside `alibi_shift.shifted`)."""
     B, Sq, Hq, D = q.shape
     Sk, Hkv = k.shape[1], k.shape[2]
     g = Hq // Hkv
@@ -513,11 +591,12 @@ def _block_backward(dout, q, k, v, out, lse, *, causal=False, window_size=None, 
         ok &= rel <= right
     dq, dk, dv = np.zeros(Q.shape), np.zeros(K.shape), np.zeros(V.shape)
     dsinks = np.zeros(Hq)
+    bias = np.zeros((B, Hq, Sq, Sk)) if slopes is None else _alibi_bias(slopes, B, Hq, Sq, Sk, shift)
     for b in range(B):
         for h in range(Hq):
             s = sc * Q[b, :, h] @ K[b, :, h // g].T
             t = np.tanh(s / softcap) if softcap else None
-            s2 = softcap * t if softcap else s
+            s2 = (softcap * t if softcap else s) + bias[b, h]
             p = np.where(ok, np.exp(s2 - L[b, h][:, None]), 0.0)
             dv[b, :, h // g] += p.T @ dO[b, :, h]
             dp = dO[b, :, h] @ V[b, :, h // g].T
@@ -534,7 +613,9 @@ def _block_backward(dout, q, k, v, out, lse, *, causal=False, window_size=None, 
 
 
 @pytest.mark.parametrize("world,causal,mods", [(2, True, {}), (4, True, {"sinks": 1}), (3, False, {}),
-                                               (4, True, {"window": (9, 0)}), (2, False, {"softcap": 6.0})])
+                                               (4, True, {"window": (9, 0)}), (2, False, {"softcap": 6.0}),
+                                               (2, True, {"alibi": 1}), (3, False, {"alibi": 1, "softcap": 6.0}),
+                                               (4, True, {"alibi": 1, "window": (9, 0), "sinks": 1})])
 def test_the_ring_backward_driver_on_host_arrays(world, causal, mods, monkeypatch):
     """`ring_attention_backward` itself, a thread per rank, on host arrays: NCCL by queues between the
     threads, each block's gradients under the whole softmax in float64, the accumulators as NumPy
@@ -543,6 +624,7 @@ def test_the_ring_backward_driver_on_host_arrays(world, causal, mods, monkeypatc
     import threading
     import types
 
+    from cudattn._kernels import alibi_shift
     from cudattn.distributed import ring_backward
 
     rng = np.random.default_rng(4700 + world)
@@ -554,7 +636,8 @@ def test_the_ring_backward_driver_on_host_arrays(world, causal, mods, monkeypatc
     dout = rng.standard_normal((B, S, Hq, D)).astype(np.float16)
     sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
     kw = {"window_size": mods.get("window"), "softcap": mods.get("softcap")}
-    out, lse = reference.attention(q, k, v, causal=causal, sinks=sinks, return_lse=True, **kw)
+    slopes = rng.uniform(0.05, 0.6, Hq).astype(np.float32) if mods.get("alibi") else None
+    out, lse = reference.attention(q, k, v, causal=causal, sinks=sinks, alibi_slopes=slopes, return_lse=True, **kw)
     shard = lambda x, r, axis=1: shard_sequence(x, world, zigzag=zig, axis=axis)[r]  # noqa: E731
     reg, chans = {}, {(a, b): queue.Queue() for a in range(world) for b in range(world)}
     summed, barrier = {}, threading.Barrier(world)
@@ -601,11 +684,14 @@ def test_the_ring_backward_driver_on_host_arrays(world, causal, mods, monkeypatc
                                comm_get_async_error=query)
 
     def backward(do, q_, k_, v_, o_, l_, *, scale, layout, softcap, stream, causal=False, window_size=None,
-                 sinks=None):
+                 sinks=None, alibi_slopes=None):
         taken()
+        assert alibi_slopes is not None or alibi_shift.local.n == 0
         return tuple(host(g) for g in _block_backward(do.a, q_.a, k_.a, v_.a, o_.a, l_.a, causal=causal,
                                                       window_size=window_size, softcap=softcap,
-                                                      sinks=None if sinks is None else sinks.a))
+                                                      sinks=None if sinks is None else sinks.a,
+                                                      slopes=None if alibi_slopes is None else alibi_slopes.a,
+                                                      shift=alibi_shift.local.n))
 
     def new_array(shape, dtype, dev, stream, keep=None):
         return host(np.empty(shape, dtype))
@@ -626,10 +712,11 @@ def test_the_ring_backward_driver_on_host_arrays(world, causal, mods, monkeypatc
         args = [host(shard(x, r)) for x in (dout, q, k, v, out.astype(np.float16))]
         lse_r = host(np.ascontiguousarray(shard(lse, r, axis=2)).astype(np.float32))
         return ring_backward.ring_attention_backward(*args, lse_r, comm, causal=causal, zigzag=zig,
-                                                     sinks=None if sinks is None else host(sinks), **kw)
+                                                     sinks=None if sinks is None else host(sinks),
+                                                     alibi_slopes=None if slopes is None else host(slopes), **kw)
 
     results = _per_rank(world, rank)
-    want = reference.attention_backward(dout, q, k, v, causal=causal, sinks=sinks, **kw)
+    want = reference.attention_backward(dout, q, k, v, causal=causal, sinks=sinks, alibi_slopes=slopes, **kw)
     for i, name in enumerate(("dq", "dk", "dv")):
         got = gather_sequence([res[i].a for res in results], zigzag=zig).astype(np.float64)
         np.testing.assert_allclose(got, want[i], rtol=0, atol=2e-2, err_msg=name)

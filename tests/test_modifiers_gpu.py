@@ -367,3 +367,46 @@ def test_softcapped_bf16_row_of_one_key_is_its_value(dtype, request):
     want = np.broadcast_to(v, o.shape)
     assert np.array_equal(o.view(np.uint16), want.view(np.uint16)), \
         f"{int((o != want).sum())} of {o.size} outputs differ from the one key's value"
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float16), BF16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("D", [64, 128])
+def test_alibi_with_a_shifted_diagonal_covers_slices_of_a_longer_call(dtype, D):
+    """ALiBi's diagonal moved (`_kernels.alibi_shift`, as a ring's local calls use it): keys in two
+    ranges, each call's diagonal moved so that its distances are the whole call's, merged by LSE,
+    equal the whole call; and rows [a, b) against every key equal those rows of it (9 rows: the
+    split-KV decode kernel). The unshifted first range is checked to differ, so the shift is seen."""
+    from cudattn._kernels import alibi_shift
+
+    rng = np.random.default_rng(next(_seed))
+    B, S, Hq, Hkv, m = 2, 203, 8, 2, 77
+    q = _rand(rng, (B, S, Hq, D), dtype)
+    k, v = (_rand(rng, (B, S, Hkv, D), dtype) for _ in range(2))
+    slopes = rng.uniform(0.02, 0.5, (B, Hq)).astype(np.float32)
+    ref, ref_lse = reference.attention(q, k, v, alibi_slopes=slopes, return_lse=True)
+    naive, naive_lse = reference.attention_naive(q, k, v, alibi_slopes=slopes, dtype=dtype, return_lse=True)
+    qd, kd, vd, sd = (cudattn.to_device(x) for x in (q, k, v, slopes))
+
+    def poisoned(shape):
+        out = cudattn._arrays.array.empty(shape, dtype, device=None, stream=None)
+        out.fill_nan()
+        return out
+
+    parts = []
+    for (a, b), shift in (((0, m), S - m), ((m, S), 0)):
+        with alibi_shift.shifted(shift):
+            parts.append(cudattn.attention(qd, kd[:, a:b], vd[:, a:b], alibi_slopes=sd, return_lse=True,
+                                           out=poisoned(q.shape)))
+    o, lse = cudattn.merge_attention_states([p[0] for p in parts], [p[1] for p in parts])
+    ok, err, bound = reference.check_close(cudattn.to_host(o), ref, naive)
+    assert ok, f"merged key ranges: max err {err:.3g} > bound {bound:.3g}"
+    _check_lse(cudattn.to_host(lse), ref_lse, naive_lse)
+    unshifted = cudattn.to_host(cudattn.attention(qd, kd[:, :m], vd[:, :m], alibi_slopes=sd, return_lse=True)[1])
+    assert np.abs(unshifted - cudattn.to_host(parts[0][1])).max() > 1.0, "the shift changed nothing"
+    for a, b in ((50, 59), (0, 120)):
+        with alibi_shift.shifted(b - S):
+            o, lse = cudattn.attention(qd[:, a:b], kd, vd, alibi_slopes=sd, return_lse=True,
+                                       out=poisoned((B, b - a, Hq, D)))
+        ok, err, bound = reference.check_close(cudattn.to_host(o), ref[:, a:b], naive[:, a:b])
+        assert ok, f"rows {a}..{b}: max err {err:.3g} > bound {bound:.3g}"
+        _check_lse(cudattn.to_host(lse), ref_lse[:, :, a:b], naive_lse[:, :, a:b])

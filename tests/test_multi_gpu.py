@@ -231,10 +231,14 @@ def test_calls_on_the_second_device_leave_the_callers_context_current():
     assert ok, f"cuda:1 off by {err:.3g} > {bound:.3g}"
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [1, 2, 4])
 @pytest.mark.parametrize("causal,mods", [(False, {}), (True, {}), (True, {"softcap": 15.0}), (True, {"sinks": 1}),
-                                         (True, {"window": (100, 0)}), (False, {"window": (150, 40)})])
+                                         (True, {"window": (100, 0)}), (False, {"window": (150, 40)}),
+                                         (True, {"alibi": 1}), (False, {"alibi": 1, "zigzag": True}),
+                                         (True, {"alibi": 1, "window": (100, 0), "sinks": 1})])
 def test_ring_equals_attention_on_the_whole_sequence(world, causal, mods):
+    """A world of 1 (one GPU) runs the zigzag schedule's pairs of chunks on one rank: no NCCL transfer,
+    but every call of two chunks, ALiBi's shifted diagonals included."""
     _need(world)
     pytest.importorskip("nccl.core")
     from cudattn.distributed import gather_sequence, ring_attention, shard_sequence
@@ -242,20 +246,22 @@ def test_ring_equals_attention_on_the_whole_sequence(world, causal, mods):
     rng = np.random.default_rng(4200 + world)
     B, Hq, Hkv, D = 2, 8, 2, 128
     S = world * 2 * 96
+    zig = mods.get("zigzag", causal)
     q, k, v = _case(rng, B, S, Hq, Hkv, D)
     sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
-    kw = {"softcap": mods.get("softcap"), "sinks": sinks, "window_size": mods.get("window")}
-    shards = [shard_sequence(x, world, zigzag=causal) for x in (q, k, v)]
+    slopes = rng.uniform(0.01, 0.3, (B, Hq)).astype(np.float32) if mods.get("alibi") else None
+    kw = {"softcap": mods.get("softcap"), "sinks": sinks, "window_size": mods.get("window"), "alibi_slopes": slopes}
+    shards = [shard_sequence(x, world, zigzag=zig) for x in (q, k, v)]
 
     def rank(r, comm):
         qd, kd, vd = (cudattn.to_device(s[r], device=r) for s in shards)
-        sk = None if sinks is None else cudattn.to_device(sinks, device=r)
-        return cudattn.to_host(ring_attention(qd, kd, vd, comm, causal=causal, softcap=kw["softcap"], sinks=sk,
-                                              window_size=kw["window_size"]))
+        sk, al = (None if x is None else cudattn.to_device(x, device=r) for x in (sinks, slopes))
+        return cudattn.to_host(ring_attention(qd, kd, vd, comm, causal=causal, zigzag=zig, softcap=kw["softcap"],
+                                              sinks=sk, window_size=kw["window_size"], alibi_slopes=al))
 
     outs, errors = _ranks(world, rank)
     assert not errors, errors
-    got = gather_sequence(outs, zigzag=causal)
+    got = gather_sequence(outs, zigzag=zig)
     ref = reference.attention(q, k, v, causal=causal, **kw)
     naive = reference.attention_naive(q, k, v, causal=causal, dtype=BF16, **kw)
     ok, err, bound = check_close(got, ref, naive)
@@ -372,8 +378,9 @@ def test_demo_on_two_gpus():
     assert "ring:" in r.stdout and ": OK" in r.stdout, r.stdout
 
 
-@pytest.mark.parametrize("world", [2, 4])
-@pytest.mark.parametrize("causal,mods", [(True, {}), (False, {}), (True, {"sinks": 1}), (True, {"window": (100, 0)})])
+@pytest.mark.parametrize("world", [1, 2, 4])
+@pytest.mark.parametrize("causal,mods", [(True, {}), (False, {}), (True, {"sinks": 1}), (True, {"window": (100, 0)}),
+                                         (True, {"alibi": 1}), (False, {"alibi": 1})])
 def test_ring_backward_equals_the_whole_sequence_gradients(world, causal, mods):
     _need(world)
     pytest.importorskip("nccl.core")
@@ -386,20 +393,22 @@ def test_ring_backward_equals_the_whole_sequence_gradients(world, causal, mods):
     q, k, v = _case(rng, B, S, Hq, Hkv, D)
     dout = rng.standard_normal(q.shape).astype(BF16)
     sinks = rng.uniform(-1, 2, Hq).astype(np.float32) if mods.get("sinks") else None
+    slopes = rng.uniform(0.01, 0.3, Hq).astype(np.float32) if mods.get("alibi") else None
     kw = {"window_size": mods.get("window")}
     shards = [shard_sequence(x, world, zigzag=causal) for x in (dout, q, k, v)]
 
     def rank(r, comm):
         do, qd, kd, vd = (cudattn.to_device(s[r], device=r) for s in shards)
-        sk = None if sinks is None else cudattn.to_device(sinks, device=r)
-        out, lse = ring_attention(qd, kd, vd, comm, causal=causal, sinks=sk, return_lse=True, **kw)
+        sk, al = (None if x is None else cudattn.to_device(x, device=r) for x in (sinks, slopes))
+        out, lse = ring_attention(qd, kd, vd, comm, causal=causal, sinks=sk, alibi_slopes=al, return_lse=True, **kw)
         return [cudattn.to_host(g) for g in ring_attention_backward(do, qd, kd, vd, out, lse, comm, causal=causal,
-                                                                    sinks=sk, **kw)]
+                                                                    sinks=sk, alibi_slopes=al, **kw)]
 
     outs, errors = _ranks(world, rank)
     assert not errors, errors
-    ref = reference.attention_backward(dout, q, k, v, causal=causal, sinks=sinks, **kw)
-    naive = reference.attention_backward_naive(dout, q, k, v, causal=causal, sinks=sinks, dtype=BF16, **kw)
+    ref = reference.attention_backward(dout, q, k, v, causal=causal, sinks=sinks, alibi_slopes=slopes, **kw)
+    naive = reference.attention_backward_naive(dout, q, k, v, causal=causal, sinks=sinks, alibi_slopes=slopes,
+                                               dtype=BF16, **kw)
     for i, name in enumerate(("dq", "dk", "dv")):
         got = gather_sequence([o[i] for o in outs], zigzag=causal)
         ok, err, bound = check_close(got, ref[i], naive[i], atol=gradient_eps(ref[i], BF16))

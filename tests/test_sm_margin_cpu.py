@@ -74,9 +74,10 @@ def test_a_margin_that_is_no_count_is_refused(bad):
 
 
 def test_recorded_calls_are_keyed_by_the_margin(monkeypatch):
-    """The call path's plan table key ends with the margin: a call inside `leave_free` looks up (and
-    records) its own entry."""
+    """The call path's plan table key ends with the margin and ALiBi's shift: a call inside
+    `leave_free` or `alibi_shift.shifted` looks up (and records) its own entry."""
     from cudattn._calls import call as _call
+    from cudattn._kernels import alibi_shift
 
     keys = []
 
@@ -99,4 +100,7 @@ def test_recorded_calls_are_keyed_by_the_margin(monkeypatch):
     run()
     with sm_margin.leave_free(8):
         run()
-    assert [k[-1] for k in keys] == [0, 8]
+    with alibi_shift.shifted(-77):
+        run()
+    assert [k[-2:] for k in keys] == [(0, 0), (8, 0), (0, -77)]
+    assert alibi_shift.local.n == 0

@@ -25,6 +25,7 @@ cudattn's), so such calls must pass ``out=``.
 from __future__ import annotations
 
 from .._arrays import lifetime as _lifetime
+from .._kernels import alibi_shift as _alibi_shift
 from .._kernels import sm_margin as _sm_margin
 from .._kernels import traits as _traits
 from .._runtime import device as _device
@@ -118,8 +119,10 @@ class Call:
             if _lifetime.pending:
                 _lifetime.release_done()
             # (*map(...),) builds the tuple faster than tuple(map(...)); tests may force the portable kernels,
-            # and a ring leaves SMs free (sm_margin): both change what a call launches
-            key = (self.op, self.sig, flags, (*map(type, flags),), key, _traits.FORCED_FAMILY, _sm_margin.local.n)
+            # and a ring leaves SMs free (sm_margin) and moves ALiBi's diagonal (alibi_shift): all change what a
+            # call launches
+            key = (self.op, self.sig, flags, (*map(type, flags),), key, _traits.FORCED_FAMILY, _sm_margin.local.n,
+                   _alibi_shift.local.n)
             try:
                 plan = _plans.get(key)
             except TypeError:  # an unhashable argument: the full path says which

@@ -10,6 +10,8 @@ import ctypes
 
 import numpy as np
 
+from . import alibi_shift as _alibi_shift
+
 _c_ptr = ctypes.c_uint64
 _c_i64 = ctypes.c_int64
 _c_i32 = ctypes.c_int32
@@ -50,7 +52,8 @@ class FwdParams(ctypes.Structure):
         ("kv", KvCacheGeom),
         ("has_window", _c_i32), ("window_left", _c_i32), ("window_right", _c_i32), ("pad4_", _c_i32),
         ("sinks", _c_ptr), ("alibi", _c_ptr),
-        ("alibi_stride_b", _c_i32), ("softcap_pre", ctypes.c_float), ("alibi_mul", ctypes.c_float), ("pad5_", _c_i32),
+        ("alibi_stride_b", _c_i32), ("softcap_pre", ctypes.c_float), ("alibi_mul", ctypes.c_float),
+        ("alibi_shift", _c_i32),
     ]
 
 
@@ -115,7 +118,7 @@ class DecodeParams(ctypes.Structure):
         ("batch", _c_i32), ("seqlen_q", _c_i32), ("heads_q", _c_i32), ("heads_kv", _c_i32),
         ("group", _c_i32), ("head_dim", _c_i32), ("rows", _c_i32), ("num_m_blocks", _c_i32),
         ("num_splits", _c_i32), ("tiles_per_split", _c_i32), ("causal", _c_i32),
-        ("scale_log2", ctypes.c_float), ("write_lse", _c_i32), ("pad_", _c_i32),
+        ("scale_log2", ctypes.c_float), ("write_lse", _c_i32), ("alibi_shift", _c_i32),
         ("window_left", _c_i32), ("window_right", _c_i32),
         ("softcap_pre", ctypes.c_float), ("alibi_mul", ctypes.c_float),
         ("sinks", _c_ptr), ("alibi", _c_ptr),
@@ -193,3 +196,4 @@ def fill_params(params, mods, scale: float) -> None:
     params.sinks = mods.sinks_ptr
     params.alibi = mods.alibi_ptr
     params.alibi_stride_b = params.heads_q if mods.alibi_per_batch else 0
+    params.alibi_shift = _alibi_shift.local.n  # 0 but in a ring's local calls (alibi_shift.py)

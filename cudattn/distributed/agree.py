@@ -171,3 +171,19 @@ def check_shards(what: str, comm, q, k, v) -> int:
         raise TypeError(f"{what}: q, k, v must share one 16-bit dtype (float16 or bfloat16); got "
                         f"{q.dtype}, {k.dtype}, {v.dtype}")
     return dev
+
+
+def check_slopes(what: str, slopes, q, layout: str) -> None:
+    """ALiBi slopes for a call over the whole sequence: None, or a C-contiguous float32 DeviceArray
+    ``(Hq,)`` or ``(B, Hq)`` on q's GPU; ValueError naming what is wrong."""
+    if slopes is None:
+        return
+    B, Hq = q.shape[0], q.shape[2 if layout == "bshd" else 1]
+    ok = (isinstance(slopes, DeviceArray) and slopes.dtype == np.float32 and slopes.is_c_contiguous
+          and slopes.shape in ((Hq,), (B, Hq)) and slopes.device_id == q.device_id)
+    if not ok:
+        got = (f"a {slopes.dtype} DeviceArray {slopes.shape} on cuda:{slopes.device_id}"
+               f"{'' if slopes.is_c_contiguous else ', not C-contiguous'}"
+               if isinstance(slopes, DeviceArray) else type(slopes).__name__)
+        raise ValueError(f"{what}: alibi_slopes must be a C-contiguous float32 DeviceArray of shape ({Hq},) or "
+                         f"({B}, {Hq}) on q's GPU (cuda:{q.device_id}); got {got}")

@@ -20,13 +20,14 @@ from cuda.core import StreamOptions
 
 from .._arrays import lifetime as _lifetime
 from .._arrays.array import new_array
+from .._kernels import alibi_shift as _alibi_shift
 from .._kernels import sm_margin as _sm_margin
 from .._ops.attention import attention
 from .._ops.merge import merge_attention_states
 from .._runtime.device import get_device, restores_caller_context
 from .._runtime.stream import stream_wait
 from .._spec.modifiers import parse_modifiers
-from .agree import begin, call_stream, check_shards, code as _code, settle
+from .agree import begin, call_stream, check_shards, check_slopes, code as _code, settle
 from . import peer_copy as _peer_copy
 from .copies import place
 from .schedule import band, chunks_of, last_step, ring_steps
@@ -36,7 +37,7 @@ from .schedule import band, chunks_of, last_step, ring_steps
 # dropped with the communicator object (a new one may reuse a freed one's address)
 _comm_streams: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _FIELDS = ("shard length", "batch", "query heads", "key/value heads", "head dim", "dtype", "causal", "zigzag",
-           "layout", "window", "softcap", "scale", "sinks", "exchange", "transport")
+           "layout", "window", "softcap", "scale", "sinks", "alibi", "exchange", "transport")
 
 
 def _comm_stream(device_id: int, comm) -> int:
@@ -77,8 +78,9 @@ def ring_attention(q, k, v, comm, *, causal: bool = False, scale: float | None =
     ``nccl.core.Communicator`` of all ranks. ``zigzag`` (default: ``causal``) says how the
     sequence was cut (:func:`cudattn.distributed.shard_sequence`): zigzag for causal attention,
     so that every rank does the same work. GQA, ``B > 1``, ``softcap`` and ``sinks`` (counted
-    once) and ``window_size`` work as in :func:`cudattn.attention` (pairs of chunks a window
-    leaves empty are skipped); ``alibi_slopes`` is not supported yet. Returns this rank's output
+    once), ``window_size`` (pairs of chunks a window leaves empty are skipped) and
+    ``alibi_slopes`` (float32 ``(Hq,)`` or ``(B, Hq)`` DeviceArrays, the same on every rank;
+    distances are the whole sequence's) work as in :func:`cudattn.attention`. Returns this rank's output
     shard (and its LSE ``(B, Hq, S/world)`` with ``return_lse``) on the caller's stream
     (``stream``, or q's); nothing blocks the host.
 
@@ -111,14 +113,12 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
     dev = int(comm.device.device_id)
     error, ref = None, None
     try:  # refused here, the call is still refused on every rank (agree): none waits for this one
-        if alibi_slopes is not None:
-            raise NotImplementedError("ring_attention: alibi_slopes is not supported yet (the bias depends on "
-                                      "positions the local calls do not know)")
         if layout not in ("bshd", "bhsd"):
             raise ValueError(f"layout must be 'bshd' or 'bhsd'; got {layout!r}")
         window = None if window_size is None else parse_modifiers(window_size, causal=causal, batch=1,
                                                                   heads_q=1).window
         world, rank, c = _check(q, k, v, comm, layout, zigzag)
+        check_slopes("ring_attention", alibi_slopes, q, layout)
         _sm_margin.check(sm_margin)
         if transport not in _TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(map(repr, _TRANSPORTS))}; got {transport!r}")
@@ -129,7 +129,7 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
                        "causal": bool(causal), "zigzag": zigzag, "layout": layout == "bshd", "window": _code(window),
                        "softcap": None if softcap is None else float(softcap),
                        "scale": None if scale is None else float(scale), "sinks": sinks is not None,
-                       "exchange": exchange, "transport": _code(transport)})
+                       "alibi": alibi_slopes is not None, "exchange": exchange, "transport": _code(transport)})
     except (TypeError, ValueError, NotImplementedError) as e:
         error = e
     nb, handle, u8, s_main = begin(comm, fields, error, ref, "ring_attention")
@@ -140,12 +140,13 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
     if c == 0:  # empty shards: nothing to attend, nothing to send
         out, lse = new_array(q.shape, q.dtype, dev, s_main, ref.obj), new_array((B, H, 0), f32, dev, s_main, ref.obj)
         return (out, lse) if return_lse else out
-    last, plan = ring_plan(rank, world, c, zigzag, *band(causal, window), exchange)
+    last, plan = ring_plan(rank, world, c, zigzag, *band(causal, window), exchange, alibi=alibi_slopes is not None)
 
     def rows(x, a, b):  # a slice of the sequence axis
         return x[:, a:b] if sax == 1 else x[:, :, a:b]
 
     kw = {"scale": scale, "layout": layout, "softcap": softcap, "return_lse": True, "stream": ref}
+    alibi = {} if alibi_slopes is None else {"alibi_slopes": alibi_slopes}  # with a call per chunk pair (ring_plan)
 
     xc = None  # the copy engine's buffers (transport "copy" or "auto"), else NCCL into `bufs`
     if exchange and last > 0 and transport != "nccl":
@@ -194,15 +195,17 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
                     continue
                 qx = rows(q, qi * c + blk.qa, qi * c + blk.qb)
                 kx, vx = (rows(x, ki * c + blk.ka, ki * c + blk.kb) for x in (cur_k, cur_v))
-                mods = {"causal": blk.causal, "window_size": blk.window, "sinks": sinks if blk.sinks else None}
-                if (blk.qa, blk.qb) == (0, c):
-                    o, lse = attention(qx, kx, vx, out=o_slot, **mods, **kw)
-                    place(l_slot, lse, s_main)
-                else:  # rows outside [qa, qb) see no key of this pair: LSE -inf, so the merge skips them
-                    l_slot.memset(_NEG_INF_BITS, stream=s_main)
-                    o, lse = attention(qx, kx, vx, **mods, **kw)
-                    place(rows(o_slot, blk.qa, blk.qb), o, s_main)
-                    place(l_slot[:, :, blk.qa:blk.qb], lse, s_main)
+                mods = {"causal": blk.causal, "window_size": blk.window, "sinks": sinks if blk.sinks else None,
+                        **alibi}
+                with _alibi_shift.shifted(blk.alibi_shift(c) if alibi_slopes is not None else 0):
+                    if (blk.qa, blk.qb) == (0, c):
+                        o, lse = attention(qx, kx, vx, out=o_slot, **mods, **kw)
+                        place(l_slot, lse, s_main)
+                    else:  # rows outside [qa, qb) see no key of this pair: LSE -inf, so the merge skips them
+                        l_slot.memset(_NEG_INF_BITS, stream=s_main)
+                        o, lse = attention(qx, kx, vx, **mods, **kw)
+                        place(rows(o_slot, blk.qa, blk.qb), o, s_main)
+                        place(l_slot[:, :, blk.qa:blk.qb], lse, s_main)
             if nxt is not None:
                 stream_wait(s_main, s_comm)  # the next step's K/V has arrived
                 for x in nxt:  # ready on the caller's stream now: the calls need not wait on the NCCL stream again
@@ -228,23 +231,26 @@ _NEG_INF_BITS = 0xFF800000  # float32 -inf
 
 
 @functools.lru_cache(maxsize=256)
-def ring_plan(rank: int, world: int, c: int, zigzag: bool, left: float, right: float, exchange: bool = True):
+def ring_plan(rank: int, world: int, c: int, zigzag: bool, left: float, right: float, exchange: bool = True, *,
+              alibi: bool = False):
     """``(last step, each step's calls)`` of a rank (`_step_calls`), up to the last step any rank needs
-    when K/V travel (``exchange``), else every step: pure, so one problem's calls share it."""
+    when K/V travel (``exchange``), else every step: pure, so one problem's calls share it. ``alibi``:
+    a call per chunk pair (ALiBi's distances differ from pair to pair)."""
     last = last_step(world, c, zigzag=zigzag, left=left, right=right) if exchange else world - 1
     steps = ring_steps(rank, world, c, zigzag=zigzag, left=left, right=right)[:last + 1]
     mine = chunks_of(rank, world, zigzag)
-    return last, tuple(tuple(_step_calls(blocks, mine, chunks_of((rank - s) % world, world, zigzag), c))
+    return last, tuple(tuple(_step_calls(blocks, mine, chunks_of((rank - s) % world, world, zigzag), c, not alibi))
                        for s, blocks in enumerate(steps))
 
 
-def _step_calls(blocks, mine, src_chunks, c: int):
+def _step_calls(blocks, mine, src_chunks, c: int, whole: bool = True):
     """A step's calls as (query chunk, block or None, key chunk's index in the K/V buffer or None):
-    one call over the whole buffer for a query chunk that sees all of it without a mask or sinks."""
+    one call over the whole buffer for a query chunk that sees all of it without a mask or sinks
+    (``whole``: such calls allowed)."""
     calls = []
     for qc in mine:
         own = [b for b in blocks if b.q_chunk == qc]
-        if own and len(own) == len(src_chunks) and all(b.full(c) and not b.sinks for b in own):
+        if whole and own and len(own) == len(src_chunks) and all(b.full(c) and not b.sinks for b in own):
             calls.append((qc, None, None))
         else:
             calls += [(qc, b, src_chunks.index(b.k_chunk)) for b in own]

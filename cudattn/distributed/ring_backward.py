@@ -18,25 +18,26 @@ import numpy as np
 
 from .._arrays import lifetime as _lifetime
 from .._arrays.array import DeviceArray, new_array
+from .._kernels import alibi_shift as _alibi_shift
 from .._kernels.accumulate import add_into, store
 from .._ops.backward import attention_backward
 from .._runtime.device import restores_caller_context
 from .._runtime.stream import stream_wait
 from .._spec.modifiers import parse_modifiers
-from .agree import begin, call_stream, nccl, settle
+from .agree import begin, call_stream, check_slopes, nccl, settle
 from .agree import code as _code
 from .copies import place
 from .ring import _check, _comm_stream, ring_plan
 from .schedule import band, chunks_of
 
 _FIELDS = ("backward", "shard length", "batch", "query heads", "key/value heads", "head dim", "dtype", "causal",
-           "zigzag", "layout", "window", "softcap", "scale", "sinks")
+           "zigzag", "layout", "window", "softcap", "scale", "sinks", "alibi")
 
 
 @restores_caller_context
 def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = False, scale: float | None = None,
                             layout: str = "bshd", zigzag: bool | None = None, softcap: float | None = None,
-                            sinks=None, window_size=None, stream=None):
+                            sinks=None, window_size=None, alibi_slopes=None, stream=None):
     """Gradients of :func:`ring_attention` for this rank's shards: ``(dq, dk, dv)``, and with ``sinks``
     also ``dsinks`` (float32 ``(Hq,)``, the whole sequence's, the same on every rank).
 
@@ -66,12 +67,14 @@ def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = Fal
         if sinks is not None and (not isinstance(sinks, DeviceArray) or sinks.shape != (q.shape[hax],)
                                   or sinks.dtype != np.float32):
             raise ValueError(f"ring_attention_backward: sinks must be a float32 ({q.shape[hax]},) DeviceArray")
+        check_slopes("ring_attention_backward", alibi_slopes, q, layout)
         ref = call_stream(q, stream, dev)
         fields.update({"backward": 1, "shard length": q.shape[3 - hax], "batch": q.shape[0],
                        "query heads": q.shape[hax], "key/value heads": k.shape[hax], "head dim": q.shape[3],
                        "dtype": _code(q.dtype), "causal": bool(causal), "zigzag": zigzag, "layout": layout == "bshd",
                        "window": _code(window), "softcap": None if softcap is None else float(softcap),
-                       "scale": None if scale is None else float(scale), "sinks": sinks is not None})
+                       "scale": None if scale is None else float(scale), "sinks": sinks is not None,
+                       "alibi": alibi_slopes is not None})
     except (TypeError, ValueError) as e:
         error = e
     nb, handle, u8, s_main = begin(comm, fields, error, ref, "ring_attention_backward")
@@ -90,7 +93,8 @@ def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = Fal
     for x in (dout, q, k, v, out, lse):  # the caller's stream after the producers
         if x.stream_handle is not None and x.stream_handle != s_main:
             stream_wait(s_main, x.stream_handle)
-    last, plan = ring_plan(rank, world, c, zigzag, *band(causal, window)) if c else (0, ())
+    last, plan = ring_plan(rank, world, c, zigzag, *band(causal, window), alibi=alibi_slopes is not None) \
+        if c else (0, ())
     mine = chunks_of(rank, world, zigzag)
     dq_acc = zeros(q.shape)
     acc = (zeros(k.shape), zeros(k.shape))  # the dK/dV of the K/V held now (this rank's own at step 0)
@@ -131,9 +135,11 @@ def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = Fal
             else:
                 keys = (ki * c + blk.ka, ki * c + blk.kb)
                 kx, vx = (rows(x, *keys) for x in (cur_k, cur_v))
-                mods = {"causal": blk.causal, "window_size": blk.window, "sinks": sinks if blk.sinks else None}
-            grads = attention_backward(rows(dout, r0, r1), rows(q, r0, r1), kx, vx, rows(out, r0, r1),
-                                       lse_of(r0, r1), **mods, **kw)
+                mods = {"causal": blk.causal, "window_size": blk.window, "sinks": sinks if blk.sinks else None,
+                        **({} if alibi_slopes is None else {"alibi_slopes": alibi_slopes})}
+            with _alibi_shift.shifted(blk.alibi_shift(c) if blk is not None and alibi_slopes is not None else 0):
+                grads = attention_backward(rows(dout, r0, r1), rows(q, r0, r1), kx, vx, rows(out, r0, r1),
+                                           lse_of(r0, r1), **mods, **kw)
             partials.append((r0, r1, keys, grads))
         stream_wait(s_main, s_comm)  # this step's accumulators have arrived (and the next step's K/V)
         for r0, r1, keys, grads in partials:

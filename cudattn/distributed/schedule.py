@@ -37,6 +37,13 @@ class Block:
     window: tuple[int, int] | None
     sinks: bool = False
 
+    def alibi_shift(self, c: int) -> int:
+        """How far ALiBi's diagonal must move right of the local call's own (bottom-right) one so
+        that its distances are the whole sequence's (`_kernels.alibi_shift`): query row ``qa + i``
+        of chunk ``q_chunk`` and key ``ka + j`` of chunk ``k_chunk`` lie ``(q_chunk - k_chunk) * c
+        + qa + i - ka - j`` apart, and the call's diagonal is ``i + (kb - ka) - (qb - qa)``."""
+        return (self.q_chunk - self.k_chunk) * c - (self.kb - self.qb)
+
     def full(self, c: int) -> bool:
         """Every row of the query chunk sees every key of the key chunk (chunks of length ``c``)."""
         return not self.causal and self.window is None and (self.qa, self.qb, self.ka, self.kb) == (0, c, 0, c)

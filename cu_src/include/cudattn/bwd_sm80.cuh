@@ -205,13 +205,13 @@ struct BwdSm80 {
                 const int key0 = n_start + key_row0, col0 = m_start + q0w;
                 if constexpr (SOFTCAP) {
                     float pr[KF][MF][4];
-                    bwd_probs<MODS, KF, MF>(s, pr, lse2s, p.scale_log2, p.softcap_pre, alibi, key0, col0, masked,
+                    bwd_probs<MODS, KF, MF>(s, pr, lse2s, p.scale_log2, p.softcap_pre, alibi, p.alibi_shift, key0, col0, masked,
                                             mask, lane);
                     if constexpr (CG == 1) pv_product_16bit<T, KF, BM / 16, DF>(dv, pr, do_addr, bt_lane);
                     else store_scores_t<T, BM>(sP, pr, key_row0, q0w / 8, lane);
                     bwd_dscores<MODS, KF, MF>(dp, pr, s, dsums, lane);
                 } else {
-                    bwd_probs<MODS, KF, MF>(s, s, lse2s, p.scale_log2, p.softcap_pre, alibi, key0, col0, masked,
+                    bwd_probs<MODS, KF, MF>(s, s, lse2s, p.scale_log2, p.softcap_pre, alibi, p.alibi_shift, key0, col0, masked,
                                             mask, lane);
                     if constexpr (CG == 1) pv_product_16bit<T, KF, BM / 16, DF>(dv, s, do_addr, bt_lane);
                     else store_scores_t<T, BM>(sP, s, key_row0, q0w / 8, lane);

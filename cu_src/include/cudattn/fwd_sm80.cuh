@@ -222,7 +222,8 @@ struct FwdSm80 {
 
             const int n_start = tiles.start(it) * BN;
             if constexpr (MODS != 0)
-                apply_mods<MODS, MF, NF>(s, softcap_pre, alibi, m_start + warp_row0 + sq.causal_offset, n_start, lane);
+                apply_mods<MODS, MF, NF>(s, softcap_pre, alibi, m_start + warp_row0 + sq.causal_offset + p.alibi_shift,
+                                         n_start, lane);
             if (tile_needs_mask<BN, CAUSAL>(p, sq, n_start, m_start + warp_row0, MF * 16))
                 apply_mask<MF, NF, CAUSAL>(s, m_start + warp_row0, n_start, sq.seqlen_k, sq.causal_offset, lane, masked,
                                            p);

@@ -70,11 +70,13 @@ struct FwdParams {
     // head), read by ALIBI builds. softcap_pre (SOFTCAP builds): raw scores s become
     // tanh(s * softcap_pre), softcap_pre = scale / softcap, and scale_log2 is then
     // softcap * log2(e). alibi_mul turns slope * distance into raw-score units: -1 / scale, or
-    // -1 / softcap with a softcap.
+    // -1 / softcap with a softcap. alibi_shift: ALiBi's diagonal key is i + causal_offset +
+    // alibi_shift for query i (0: the mask's diagonal); a call on a slice of a longer sequence (a
+    // ring's local call) names where its slices lie in that sequence.
     const float* sinks;
     const float* alibi;
     int alibi_stride_b;
     float softcap_pre;
     float alibi_mul;
-    int pad5_;
+    int alibi_shift;
 };

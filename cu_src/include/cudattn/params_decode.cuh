@@ -35,7 +35,7 @@ struct DecodeParams {
     int causal;       // bottom right per sequence: token t sees key j iff j <= t + L_b - seqlen_q
     float scale_log2;
     int write_lse;
-    int pad_;
+    int alibi_shift;  // ALiBi's diagonal key is d + alibi_shift (FwdParams::alibi_shift)
 
     // Sliding window (when has_window) around each token's diagonal key d = t + L_b - seqlen_q:
     // it sees keys d - window_left .. d + window_right, -1 leaving a side open (causal: right 0

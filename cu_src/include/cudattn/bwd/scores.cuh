@@ -30,13 +30,18 @@ __device__ __forceinline__ BwdMask bwd_mask(const FwdParams& p, const SeqSpan& s
 }
 
 // p = exp2(z * scale_log2 - lse2[query]) with z the score after the modifiers; masked entries 0.
+// alibi_shift: ALiBi's diagonal past the mask's (FwdParams::alibi_shift), passed from the kernel's
+// parameters, not kept in BwdMask. ALiBi's distance is one base a tile plus each element's constant
+// offsets: with the distance from key and q (and the shift a register more), the portable causal
+// ALiBi builds at head dims 64 and 192 spilled on sm_80.
 // SOFTCAP: s keeps t = tanh(x * softcap_pre) for dS (p is then another array); otherwise p may be s.
 // lse2s: the block's lse2 in shared memory, indexed by the query's column in the tile.
 template <int MODS, int KF, int MF>
 __device__ __forceinline__ void bwd_probs(float (&s)[KF][MF][4], float (&p)[KF][MF][4], const float* lse2s,
-                                          float scale_log2, float softcap_pre, float alibi, int key0, int col0,
-                                          bool masked, const BwdMask& mask, int lane) {
+                                          float scale_log2, float softcap_pre, float alibi, int alibi_shift, int key0,
+                                          int col0, bool masked, const BwdMask& mask, int lane) {
     const int g = lane >> 2, t = lane & 3;
+    const int adiag = key0 - col0 - mask.causal_offset - alibi_shift;  // ALiBi: key - q - its diagonal, at (key0, col0)
 #pragma unroll
     for (int mf = 0; mf < MF; ++mf) {
         const float2 l2 = *reinterpret_cast<const float2*>(lse2s + mf * 8 + 2 * t);
@@ -50,7 +55,7 @@ __device__ __forceinline__ void bwd_probs(float (&s)[KF][MF][4], float (&p)[KF][
                     x = tanh_approx(x * softcap_pre);
                     s[kf][mf][e] = x;
                 }
-                if constexpr ((MODS & MOD_ALIBI) != 0) x = fmaf(alibi, fabsf((float)(key - q - mask.causal_offset)), x);
+                if constexpr ((MODS & MOD_ALIBI) != 0) x = fmaf(alibi, fabsf((float)(adiag + (kf * 16 + g + 8 * (e >> 1)) - (mf * 8 + 2 * t + (e & 1)))), x);
                 float v = exp2_approx(fmaf(x, scale_log2, -((e & 1) ? l2.y : l2.x)));
                 if (masked && !mask.visible(key, q)) v = 0.f;
                 p[kf][mf][e] = v;

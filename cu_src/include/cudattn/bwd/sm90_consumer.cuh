@@ -117,7 +117,7 @@ struct BwdSm90Consumer {
             wgmma_commit();
             wgmma_wait<1>();
             fence_operands(flat<BM>(s));
-            bwd_probs<0, 1, BM / 8>(s, s, sm.lse2 + st * BM, p.scale_log2, 0.f, 0.f, n_start + key_row0, m_start,
+            bwd_probs<0, 1, BM / 8>(s, s, sm.lse2 + st * BM, p.scale_log2, 0.f, 0.f, 0, n_start + key_row0, m_start,
                                     masked, mask, lane);
             unsigned pk[BM / 16][4], dsk[BM / 16][4];
             if constexpr (!DQ_BY_ROWS) {  // 64 x 64 scores: dV's product runs while dS is computed

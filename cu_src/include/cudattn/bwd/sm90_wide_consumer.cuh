@@ -127,7 +127,7 @@ struct BwdSm90WideConsumer {
             wgmma_commit();
             wgmma_wait<1>();
             fence_operands(flat<QW>(s));
-            bwd_probs<0, 1, QW / 8>(s, s, sm.lse2 + st * BM + cw * QW, p.scale_log2, 0.f, 0.f, n_start + key_row0,
+            bwd_probs<0, 1, QW / 8>(s, s, sm.lse2 + st * BM + cw * QW, p.scale_log2, 0.f, 0.f, 0, n_start + key_row0,
                                     m_start + cw * QW, masked, mask, lane);
             // Both tiles double-buffered: the barrier of the block before, one a block, orders these
             // stores after the other warpgroup's products of two blocks back (it waited for them

@@ -44,7 +44,7 @@ struct DecodeScores {
                 const int d = gr / p.group + k.cdiff;
                 limit[mf][h] = k.right >= 0 ? min(k.L, d + k.right + 1) : k.L;
                 lo[mf][h] = k.left >= 0 ? d - k.left : 0;
-                diag[mf][h] = (float)d;
+                diag[mf][h] = (float)(d + p.alibi_shift);  // ALiBi's diagonal (params_decode.cuh)
                 coef[mf][h] = MODS && p.alibi != nullptr
                                   ? p.alibi_mul * p.alibi[(long long)k.b * p.alibi_stride_b + k.hkv * p.group + gr % p.group] /
                                         (p.softcap_pre == 0.f ? kd : 1.f)  // raw-score units (mods.cuh)

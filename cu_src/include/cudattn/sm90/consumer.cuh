@@ -156,7 +156,8 @@ struct Sm90Consumer {
         const float masked = x.neg() ? CUDATTN_INF : -CUDATTN_INF;  // times scale_log2: -inf either way
         const SeqSpan& sq = x.sq;
         if constexpr (MODS != 0)
-            apply_mods<MODS, 1, BN / 8>(s, x.softcap_pre, x.alibi, row0 + sq.causal_offset, n_start, lane);
+            apply_mods<MODS, 1, BN / 8>(s, x.softcap_pre, x.alibi, row0 + sq.causal_offset + p.alibi_shift, n_start,
+                                        lane);
         if (tile_needs_mask<BN, CAUSAL, WINDOW>(p, sq, n_start, row0, 16))
             apply_mask<1, BN / 8, CAUSAL, WINDOW>(s, row0, n_start, sq.seqlen_k, sq.causal_offset, lane, masked, p);
     }
