@@ -209,6 +209,19 @@ def test_ring_attention_refuses_before_any_gpu_work(monkeypatch):
             ring_attention(h, h, h, Comm(), sm_margin=bad)
 
 
+def test_ring_attention_backward_refuses_bad_slopes_before_any_gpu_work(monkeypatch):
+    from cudattn.distributed import agree, ring_backward
+
+    monkeypatch.setattr(agree, "nccl", _no_nccl)
+    monkeypatch.setattr(agree, "DeviceArray", _HostArray)
+    monkeypatch.setattr(ring_backward, "DeviceArray", _HostArray)
+    h = _HostArray(np.zeros((1, 8, 2, 64), np.float16))
+    lse = _HostArray(np.zeros((1, 2, 8), np.float32))
+    with pytest.raises(ValueError, match=r"^ring_attention_backward: alibi_slopes must be a C-contiguous float32 "
+                                         r"DeviceArray of shape \(2,\) or \(1, 2\).*; got a float32 DeviceArray \(4,\)"):
+        ring_backward.ring_attention_backward(h, h, h, h, h, lse, _Comm(), alibi_slopes=_HostArray(np.ones(4, np.float32)))
+
+
 def test_importing_cudattn_imports_neither_the_ring_nor_nccl():
     import subprocess
     import sys

@@ -12,6 +12,7 @@ by flags in the ranks' memory (`peer_copy`): no SM and no NCCL in the steps.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import weakref
 
@@ -102,6 +103,7 @@ def ring_attention(q, k, v, comm, *, causal: bool = False, scale: float | None =
 
 
 _TRANSPORTS = ("nccl", "copy", "auto")
+_NO_SHIFT = contextlib.nullcontext()  # the calls of a ring without ALiBi (reusable)
 
 
 def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, window_size, alibi_slopes, return_lse,
@@ -189,7 +191,8 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
                 qi = mine.index(qc)
                 o_slot, l_slot = outs[qc][used[qc]], lses[qc][used[qc]]
                 used[qc] += 1
-                if blk is None:  # every key the step brought, in one call
+                if blk is None:  # every key the step brought, in one call (never with ALiBi: ring_plan)
+                    assert alibi_slopes is None
                     o, lse = attention(rows(q, qi * c, (qi + 1) * c), cur_k, cur_v, out=o_slot, **kw)
                     place(l_slot, lse, s_main)
                     continue
@@ -197,15 +200,17 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
                 kx, vx = (rows(x, ki * c + blk.ka, ki * c + blk.kb) for x in (cur_k, cur_v))
                 mods = {"causal": blk.causal, "window_size": blk.window, "sinks": sinks if blk.sinks else None,
                         **alibi}
-                with _alibi_shift.shifted(blk.alibi_shift(c) if alibi_slopes is not None else 0):
-                    if (blk.qa, blk.qb) == (0, c):
+                shift = _NO_SHIFT if alibi_slopes is None else _alibi_shift.shifted(blk.alibi_shift(c))
+                if (blk.qa, blk.qb) == (0, c):
+                    with shift:
                         o, lse = attention(qx, kx, vx, out=o_slot, **mods, **kw)
-                        place(l_slot, lse, s_main)
-                    else:  # rows outside [qa, qb) see no key of this pair: LSE -inf, so the merge skips them
-                        l_slot.memset(_NEG_INF_BITS, stream=s_main)
+                    place(l_slot, lse, s_main)
+                else:  # rows outside [qa, qb) see no key of this pair: LSE -inf, so the merge skips them
+                    l_slot.memset(_NEG_INF_BITS, stream=s_main)
+                    with shift:
                         o, lse = attention(qx, kx, vx, **mods, **kw)
-                        place(rows(o_slot, blk.qa, blk.qb), o, s_main)
-                        place(l_slot[:, :, blk.qa:blk.qb], lse, s_main)
+                    place(rows(o_slot, blk.qa, blk.qb), o, s_main)
+                    place(l_slot[:, :, blk.qa:blk.qb], lse, s_main)
             if nxt is not None:
                 stream_wait(s_main, s_comm)  # the next step's K/V has arrived
                 for x in nxt:  # ready on the caller's stream now: the calls need not wait on the NCCL stream again

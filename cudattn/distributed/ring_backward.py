@@ -137,9 +137,12 @@ def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = Fal
                 kx, vx = (rows(x, *keys) for x in (cur_k, cur_v))
                 mods = {"causal": blk.causal, "window_size": blk.window, "sinks": sinks if blk.sinks else None,
                         **({} if alibi_slopes is None else {"alibi_slopes": alibi_slopes})}
-            with _alibi_shift.shifted(blk.alibi_shift(c) if blk is not None and alibi_slopes is not None else 0):
-                grads = attention_backward(rows(dout, r0, r1), rows(q, r0, r1), kx, vx, rows(out, r0, r1),
-                                           lse_of(r0, r1), **mods, **kw)
+            args = (rows(dout, r0, r1), rows(q, r0, r1), kx, vx, rows(out, r0, r1), lse_of(r0, r1))
+            if alibi_slopes is None:
+                grads = attention_backward(*args, **mods, **kw)
+            else:  # a call per chunk pair (ring_plan): blk is never None here
+                with _alibi_shift.shifted(blk.alibi_shift(c)):
+                    grads = attention_backward(*args, **mods, **kw)
             partials.append((r0, r1, keys, grads))
         stream_wait(s_main, s_comm)  # this step's accumulators have arrived (and the next step's K/V)
         for r0, r1, keys, grads in partials:
