@@ -106,6 +106,12 @@ _TRANSPORTS = ("nccl", "copy", "auto")
 _NO_SHIFT = contextlib.nullcontext()  # the calls of a ring without ALiBi (reusable)
 
 
+def alibi_context(blk, c: int, slopes):
+    """What a chunk pair's call runs inside: ALiBi's diagonal moved by the pair's `Block.alibi_shift`
+    (chunks of length ``c``); nothing without ALiBi (``slopes`` None)."""
+    return _NO_SHIFT if slopes is None else _alibi_shift.shifted(blk.alibi_shift(c))
+
+
 def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, window_size, alibi_slopes, return_lse,
           stream, exchange: bool, sm_margin: int = 0, transport: str = "nccl"):
     """`ring_attention`; ``exchange=False`` runs the same steps on the rank's own K/V without NCCL (the
@@ -200,7 +206,7 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
                 kx, vx = (rows(x, ki * c + blk.ka, ki * c + blk.kb) for x in (cur_k, cur_v))
                 mods = {"causal": blk.causal, "window_size": blk.window, "sinks": sinks if blk.sinks else None,
                         **alibi}
-                shift = _NO_SHIFT if alibi_slopes is None else _alibi_shift.shifted(blk.alibi_shift(c))
+                shift = alibi_context(blk, c, alibi_slopes)
                 if (blk.qa, blk.qb) == (0, c):
                     with shift:
                         o, lse = attention(qx, kx, vx, out=o_slot, **mods, **kw)

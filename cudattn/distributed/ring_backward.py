@@ -18,7 +18,6 @@ import numpy as np
 
 from .._arrays import lifetime as _lifetime
 from .._arrays.array import DeviceArray, new_array
-from .._kernels import alibi_shift as _alibi_shift
 from .._kernels.accumulate import add_into, store
 from .._ops.backward import attention_backward
 from .._runtime.device import restores_caller_context
@@ -27,7 +26,7 @@ from .._spec.modifiers import parse_modifiers
 from .agree import begin, call_stream, check_slopes, nccl, settle
 from .agree import code as _code
 from .copies import place
-from .ring import _check, _comm_stream, ring_plan
+from .ring import _check, _comm_stream, alibi_context, ring_plan
 from .schedule import band, chunks_of
 
 _FIELDS = ("backward", "shard length", "batch", "query heads", "key/value heads", "head dim", "dtype", "causal",
@@ -103,6 +102,7 @@ def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = Fal
     acc_bufs: list = [None, None]
     cur_k, cur_v = k, v
     kw = {"scale": scale, "layout": layout, "softcap": softcap, "stream": ref}
+    alibi = {} if alibi_slopes is None else {"alibi_slopes": alibi_slopes}
     lse_rows: dict = {}  # contiguous copies of the LSE's row ranges (attention_backward takes a C-contiguous LSE)
 
     def lse_of(r0, r1):
@@ -136,13 +136,10 @@ def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = Fal
                 keys = (ki * c + blk.ka, ki * c + blk.kb)
                 kx, vx = (rows(x, *keys) for x in (cur_k, cur_v))
                 mods = {"causal": blk.causal, "window_size": blk.window, "sinks": sinks if blk.sinks else None,
-                        **({} if alibi_slopes is None else {"alibi_slopes": alibi_slopes})}
+                        **alibi}
             args = (rows(dout, r0, r1), rows(q, r0, r1), kx, vx, rows(out, r0, r1), lse_of(r0, r1))
-            if alibi_slopes is None:
+            with alibi_context(blk, c, alibi_slopes):  # with ALiBi a call per chunk pair (ring_plan): blk is set
                 grads = attention_backward(*args, **mods, **kw)
-            else:  # a call per chunk pair (ring_plan): blk is never None here
-                with _alibi_shift.shifted(blk.alibi_shift(c)):
-                    grads = attention_backward(*args, **mods, **kw)
             partials.append((r0, r1, keys, grads))
         stream_wait(s_main, s_comm)  # this step's accumulators have arrived (and the next step's K/V)
         for r0, r1, keys, grads in partials:
