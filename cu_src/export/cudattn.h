@@ -820,6 +820,7 @@ typedef struct cudattn__decode_plan {
 #define CUDATTN__MIN_TILES_PER_SPLIT 4
 #define CUDATTN__MERGE_COST_PER_SPLIT_ROW 8
 #define CUDATTN__WAVE_COST 200
+#define CUDATTN__SINGLE_BLOCK_SM_DIVISOR 2
 #define CUDATTN__SMEM_RESERVED_PER_BLOCK 1024
 
 /* The lower of FlashAttention's wave model (with the tiles' rounding) and the merge's cost against
@@ -832,6 +833,8 @@ static inline int cudattn__choose_num_splits(long long blocks, long long key_til
     int cheapest = 1;
     if ((double)blocks >= CUDATTN__FULL_GRID_FRACTION * sm_count || key_tiles < 2 * min_tiles) return 1;
     top = key_tiles / min_tiles < CUDATTN_MAX_SPLITS ? key_tiles / min_tiles : CUDATTN_MAX_SPLITS;
+    if (blocks == 1 && top > sm_count / CUDATTN__SINGLE_BLOCK_SM_DIVISOR)
+        top = sm_count / CUDATTN__SINGLE_BLOCK_SM_DIVISOR > 1 ? sm_count / CUDATTN__SINGLE_BLOCK_SM_DIVISOR : 1;
     for (s = 1; s <= top; ++s) {
         const double waves = (double)(blocks * s) / (double)slots;
         per_block = (key_tiles + s - 1) / s;

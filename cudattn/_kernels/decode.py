@@ -57,6 +57,12 @@ MERGE_COST_PER_SPLIT_ROW = 8
 #: tiles in flight): two waves of a little fewer tiles do not beat one (H100, a one-block-an-SM
 #: build, 8 kv heads, 131072 keys: 16 splits 2.77 TB/s, 33 splits 2.62).
 WAVE_COST = 200
+#: A single row block's splits run on at most this many SMs per SM of the device, halved: past half the
+#: SMs one block's splits ran slower, whatever the models said (H200, 8 query heads on 1 kv head, bf16,
+#: D 128, one token, one block an SM: 65536 keys 64 splits 22.5 us against 86 splits' 24.7, 131072 keys
+#: 31.2 against 114 splits' 34.7; two blocks an SM, 2 rows a warp, 65536 keys: 48-64 splits 23.2-24.8
+#: against 122 splits' 32.5). Grids of several row blocks keep the models' choice.
+SINGLE_BLOCK_SM_DIVISOR = 2
 
 
 def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm: int = 1,
@@ -79,12 +85,17 @@ def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm:
       on long caches, where bandwidth, not tiles, bounds the time; the lower of the two keeps the
       wave model's choice there and cuts the splits where merging them costs more than they save.
 
+    A single row block (``blocks == 1``) takes at most half the SMs' worth of splits
+    (SINGLE_BLOCK_SM_DIVISOR).
+
     ``blocks_per_sm`` comes from `_blocks_per_sm` (the build and the cache: one or two blocks, up
     to four for FP8 caches); ``merge_rows_per_warp`` from the build's warps and the packed rows.
     """
     if blocks >= FULL_GRID_FRACTION * sm_count or key_tiles < 2 * min_tiles:
         return 1
     top = min(MAX_SPLITS, key_tiles // min_tiles)
+    if blocks == 1:
+        top = min(top, max(1, sm_count // SINGLE_BLOCK_SM_DIVISOR))
     slots = sm_count * blocks_per_sm
     eff = {}
     cheapest, best_cost = 1, None
