@@ -58,7 +58,7 @@ def world(monkeypatch):
 
     monkeypatch.setattr(_launch, "_cuLaunchKernel", launch)
     monkeypatch.setattr(_operands, "stream_wait", lambda c, p: log["waits"].append((c, p)))
-    monkeypatch.setattr(_callpath._lifetime, "hold", lambda c, refs: log["holds"].append((c, refs)))
+    monkeypatch.setattr(_callpath._lifetime, "hold", lambda c, refs, *rest: log["holds"].append((c, refs)))
     monkeypatch.setattr(_callpath._device, "get_device", lambda *a: None)
     monkeypatch.setattr(_callpath, "_plans", {})
     return log

@@ -20,6 +20,7 @@ import threading
 
 from cuda.bindings import driver
 
+from .._runtime import device as _device
 from .._runtime.errors import check
 from .._runtime.stream import is_capturing
 
@@ -31,21 +32,28 @@ _RELAXED = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
 _record = driver.cuEventRecord
 
 _lock = threading.Lock()
-# Events of released holds, reused, per context (an event is recorded only on its own device's streams).
+# Events of released holds, reused, per device (made in its primary context, where cudattn works: an
+# event is recorded only on its own context's streams).
 _free_events: dict[int, list] = {}
 _held: collections.deque = collections.deque()  # (event, its free list, refs), oldest first
 pending = _held  # truthy while something is held (the call path tests it before `release_done`)
 
 
-def hold(consumer: int, refs: tuple) -> None:
-    """Keep ``refs`` alive until the work queued so far on ``consumer`` is done (``consumer``'s
-    device current)."""
-    if is_capturing(consumer):
+def hold(consumer: int, refs: tuple, device_id: int, capturing: bool | None = None) -> None:
+    """Keep ``refs`` alive until the work queued so far on ``consumer``, a stream of device
+    ``device_id``'s primary context, is done. ``capturing``: whether ``consumer`` captures a graph
+    (None: asked here; a call that allocated has asked already)."""
+    if capturing is None:
+        capturing = is_capturing(consumer)
+    if capturing:
         return
-    free = _free_events.setdefault(int(check(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")), [])
+    free = _free_events.get(device_id)
+    if free is None:
+        free = _free_events.setdefault(device_id, [])
     try:
         ev = free.pop()
     except IndexError:
+        _device.get_device(device_id)  # an event is made in the context current: the device's
         ev = check(driver.cuEventCreate(_DISABLE_TIMING), "cuEventCreate")
     check(_record(ev, consumer), "cuEventRecord(keep operands alive)")
     with _lock:

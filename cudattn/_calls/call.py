@@ -135,9 +135,10 @@ class Call:
                                  "a graph it does not own: pass out= (and call without return_lse)")
             ptrs = [0 if a is None else a.ptr for a in ops]
             if plan.__class__ is RecordedCall and not force_full and plan.plain(ptrs):
-                if self.unordered:  # the operands' device current before any event is made
-                    _device.get_device(device_id)
-                held = order_and_hold(objs, ops, consumer) if self.unordered else None
+                # a producer's wait makes the operands' device current (`order_and_hold`), as does a
+                # hold that must make an event (`_lifetime.hold`); the launch and the event record take
+                # the consumer stream's context
+                held = order_and_hold(objs, ops, consumer, device_id) if self.unordered else None
                 # a call that allocates has just learnt that its stream does not capture (else it raised)
                 result = plan.replay.run(ops, ptrs, device_id, consumer, keep, False if allocates else None)
             else:
@@ -167,8 +168,8 @@ class Call:
             for i in more_outs:
                 if ops[i] is not None:
                     ops[i].stream_handle = consumer
-            if held is not None:
-                _lifetime.hold(consumer, held)
+            if held is not None:  # a call that allocated knows that its stream does not capture
+                _lifetime.hold(consumer, held, device_id, False if allocates else None)
             return result
         finally:  # the thread's context as the caller had it (`_runtime.device`)
             if _device.pending:

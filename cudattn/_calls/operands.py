@@ -70,8 +70,9 @@ def consumer_stream(first, stream):
     return ref.handle, ref.obj, None
 
 
-def order_and_hold(objs, ops, consumer: int):
-    """Order ``consumer`` after each operand's producer; return what must stay alive (None: nothing)."""
+def order_and_hold(objs, ops, consumer: int, device_id: int | None = None):
+    """Order ``consumer`` after each operand's producer; return what must stay alive (None: nothing).
+    ``device_id``: the operands' device, made current before the first wait (None: current already)."""
     held = None
     waited = ()
     for x, a in zip(objs, ops):
@@ -80,6 +81,9 @@ def order_and_hold(objs, ops, consumer: int):
         p = a.stream_handle
         foreign = p is not None and p != consumer
         if foreign and p not in waited:
+            if device_id is not None:  # an event is recorded on the producer: its device current
+                _device.get_device(device_id)
+                device_id = None
             stream_wait(consumer, p)
             waited += (p,)
         if foreign or kind_of(x) >= JAX:

@@ -224,7 +224,7 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
                 cur_k, cur_v = nxt
     if last > 0 and exchange:
         stream_wait(s_comm, s_main)  # the buffers are freed on the NCCL stream: after the calls that read them
-        _lifetime.hold(s_main, (k, v))  # and the caller's k, v live until the sends that read them are done
+        _lifetime.hold(s_main, (k, v), dev)  # and the caller's k, v live until the sends that read them are done
     merged = [(outs[qc][0], lses[qc][0]) if count[qc] == 1 else
               merge_attention_states(outs[qc], lses[qc], layout=layout, stream=ref) for qc in mine]
     if len(merged) == 1:

@@ -171,7 +171,7 @@ def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = Fal
     store(dv, acc[1], s_main)
     if last > 0:
         stream_wait(s_comm, s_main)  # the buffers made on the NCCL stream are freed there: after their last reads
-        _lifetime.hold(s_main, (k, v))  # and the caller's k, v live until the sends that read them are done
+        _lifetime.hold(s_main, (k, v), dev)  # and the caller's k, v live until the sends that read them are done
     if dsinks is None:
         return dq, dk, dv
     if world > 1:  # every rank's rows: summed over the ranks

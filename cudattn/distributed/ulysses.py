@@ -106,7 +106,7 @@ def ulysses_attention(q, k, v, comm, *, causal: bool = False, scale: float | Non
                        alibi_slopes=None if alibi_slopes is None else alibi_slopes[mine], return_lse=True, stream=st)
     out = x.to_rows(o, Hq, ref.obj)
     lse_rows = x.lse_to_rows(lse, Hq, ref.obj) if return_lse else None
-    _lifetime.hold(st, (q, k, v))  # the caller's arrays live until the copies queued here have read them
+    _lifetime.hold(st, (q, k, v), dev)  # the caller's arrays live until the copies queued here have read them
     return (out, lse_rows) if return_lse else out
 
 
@@ -157,7 +157,7 @@ def ulysses_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = 
                                window_size=window_size, sinks=None if sinks is None else sinks[mine],
                                alibi_slopes=None if alibi_slopes is None else alibi_slopes[mine], stream=st)
     res = (x.to_rows(grads[0], Hq, ref.obj), x.to_rows(grads[1], Hkv, ref.obj), x.to_rows(grads[2], Hkv, ref.obj))
-    _lifetime.hold(st, (dout, q, k, v, out, lse))  # the caller's arrays live until the copies have read them
+    _lifetime.hold(st, (dout, q, k, v, out, lse), dev)  # the caller's arrays live until the copies have read them
     if sinks is None:
         return res
     dsinks = new_array((Hq,), np.dtype(np.float32), dev, st, ref.obj)  # every rank's heads, in rank order
