@@ -833,7 +833,7 @@ static inline int cudattn__choose_num_splits(long long blocks, long long key_til
     int cheapest = 1;
     if ((double)blocks >= CUDATTN__FULL_GRID_FRACTION * sm_count || key_tiles < 2 * min_tiles) return 1;
     top = key_tiles / min_tiles < CUDATTN_MAX_SPLITS ? key_tiles / min_tiles : CUDATTN_MAX_SPLITS;
-    if (blocks == 1 && top > sm_count / CUDATTN__SINGLE_BLOCK_SM_DIVISOR)
+    if (blocks == 1 && blocks_per_sm <= 2 && top > sm_count / CUDATTN__SINGLE_BLOCK_SM_DIVISOR)
         top = sm_count / CUDATTN__SINGLE_BLOCK_SM_DIVISOR > 1 ? sm_count / CUDATTN__SINGLE_BLOCK_SM_DIVISOR : 1;
     for (s = 1; s <= top; ++s) {
         const double waves = (double)(blocks * s) / (double)slots;

@@ -61,7 +61,8 @@ WAVE_COST = 200
 #: SMs one block's splits ran slower, whatever the models said (H200, 8 query heads on 1 kv head, bf16,
 #: D 128, one token, one block an SM: 65536 keys 64 splits 22.5 us against 86 splits' 24.7, 131072 keys
 #: 31.2 against 114 splits' 34.7; two blocks an SM, 2 rows a warp, 65536 keys: 48-64 splits 23.2-24.8
-#: against 122 splits' 32.5). Grids of several row blocks keep the models' choice.
+#: against 122 splits' 32.5). Grids of several row blocks, and builds of more blocks an SM (paged FP8
+#: caches: not measured so), keep the models' choice.
 SINGLE_BLOCK_SM_DIVISOR = 2
 
 
@@ -85,8 +86,8 @@ def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm:
       on long caches, where bandwidth, not tiles, bounds the time; the lower of the two keeps the
       wave model's choice there and cuts the splits where merging them costs more than they save.
 
-    A single row block (``blocks == 1``) takes at most half the SMs' worth of splits
-    (SINGLE_BLOCK_SM_DIVISOR).
+    A single row block (``blocks == 1``) of a build of one or two blocks an SM takes at most half
+    the SMs' worth of splits (SINGLE_BLOCK_SM_DIVISOR).
 
     ``blocks_per_sm`` comes from `_blocks_per_sm` (the build and the cache: one or two blocks, up
     to four for FP8 caches); ``merge_rows_per_warp`` from the build's warps and the packed rows.
@@ -94,7 +95,7 @@ def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm:
     if blocks >= FULL_GRID_FRACTION * sm_count or key_tiles < 2 * min_tiles:
         return 1
     top = min(MAX_SPLITS, key_tiles // min_tiles)
-    if blocks == 1:
+    if blocks == 1 and blocks_per_sm <= 2:
         top = min(top, max(1, sm_count // SINGLE_BLOCK_SM_DIVISOR))
     slots = sm_count * blocks_per_sm
     eff = {}
