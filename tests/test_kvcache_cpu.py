@@ -109,7 +109,7 @@ def test_split_heuristic():
     # One row block's splits on at most half the SMs (H200, the same build: 64 splits at 65536 and
     # 131072 keys 22.5 and 31.2 us, against the 86 and 114 that the models chose, 24.7 and 34.7 us);
     # grids of several row blocks, and builds of four blocks an SM, are not capped so
-    assert c(1, 512, 132, 1, 1, 2) == 64 and c(1, 1024, 132, 1, 1, 2) == 64
+    assert c(1, 512, 132, 1, 1, 2) == 64 and c(1, 1024, 132, 1, 1, 2) == 64 and c(1, 2048, 132, 1, 1, 2) == 64
     assert all(c(1, t, sm, per_sm, 1, 2) <= sm // 2 for t in (512, 1024, 4096) for sm in (78, 108, 132)
                for per_sm in (1, 2))
     assert c(2, 1024, 132, 2, 1, 2) > 66 // 2 and c(1, 1024, 132, 4, 1, 2) > 66

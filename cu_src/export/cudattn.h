@@ -824,17 +824,19 @@ typedef struct cudattn__decode_plan {
 #define CUDATTN__SMEM_RESERVED_PER_BLOCK 1024
 
 /* The lower of FlashAttention's wave model (with the tiles' rounding) and the merge's cost against
- * the tiles, as cudattn/_kernels/decode.py choose_num_splits (the same double and integer math). */
+ * the tiles (the cost alone for one row block capped at half the SMs), as
+ * cudattn/_kernels/decode.py choose_num_splits (the same double and integer math). */
 static inline int cudattn__choose_num_splits(long long blocks, long long key_tiles, int sm_count, int blocks_per_sm,
                                              int merge_rows_per_warp, int min_tiles) {
     const long long slots = (long long)sm_count * blocks_per_sm;
     double eff[CUDATTN_MAX_SPLITS + 1], best = 0;
-    long long top, s, cost, best_cost = -1, per_block;
-    int cheapest = 1;
+    long long top, s, cost, best_cost = -1, per_block, half;
+    int cheapest = 1, capped;
     if ((double)blocks >= CUDATTN__FULL_GRID_FRACTION * sm_count || key_tiles < 2 * min_tiles) return 1;
     top = key_tiles / min_tiles < CUDATTN_MAX_SPLITS ? key_tiles / min_tiles : CUDATTN_MAX_SPLITS;
-    if (blocks == 1 && blocks_per_sm <= 2 && top > sm_count / CUDATTN__SINGLE_BLOCK_SM_DIVISOR)
-        top = sm_count / CUDATTN__SINGLE_BLOCK_SM_DIVISOR > 1 ? sm_count / CUDATTN__SINGLE_BLOCK_SM_DIVISOR : 1;
+    half = sm_count / CUDATTN__SINGLE_BLOCK_SM_DIVISOR > 1 ? sm_count / CUDATTN__SINGLE_BLOCK_SM_DIVISOR : 1;
+    capped = blocks == 1 && blocks_per_sm <= 2 && top > half;
+    if (capped) top = half;
     for (s = 1; s <= top; ++s) {
         const double waves = (double)(blocks * s) / (double)slots;
         per_block = (key_tiles + s - 1) / s;
@@ -844,6 +846,7 @@ static inline int cudattn__choose_num_splits(long long blocks, long long key_til
         if (s > 1) cost += (long long)CUDATTN__MERGE_COST_PER_SPLIT_ROW * merge_rows_per_warp * s;
         if (best_cost < 0 || cost < best_cost) cheapest = (int)s, best_cost = cost;
     }
+    if (capped) return cheapest; /* every count a part of one wave: the cost model alone */
     for (s = 1; s <= top; ++s)
         if (eff[s] >= CUDATTN__EFFICIENCY_TOLERANCE * best) return (int)s < cheapest ? (int)s : cheapest;
     return cheapest;
