@@ -119,8 +119,21 @@ def test_each_sequence_equals_its_own_call(kernel_family, causal, D):
 
 
 def test_random_lengths_many_sequences(kernel_family):
-    """40 sequences of random lengths (a third of them 0 or 1), GQA, causal, bf16."""
-    rng = np.random.default_rng(next(_seed))
+    """40 sequences of random lengths (a third of them 0 or 1), GQA, causal and not, bf16. The seed is
+    fixed: drawn from the module's counter, the lengths depended on which tests a worker ran first."""
+    _random_lengths(9100)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(9100, 9148))
+def test_random_lengths_seed_sweep(kernel_family, seed):
+    """The same over 48 seeds: a parallel GPU run (its seed unknown, from 9100 up) failed once on an
+    H200 with the Hopper kernel, where the case passed alone at seed 9100 (seven runs)."""
+    _random_lengths(seed)
+
+
+def _random_lengths(seed: int) -> None:
+    rng = np.random.default_rng(seed)
     lens_q = rng.integers(0, 400, 40)
     lens_k = lens_q + rng.integers(0, 300, 40)
     lens_q[rng.random(40) < 0.2] = 0
