@@ -58,7 +58,7 @@ def world(monkeypatch):
 
     monkeypatch.setattr(_launch, "_cuLaunchKernel", launch)
     monkeypatch.setattr(_operands, "stream_wait", lambda c, p: log["waits"].append((c, p)))
-    monkeypatch.setattr(_callpath._lifetime, "hold", lambda c, refs, *rest: log["holds"].append((c, refs)))
+    monkeypatch.setattr(_callpath._lifetime, "hold", lambda c, refs, *rest: log["holds"].append((c, refs, *rest)))
     monkeypatch.setattr(_callpath._device, "get_device", lambda *a: None)
     monkeypatch.setattr(_callpath, "_plans", {})
     return log
@@ -109,6 +109,24 @@ def test_an_input_from_another_stream_orders_the_call_and_out_takes_its_stream(w
     assert world["waits"] == [(CONSUMER, PRODUCER)] and world["full"] == 1
     assert world["holds"] and world["holds"][-1][0] == CONSUMER
     assert o.stream_handle == CONSUMER, "out must remember the stream its contents are now written on"
+
+
+def test_a_replayed_foreign_operand_makes_its_device_current_before_the_wait(world, monkeypatch):
+    """A replay with an operand of another stream makes the operands' device current only for the
+    wait (whose event is recorded on the producer), and its hold names the device; a call that does
+    not allocate leaves the capture query to the hold (None)."""
+    events = []
+    monkeypatch.setattr(_callpath._device, "get_device", lambda *a: events.append(("device", *a)))
+    monkeypatch.setattr(_operands, "stream_wait", lambda c, p: events.append(("wait", c, p)))
+    _call(world, _array(0x10000), _array(0x90000))  # recorded with every operand on the call's stream
+    events.clear()
+    o = _array(0x90000, stream=PRODUCER)  # (q sets the call's stream)
+    _call(world, _array(0x10000), o)
+    assert events == [("device", 0), ("wait", CONSUMER, PRODUCER)]
+    assert world["holds"][-1] == (CONSUMER, (o,), 0, None)
+    events.clear()
+    _call(world, _array(0x10000), _array(0x90000))  # nothing foreign: no device switch, no wait
+    assert events == []
 
 
 def test_a_packages_current_stream_is_asked_once_per_call_not_per_operand(monkeypatch):

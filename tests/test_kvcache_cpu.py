@@ -112,7 +112,7 @@ def test_split_heuristic():
     assert c(1, 512, 132, 1, 1, 2) == 64 and c(1, 1024, 132, 1, 1, 2) == 64 and c(1, 2048, 132, 1, 1, 2) == 64
     assert all(c(1, t, sm, per_sm, 1, 2) <= sm // 2 for t in (512, 1024, 4096) for sm in (78, 108, 132)
                for per_sm in (1, 2))
-    assert c(2, 1024, 132, 2, 1, 2) > 66 // 2 and c(1, 1024, 132, 4, 1, 2) > 66
+    assert c(2, 1024, 132, 2, 1, 2) > 66 and c(1, 1024, 132, 4, 1, 2) > 66
     for blocks in range(1, 200, 7):
         for tiles in (1, 9, 100, 5000):
             s = c(blocks, tiles, 132)

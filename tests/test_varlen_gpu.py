@@ -125,10 +125,11 @@ def test_random_lengths_many_sequences(kernel_family):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(9100, 9148))
+@pytest.mark.parametrize("seed", range(9100, 9206))
 def test_random_lengths_seed_sweep(kernel_family, seed):
-    """The same over 48 seeds: a parallel GPU run (its seed unknown, from 9100 up) failed once on an
-    H200 with the Hopper kernel, where the case passed alone at seed 9100 (seven runs)."""
+    """The same over every seed the counter could have given it (9100, plus the draws of the tests
+    before it in the module, at most 105): a parallel GPU run failed once on an H200 with the Hopper
+    kernel, its seed unknown, where the case passed alone at seed 9100 (seven runs)."""
     _random_lengths(seed)
 
 

@@ -824,8 +824,8 @@ typedef struct cudattn__decode_plan {
 #define CUDATTN__SMEM_RESERVED_PER_BLOCK 1024
 
 /* The lower of FlashAttention's wave model (with the tiles' rounding) and the merge's cost against
- * the tiles (the cost alone for one row block capped at half the SMs), as
- * cudattn/_kernels/decode.py choose_num_splits (the same double and integer math). */
+ * the tiles (the cost alone where one row block of a build of one or two blocks an SM is capped at
+ * half the SMs), as cudattn/_kernels/decode.py choose_num_splits (the same double and integer math). */
 static inline int cudattn__choose_num_splits(long long blocks, long long key_tiles, int sm_count, int blocks_per_sm,
                                              int merge_rows_per_warp, int min_tiles) {
     const long long slots = (long long)sm_count * blocks_per_sm;

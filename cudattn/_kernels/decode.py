@@ -57,12 +57,13 @@ MERGE_COST_PER_SPLIT_ROW = 8
 #: tiles in flight): two waves of a little fewer tiles do not beat one (H100, a one-block-an-SM
 #: build, 8 kv heads, 131072 keys: 16 splits 2.77 TB/s, 33 splits 2.62).
 WAVE_COST = 200
-#: A single row block's splits run on at most this many SMs per SM of the device, halved: past half the
-#: SMs one block's splits ran slower, whatever the models said (H200, 8 query heads on 1 kv head, bf16,
-#: D 128, one token, one block an SM: 65536 keys 64 splits 22.5 us against 86 splits' 24.7, 131072 keys
-#: 31.2 against 114 splits' 34.7; two blocks an SM, 2 rows a warp, 65536 keys: 48-64 splits 23.2-24.8
-#: against 122 splits' 32.5). Grids of several row blocks, and builds of more blocks an SM (paged FP8
-#: caches: not measured so), keep the models' choice.
+#: A single row block's splits take at most the SM count divided by this: past half the SMs one
+#: block's splits ran slower, whatever the models said (H200, 8 query heads on 1 kv head, bf16, D 128,
+#: one token, one block an SM: 65536 keys 64 splits 22.5 us against 86 splits' 24.7, 131072 keys 31.2
+#: against 114 splits' 34.7; two blocks an SM, 2 rows a warp, 65536 keys: 48-64 splits 23.2-24.8
+#: against 122 splits' 32.5). Only builds of one or two blocks an SM take the cap (FP8 caches too,
+#: where one or two fit: not measured so); grids of several row blocks, and builds of three or four
+#: blocks an SM (paged FP8 caches), keep the models' choice.
 SINGLE_BLOCK_SM_DIVISOR = 2
 
 
