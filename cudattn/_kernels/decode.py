@@ -98,9 +98,10 @@ def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm:
     if blocks >= FULL_GRID_FRACTION * sm_count or key_tiles < 2 * min_tiles:
         return 1
     top = min(MAX_SPLITS, key_tiles // min_tiles)
-    capped = blocks == 1 and blocks_per_sm <= 2 and top > max(1, sm_count // SINGLE_BLOCK_SM_DIVISOR)
+    half = max(1, sm_count // SINGLE_BLOCK_SM_DIVISOR)
+    capped = blocks == 1 and blocks_per_sm <= 2 and top > half
     if capped:
-        top = max(1, sm_count // SINGLE_BLOCK_SM_DIVISOR)
+        top = half
     slots = sm_count * blocks_per_sm
     eff = {}
     cheapest, best_cost = 1, None
