@@ -27,6 +27,9 @@ struct Sm90Consumer {
     static constexpr int KSTEPS = K::KSTEPS, BOX_KSTEPS = K::BOX_KSTEPS, PV_K = K::PV_K;
     static constexpr int BAR_TURN = 1;  // named barriers 1..CONSUMERS: the ping-pong turns of each consumer
     static constexpr int BAR_ZERO = 8;  // named barriers 8..: one consumer warpgroup (zero_v_tail)
+    // The tile's row normalisation and the next tile's state computed under its last P V
+    // (consume); not in the FP8 build of 256-key tiles with a softcap, where that spills (8-72 bytes).
+    static constexpr bool OVERLAP_TAIL = !(FP8 && BN >= 256 && (MODS & MOD_SOFTCAP));
     typedef Sm90Epilogue<typename K::OutT, D, BM> Epilogue;
 
     // S = Q K^T for this warpgroup's 64 rows against one key stage (issued and committed, not waited).
@@ -181,6 +184,14 @@ struct Sm90Consumer {
         }
     }
 
+    // A tile's normalisation (times the v descale, FP8) and LSE, from its final row sums.
+    static __device__ __forceinline__ void finish_rows(OnlineSoftmax<1>& softmax, float (&inv)[1][2],
+                                                       float (&lse)[1][2], const Tile& x, const FwdParams& p) {
+        softmax.finish(inv, lse, sink_log2_of(p.sinks, x.c.h));
+        inv[0][0] *= x.out_scale;
+        inv[0][1] *= x.out_scale;
+    }
+
     static __device__ __forceinline__ int stage(int i) { return i % STAGES; }
     static __device__ __forceinline__ unsigned q_phase(int n) { return (unsigned)((n / Q_STAGES) & 1); }
     static __device__ __forceinline__ unsigned phase(int i) { return (unsigned)((i / STAGES) & 1); }
@@ -213,10 +224,17 @@ struct Sm90Consumer {
         const bool zero_tail = !FP8 && (p.cu_seqlens_k != nullptr || p.kv.seqlens != nullptr || p.kv.block_table != nullptr);
         int it = 0;  // key tiles consumed so far: ring stage and phase
         int n = 0;   // tiles with a Q load (the Q ring's stage and phase), as in produce() (producer.cuh)
+        // A tile's coordinates take a chain of integer divisions (~800 cycles, a per-CTA timeline
+        // showed, ahead of every tile's Q wait): the next tile's are computed under this one's last
+        // P V instead.
+        Tile ahead = OVERLAP_TAIL ? tile_state(P, 0) : Tile{};  // tile r's state, computed during tile r-1
         for (int r = 0;; ++r) {
-            const Tile cur = tile_state(P, r);
+            const Tile cur = OVERLAP_TAIL ? ahead : tile_state(P, r);
             if (cur.n_tiles < 0) break;
-            if (cur.skip) continue;
+            if (cur.skip) {
+                if (OVERLAP_TAIL) ahead = tile_state(P, r + 1);
+                continue;
+            }
             mbar_wait(&bars.q_full[n % Q_STAGES], q_phase(n));
             softmax.init();
             if (cur.n_tiles == 0) {  // sees no key: O = 0, LSE = -inf
@@ -229,6 +247,7 @@ struct Sm90Consumer {
                 softmax.finish(inv, lse, sink_log2_of(p.sinks, cur.c.h));
                 Epilogue::template store_tile<true>(p, o, inv, lse, cur.c, cur.sq, cw, ltid);
                 ++n;
+                if (OVERLAP_TAIL) ahead = tile_state(P, r + 1);
                 continue;
             }
             mbar_wait(&bars.k_full[stage(it)], phase(it));
@@ -269,16 +288,18 @@ struct Sm90Consumer {
                 to_operand(pk, s);
             }
 
-            // The row sums are final: normalisation and LSE are known before the last P V lands.
+            // The row sums are final: the normalisation and LSE need not wait for the last P V.
             float inv[1][2], lse[1][2];
-            softmax.finish(inv, lse, sink_log2_of(p.sinks, cur.c.h));
-            inv[0][0] *= cur.out_scale;  // the v descale (FP8)
-            inv[0][1] *= cur.out_scale;
+            if constexpr (!OVERLAP_TAIL) finish_rows(softmax, inv, lse, cur, p);
             const int iv = it + cur.n_tiles - 1;
             mbar_wait(&bars.v_full[stage(iv)], phase(iv));
             turn_begin(cw);
             issue_pv(o, pk, v_desc(iv), cur.n_tiles > 1);
             turn_end(cw);
+            if constexpr (OVERLAP_TAIL) {  // under the last P V
+                finish_rows(softmax, inv, lse, cur, p);
+                ahead = tile_state(P, r + 1);
+            }
             wgmma_wait<0>();
             fence_operands(flat<D>(o));
             release(&bars.v_empty[stage(iv)], lane);
