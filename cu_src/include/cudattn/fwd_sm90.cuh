@@ -17,8 +17,9 @@
 // Tails: the maps are 4-D over (head dim, seq, head, batch), so TMA zero-fills rows past each
 // sequence's end and columns past the head dim on load; O is stored from registers, predicated.
 // Q is handed back as soon as a tile's last S = Q K^T has completed, so the producer loads the
-// next tile's Q while the consumers finish the tile; under the tile's last P V the consumers
-// compute its normalisation and the next tile's coordinates.
+// next tile's Q while the consumers finish the tile. The producer walks the tile order and names
+// each tile to the consumers with its Q stage (TileMsg); with two Q stages the consumers read the
+// next tile's under this one's last P V, beside its normalisation.
 // FP8 (T = e4m3_t): the same pipeline on k = 32 wgmma. e4m3 operands in shared memory must be
 // K-major, so V arrives transposed (Vt: head-dim rows of keys, keys permuted per 32 as fp8.cuh
 // explains) and P goes from the S accumulators to an e4m3 A operand with no lane exchange. The
@@ -80,6 +81,7 @@ struct FwdSm90 {
     struct Barriers {
         unsigned long long q_full[Q_STAGES], q_empty[Q_STAGES];
         unsigned long long k_full[STAGES], k_empty[STAGES], v_full[STAGES], v_empty[STAGES];
+        TileMsg tile[Q_STAGES];  // the tile whose Q each Q stage holds (tile_scheduler.cuh)
     };
 
     static __device__ __forceinline__ void run(const FwdSm90Params& P) {

@@ -27,9 +27,11 @@ struct Sm90Consumer {
     static constexpr int KSTEPS = K::KSTEPS, BOX_KSTEPS = K::BOX_KSTEPS, PV_K = K::PV_K;
     static constexpr int BAR_TURN = 1;  // named barriers 1..CONSUMERS: the ping-pong turns of each consumer
     static constexpr int BAR_ZERO = 8;  // named barriers 8..: one consumer warpgroup (zero_v_tail)
-    // The tile's row normalisation and the next tile's state computed under its last P V
-    // (consume); not in the FP8 build of 256-key tiles with a softcap, where that spills (8-72 bytes).
+    // The tile's row normalisation computed under its last P V, and with two Q stages the next
+    // tile's state (consume); not the normalisation in the FP8 build of 256-key tiles with a
+    // softcap, nor the state with three consumers (160 registers): there they spill.
     static constexpr bool OVERLAP_TAIL = !(FP8 && BN >= 256 && (MODS & MOD_SOFTCAP));
+    static constexpr bool NEXT_UNDER_TAIL = OVERLAP_TAIL && Q_STAGES > 1 && CONSUMERS < 3;
     typedef Sm90Epilogue<typename K::OutT, D, BM> Epilogue;
 
     // S = Q K^T for this warpgroup's 64 rows against one key stage (issued and committed, not waited).
@@ -106,14 +108,12 @@ struct Sm90Consumer {
         if (lane == 0) mbar_arrive(bar);
     }
 
-    // What a consumer knows of one of its CTA's tiles. n_tiles < 0: past the CTA's last tile;
-    // skip: a query block past its sequence's end (variable lengths), which the producer skips too.
+    // What a consumer knows of one of its CTA's tiles. n_tiles < 0: past the CTA's last tile.
     struct Tile {
         TileCoord c;
         SeqSpan sq;
         int n_tiles;
         int first_tile;  // the lowest key tile visited (a window's left edge), n_tiles of them
-        bool skip;
         float scale_log2, out_scale;
         float softcap_pre;  // softcap builds: the raw scores' scale inside the tanh (mods.cuh)
         float alibi;  // ALiBi builds: this head's coefficient (mods.cuh)
@@ -121,25 +121,24 @@ struct Sm90Consumer {
         __device__ __forceinline__ bool neg() const { return scale_log2 < 0.f; }
     };
 
-    static __device__ __forceinline__ Tile tile_state(const FwdSm90Params& P, int n) {
+    // The state of the tile whose Q is in stage n of the Q ring, as the producer named it (waits
+    // for the stage). The producer names no query block past its sequence's end.
+    static __device__ __forceinline__ Tile next_tile(const FwdSm90Params& P, Barriers& bars, int n) {
         const FwdParams& p = P.p;
+        mbar_wait(&bars.q_full[n % Q_STAGES], q_phase(n));
+        const TileMsg m = bars.tile[n % Q_STAGES];
         Tile x;
-        const int t = tile_of_round<CAUSAL>(n);
-        const bool valid = t < p.num_m_blocks * p.heads_q * p.batch;
-        x.c = tile_at<CAUSAL>(valid ? t : 0, p, P.l2_section);
-        x.sq = seq_span(p, x.c.b);
-        x.skip = x.m_start() >= x.sq.seqlen_q;
-        const TileRange tiles = (valid && !x.skip) ? key_tiles<BN, CAUSAL, WINDOW>(p, x.sq, x.m_start(),
-                                                                            min(BM, x.sq.seqlen_q - x.m_start()))
-                                                   : TileRange{0, 0};
-        x.n_tiles = valid ? tiles.count : -1;
-        x.first_tile = tiles.first;
+        x.c = TileCoord{m.b, m.h, m.m_block};
+        x.n_tiles = m.count;
+        x.first_tile = m.first;
+        const bool valid = m.count >= 0;
+        x.sq = seq_span(p, valid ? x.c.b : 0);
         x.scale_log2 = p.scale_log2;
         x.out_scale = 1.f;
         x.softcap_pre = p.softcap_pre;
         x.alibi = (MODS & MOD_ALIBI) ? alibi_coef(p, x.c.b, x.c.h) : 0.f;
         if constexpr (FP8) {
-            if (valid && !x.skip) {
+            if (valid) {
                 const Fp8Scales sc = fp8_scales<(MODS & MOD_SOFTCAP) != 0>(p, x.c.b, x.c.h / p.group);
                 x.scale_log2 = sc.scale_log2;
                 x.out_scale = sc.out_scale;
@@ -224,18 +223,12 @@ struct Sm90Consumer {
         const bool zero_tail = !FP8 && (p.cu_seqlens_k != nullptr || p.kv.seqlens != nullptr || p.kv.block_table != nullptr);
         int it = 0;  // key tiles consumed so far: ring stage and phase
         int n = 0;   // tiles with a Q load (the Q ring's stage and phase), as in produce() (producer.cuh)
-        // A tile's coordinates take a chain of integer divisions (~800 cycles, a per-CTA timeline
-        // showed, ahead of every tile's Q wait): the next tile's are computed under this one's last
-        // P V instead.
-        Tile ahead = OVERLAP_TAIL ? tile_state(P, 0) : Tile{};  // tile r's state, computed during tile r-1
-        for (int r = 0;; ++r) {
-            const Tile cur = OVERLAP_TAIL ? ahead : tile_state(P, r);
+        // The producer names each tile with its Q stage (TileMsg); with two Q stages the next
+        // tile's name is read, and its state computed, under this tile's last P V.
+        Tile ahead = NEXT_UNDER_TAIL ? next_tile(P, bars, 0) : Tile{};  // tile n's, read during tile n-1
+        for (;;) {
+            const Tile cur = NEXT_UNDER_TAIL ? ahead : next_tile(P, bars, n);
             if (cur.n_tiles < 0) break;
-            if (cur.skip) {
-                if (OVERLAP_TAIL) ahead = tile_state(P, r + 1);
-                continue;
-            }
-            mbar_wait(&bars.q_full[n % Q_STAGES], q_phase(n));
             softmax.init();
             if (cur.n_tiles == 0) {  // sees no key: O = 0, LSE = -inf
                 release(&bars.q_empty[n % Q_STAGES], lane);
@@ -247,7 +240,7 @@ struct Sm90Consumer {
                 softmax.finish(inv, lse, sink_log2_of(p.sinks, cur.c.h));
                 Epilogue::template store_tile<true>(p, o, inv, lse, cur.c, cur.sq, cw, ltid);
                 ++n;
-                if (OVERLAP_TAIL) ahead = tile_state(P, r + 1);
+                if (NEXT_UNDER_TAIL) ahead = next_tile(P, bars, n);
                 continue;
             }
             mbar_wait(&bars.k_full[stage(it)], phase(it));
@@ -296,10 +289,8 @@ struct Sm90Consumer {
             turn_begin(cw);
             issue_pv(o, pk, v_desc(iv), cur.n_tiles > 1);
             turn_end(cw);
-            if constexpr (OVERLAP_TAIL) {  // under the last P V
-                finish_rows(softmax, inv, lse, cur, p);
-                ahead = tile_state(P, r + 1);
-            }
+            if constexpr (OVERLAP_TAIL) finish_rows(softmax, inv, lse, cur, p);  // under the last P V
+            if constexpr (NEXT_UNDER_TAIL) ahead = next_tile(P, bars, n + 1);
             wgmma_wait<0>();
             fence_operands(flat<D>(o));
             release(&bars.v_empty[stage(iv)], lane);

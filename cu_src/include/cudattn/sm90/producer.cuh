@@ -41,11 +41,13 @@ struct Sm90Producer {
             const SeqSpan sq = seq_span(p, c.b);
             const int m_start = c.m_block * BM;
             if (m_start >= sq.seqlen_q) continue;  // past a shorter sequence's end: no tile
+            const TileRange tiles = key_tiles<BN, CAUSAL, WINDOW>(p, sq, m_start, min(BM, sq.seqlen_q - m_start));
             // Q ring: with two stages, tile nq's Q loads while the consumers still work on tile nq-1.
             const int qs = nq % Q_STAGES;
             if (nq >= Q_STAGES) mbar_wait(&bars.q_empty[qs], ((nq / Q_STAGES) - 1) & 1);
             ++nq;
             if (leader) {
+                bars.tile[qs] = TileMsg{c.b, c.h, c.m_block, tiles.first, tiles.count};  // seen once q_full completes
                 mbar_arrive_expect_tx(&bars.q_full[qs], Q_BYTES);
 #pragma unroll
                 for (int kb = 0; kb < KB; ++kb)
@@ -54,7 +56,6 @@ struct Sm90Producer {
             }
 
             const int hkv = c.h / p.group;
-            const TileRange tiles = key_tiles<BN, CAUSAL, WINDOW>(p, sq, m_start, min(BM, sq.seqlen_q - m_start));
             const int n_tiles = tiles.count;
             const long long vt0 = FP8 ? vt_first_key(p, sq, c.b) : 0;
             for (int j = 0; j < n_tiles; ++j, ++it) {  // from the last key tile (tail, diagonal) down
@@ -84,6 +85,13 @@ struct Sm90Producer {
                     load_v(P, sV + st * V_BYTES, FP8 ? (int)(vt0 + n_start) : sq.k0 + n_start, hkv, c.b * k_b,
                            &bars.v_full[st]);
             }
+        }
+        // No tile left: the consumers learn it from the next Q stage (arrived on, no bytes).
+        const int qs = nq % Q_STAGES;
+        if (nq >= Q_STAGES) mbar_wait(&bars.q_empty[qs], ((nq / Q_STAGES) - 1) & 1);
+        if (leader) {
+            bars.tile[qs] = TileMsg{0, 0, 0, 0, -1};
+            mbar_arrive(&bars.q_full[qs]);
         }
     }
 

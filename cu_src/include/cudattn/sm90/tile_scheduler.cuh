@@ -12,6 +12,15 @@ struct TileCoord {
     int b, h, m_block;
 };
 
+// A tile as the producer names it to the consumers, with its Q stage: its coordinates and its key
+// tiles. The tile order is a chain of integer divisions (~800 cycles a tile, a per-CTA timeline
+// showed); the producer computes it anyway and runs ahead, so the consumers compute none.
+// count < 0: no tile left.
+struct TileMsg {
+    int b, h, m_block;
+    int first, count;  // key tiles first .. first + count - 1 (key_tiles, mask.cuh)
+};
+
 // Round r's tile of this CTA (may be >= the tile count in the last round).
 template <bool CAUSAL>
 __device__ __forceinline__ int tile_of_round(int r) {
