@@ -18,8 +18,9 @@
 // sequence's end and columns past the head dim on load; O is stored from registers, predicated.
 // Q is handed back as soon as a tile's last S = Q K^T has completed, so the producer loads the
 // next tile's Q while the consumers finish the tile. The producer walks the tile order and names
-// each tile to the consumers with its Q stage (TileMsg); with two Q stages the consumers read the
-// next tile's under this one's last P V, beside its normalisation.
+// each tile to the consumers with its Q stage (TileMsg); the consumers compute a tile's
+// normalisation under its last P V, and read the next tile's name there too where registers
+// allow (sm90/consumer.cuh: OVERLAP_TAIL, NEXT_UNDER_TAIL).
 // FP8 (T = e4m3_t): the same pipeline on k = 32 wgmma. e4m3 operands in shared memory must be
 // K-major, so V arrives transposed (Vt: head-dim rows of keys, keys permuted per 32 as fp8.cuh
 // explains) and P goes from the S accumulators to an e4m3 A operand with no lane exchange. The

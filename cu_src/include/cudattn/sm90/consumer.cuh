@@ -223,8 +223,8 @@ struct Sm90Consumer {
         const bool zero_tail = !FP8 && (p.cu_seqlens_k != nullptr || p.kv.seqlens != nullptr || p.kv.block_table != nullptr);
         int it = 0;  // key tiles consumed so far: ring stage and phase
         int n = 0;   // tiles with a Q load (the Q ring's stage and phase), as in produce() (producer.cuh)
-        // The producer names each tile with its Q stage (TileMsg); with two Q stages the next
-        // tile's name is read, and its state computed, under this tile's last P V.
+        // The producer names each tile with its Q stage (TileMsg); where NEXT_UNDER_TAIL holds, the
+        // next tile's name is read, and its state computed, under this tile's last P V.
         Tile ahead = NEXT_UNDER_TAIL ? next_tile(P, bars, 0) : Tile{};  // tile n's, read during tile n-1
         for (;;) {
             const Tile cur = NEXT_UNDER_TAIL ? ahead : next_tile(P, bars, n);

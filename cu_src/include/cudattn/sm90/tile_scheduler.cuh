@@ -1,6 +1,6 @@
 // The Hopper forward kernel's tile scheduler (fwd_sm90.cuh): which (batch, head, query block) tile
-// each CTA of the persistent grid takes in each round. The producer and the consumers of a CTA
-// walk the same sequence of tiles, each computing it from the round number.
+// each CTA of the persistent grid takes in each round. The CTA's producer computes it from the
+// round number and names each tile to the consumers with its Q stage (TileMsg).
 #pragma once
 #include "cudattn/params.cuh"
 
