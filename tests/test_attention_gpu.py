@@ -205,3 +205,60 @@ def test_causal_tile_order_in_sections(section, monkeypatch, kernel_family):
     monkeypatch.setattr(_plan, "_l2_section", lambda problem, l2_bytes, ctas: section)
     check(2, 700, 650, 7, 7, 64, np.float16, causal=True)
     check(2, 300, 300, 7, 7, 128, ml_dtypes.bfloat16, causal=True)
+
+
+def _stream_counters_read_zero() -> int:
+    """Every stream's kept arrival counters, read back after the device is idle: how many blocks
+    (each must read all zeros; asserted here)."""
+    from cuda.bindings import driver
+
+    from cudattn._arrays import stream_memory as _stream_memory
+    from cudattn._runtime import device as _device
+
+    _device.get_device(0)
+    assert driver.cuCtxSynchronize()[0] == driver.CUresult.CUDA_SUCCESS
+    blocks = [b for (dev, _, kind), b in _stream_memory._blocks.items() if kind == _stream_memory._COUNTERS]
+    for b in blocks:
+        host = np.full(b.count, -1, np.int32)
+        assert driver.cuMemcpyDtoH(host.ctypes.data, b.ptr, b.nbytes)[0] == driver.CUresult.CUDA_SUCCESS
+        assert not host.any(), f"a stream's counters left at {host[host != 0][:8]}"
+    return len(blocks)
+
+
+def test_causal_tiles_taken_dynamically_equal_the_fixed_rounds(monkeypatch, kernel_family):
+    """Hopper causal calls take their tiles from a counter of the stream (the dynamic order); the
+    kernel zeroes it again for the next call. Calls back to back on one stream, each into a
+    poisoned output, must all be the fixed rounds' result bit for bit (a tile's arithmetic does
+    not depend on which CTA takes it), and the stream's counters read zero afterwards."""
+    from cudattn._calls import call as _call
+    from cudattn._kernels import attention as _attention
+    from cudattn._kernels import plan as _plan
+
+    rng = np.random.default_rng(next(_seed))
+    qs, ks = _shapes(3, 1500, 1500, 8, 2, 64, "bshd")  # 12 query blocks x 24 heads: over twice the SMs
+    q, k, v = (cudattn.to_device(_rand(rng, s, ml_dtypes.bfloat16)) for s in (qs, ks, ks))
+
+    def run():
+        out = _poisoned_out(qs, ml_dtypes.bfloat16)
+        cudattn.attention(q, k, v, causal=True, out=out)
+        return cudattn.to_host(out)
+
+    dynamic = [run() for _ in range(3)]
+    _stream_counters_read_zero()
+
+    class _NoCounters:  # a null counter: the kernel takes its tiles in fixed rounds
+        @staticmethod
+        def counters(*args, **kwargs):
+            return type("Null", (), {"ptr": 0})()
+
+    monkeypatch.setattr(_call, "_plans", {})
+    monkeypatch.setattr(_plan, "_plans", {})
+    monkeypatch.setattr(_attention, "_stream_memory", _NoCounters)
+    rounds = run()
+    assert not np.isnan(rounds.astype(np.float32)).any()
+    for d in dynamic:
+        assert np.array_equal(d.view(np.uint16), rounds.view(np.uint16))
+    ref = reference.attention(*(cudattn.to_host(x) for x in (q, k, v)), causal=True)
+    naive = reference.attention_naive(*(cudattn.to_host(x) for x in (q, k, v)), causal=True, dtype=ml_dtypes.bfloat16)
+    ok, err, bound = reference.check_close(rounds.astype(np.float64), ref, naive)
+    assert ok, (err, bound)

@@ -130,11 +130,14 @@ def test_sm90_params_struct_matches_header():
     _, headers = _kernels.sources()
     body = headers["cudattn/sm90/params.cuh"].split("struct alignas(64) FwdSm90Params {", 1)[1].split("};", 1)[0]
     body = re.sub(r"//[^\n]*", "", body)
-    assert re.sub(r"\s+", " ", body).strip() == "cudattn::sm90::TmaDescriptor tma_q, tma_k, tma_v; FwdParams p; int l2_section;"
-    assert [f[0] for f in FwdSm90Params._fields_] == ["tma_q", "tma_k", "tma_v", "p", "l2_section", "pad_"]
+    assert re.sub(r"\s+", " ", body).strip() == ("cudattn::sm90::TmaDescriptor tma_q, tma_k, tma_v; FwdParams p; "
+                                                 "int l2_section; int* tile_counter;")
+    assert [f[0] for f in FwdSm90Params._fields_] == ["tma_q", "tma_k", "tma_v", "p", "l2_section", "tile_counter",
+                                                      "pad_"]
     for i, name in enumerate(("tma_q", "tma_k", "tma_v")):
         assert getattr(FwdSm90Params, name).offset == 128 * i
     assert FwdSm90Params.p.offset == 384 and ctypes.sizeof(FwdSm90Params) == 768
+    assert FwdSm90Params.tile_counter.offset == 384 + ctypes.sizeof(FwdParams) + 8
 
 
 def _decode_kernels():

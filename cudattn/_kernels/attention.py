@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 
 from .._arrays import array as _array
+from .._arrays import stream_memory as _stream_memory
 from .._arrays import transfer as _transfer
 from .._runtime import device as _device
 from .._runtime import launch as _launch
@@ -59,9 +60,20 @@ def run_device(problem, qa, ka, va, oa, device, device_id, sref):
         vt = _fp8.transpose_v(problem, va.ptr, props, device, sref) if fp8_v else None
         params = _plan.make_params(problem, plan, qa.ptr, ka.ptr, va.ptr if vt is None else vt.ptr, oa.ptr, lse_ptr,
                                    o_geom)
-        _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
+        _launch_prefill(plan, kernel, params, props, sref)
         del vt
     return (oa, lse) if problem.return_lse else oa
+
+
+def _launch_prefill(plan, kernel, params, props, sref) -> None:
+    """Queue the prefill kernel. A causal Hopper call takes its tiles in the dynamic order
+    (sm90/tile_scheduler.cuh): from two of the stream's zeroed counters, which it leaves zeroed."""
+    counters = None
+    if plan.variant.causal and plan.variant.family == "sm90":
+        counters = _stream_memory.counters(props.device_id, sref.handle, 2, sref.obj)
+        params.tile_counter = counters.ptr
+    _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
+    del counters  # held until the launch is queued
 
 
 def _run_empty(problem, oa, device, sref):
@@ -113,6 +125,6 @@ def run_varlen(problem, qa, ka, va, oa, cu_q, cu_k, device, device_id, sref):
         vt = _fp8.transpose_v(problem, va.ptr, props, device, sref) if fp8_v else None
         params = _plan.make_params(problem, plan, qa.ptr, ka.ptr, va.ptr if vt is None else vt.ptr, oa.ptr,
                                    0 if lse is None else lse.ptr, o_geom)
-        _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
+        _launch_prefill(plan, kernel, params, props, sref)
         del vt
     return (oa, lse) if problem.return_lse else oa

@@ -62,13 +62,15 @@ _TensorMap = ctypes.c_uint8 * 128
 
 class FwdSm90Params(ctypes.Structure):
     """`FwdSm90Params` of cu_src/include/cudattn/sm90/params.cuh: three TMA maps (each at a 64-byte
-    offset), the shared FwdParams, padded to the C struct's 64-byte alignment."""
+    offset), the shared FwdParams, the causal tile order's section and counter, padded to the C
+    struct's 64-byte alignment."""
 
     _fields_ = [
         ("tma_q", _TensorMap), ("tma_k", _TensorMap), ("tma_v", _TensorMap),
         ("p", FwdParams),
         ("l2_section", _c_i32),
-        ("pad_", ctypes.c_uint8 * (-(3 * 128 + ctypes.sizeof(FwdParams) + 4) % 64)),
+        ("tile_counter", _c_ptr),  # after 4 bytes of alignment
+        ("pad_", ctypes.c_uint8 * (-(3 * 128 + ctypes.sizeof(FwdParams) + 16) % 64)),
     ]
 
 

@@ -10,4 +10,5 @@ struct alignas(64) FwdSm90Params {
     cudattn::sm90::TmaDescriptor tma_q, tma_k, tma_v;
     FwdParams p;
     int l2_section;  // causal tile order: (batch, head) pairs per L2-sized section (sm90/tile_scheduler.cuh)
+    int* tile_counter;  // causal: two zeroed ints for the dynamic tile order (tile_scheduler.cuh); null: rounds
 };

@@ -34,8 +34,13 @@ struct Sm90Producer {
         const int page_rows = paged ? paged_box_rows(p.kv.page_size) : BN;
         int it = 0;  // K/V tiles loaded so far by this CTA: ring stage and phase
         int nq = 0;  // tiles whose Q was loaded (the Q ring's stage and phase)
+        int* const counter = CAUSAL ? P.tile_counter : nullptr;  // causal: the dynamic order
+        int t = blockIdx.x;  // (either order: a CTA's first tile is its own)
         for (int n = 0;; ++n) {
-            const int t = tile_of_round<CAUSAL>(n);
+            if (counter == nullptr)
+                t = tile_of_round<CAUSAL>(n);
+            else if (n > 0)
+                t = __shfl_sync(0xffffffffu, leader ? take_tile(counter) : 0, 0);
             if (t >= total) break;
             const TileCoord c = tile_at<CAUSAL>(t, p, P.l2_section);
             const SeqSpan sq = seq_span(p, c.b);
@@ -92,6 +97,7 @@ struct Sm90Producer {
         if (leader) {
             bars.tile[qs] = TileMsg{0, 0, 0, 0, -1};
             mbar_arrive(&bars.q_full[qs]);
+            if (counter != nullptr) tiles_taken(counter);
         }
     }
 
