@@ -72,6 +72,8 @@ def _temporary_files_removed(tmp_path_factory, request):
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU (skipped, never faked, where none is present)")
     config.addinivalue_line("markers", "slow: a long property-based run (left out by default; -m slow runs it)")
+    config.addinivalue_line("markers", "solo: needs the GPU to itself (fills its memory, or reads device-wide "
+                                       "figures); skipped in parallel (-n) runs, which share the GPU among workers")
     config.addinivalue_line("markers", "compile: builds every kernel of three archs with NVRTC (left out by default; "
                                        "-m compile runs it)")
     # Parallel runs (pytest-xdist, -n): one BLAS thread a worker. The float64 references multiply
@@ -109,6 +111,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "kernel_cache" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.compile)
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the other workers' memory would count as this test's
+        solo = pytest.mark.skip(reason="needs the GPU to itself: run it without -n")
+        for item in items:
+            if item.get_closest_marker("solo") is not None:
+                item.add_marker(solo)
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if gpu_items and not gpu_available():
         skip = pytest.mark.skip(reason="no CUDA device available")

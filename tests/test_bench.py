@@ -5,6 +5,7 @@ test_bench_report.py, real rows on the GPU in test_bench_gpu.py.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 
@@ -144,6 +145,37 @@ def test_as_called_back_to_back_is_per_call_with_no_sync_inside(monkeypatch):
     assert log == one + one
     fields = ascalled.measure(lambda i: None, 3, iters=5, warmup=0, tag="_torch")
     assert set(fields) == {"as_called_torch_ms", "as_called_torch_p90_ms", "back_to_back_torch_ms"}
+
+
+def test_as_called_interleaved_takes_turns_inside_each_scope(monkeypatch):
+    """Calls compared on one row are timed in turns, ROUNDS rounds of a third of the samples each,
+    every turn inside the entry's own scope: a drift over the row falls on all of them alike."""
+    log = []
+    monkeypatch.setattr(ascalled, "_launch", _FakeLaunch(log))
+
+    @contextlib.contextmanager
+    def scope(name):
+        log.append(("enter", name))
+        yield
+        log.append(("exit", name))
+
+    entries = [(lambda i, n=n: log.append(("call", n)), lambda n=n: scope(n)) for n in ("a", "b")]
+    figs = ascalled.interleaved(entries, 5, iters=6, warmup=0, tags=["", "_torch"])
+    turns = [e[1] for e in log if e[0] == "enter"]
+    assert turns == ["a", "b"] * ascalled.ROUNDS
+    inside = []
+    for e in log:  # every call inside its own entry's scope
+        if e[0] == "enter":
+            inside.append(e[1])
+        elif e[0] == "exit":
+            inside.pop()
+        elif e[0] == "call":
+            assert inside == [e[1]]
+    calls_a = sum(1 for e in log if e == ("call", "a"))
+    # 6 samples over 3 rounds, a batch a round, and one call to warm each later turn
+    assert calls_a == ascalled.ROUNDS * (2 + ascalled.BATCH) + ascalled.ROUNDS - 1
+    assert set(figs[0]) == {"as_called_ms", "as_called_p90_ms", "back_to_back_ms"}
+    assert set(figs[1]) == {"as_called_torch_ms", "as_called_torch_p90_ms", "back_to_back_torch_ms"}
 
 
 class _FakeGpu:

@@ -244,9 +244,13 @@ class _FakeSession:
         ms = self._one(fn)
         return Timing(ms, ms, 1)
 
-    def as_called(self, fn, tag=""):
-        ms = self._one(fn) + 0.5  # as called: the host's time on top
-        return {f"as_called{tag}_ms": ms, f"as_called{tag}_p90_ms": ms, f"back_to_back{tag}_ms": ms - 0.25}
+    def as_called(self, entries, tags):
+        out = []
+        for (fn, scope), tag in zip(entries, tags):
+            with scope():  # each call inside its own scope (a peer's backend), as in the real turns
+                ms = self._one(fn) + 0.5  # as called: the host's time on top
+            out.append({f"as_called{tag}_ms": ms, f"as_called{tag}_p90_ms": ms, f"back_to_back{tag}_ms": ms - 0.25})
+        return out
 
 
 CASE = grids.Case("bfloat16", 2, 4, 2, 64, 64, 32, True, op="backward")
@@ -331,5 +335,6 @@ def test_runner_time_peer_keeps_a_refusal_as_n_a():
     def refuse():
         raise RuntimeError("")
 
-    runner.time_peer(row, "cudnn", CASE, s, refuse, contextlib.nullcontext())
-    assert row["impls"]["cudnn"] == {"error": "RuntimeError"} and row["ratio"] == {}
+    later = runner.AsCalled()
+    runner.time_peer(row, "cudnn", CASE, s, refuse, contextlib.nullcontext, later)
+    assert row["impls"]["cudnn"] == {"error": "RuntimeError"} and row["ratio"] == {} and not later.entries

@@ -4,6 +4,7 @@ pool given back) and tensors of more than 2**31 elements.
 
 from __future__ import annotations
 
+import gc
 import math
 
 import numpy as np
@@ -13,7 +14,7 @@ import cudattn
 from cudattn import reference
 from _reliability_cases import FP8, _inputs, _seed
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.solo]  # fills the GPU, or reads its free memory
 
 
 # ---------------------------------------------------------------------- out of memory
@@ -40,6 +41,7 @@ def test_out_of_memory_mid_call_leaks_nothing_and_the_next_call_works():
 
     rng = np.random.default_rng(next(_seed))
     q, k, v = _inputs(rng, 8, 4096, 4096, 16, 128, np.float16)  # 128 MiB each; out too
+    gc.collect()  # earlier tests' arrays in reference cycles: freed now, not during the count
     _launch.synchronize()
     base = _pool_used()
     hog, chunk = [], 64 << 20

@@ -48,6 +48,7 @@ def test_load_four_threads_cold_cache():
     assert res.compiles and res.cache_entries, "a cold start must compile and write the kernels"
 
 
+@pytest.mark.solo  # judges the device's memory in use, which other processes move
 def test_short_soak():
     res = _soak.run_soak(300, problems=12, out=lambda s: None)
     assert res.ok, _soak.summary(res)

@@ -8,10 +8,14 @@ end event only after the host has got through the call and the GPU through its k
   host is slower than the kernel, as it is for small problems);
 - ``back_to_back``: ``batch`` calls queued with no sync between them, per call; the host's time
   of later calls overlaps the GPU's work of earlier ones, as in a loop of calls.
+
+Calls compared with each other (cudattn and its peers on one row) are timed in turns
+(`interleaved`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 
 from .._runtime import launch as _launch
@@ -22,8 +26,8 @@ BATCH = 10  # calls per back-to-back sample: few enough never to fill the launch
 
 
 @restores_caller_context
-def single(fn, stream_handle: int, *, iters: int = 30, warmup: int = 3) -> Timing:
-    """Events around ``fn(i)`` alone, ``i`` = 0..iters-1, the stream drained before each."""
+def samples(fn, stream_handle: int, *, iters: int = 30, warmup: int = 3) -> list[float]:
+    """Events around ``fn(i)`` alone, ``i`` = 0..iters-1, the stream drained before each: ms each."""
     for i in range(warmup):
         fn(i)
     start, end = _launch.Event(stream_handle), _launch.Event(stream_handle)  # reused: elapsed_ms waits for each pair
@@ -34,6 +38,12 @@ def single(fn, stream_handle: int, *, iters: int = 30, warmup: int = 3) -> Timin
         fn(i)
         end.record(stream_handle)
         ms.append(_launch.elapsed_ms(start, end))
+    return ms
+
+
+def single(fn, stream_handle: int, *, iters: int = 30, warmup: int = 3) -> Timing:
+    """`samples`' median and 90th percentile."""
+    ms = samples(fn, stream_handle, iters=iters, warmup=warmup)
     return Timing(statistics.median(ms), percentile(ms, 90), len(ms))
 
 
@@ -56,6 +66,27 @@ def back_to_back(fn, stream_handle: int, *, batch: int = BATCH, repeats: int = 3
 
 def measure(fn, stream_handle: int, *, iters: int = 30, warmup: int = 3, tag: str = "") -> dict:
     """Both ways, as row fields: ``as_called{tag}_ms`` (and its p90), ``back_to_back{tag}_ms``."""
-    t = single(fn, stream_handle, iters=iters, warmup=warmup)
-    b2b = back_to_back(fn, stream_handle, repeats=max(3, iters // BATCH), warmup=0)
-    return {f"as_called{tag}_ms": t.median_ms, f"as_called{tag}_p90_ms": t.p90_ms, f"back_to_back{tag}_ms": b2b}
+    return interleaved([(fn, contextlib.nullcontext)], stream_handle, iters=iters, warmup=warmup, tags=[tag])[0]
+
+
+ROUNDS = 3  # turns each call gets in `interleaved`
+
+
+def interleaved(entries: list, stream_handle: int, *, iters: int = 30, warmup: int = 3, tags=None) -> list[dict]:
+    """`measure` for several calls whose figures will be compared: ``entries`` = ``(fn, scope)``
+    pairs (``scope()``: a context manager entered around each turn, as the caller would hold it),
+    timed in turns, ROUNDS rounds of a third of the samples each, so that a drift of the GPU's
+    clocks over the seconds of a row (seen: 470 -> 545 us for one 4096-key causal call within
+    half a second of back-to-back rows) falls on every entry alike instead of on whichever comes
+    last. Returns each entry's fields (``tags[i]`` in their names)."""
+    tags = tags or [""] * len(entries)
+    per_round = max(1, -(-iters // ROUNDS))
+    single_ms = [[] for _ in entries]
+    b2b_ms = [[] for _ in entries]
+    for r in range(ROUNDS):
+        for j, (fn, scope) in enumerate(entries):
+            with scope():
+                single_ms[j] += samples(fn, stream_handle, iters=per_round, warmup=warmup if r == 0 else 1)
+                b2b_ms[j].append(back_to_back(fn, stream_handle, repeats=1, warmup=0))
+    return [{f"as_called{t}_ms": statistics.median(ms), f"as_called{t}_p90_ms": percentile(ms, 90),
+             f"back_to_back{t}_ms": statistics.median(b)} for t, ms, b in zip(tags, single_ms, b2b_ms)]

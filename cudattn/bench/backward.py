@@ -56,31 +56,38 @@ def run_case(case: Case, s: runner.Session) -> list[dict]:
 
     calls = {"backward": (backward(False), bsets), "backward det": (backward(True), bsets), "train step": (train, sets)}
     checks = _checks(case, s, host, dout, bsets[0], sets[0])
-    rows = []
+    rows, later = [], []
     for op, (call, op_sets) in calls.items():
         row = runner.new_row(cases[op])
         row["check"] = checks[op]
-        row["impls"]["cudattn"] = runner.time_ours(cases[op], s, call, op_sets)
+        later.append(runner.AsCalled())
+        row["impls"]["cudattn"] = runner.time_ours(cases[op], s, call, op_sets, later[-1])
         row["sets"] = len(sets)
         rows.append(row)
     if s.peers is not None:
-        _peers(rows, cases, s, sets)
+        _peers(rows, cases, s, sets, later)
+    else:
+        for row, row_later in zip(rows, later):
+            row_later.time(row, s)
     del sets, bsets
     gc.collect()
     return rows
 
 
-def _peers(rows: list[dict], cases: dict, s: runner.Session, sets: list) -> None:
-    """Each peer's figures into the rows (torch copies of the sets, given back at the end)."""
+def _peers(rows: list[dict], cases: dict, s: runner.Session, sets: list, later: list) -> None:
+    """Each peer's figures into the rows, each row's as-called figures timed in turns after its
+    GPU times (torch copies of the sets, given back at the end)."""
     why = s.peers.skip_reason(cases["backward"])
     tsets = None if why else [s.peers.grad_tensors(x) for x in sets]
-    for row, (op, case) in zip(rows, cases.items()):
+    for row, row_later, (op, case) in zip(rows, later, cases.items()):
         for name in BACKENDS:
             if why:
                 row["impls"][name] = {"error": why}
                 continue
             make = functools.partial(s.peers.backward, case, tsets, train=op == "train step")
-            runner.time_peer(row, name, case, s, make, s.peers.scope(name, deterministic=op == "backward det"))
+            scope = functools.partial(s.peers.scope, name, deterministic=op == "backward det")
+            runner.time_peer(row, name, case, s, make, scope, row_later)
+        row_later.time(row, s)
     del tsets
     s.peers.torch.cuda.empty_cache()  # give the peers' copies back before the next case
 

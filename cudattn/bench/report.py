@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from .ascalled import BATCH
+from .ascalled import BATCH, ROUNDS
 from .grids import BACKWARD_OPS, OVERHEAD_SEQLENS
 from .overhead import CALLS, MIN_CALLS, REPEATS
 from .peers import BACKENDS
@@ -161,7 +161,9 @@ def markdown(report: dict, command: str, plot_name: str | None = None) -> str:
                f"2·max|naive - ref| + 1e-5)",
                "- as called: CUDA events around one call on a stream left idle before it (the host's time of "
                "the call included), median of the same count; back to back: events around "
-               f"{BATCH} calls queued without a sync, per call (the host's time overlaps the GPU's)"]
+               f"{BATCH} calls queued without a sync, per call (the host's time overlaps the GPU's); a row's "
+               f"calls (cudattn, cudattn with torch tensors, each peer) timed as called in turns, "
+               f"{ROUNDS} rounds of a third of the samples, so that a drift of the clocks falls on all alike"]
     if set(kinds) & set(BACKWARD_OPS):
         md.append(_BACKWARD_METHOD)
     md.append("")

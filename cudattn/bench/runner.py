@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 
@@ -33,9 +34,11 @@ class Session:
     def time(self, fn) -> timing.Timing:
         return timing.gpu_time(fn, self.stream_handle, self.device_id, iters=self.iters, warmup=self.warmup)
 
-    def as_called(self, fn, tag: str = "") -> dict:
-        """``fn`` timed as called (ascalled), on the session's stream; ``fn`` is warm already."""
-        return ascalled.measure(fn, self.stream_handle, iters=self.iters, warmup=min(self.warmup, 2), tag=tag)
+    def as_called(self, entries: list, tags: list) -> list[dict]:
+        """``entries`` (``(fn, scope)``, each ``fn`` warm already) timed as called in turns
+        (`ascalled.interleaved`), on the session's stream."""
+        return ascalled.interleaved(entries, self.stream_handle, iters=self.iters, warmup=min(self.warmup, 2),
+                                    tags=tags)
 
 
 def throughput(case: Case, ms: float) -> dict:
@@ -59,44 +62,65 @@ def new_row(case: Case) -> dict:
             "ratio_back_to_back": {}, "ratio_as_called_torch": {}}
 
 
-def time_ours(case: Case, s: Session, call, sets: list) -> dict:
+class AsCalled:
+    """A row's calls to be timed as called, collected while their GPU times are measured, then
+    timed in turns (`time`) so that the row's ratios compare figures of the same seconds."""
+
+    def __init__(self):
+        self.entries: list = []  # (impl, tag, fn, scope factory)
+
+    def add(self, impl: str, fn, scope=contextlib.nullcontext, tag: str = "") -> None:
+        self.entries.append((impl, tag, fn, scope))
+
+    def time(self, row: dict, s: Session) -> None:
+        """Time the calls and put their figures, and each peer's as-called ratios, into ``row``."""
+        if not self.entries:
+            return
+        figures = s.as_called([(fn, scope) for _, _, fn, scope in self.entries], [t for _, t, _, _ in self.entries])
+        for (impl, _, _, _), fig in zip(self.entries, figures):
+            row["impls"][impl].update(fig)
+        self.entries.clear()
+        ours = row["impls"]["cudattn"]
+        for name, res in row["impls"].items():  # peer ms / cudattn ms: >1 means cudattn is faster
+            if name == "cudattn" or "as_called_ms" not in res:
+                continue
+            row["ratio_as_called"][name] = res["as_called_ms"] / ours["as_called_ms"]
+            row["ratio_back_to_back"][name] = res["back_to_back_ms"] / ours["back_to_back_ms"]
+            if "as_called_torch_ms" in ours:
+                row["ratio_as_called_torch"][name] = res["as_called_ms"] / ours["as_called_torch_ms"]
+
+
+def time_ours(case: Case, s: Session, call, sets: list, later: AsCalled) -> dict:
     """cudattn's figures of a row: ``call(st, stream)`` (``stream`` defaults to the session's) over the
-    rotated ``sets``, on the GPU (with its throughput and % of ceiling) and as called; where torch runs,
-    also as called with torch views of the same sets on the peers' stream (what a torch user sees)."""
+    rotated ``sets``, on the GPU (with its throughput and % of ceiling); timed as called through
+    ``later``, and where torch runs also as called with torch views of the same sets on the peers'
+    stream (what a torch user sees)."""
     n = len(sets)
     t = s.time(lambda i: call(sets[i % n]))
     ours = {**t.as_dict(), **throughput(case, t.median_ms)}
     ours["pct_of_ceiling"] = _percent_of_ceiling(case, ours, s.ceilings)
-    ours.update(s.as_called(lambda i: call(sets[i % n])))
+    later.add("cudattn", lambda i: call(sets[i % n]))
     if s.peers is not None and case.dtype != FP8:
         tours = [tuple(s.peers.torch.from_dlpack(a) for a in st) for st in sets]
-        with s.peers.scope():
-            ours.update(s.as_called(lambda i: call(tours[i % n], s.peers.stream), tag="_torch"))
-        del tours
+        later.add("cudattn", lambda i: call(tours[i % n], s.peers.stream), s.peers.scope, tag="_torch")
     return ours
 
 
-def time_peer(row: dict, name: str, case: Case, s: Session, make, scope) -> None:
-    """Peer ``name``'s figures into ``row``: inside ``scope`` (a context manager, entered once: a torch
+def time_peer(row: dict, name: str, case: Case, s: Session, make, scope, later: AsCalled) -> None:
+    """Peer ``name``'s figures into ``row``: inside ``scope()`` (a context manager, entered once: a torch
     user pays no context per call), ``fn = make()`` and ``fn(i)`` (call i, on the peers' stream) timed
-    on the GPU and as called; then its ratios to cudattn's figures in ``row``. A backend that refuses
+    on the GPU, and its ratio to cudattn's; timed as called through ``later``. A backend that refuses
     the case (RuntimeError, from ``make`` or a call) leaves its error, shown as n/a."""
-    ours = row["impls"]["cudattn"]
     try:
-        with scope:
+        with scope():
             fn = make()
             pt = s.time(fn)
-            res = {**pt.as_dict(), **throughput(case, pt.median_ms), **s.as_called(fn)}
     except RuntimeError as e:  # backend does not support this case
         row["impls"][name] = {"error": (str(e).strip().splitlines() or [type(e).__name__])[0][:200]}
         return
-    row["impls"][name] = res
-    # peer ms / cudattn ms: >1 means cudattn is faster, for each way of timing
-    row["ratio"][name] = res["median_ms"] / ours["median_ms"]
-    row["ratio_as_called"][name] = res["as_called_ms"] / ours["as_called_ms"]
-    row["ratio_back_to_back"][name] = res["back_to_back_ms"] / ours["back_to_back_ms"]
-    if "as_called_torch_ms" in ours:
-        row["ratio_as_called_torch"][name] = res["as_called_ms"] / ours["as_called_torch_ms"]
+    row["impls"][name] = {**pt.as_dict(), **throughput(case, pt.median_ms)}
+    row["ratio"][name] = pt.median_ms / row["impls"]["cudattn"]["median_ms"]  # >1: cudattn is faster
+    later.add(name, fn, scope)
 
 
 def run_case(case: Case, s: Session) -> dict:
@@ -117,8 +141,8 @@ def run_case(case: Case, s: Session) -> dict:
     row["check"] = check.check_output(case, *host, to_host(_poison_and_call(call, ours_sets[0], case, h), stream=h),
                                       s.rng)
 
-    ours = time_ours(case, s, call, ours_sets)
-    row["impls"]["cudattn"] = ours
+    later = AsCalled()
+    row["impls"]["cudattn"] = time_ours(case, s, call, ours_sets, later)
     row["sets"] = len(sets)
 
     if s.peers is not None:
@@ -129,7 +153,9 @@ def run_case(case: Case, s: Session) -> dict:
                 row["impls"][name] = {"error": why}
                 continue
             make = functools.partial(_sdpa_calls, s.peers.bare(case), tsets)
-            time_peer(row, name, case, s, make, s.peers.scope(name))
+            time_peer(row, name, case, s, make, functools.partial(s.peers.scope, name), later)
+    later.time(row, s)
+    if s.peers is not None:
         del tsets
         s.peers.torch.cuda.empty_cache()  # give the peers' copies back before the next case
     del sets, ours_sets
