@@ -162,7 +162,7 @@ def markdown(report: dict, command: str, plot_name: str | None = None) -> str:
                "- as called: CUDA events around one call on a stream left idle before it (the host's time of "
                "the call included), median of the same count; back to back: events around "
                f"{BATCH} calls queued without a sync, per call (the host's time overlaps the GPU's); a row's "
-               f"calls (cudattn, cudattn with torch tensors, each peer) timed as called in turns, "
+               f"calls (cudattn, also with torch operands, and each peer) timed as called in turns, "
                f"{ROUNDS} rounds of a third of the samples, so that a drift of the clocks falls on all alike"]
     if set(kinds) & set(BACKWARD_OPS):
         md.append(_BACKWARD_METHOD)
