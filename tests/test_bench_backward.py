@@ -338,3 +338,33 @@ def test_runner_time_peer_keeps_a_refusal_as_n_a():
     later = runner.AsCalled()
     runner.time_peer(row, "cudnn", CASE, s, refuse, contextlib.nullcontext, later)
     assert row["impls"]["cudnn"] == {"error": "RuntimeError"} and row["ratio"] == {} and not later.entries
+
+
+def test_as_called_turns_keep_a_peer_that_raises_as_its_error():
+    """A peer that raises RuntimeError while timed as called (out of memory, say) leaves its error in
+    the row and no as-called ratio; cudattn's figures and the other peers' stand."""
+    gpu = _FakeGpu.__new__(_FakeGpu)
+    gpu.cost = 0.0
+    s = _FakeSession(gpu)
+    row = runner.new_row(CASE)
+    row["impls"]["cudattn"] = {"median_ms": 1.0}
+    row["impls"]["cudnn"] = {"median_ms": 2.0}
+    row["impls"]["flash"] = {"median_ms": 3.0}
+    later = runner.AsCalled()
+
+    def ours(i):
+        gpu.cost += 1.0
+
+    def flash(i):
+        gpu.cost += 3.0
+
+    def cudnn(i):
+        raise RuntimeError("CUDA out of memory. Tried to allocate\nmore")
+
+    later.add("cudattn", ours)
+    later.add("cudnn", cudnn)
+    later.add("flash", flash)
+    later.time(row, s)
+    assert row["impls"]["cudnn"] == {"median_ms": 2.0, "as_called_error": "CUDA out of memory. Tried to allocate"}
+    assert row["impls"]["cudattn"]["as_called_ms"] == 1.5 and row["impls"]["flash"]["as_called_ms"] == 3.5
+    assert row["ratio_as_called"] == {"flash": 3.5 / 1.5} and not later.entries

@@ -26,6 +26,7 @@ class _FakeDriver:
 
     def __init__(self):
         self.log = []
+        self.ids = {}
 
     def cuMemsetD32Async(self, ptr, value, count, stream):
         self.log.append(("memset", ptr, value, count, stream))
@@ -38,6 +39,10 @@ class _FakeDriver:
     def cuStreamSynchronize(self, stream):
         self.log.append(("sync", stream))
         return (0,)
+
+    def cuStreamGetId(self, stream):  # a destroyed stream's handle given to a new stream: a new id
+        self.log.append(("id", stream))
+        return (0, self.ids.get(stream, stream + 7))
 
 
 @pytest.fixture
@@ -61,6 +66,8 @@ def fake(monkeypatch):
     monkeypatch.setattr(sm, "_retired", [])
     monkeypatch.setattr(sm, "_workspace_bytes", {})
     monkeypatch.setattr(_stream, "_default_stream_ref", lambda d: types.SimpleNamespace(handle=LIBRARY_STREAM))
+    # the streams these tests name stay the same streams (bare handles that may not: below)
+    monkeypatch.setattr(_stream, "LASTING_STREAMS", {1, CALL_STREAM, OTHER_STREAM, LIBRARY_STREAM})
     return state
 
 
@@ -238,3 +245,36 @@ def test_a_block_the_full_table_retired_meanwhile_is_not_retired_twice(fake, mon
     sm.release(0)
     frees = [x[1] for x in fake.drv.log if x[0] == "free"]
     assert frees.count(a.ptr) == 1, "a block was freed twice"
+
+
+def test_a_bare_handle_is_told_apart_by_its_stream_id(fake):
+    """A handle with no owner that is not lasting may be destroyed while its kernels run and handed
+    to a new stream: the new stream (another id) gets blocks of its own, never the old one's."""
+    bare = 0x4000
+    a = sm.counters(0, bare, 10)
+    w = sm.workspace(0, bare, 1000)
+    assert sm.counters(0, bare, 10) is a and sm.workspace(0, bare, 1000) is w  # the same stream
+    fake.drv.ids[bare] = 12345  # destroyed; the handle now names a new stream
+    b = sm.counters(0, bare, 10)
+    assert b is not a and b.ptr != a.ptr and sm.workspace(0, bare, 1000) is not w
+    assert ("memset", b.ptr, 0, b.count, bare) in fake.drv.log
+    assert not sm._retired, "the old stream's blocks stay its own (its kernels may still run)"
+
+
+def test_a_handle_with_an_owner_or_a_lasting_one_asks_no_id(fake):
+    owner = object()
+    sm.counters(0, 0x5000, 10, owner)  # the owner keeps its stream (and handle) alive
+    sm.counters(0, CALL_STREAM, 10)
+    assert not [x for x in fake.drv.log if x[0] == "id"]
+
+
+def test_optional_counters_are_none_while_the_stream_captures(fake):
+    """Counters a kernel can do without are a null address in a graph: no memory node, no memset."""
+    fake.capturing.add(CALL_STREAM)
+    assert sm.counters(0, CALL_STREAM, 2, optional=True).ptr == 0
+    assert not fake.allocs and not fake.drv.log
+    fake.capturing.clear()
+    assert sm.counters(0, CALL_STREAM, 2, optional=True).ptr != 0  # eager: the stream's
+    with _recording.Recorder(3, _recording.BASES[0]) as rec:
+        p = sm.counters(0, CALL_STREAM, 2, optional=True)
+    assert p.ptr != 0 and rec.allocations == [((2,), _recording.OPTIONAL_COUNTERS, None)]

@@ -10,7 +10,8 @@ then, once), and reused by every later call on the stream with no allocation, fr
 (A workspace that one kernel of a call writes and a later kernel reads is the call's own: another
 thread's call on the same stream could run between them; `_calls.replay` asks for a kept workspace only
 for single-launch calls.) Streams never share a block (calls on different streams may run at
-once); the per-thread default stream (handle 2, a different stream in each thread) keeps none.
+once; a bare handle that may come to name another stream is told apart by the stream's id too:
+`_key`); the per-thread default stream (handle 2, a different stream in each thread) keeps none.
 Workspaces are kept only while they are small: one of more than `WORKSPACE_KEPT_MAX` bytes, or
 one that would take the device's kept workspaces (retired ones included) past
 `WORKSPACE_BUDGET`, is the call's own (allocated and freed stream-ordered, as other arrays), so
@@ -26,7 +27,8 @@ table, so its handle cannot pass to another stream meanwhile (a retired block le
 
 While a stream captures a CUDA graph (asked of the driver at each call), both are the graph's
 own: graph memory nodes (the counters zeroed by a memset node), so that replays of the graph
-share nothing with eager calls.
+share nothing with eager calls; counters a kernel can do without (the Hopper prefill's causal tile
+order) are then none at all.
 """
 
 from __future__ import annotations
@@ -75,29 +77,36 @@ class _Placeholder:
         self.ptr = ptr
 
 
-_blocks: dict[tuple[int, int, int], _Kept] = {}
+_NULL = _Placeholder(0)  # no counters: a null address (`counters` with optional=True)
+_blocks: dict[tuple, _Kept] = {}  # (device id, stream, kind[, stream id]) -> its block (`_key`)
 _retired: list[_Kept] = []
 _workspace_bytes: dict[int, int] = {}  # device id -> bytes of its workspaces, kept or retired
 _grow_lock = threading.Lock()  # the table's changes and the budget's count (not the lookups)
 
 
-def counters(device_id: int, stream: int, count: int, keep: object = None, capturing: bool | None = None):
+def counters(device_id: int, stream: int, count: int, keep: object = None, capturing: bool | None = None,
+             optional: bool = False):
     """An object whose ``ptr`` addresses ``count`` zeroed int32 counters for a kernel on ``stream``;
     hold it until the launch is queued. ``capturing``: whether ``stream`` captures a graph, where the
-    caller asked already (None: asked here)."""
+    caller asked already (None: asked here). ``optional``: the kernel can do without (a null
+    ``ptr``), as it does while the stream captures a graph, whose counters would be memory nodes
+    (an allocation, a memset and a free in the graph, and the limits such graphs carry)."""
     rec = _recording.current() if _recording.active else None
     if rec is not None:
-        return _Placeholder(rec.counters(count))
+        return _Placeholder(rec.counters(count, optional))
     if capturing is None:
         capturing = _stream.is_capturing(stream)
+    if capturing and optional:
+        return _NULL
     if stream == _PER_THREAD or capturing:  # the call's own (in a graph: a memory
         block = _alloc.allocate(device_id, 4 * count, stream, keep)  # node, zeroed by a memset node)
         _zero(block.ptr, count, stream)
         return block
-    entry = _blocks.get((device_id, stream, _COUNTERS))
+    key = _key(device_id, stream, _COUNTERS, keep)
+    entry = _blocks.get(key)
     if entry is None or entry.nbytes < 4 * count:
         n = max(count, _MIN_COUNTERS, 0 if entry is None else 2 * entry.count)
-        entry = _grow(device_id, stream, _COUNTERS, 4 * n, keep)
+        entry = _grow(key, device_id, stream, 4 * n, keep)
     return entry
 
 
@@ -109,7 +118,8 @@ def workspace(device_id: int, stream: int, nbytes: int, keep: object = None, cap
         capturing = _stream.is_capturing(stream)
     if nbytes > WORKSPACE_KEPT_MAX or stream == _PER_THREAD or capturing:
         return _alloc.allocate(device_id, nbytes, stream, keep)  # the call's own (in a graph: a node)
-    entry = _blocks.get((device_id, stream, _WORKSPACE))
+    key = _key(device_id, stream, _WORKSPACE, keep)
+    entry = _blocks.get(key)
     if entry is None or entry.nbytes < nbytes:
         n = max(-(-nbytes // _MIN_WORKSPACE) * _MIN_WORKSPACE, 0 if entry is None else 2 * entry.nbytes)
         n = min(n, WORKSPACE_KEPT_MAX)  # whole units of the least size (the cap is one too)
@@ -118,7 +128,7 @@ def workspace(device_id: int, stream: int, nbytes: int, keep: object = None, cap
                 return _alloc.allocate(device_id, nbytes, stream, keep)
             _workspace_bytes[device_id] = _workspace_bytes.get(device_id, 0) + n
         try:
-            entry = _grow(device_id, stream, _WORKSPACE, n, keep)
+            entry = _grow(key, device_id, stream, n, keep)
         except BaseException:  # nothing was kept (out of memory): nothing counts
             with _grow_lock:
                 _workspace_bytes[device_id] -= n
@@ -126,16 +136,28 @@ def workspace(device_id: int, stream: int, nbytes: int, keep: object = None, cap
     return entry
 
 
-def _grow(device_id: int, stream: int, kind: int, n: int, keep) -> _Kept:
-    """A new block of ``n`` bytes for ``stream``, in the table in place of the one it outgrows."""
+def _key(device_id: int, stream: int, kind: int, keep: object) -> tuple:
+    """The table's key for ``stream``'s block of ``kind``. A bare handle (no owner object here) of
+    a stream that is not lasting may be destroyed while its kernels run and handed to a new stream,
+    and the handle 0 is a different stream in each thread where cuda-python maps it to the
+    per-thread stream: such handles are told apart by the driver's stream id as well, which no
+    other stream of the process ever gets, so that two streams never share counters or a
+    workspace (one driver query a call)."""
+    if keep is None and stream not in _stream.LASTING_STREAMS:
+        return (device_id, stream, kind, check(driver.cuStreamGetId(stream), "cuStreamGetId"))
+    return (device_id, stream, kind)
+
+
+def _grow(key: tuple, device_id: int, stream: int, n: int, keep) -> _Kept:
+    """A new block of ``n`` bytes for ``stream`` under ``key`` (`_key`), in the table in place of
+    the one it outgrows."""
     fresh = _Kept(_raw_alloc(device_id, n, stream), n, device_id, keep)
-    if kind == _COUNTERS:
+    if key[2] == _COUNTERS:
         try:
             _zero(fresh.ptr, n // 4, stream)
         except BaseException:
             _retire(fresh)
             raise
-    key = (device_id, stream, kind)
     with _grow_lock:
         # Whatever holds the key now is retired: the entry outgrown, or one another thread made
         # meanwhile. An entry no longer there was retired by whoever took it out (never twice).

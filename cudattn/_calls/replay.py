@@ -31,7 +31,7 @@ from .._runtime import launch as _launch
 from .._runtime import stream as _stream
 from .._arrays import stream_memory as _stream_memory
 from .._kernels import tma as _tma
-from .._runtime.recording import BASES, COUNTERS, NotReplayable, Recorder, placeholder, slot_of
+from .._runtime.recording import BASES, COUNTERS, OPTIONAL_COUNTERS, NotReplayable, Recorder, placeholder, slot_of
 
 __all__ = ["Replay", "record", "NotReplayable"]
 
@@ -110,13 +110,13 @@ class Replay:
         self.allocations = []  # (shape, dtype, strides, offset in the scratch block or None: a result)
         offset = 0
         for i, (shape, dtype, strides) in enumerate(allocations):
-            if n_operands + i in results or dtype is COUNTERS:
+            if n_operands + i in results or dtype is COUNTERS or dtype is OPTIONAL_COUNTERS:
                 self.allocations.append((shape, dtype, strides, None))
             else:
                 self.allocations.append((shape, dtype, strides, offset))
                 offset += -(-math.prod(shape) * dtype.itemsize // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
         self.scratch_bytes = offset
-        self.counters = any(dtype is COUNTERS for _, dtype, _, _ in self.allocations)
+        self.counters = any(dtype is COUNTERS or dtype is OPTIONAL_COUNTERS for _, dtype, _, _ in self.allocations)
 
     def run(self, operands: list, ptrs: list, device_id: int, stream: int, keep: object,
             capturing: bool | None = None):
@@ -154,8 +154,9 @@ class Replay:
         elif self.scratch_bytes:  # read by a later kernel of the call: its own (`_arrays.stream_memory`)
             scratch = _alloc.allocate(device_id, self.scratch_bytes, stream, keep, reuse)
         for shape, dtype, strides, offset in self.allocations:
-            if dtype is COUNTERS:  # the stream's zeroed counters; a capturing stream's are the graph's
-                a = _stream_memory.counters(device_id, stream, shape[0], keep, capturing)
+            if dtype is COUNTERS or dtype is OPTIONAL_COUNTERS:  # the stream's zeroed counters; a capturing
+                a = _stream_memory.counters(device_id, stream, shape[0], keep, capturing,  # stream's are the
+                                            dtype is OPTIONAL_COUNTERS)  # graph's (or none, if optional)
             elif offset is None:
                 a = _array.new_array(shape, dtype, device_id, stream, keep, strides, reuse)
             else:

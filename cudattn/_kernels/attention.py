@@ -67,10 +67,11 @@ def run_device(problem, qa, ka, va, oa, device, device_id, sref):
 
 def _launch_prefill(plan, kernel, params, props, sref) -> None:
     """Queue the prefill kernel. A causal Hopper call takes its tiles in the dynamic order
-    (sm90/tile_scheduler.cuh): from two of the stream's zeroed counters, which it leaves zeroed."""
+    (sm90/tile_scheduler.cuh): from two of the stream's zeroed counters, which it leaves zeroed
+    (none while the stream captures a graph: the fixed rounds)."""
     counters = None
     if plan.variant.causal and plan.variant.family == "sm90":
-        counters = _stream_memory.counters(props.device_id, sref.handle, 2, sref.obj)
+        counters = _stream_memory.counters(props.device_id, sref.handle, 2, sref.obj, optional=True)
         params.tile_counter = counters.ptr
     _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
     del counters  # held until the launch is queued

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["Recorder", "NotReplayable", "BASES", "COUNTERS", "active", "current", "placeholder", "slot_of", "refuse"]
+__all__ = ["Recorder", "NotReplayable", "BASES", "COUNTERS", "OPTIONAL_COUNTERS", "active", "current", "placeholder", "slot_of", "refuse"]
 
 BASES = (0x5000_0000_0000, 0x6000_0000_0000)
 COUNTERS = "arrival counters"  # the dtype of an allocation that is a stream's zeroed counters (`_arrays.stream_memory`)
+OPTIONAL_COUNTERS = "optional counters"  # the same, that a kernel can do without: null under graph capture
 _SLOT_SHIFT = 36
 _OFFSET_MASK = (1 << _SLOT_SHIFT) - 1
 # Operands and allocations a recorded call may have: a KV-cache call with every optional array
@@ -85,9 +86,10 @@ class Recorder:
         self.allocations.append((shape, dtype, strides))
         return placeholder(self.n_operands + len(self.allocations) - 1, self.base)
 
-    def counters(self, count: int) -> int:
-        """Zeroed arrival counters (`_arrays.stream_memory`): a slot like an allocation, marked COUNTERS."""
-        return self.allocate((count,), COUNTERS, None)
+    def counters(self, count: int, optional: bool = False) -> int:
+        """Zeroed arrival counters (`_arrays.stream_memory`): a slot like an allocation, marked COUNTERS
+        (OPTIONAL_COUNTERS: null while the stream captures a graph)."""
+        return self.allocate((count,), OPTIONAL_COUNTERS if optional else COUNTERS, None)
 
     def launch(self, kernel, grid, block, smem: int, stream: int, params) -> None:
         self.launches.append((kernel, tuple(grid), tuple(block), smem, stream, bytes(params)))

@@ -88,7 +88,7 @@ def _peers(rows: list[dict], cases: dict, s: runner.Session, sets: list, later: 
             scope = functools.partial(s.peers.scope, name, deterministic=op == "backward det")
             runner.time_peer(row, name, case, s, make, scope, row_later)
         row_later.time(row, s)
-    del tsets
+    make = tsets = None  # the last references to the peers' copies
     s.peers.torch.cuda.empty_cache()  # give the peers' copies back before the next case
 
 

@@ -160,7 +160,7 @@ def markdown(report: dict, command: str, plot_name: str | None = None) -> str:
                f"against the float64 reference on a subsample (FlashAttention's rule: max|out - ref| <= "
                f"2·max|naive - ref| + 1e-5)",
                "- as called: CUDA events around one call on a stream left idle before it (the host's time of "
-               "the call included), median of the same count; back to back: events around "
+               "the call included), median of as many calls; back to back: events around "
                f"{BATCH} calls queued without a sync, per call (the host's time overlaps the GPU's); a row's "
                f"calls (cudattn, also with torch operands, and each peer) timed as called in turns, "
                f"{ROUNDS} rounds of a third of the samples, so that a drift of the clocks falls on all alike"]

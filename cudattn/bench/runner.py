@@ -62,6 +62,21 @@ def new_row(case: Case) -> dict:
             "ratio_back_to_back": {}, "ratio_as_called_torch": {}}
 
 
+class _Refusable:
+    """A peer's call that may raise RuntimeError (a backend refusing the case, or out of memory):
+    the first one is kept, and the calls after it do nothing (their timings are then dropped)."""
+
+    def __init__(self, fn):
+        self.fn, self.error = fn, None
+
+    def __call__(self, i):
+        if self.error is None:
+            try:
+                self.fn(i)
+            except RuntimeError as e:
+                self.error = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+
+
 class AsCalled:
     """A row's calls to be timed as called, collected while their GPU times are measured, then
     timed in turns (`time`) so that the row's ratios compare figures of the same seconds."""
@@ -70,15 +85,17 @@ class AsCalled:
         self.entries: list = []  # (impl, tag, fn, scope factory)
 
     def add(self, impl: str, fn, scope=contextlib.nullcontext, tag: str = "") -> None:
-        self.entries.append((impl, tag, fn, scope))
+        self.entries.append((impl, tag, fn if impl == "cudattn" else _Refusable(fn), scope))
 
     def time(self, row: dict, s: Session) -> None:
-        """Time the calls and put their figures, and each peer's as-called ratios, into ``row``."""
+        """Time the calls and put their figures, and each peer's as-called ratios, into ``row`` (a
+        peer that raised meanwhile: its error instead, as `as_called_error`)."""
         if not self.entries:
             return
         figures = s.as_called([(fn, scope) for _, _, fn, scope in self.entries], [t for _, t, _, _ in self.entries])
-        for (impl, _, _, _), fig in zip(self.entries, figures):
-            row["impls"][impl].update(fig)
+        for (impl, _, fn, _), fig in zip(self.entries, figures):
+            error = getattr(fn, "error", None)
+            row["impls"][impl].update(fig if error is None else {"as_called_error": error})
         self.entries.clear()
         ours = row["impls"]["cudattn"]
         for name, res in row["impls"].items():  # peer ms / cudattn ms: >1 means cudattn is faster
@@ -154,9 +171,9 @@ def run_case(case: Case, s: Session) -> dict:
                 continue
             make = functools.partial(_sdpa_calls, s.peers.bare(case), tsets)
             time_peer(row, name, case, s, make, functools.partial(s.peers.scope, name), later)
-    later.time(row, s)
+    later.time(row, s)  # (the timed calls are dropped: they held the peers' copies)
     if s.peers is not None:
-        del tsets
+        make = tsets = None
         s.peers.torch.cuda.empty_cache()  # give the peers' copies back before the next case
     del sets, ours_sets
     gc.collect()

@@ -63,14 +63,16 @@ __device__ __forceinline__ TileCoord tile_at(int t, const FwdParams& p, int sect
 // The order comes longest first, so a CTA that drew shorter tiles, or met a warmer L2, takes
 // more, and the last tiles taken are the shortest. In fixed rounds the CTAs of a short causal call
 // ended 5 us apart on average (a per-CTA timeline, 16x16x512x64 causal: 12 % of the call).
-// counter[0]: tiles taken past the first round; counter[1]: CTAs that have taken their last. The
-// last CTA to finish taking zeroes both for the next kernel on the stream (the stream's counters
-// are handed out zeroed: cudattn/_arrays/stream_memory.py). Called by one thread a CTA.
+// counter[0]: takes past the first round (each CTA's last one finds no tile left); counter[1]:
+// CTAs that have taken their last. The last CTA to finish taking zeroes both for the next kernel
+// on the stream (the stream's counters are handed out zeroed: cudattn/_arrays/stream_memory.py).
+// Called by one thread a CTA.
 __device__ __forceinline__ int take_tile(int* counter) { return (int)gridDim.x + atomicAdd(counter, 1); }
 
 __device__ __forceinline__ void tiles_taken(int* counter) {
     __threadfence();  // this CTA's last take before its count
     if (atomicAdd(counter + 1, 1) == (int)gridDim.x - 1) {
+        __threadfence();  // every other CTA's takes before the zeroing
         counter[0] = 0;
         counter[1] = 0;
     }
