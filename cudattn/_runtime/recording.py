@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["Recorder", "NotReplayable", "BASES", "COUNTERS", "OPTIONAL_COUNTERS", "active", "current", "placeholder", "slot_of", "refuse"]
+__all__ = ["Recorder", "NotReplayable", "BASES", "COUNTERS", "OPTIONAL_COUNTERS", "active", "current", "placeholder",
+           "slot_of", "refuse"]
 
 BASES = (0x5000_0000_0000, 0x6000_0000_0000)
 COUNTERS = "arrival counters"  # the dtype of an allocation that is a stream's zeroed counters (`_arrays.stream_memory`)
