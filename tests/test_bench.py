@@ -178,6 +178,20 @@ def test_as_called_interleaved_takes_turns_inside_each_scope(monkeypatch):
     assert set(figs[1]) == {"as_called_torch_ms", "as_called_torch_p90_ms", "back_to_back_torch_ms"}
 
 
+def test_as_called_interleaved_drops_a_refusing_peer_and_raises_for_others(monkeypatch):
+    log = []
+    monkeypatch.setattr(ascalled, "_launch", _FakeLaunch(log))
+
+    def refuse(i):
+        raise RuntimeError("No available kernel.\nmore")
+
+    ok = (lambda i: None, contextlib.nullcontext)
+    figs = ascalled.interleaved([ok, (refuse, contextlib.nullcontext)], 5, iters=3, warmup=0, refusable=[False, True])
+    assert figs[1] == {"as_called_error": "No available kernel."} and "as_called_ms" in figs[0]
+    with pytest.raises(RuntimeError, match="No available kernel"):
+        ascalled.interleaved([ok, (refuse, contextlib.nullcontext)], 5, iters=3, warmup=0)
+
+
 class _FakeGpu:
     """A fake clock and stream for overhead.host_us: calls cost ``cost_ns`` of host time; a call that
     waits for the GPU (``waits``) first sits out what is left of the spin."""

@@ -244,11 +244,17 @@ class _FakeSession:
         ms = self._one(fn)
         return Timing(ms, ms, 1)
 
-    def as_called(self, entries, tags):
+    def as_called(self, entries, tags, refusable):
         out = []
-        for (fn, scope), tag in zip(entries, tags):
-            with scope():  # each call inside its own scope (a peer's backend), as in the real turns
-                ms = self._one(fn) + 0.5  # as called: the host's time on top
+        for (fn, scope), tag, may_raise in zip(entries, tags, refusable):
+            try:
+                with scope():  # each call inside its own scope (a peer's backend), as in the real turns
+                    ms = self._one(fn) + 0.5  # as called: the host's time on top
+            except RuntimeError as e:  # as ascalled.interleaved does
+                if not may_raise:
+                    raise
+                out.append({"as_called_error": str(e).strip().splitlines()[0]})
+                continue
             out.append({f"as_called{tag}_ms": ms, f"as_called{tag}_p90_ms": ms, f"back_to_back{tag}_ms": ms - 0.25})
         return out
 

@@ -72,21 +72,40 @@ def measure(fn, stream_handle: int, *, iters: int = 30, warmup: int = 3, tag: st
 ROUNDS = 3  # turns each call gets in `interleaved`
 
 
-def interleaved(entries: list, stream_handle: int, *, iters: int = 30, warmup: int = 3, tags=None) -> list[dict]:
+def refusal(e: RuntimeError) -> str:
+    """What a row keeps of a peer's RuntimeError: its first line (or its type's name)."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+
+
+def interleaved(entries: list, stream_handle: int, *, iters: int = 30, warmup: int = 3, tags=None,
+                refusable=None) -> list[dict]:
     """`measure` for several calls whose figures will be compared: ``entries`` = ``(fn, scope)``
     pairs (``scope()``: a context manager entered around each turn, as the caller would hold it),
     timed in turns, ROUNDS rounds of a third of the samples each, so that a drift of the GPU's
     clocks over the seconds of a row (seen: 470 -> 545 us for one 4096-key causal call within
     half a second of back-to-back rows) falls on every entry alike instead of on whichever comes
-    last. Returns each entry's fields (``tags[i]`` in their names)."""
+    last. Returns each entry's fields (``tags[i]`` in their names). An entry marked in
+    ``refusable`` (a peer) that raises RuntimeError (refusing the case, out of memory) gets no more
+    turns and returns ``{"as_called_error": its first line}``; any other error propagates."""
     tags = tags or [""] * len(entries)
+    refusable = refusable or [False] * len(entries)
     per_round = max(1, -(-iters // ROUNDS))
     single_ms = [[] for _ in entries]
     b2b_ms = [[] for _ in entries]
+    errors = [None] * len(entries)
     for r in range(ROUNDS):
         for j, (fn, scope) in enumerate(entries):
-            with scope():
-                single_ms[j] += samples(fn, stream_handle, iters=per_round, warmup=warmup if r == 0 else 1)
-                b2b_ms[j].append(back_to_back(fn, stream_handle, repeats=1, warmup=0))
-    return [{f"as_called{t}_ms": statistics.median(ms), f"as_called{t}_p90_ms": percentile(ms, 90),
-             f"back_to_back{t}_ms": statistics.median(b)} for t, ms, b in zip(tags, single_ms, b2b_ms)]
+            if errors[j] is not None:
+                continue
+            try:
+                with scope():
+                    single_ms[j] += samples(fn, stream_handle, iters=per_round, warmup=warmup if r == 0 else 1)
+                    b2b_ms[j].append(back_to_back(fn, stream_handle, repeats=1, warmup=0))
+            except RuntimeError as e:
+                if not refusable[j]:
+                    raise
+                errors[j] = refusal(e)
+    return [{"as_called_error": err} if err is not None else
+            {f"as_called{t}_ms": statistics.median(ms), f"as_called{t}_p90_ms": percentile(ms, 90),
+             f"back_to_back{t}_ms": statistics.median(b)}
+            for t, ms, b, err in zip(tags, single_ms, b2b_ms, errors)]

@@ -34,11 +34,11 @@ class Session:
     def time(self, fn) -> timing.Timing:
         return timing.gpu_time(fn, self.stream_handle, self.device_id, iters=self.iters, warmup=self.warmup)
 
-    def as_called(self, entries: list, tags: list) -> list[dict]:
+    def as_called(self, entries: list, tags: list, refusable: list) -> list[dict]:
         """``entries`` (``(fn, scope)``, each ``fn`` warm already) timed as called in turns
         (`ascalled.interleaved`), on the session's stream."""
         return ascalled.interleaved(entries, self.stream_handle, iters=self.iters, warmup=min(self.warmup, 2),
-                                    tags=tags)
+                                    tags=tags, refusable=refusable)
 
 
 def throughput(case: Case, ms: float) -> dict:
@@ -62,21 +62,6 @@ def new_row(case: Case) -> dict:
             "ratio_back_to_back": {}, "ratio_as_called_torch": {}}
 
 
-class _Refusable:
-    """A peer's call that may raise RuntimeError (a backend refusing the case, or out of memory):
-    the first one is kept, and the calls after it do nothing (their timings are then dropped)."""
-
-    def __init__(self, fn):
-        self.fn, self.error = fn, None
-
-    def __call__(self, i):
-        if self.error is None:
-            try:
-                self.fn(i)
-            except RuntimeError as e:
-                self.error = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-
-
 class AsCalled:
     """A row's calls to be timed as called, collected while their GPU times are measured, then
     timed in turns (`time`) so that the row's ratios compare figures of the same seconds."""
@@ -85,17 +70,17 @@ class AsCalled:
         self.entries: list = []  # (impl, tag, fn, scope factory)
 
     def add(self, impl: str, fn, scope=contextlib.nullcontext, tag: str = "") -> None:
-        self.entries.append((impl, tag, fn if impl == "cudattn" else _Refusable(fn), scope))
+        self.entries.append((impl, tag, fn, scope))
 
     def time(self, row: dict, s: Session) -> None:
         """Time the calls and put their figures, and each peer's as-called ratios, into ``row`` (a
         peer that raised meanwhile: its error instead, as `as_called_error`)."""
         if not self.entries:
             return
-        figures = s.as_called([(fn, scope) for _, _, fn, scope in self.entries], [t for _, t, _, _ in self.entries])
-        for (impl, _, fn, _), fig in zip(self.entries, figures):
-            error = getattr(fn, "error", None)
-            row["impls"][impl].update(fig if error is None else {"as_called_error": error})
+        figures = s.as_called([(fn, scope) for _, _, fn, scope in self.entries], [t for _, t, _, _ in self.entries],
+                              [impl != "cudattn" for impl, _, _, _ in self.entries])  # a peer may raise
+        for (impl, _, _, _), fig in zip(self.entries, figures):
+            row["impls"][impl].update(fig)
         self.entries.clear()
         ours = row["impls"]["cudattn"]
         for name, res in row["impls"].items():  # peer ms / cudattn ms: >1 means cudattn is faster
@@ -133,7 +118,7 @@ def time_peer(row: dict, name: str, case: Case, s: Session, make, scope, later: 
             fn = make()
             pt = s.time(fn)
     except RuntimeError as e:  # backend does not support this case
-        row["impls"][name] = {"error": (str(e).strip().splitlines() or [type(e).__name__])[0][:200]}
+        row["impls"][name] = {"error": ascalled.refusal(e)}
         return
     row["impls"][name] = {**pt.as_dict(), **throughput(case, pt.median_ms)}
     row["ratio"][name] = pt.median_ms / row["impls"]["cudattn"]["median_ms"]  # >1: cudattn is faster
