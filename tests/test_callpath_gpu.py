@@ -174,6 +174,47 @@ def test_foreign_inputs_stay_alive_until_the_kernel_is_done(torch):
     _check_attention(cudattn.to_host(out), q, k, v)
 
 
+def test_earlier_holds_are_released_after_the_launch(torch, monkeypatch):
+    """Operands held by earlier calls (DeviceArrays made on cudattn's stream, read on a torch
+    stream) are let go by a later call only after its kernel is launched, so that the event queries
+    add nothing to the call's latency; the held arrays do go, and the results stay right."""
+    from cudattn._arrays import lifetime
+    from cudattn._runtime import launch
+
+    rng = _rng()
+    q, k, v = _qkv(rng, 1, 77, 77, 4, 4, 64)
+    qd, kd, vd = (cudattn.to_device(a) for a in (q, k, v))  # produced on cudattn's stream
+    S = torch.cuda.Stream()
+    hs = S.cuda_stream
+    for _ in range(2):  # warm: the next calls replay
+        cudattn.attention(qd, kd, vd, stream=hs)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(S):
+        torch.cuda._sleep(SPIN)  # the holds below stay pending while the calls run
+    cudattn.attention(qd, kd, vd, stream=hs)
+    assert lifetime.pending, "the call held nothing: the case does not exercise the release"
+    events = []
+    real_launch, real_release = launch._cuLaunchKernel, lifetime.release_done
+
+    def launched(*args):
+        events.append("launch")
+        return real_launch(*args)
+
+    def released():
+        events.append(("release", len(lifetime.pending)))
+        real_release()
+
+    monkeypatch.setattr(launch, "_cuLaunchKernel", launched)
+    monkeypatch.setattr(lifetime, "release_done", released)
+    out = cudattn.attention(qd, kd, vd, stream=hs)
+    assert events[0] == "launch" and events[-1][0] == "release", events
+    torch.cuda.synchronize()
+    assert len(lifetime.pending) >= 1
+    cudattn.attention(qd, kd, vd, stream=hs)  # holds its operands, then lets the completed holds go
+    assert len(lifetime.pending) <= 1, "the completed holds were not released"
+    _check_attention(cudattn.to_host(out), q, k, v)
+
+
 # ---------------------------------------------------------------------------- 5b. merge and quantize
 
 

@@ -6,7 +6,8 @@ an event, no host blocking). Its memory belongs to an allocator that frees it st
 producer's stream (PyTorch's and CuPy's caching allocators, cudattn's pool), which does not know the consumer:
 dropped right after the call, it could be handed to new work while the kernel still reads it. So
 such operands are held (:func:`hold`) until an event recorded on the consumer after the call's
-work has completed; :func:`release_done` lets them go, from the next call on.
+work has completed; :func:`release_done` lets them go at the end of a later call (after its launch,
+so that the queries add nothing to its latency).
 
 While a stream captures a CUDA graph nothing is held (the graph's lifetime is its owner's duty),
 and event queries run with the thread's capture mode relaxed, so that they never invalidate a

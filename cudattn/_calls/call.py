@@ -116,8 +116,6 @@ class Call:
         from it. Returns what ``full`` returns."""
         try:
             objs, ops, names, consumer, keep = self.objs, self.ops, self.names, self.consumer, self.keep
-            if _lifetime.pending:
-                _lifetime.release_done()
             # (*map(...),) builds the tuple faster than tuple(map(...)); tests may force the portable kernels,
             # and a ring leaves SMs free (sm_margin) and moves ALiBi's diagonal (alibi_shift): all change what a
             # call launches
@@ -170,6 +168,8 @@ class Call:
                     ops[i].stream_handle = consumer
             if held is not None:  # a call that allocated knows that its stream does not capture
                 _lifetime.hold(consumer, held, device_id, False if allocates else None)
+            if _lifetime.pending:  # earlier calls' holds whose work is done: after the launch, off its latency
+                _lifetime.release_done()
             return result
         finally:  # the thread's context as the caller had it (`_runtime.device`)
             if _device.pending:
