@@ -194,20 +194,25 @@ def test_earlier_holds_are_released_after_the_launch(torch, monkeypatch):
     cudattn.attention(qd, kd, vd, stream=hs)
     assert lifetime.pending, "the call held nothing: the case does not exercise the release"
     events = []
-    real_launch, real_release = launch._cuLaunchKernel, lifetime.release_done
+    real_launch, real_hold, real_release = launch._cuLaunchKernel, lifetime.hold, lifetime.release_done
 
     def launched(*args):
         events.append("launch")
         return real_launch(*args)
 
+    def held(*args, **kwargs):
+        events.append("hold")
+        real_hold(*args, **kwargs)
+
     def released():
-        events.append(("release", len(lifetime.pending)))
+        events.append("release")
         real_release()
 
     monkeypatch.setattr(launch, "_cuLaunchKernel", launched)
+    monkeypatch.setattr(lifetime, "hold", held)
     monkeypatch.setattr(lifetime, "release_done", released)
     out = cudattn.attention(qd, kd, vd, stream=hs)
-    assert events[0] == "launch" and events[-1][0] == "release", events
+    assert events == ["launch", "hold", "release"], events  # the call's own operands held before the release
     torch.cuda.synchronize()
     assert len(lifetime.pending) >= 1
     cudattn.attention(qd, kd, vd, stream=hs)  # holds its operands, then lets the completed holds go
