@@ -28,6 +28,11 @@ typedef cudattn::sm90::FwdSm90<cudattn_elem_t, cudattn_fwd_out_t, CUDATTN_HEAD_D
                                CUDATTN_CONSUMERS, CUDATTN_MODS>
     cudattn_fwd_variant;
 
+#ifdef CUDATTN_SMEM_BYTES  // the host's count of the dynamic shared memory it launches with (traits.py)
+static_assert(cudattn_fwd_variant::SMEM_BYTES == CUDATTN_SMEM_BYTES,
+              "the host's smem_bytes and the kernel's layout disagree (fwd_sm90.cuh SMEM_BYTES, traits.py smem_bytes)");
+#endif
+
 extern "C" __global__ void __launch_bounds__(cudattn_fwd_variant::NT, 1)
     flash_fwd_sm90(const __grid_constant__ FwdSm90Params params) {
     cudattn_fwd_variant::run(params);

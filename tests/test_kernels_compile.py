@@ -126,18 +126,18 @@ def test_params_struct_matches_header():
 
 
 def test_sm90_params_struct_matches_header():
-    """Three 128-byte tensor maps at 64-byte offsets, then FwdParams; size a multiple of 64."""
+    """Four 128-byte tensor maps at 64-byte offsets, then FwdParams; size a multiple of 64."""
     _, headers = _kernels.sources()
     body = headers["cudattn/sm90/params.cuh"].split("struct alignas(64) FwdSm90Params {", 1)[1].split("};", 1)[0]
     body = re.sub(r"//[^\n]*", "", body)
-    assert re.sub(r"\s+", " ", body).strip() == ("cudattn::sm90::TmaDescriptor tma_q, tma_k, tma_v; FwdParams p; "
-                                                 "int l2_section; int* tile_counter;")
-    assert [f[0] for f in FwdSm90Params._fields_] == ["tma_q", "tma_k", "tma_v", "p", "l2_section", "tile_counter",
-                                                      "pad_"]
-    for i, name in enumerate(("tma_q", "tma_k", "tma_v")):
+    assert re.sub(r"\s+", " ", body).strip() == ("cudattn::sm90::TmaDescriptor tma_q, tma_k, tma_v, tma_o; FwdParams p; "
+                                                 "int l2_section; int o_tma; int* tile_counter;")
+    assert [f[0] for f in FwdSm90Params._fields_] == ["tma_q", "tma_k", "tma_v", "tma_o", "p", "l2_section", "o_tma",
+                                                      "tile_counter", "pad_"]
+    for i, name in enumerate(("tma_q", "tma_k", "tma_v", "tma_o")):
         assert getattr(FwdSm90Params, name).offset == 128 * i
-    assert FwdSm90Params.p.offset == 384 and ctypes.sizeof(FwdSm90Params) == 768
-    assert FwdSm90Params.tile_counter.offset == 384 + ctypes.sizeof(FwdParams) + 8
+    assert FwdSm90Params.p.offset == 512 and ctypes.sizeof(FwdSm90Params) == 896
+    assert FwdSm90Params.tile_counter.offset == 512 + ctypes.sizeof(FwdParams) + 8
 
 
 def _decode_kernels():

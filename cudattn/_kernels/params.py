@@ -61,16 +61,17 @@ _TensorMap = ctypes.c_uint8 * 128
 
 
 class FwdSm90Params(ctypes.Structure):
-    """`FwdSm90Params` of cu_src/include/cudattn/sm90/params.cuh: three TMA maps (each at a 64-byte
-    offset), the shared FwdParams, the causal tile order's section and counter, padded to the C
-    struct's 64-byte alignment."""
+    """`FwdSm90Params` of cu_src/include/cudattn/sm90/params.cuh: four TMA maps (each at a 64-byte
+    offset), the shared FwdParams, the causal tile order's section, whether O leaves through its map,
+    the tile counter, padded to the C struct's 64-byte alignment."""
 
     _fields_ = [
-        ("tma_q", _TensorMap), ("tma_k", _TensorMap), ("tma_v", _TensorMap),
+        ("tma_q", _TensorMap), ("tma_k", _TensorMap), ("tma_v", _TensorMap), ("tma_o", _TensorMap),
         ("p", FwdParams),
         ("l2_section", _c_i32),
-        ("tile_counter", _c_ptr),  # after 4 bytes of alignment
-        ("pad_", ctypes.c_uint8 * (-(3 * 128 + ctypes.sizeof(FwdParams) + 16) % 64)),
+        ("o_tma", _c_i32),
+        ("tile_counter", _c_ptr),
+        ("pad_", ctypes.c_uint8 * (-(4 * 128 + ctypes.sizeof(FwdParams) + 16) % 64)),
     ]
 
 

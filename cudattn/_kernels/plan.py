@@ -199,11 +199,22 @@ def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, ls
     else:
         raw = _tma.encode_vt(v, dt, D, _fp8.vt_keys(problem), Hkv, Bk, plan.variant.tile_dim)
         ctypes.memmove(ctypes.addressof(P.tma_v), raw, len(raw))
+    if plan.variant.stages_o and _o_mappable(o_geom, dt.itemsize, (Sq, Hq, Bq)):  # O leaves through a TMA store (epilogue.cuh)
+        maps.append(("tma_o", (o, Sq, Hq, Bq, o_geom, 64)))
+        P.o_tma = 1
     row_bytes = min(128, plan.variant.tile_dim * plan.variant.elem_bytes)  # the kernel's swizzle row (fwd_sm90.cuh)
     for field, (ptr, seqlen, heads, batch, geom, rows) in maps:
         raw = _tma.encode_attention_operand(ptr, dt, D, seqlen, heads, batch, geom, rows, row_bytes)
         ctypes.memmove(ctypes.addressof(getattr(P, field)), raw, len(raw))
     return P
+
+
+def _o_mappable(geom: TensorGeom, item: int, sizes: tuple) -> bool:
+    """Whether a TMA map can describe O: strides of whole 16-byte units below TMA's bound on every
+    axis longer than one (the call path checks the address's alignment); else the kernel stores
+    from registers."""
+    return all(0 < st * item < _TMA_MAX_STRIDE and st * item % 16 == 0
+               for st, n in zip((geom.seq, geom.head, geom.batch), sizes) if n > 1)
 
 
 def _set_fp8(params: FwdParams, problem: Problem) -> None:

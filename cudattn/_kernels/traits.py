@@ -80,6 +80,10 @@ _CANDIDATES = {
 _MODS_CANDIDATES = {64: Tiles(64, 64, 4, 2, 2), 128: Tiles(64, 64, 4, 2, 2)}
 
 
+# Hopper: a block's shared memory limit, and what the O buffers leave to the static barriers
+# (fwd_sm90.cuh's SMEM_OPTIN and STATIC_RESERVE).
+SM90_SMEM_OPTIN, SM90_STATIC_RESERVE = 232448, 1024
+
 # Hopper: a producer warpgroup + two or three consumer warpgroups of 64 rows (BLOCK_M = 128 or
 # 192; warps = 4 a warpgroup); the key tile and ring depth per head-dim tile (tools/tune_tiles.py
 # --family sm90; benchmarks/NOTES.md).
@@ -174,7 +178,19 @@ class Variant:
         # The 128-byte swizzle wants 1 KiB-aligned tiles; the kernel aligns the base itself. FP8 V
         # stages are whole boxes of 128 keys (fwd_sm90.cuh, V_BYTES).
         v_keys = -(-t.block_n // 128) * 128 if eb == 1 else t.block_n
-        return (t.q_stages * t.block_m + t.stages * (t.block_n + v_keys)) * self.tile_dim * eb + 1024
+        ring = (t.q_stages * t.block_m + t.stages * (t.block_n + v_keys)) * self.tile_dim * eb + 1024
+        staged = ring + t.block_m * self.tile_dim * 2  # a 64-row O buffer a consumer (16-bit O)
+        return staged if self.stages_o else ring
+
+    @property
+    def stages_o(self) -> bool:
+        """Whether the Hopper build writes O through shared memory and a TMA store (fwd_sm90.cuh's
+        STAGE_O: 16-bit inputs, head dim 128 and up, and room for the consumers' O buffers beside the rings)."""
+        if self.family != "sm90" or self.elem_bytes != 2 or self.tile_dim < 128:
+            return False
+        t = self.tiles
+        ring = (t.q_stages * t.block_m + 2 * t.stages * t.block_n) * self.tile_dim * 2 + 1024
+        return ring + t.block_m * self.tile_dim * 2 <= SM90_SMEM_OPTIN - SM90_STATIC_RESERVE
 
     def defines(self) -> dict[str, int]:
         t = self.tiles
@@ -192,7 +208,7 @@ class Variant:
         if self.family == "sm90":  # the warps follow from BLOCK_M (the kernel's roles)
             # BLOCK_M is 64 rows a consumer warpgroup
             return {**common, "CUDATTN_PINGPONG": int(t.pingpong), "CUDATTN_Q_STAGES": t.q_stages,
-                    "CUDATTN_CONSUMERS": t.block_m // 64}
+                    "CUDATTN_CONSUMERS": t.block_m // 64, "CUDATTN_SMEM_BYTES": self.smem_bytes}
         return {**common, "CUDATTN_BLOCK_M": t.block_m, "CUDATTN_WARPS": t.warps, "CUDATTN_MIN_BLOCKS": t.min_blocks}
 
     def describe(self) -> str:

@@ -17,7 +17,8 @@
 // tile counter (the package's calls), causal CTAs take their tiles from it instead, in the same
 // order (sm90/tile_scheduler.cuh).
 // Tails: the maps are 4-D over (head dim, seq, head, batch), so TMA zero-fills rows past each
-// sequence's end and columns past the head dim on load; O is stored from registers, predicated.
+// sequence's end and columns past the head dim on load; O is stored from registers, predicated, or
+// at head dim 128 through a shared-memory buffer and a TMA store (sm90/epilogue.cuh).
 // Q is handed back as soon as a tile's last S = Q K^T has completed, so the producer loads the
 // next tile's Q while the consumers finish the tile. The producer walks the tile order and names
 // each tile to the consumers with its Q stage (TileMsg); the consumers compute a tile's
@@ -70,7 +71,15 @@ struct FwdSm90 {
     static constexpr int BOX_KSTEPS = SW / 32;      // ... inside one box row
     static constexpr int PV_K = FP8 ? 32 : 16;      // keys per k-step of O += P V
     static_assert(!FP8 || (BN % 32 == 0 && D % 64 == 0), "FP8: 32-key k-steps; 64- or 128-byte rows");
-    static constexpr int SMEM_BYTES = Q_STAGES * Q_BYTES + STAGES * (KV_BYTES + V_BYTES) + 1024;  // + alignment slack
+    static constexpr int RING_BYTES = Q_STAGES * Q_BYTES + STAGES * (KV_BYTES + V_BYTES) + 1024;  // + alignment slack
+    // 16-bit builds of head dim 128 and up whose shared memory has room (head dim 128) keep a 64-row O
+    // buffer per consumer, from which a TMA store writes the tile (sm90/epilogue.cuh): -1 to -2 % at
+    // head dim 128; at 64, where the store is cheaper, its two barriers a tile cost more (+2-3 % on
+    // short causal rows). _kernels/traits.py's smem_bytes follows the same rule.
+    static constexpr int O_STAGE_BYTES = 64 * D * 2;  // a consumer's rows
+    static constexpr int SMEM_OPTIN = 232448, STATIC_RESERVE = 1024;  // a block's limit; the barriers' room
+    static constexpr bool STAGE_O = !FP8 && D >= 128 && RING_BYTES + CONSUMERS * O_STAGE_BYTES <= SMEM_OPTIN - STATIC_RESERVE;
+    static constexpr int SMEM_BYTES = RING_BYTES + (STAGE_O ? CONSUMERS * O_STAGE_BYTES : 0);
     // Registers a thread after setmaxnreg: 128*24 + 256*240 and 128*24 + 384*160 fit in 64K.
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
     // Sliding windows: builds with two consumers only (with three, 160 registers, the window's
@@ -95,6 +104,7 @@ struct FwdSm90 {
         unsigned char* sQ = smem;
         unsigned char* sK = sQ + Q_STAGES * Q_BYTES;
         unsigned char* sV = sK + STAGES * KV_BYTES;
+        unsigned char* sO = sV + STAGES * V_BYTES;  // STAGE_O: the consumers' O buffers (1 KiB multiples)
 
         if (threadIdx.x == 0) {
 #pragma unroll
@@ -119,7 +129,7 @@ struct FwdSm90 {
             if (threadIdx.x < 32) Sm90Producer<FwdSm90>::produce(P, bars, sQ, sK, sV, threadIdx.x);
         } else {
             setmaxnreg_inc<CONSUMER_REGS>();
-            Sm90Consumer<FwdSm90>::consume(P, bars, sQ, sK, sV, wg - 1, threadIdx.x % 128);
+            Sm90Consumer<FwdSm90>::consume(P, bars, sQ, sK, sV, sO, wg - 1, threadIdx.x % 128);
         }
     }
 };

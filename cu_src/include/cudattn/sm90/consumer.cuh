@@ -27,6 +27,8 @@ struct Sm90Consumer {
     static constexpr int KSTEPS = K::KSTEPS, BOX_KSTEPS = K::BOX_KSTEPS, PV_K = K::PV_K;
     static constexpr int BAR_TURN = 1;  // named barriers 1..CONSUMERS: the ping-pong turns of each consumer
     static constexpr int BAR_ZERO = 8;  // named barriers 8..: one consumer warpgroup (zero_v_tail)
+    static constexpr int BAR_STORE = 12;  // named barriers 12..: one consumer warpgroup (its O buffer)
+    static constexpr bool STAGE_O = K::STAGE_O;
     // The tile's row normalisation computed under its last P V, and with two Q stages the next
     // tile's state (consume); not the normalisation in the FP8 build of 256-key tiles with a
     // softcap, nor the state with three consumers (160 registers): there they spill.
@@ -197,7 +199,8 @@ struct Sm90Consumer {
 
     // Each tile's first O += P V starts from zero (scale-d off), so O is never cleared.
     static __device__ __forceinline__ void consume(const FwdSm90Params& P, Barriers& bars, unsigned char* sQ,
-                                                   unsigned char* sK, unsigned char* sV, int cw, int ltid) {
+                                                   unsigned char* sK, unsigned char* sV, unsigned char* sO, int cw,
+                                                   int ltid) {
         const FwdParams& p = P.p;
         const int warp = ltid / 32, lane = ltid % 32;
         // Descriptors of the first box of each buffer; a byte offset b is added as b >> 4.
@@ -294,11 +297,25 @@ struct Sm90Consumer {
             wgmma_wait<0>();
             fence_operands(flat<D>(o));
             release(&bars.v_empty[stage(iv)], lane);
-            Epilogue::store_tile(p, o, inv, lse, cur.c, cur.sq, cw, ltid);
+            // Through the O buffer where the build has one and the call's O has a map, for tiles whose
+            // 64 rows are all inside the sequence (a packed one's next sequence follows; the map
+            // would not stop at its end). The condition through a shuffle: ptxas then keeps it uniform.
+            if constexpr (STAGE_O) {
+                const bool staged =
+                    __shfl_sync(0xffffffffu, P.o_tma != 0 && cur.m_start() + cw * 64 + 64 <= cur.sq.seqlen_q, 0);
+                if (staged)
+                    Epilogue::store_tile_staged(p, &P.tma_o, o, inv, lse, cur.c, cur.sq, cw, ltid,
+                                                sO + cw * K::O_STAGE_BYTES, BAR_STORE + cw);
+                else
+                    Epilogue::store_tile(p, o, inv, lse, cur.c, cur.sq, cw, ltid);
+            } else {
+                Epilogue::store_tile(p, o, inv, lse, cur.c, cur.sq, cw, ltid);
+            }
             it += cur.n_tiles;
             ++n;
         }
         if (PINGPONG && cw == 0) named_sync(BAR_TURN + 0, 256);  // consume the last consumer's last hand-over
+        if (STAGE_O && ltid == 0) bulk_wait<0>();  // the last staged store done before the CTA's memory goes
     }
 };
 

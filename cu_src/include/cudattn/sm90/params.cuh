@@ -6,9 +6,11 @@
 #include "cudattn/sm90/tma.cuh"
 
 struct alignas(64) FwdSm90Params {
-    // 4-D maps over (head dim, seq, head, batch). Q: boxes of 64 x BLOCK_M; K, V: 64 x BLOCK_N.
-    cudattn::sm90::TmaDescriptor tma_q, tma_k, tma_v;
+    // 4-D maps over (head dim, seq, head, batch). Q: boxes of 64 x BLOCK_M; K, V: 64 x BLOCK_N; O: 64 x 64
+    // (one consumer's rows), used where o_tma is set.
+    cudattn::sm90::TmaDescriptor tma_q, tma_k, tma_v, tma_o;
     FwdParams p;
     int l2_section;  // causal tile order: (batch, head) pairs per L2-sized section (sm90/tile_scheduler.cuh)
+    int o_tma;  // 1: O leaves through tma_o from shared memory in builds that stage it (sm90/epilogue.cuh)
     int* tile_counter;  // causal: two zeroed ints for the dynamic tile order (tile_scheduler.cuh); null: rounds
 };

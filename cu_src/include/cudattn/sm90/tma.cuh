@@ -45,6 +45,15 @@ __device__ __forceinline__ void tma_reduce_add_4d(const TmaDescriptor* desc, con
         ::"l"(reinterpret_cast<unsigned long long>(desc)), "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
         : "memory");
 }
+// Shared -> global: a box (laid out as a load of the same map would write it) stored into the tensor
+// at (c0 innermost, c1, c2, c3) of a 4-D map; elements outside the map are not written. Tracked by
+// bulk groups, as tma_reduce_add_4d.
+__device__ __forceinline__ void tma_store_4d(const TmaDescriptor* desc, const void* src, int c0, int c1, int c2, int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
+        ::"l"(reinterpret_cast<unsigned long long>(desc)), "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+}
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // At most N committed groups still reading their shared source (its buffer may be written again).
 template <int N>
