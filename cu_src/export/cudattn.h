@@ -732,7 +732,9 @@ static inline cudattn_status cudattn_prefill(cudattn_handle* h, const cudattn_pr
         if (tiles >= (1LL << 31))
             return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "%lld tiles exceed the kernel's 32-bit tile index; "
                                  "split the call", tiles);
-        memset(&P, 0, sizeof P); /* tile_counter null: causal tiles in fixed rounds (no per-stream counters here) */
+        /* tile_counter null: causal tiles in fixed rounds (no per-stream counters here); o_tma 0: O stored from
+           registers (no map of O is made here) */
+        memset(&P, 0, sizeof P);
         P.p = p;
         P.l2_section = cudattn__l2_section(h, a, ctas);
         CUDATTN__TRY(cudattn__map(h, P.tma_q, a->q.ptr, a->dtype, a->head_dim, a->seqlen_q, a->heads_q, a->batch,
