@@ -82,7 +82,7 @@ _MODS_CANDIDATES = {64: Tiles(64, 64, 4, 2, 2), 128: Tiles(64, 64, 4, 2, 2)}
 
 # Hopper: a block's shared memory limit, and what the O buffers leave to the static barriers
 # (fwd_sm90.cuh's SMEM_OPTIN and STATIC_RESERVE).
-SM90_SMEM_OPTIN, SM90_STATIC_RESERVE = 232448, 1024
+SM90_SMEM_OPTIN, SM90_STATIC_RESERVE = ARCH_SMEM_LIMIT["sm_90a"], 1024
 
 # Hopper: a producer warpgroup + two or three consumer warpgroups of 64 rows (BLOCK_M = 128 or
 # 192; warps = 4 a warpgroup); the key tile and ring depth per head-dim tile (tools/tune_tiles.py
@@ -175,12 +175,20 @@ class Variant:
         eb = self.elem_bytes
         if self.family != "sm90":
             return (t.block_m + 2 * t.stages * t.block_n) * self.tile_dim * eb
-        # The 128-byte swizzle wants 1 KiB-aligned tiles; the kernel aligns the base itself. FP8 V
-        # stages are whole boxes of 128 keys (fwd_sm90.cuh, V_BYTES).
+        return self._ring_bytes + (self._o_buffer_bytes if self.stages_o else 0)
+
+    @property
+    def _ring_bytes(self) -> int:
+        """The Hopper build's Q and K/V rings (fwd_sm90.cuh's RING_BYTES). The 128-byte swizzle wants
+        1 KiB-aligned tiles; the kernel aligns the base itself. FP8 V stages are whole boxes of 128
+        keys (V_BYTES)."""
+        t, eb = self.tiles, self.elem_bytes
         v_keys = -(-t.block_n // 128) * 128 if eb == 1 else t.block_n
-        ring = (t.q_stages * t.block_m + t.stages * (t.block_n + v_keys)) * self.tile_dim * eb + 1024
-        staged = ring + t.block_m * self.tile_dim * 2  # a 64-row O buffer a consumer (16-bit O)
-        return staged if self.stages_o else ring
+        return (t.q_stages * t.block_m + t.stages * (t.block_n + v_keys)) * self.tile_dim * eb + 1024
+
+    @property
+    def _o_buffer_bytes(self) -> int:
+        return self.tiles.block_m * self.tile_dim * 2  # a 64-row buffer of 16-bit O a consumer
 
     @property
     def stages_o(self) -> bool:
@@ -188,9 +196,7 @@ class Variant:
         STAGE_O: 16-bit inputs, head dim 128 and up, and room for the consumers' O buffers beside the rings)."""
         if self.family != "sm90" or self.elem_bytes != 2 or self.tile_dim < 128:
             return False
-        t = self.tiles
-        ring = (t.q_stages * t.block_m + 2 * t.stages * t.block_n) * self.tile_dim * 2 + 1024
-        return ring + t.block_m * self.tile_dim * 2 <= SM90_SMEM_OPTIN - SM90_STATIC_RESERVE
+        return self._ring_bytes + self._o_buffer_bytes <= SM90_SMEM_OPTIN - SM90_STATIC_RESERVE
 
     def defines(self) -> dict[str, int]:
         t = self.tiles
