@@ -101,6 +101,49 @@ def test_many_tiles_per_cta(B, Sq, Sk, Hq, Hkv, D, causal, dtype):
     check(B, Sq, Sk, Hq, Hkv, D, DTYPES[dtype], causal)
 
 
+# Head-dim-64 problems small enough for one wave of 128-row tiles take the two-consumer Hopper builds
+# (`_traits.select`'s one_wave); most shapes here are that small, so these run the three-consumer
+# builds on them with that rule off, and the one-wave builds past the short-causal rows with it on.
+THREE_CONSUMERS = [
+    (2, 177, 301, 4, 2, False, "bshd"),
+    (1, 799, 3, 3, 1, False, "bhsd"),
+    (2, 257, 190, 8, 8, True, "bshd"),
+    (1, 1023, 1024, 2, 1, True, "bhsd"),
+    (2, 113, 203, 6, 3, False, "bshd"),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B,Sq,Sk,Hq,Hkv,causal,layout", THREE_CONSUMERS)
+def test_three_consumer_tiles_on_small_problems(B, Sq, Sk, Hq, Hkv, causal, layout, dtype, monkeypatch):
+    from cudattn._calls import call as _call
+    from cudattn._kernels import plan as _plan
+    from cudattn._kernels import traits as _traits
+
+    monkeypatch.setattr(_traits, "has_one_wave_tiles", lambda *a: False)
+    monkeypatch.setattr(_plan, "_plans", {})
+    monkeypatch.setattr(_call, "_plans", {})
+    check(B, Sq, Sk, Hq, Hkv, 64, DTYPES[dtype], causal, layout=layout)
+    if _plan._plans and next(iter(_plan._plans.values())).variant.family == "sm90":
+        rows = {p.variant.tiles.block_m for p in _plan._plans.values()}
+        assert rows == ({128} if causal and Sq <= 2048 else {192})
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("Sq,Sk,Hq,Hkv,causal", [(2100, 2150, 4, 4, True), (3001, 2999, 3, 1, True),
+                                                 (2049, 700, 2, 2, False), (4096, 4096, 1, 1, True)])
+def test_one_wave_tiles_past_the_short_causal_rows(Sq, Sk, Hq, Hkv, causal, dtype, monkeypatch):
+    from cudattn._calls import call as _call
+    from cudattn._kernels import plan as _plan
+
+    monkeypatch.setattr(_plan, "_plans", {})
+    monkeypatch.setattr(_call, "_plans", {})
+    check(1, Sq, Sk, Hq, Hkv, 64, DTYPES[dtype], causal)
+    (p,) = _plan._plans.values()
+    if p.variant.family == "sm90":
+        assert p.variant.tiles.block_m == 128, "a problem of one wave takes the one-wave tiles"
+
+
 @pytest.mark.parametrize("hq,hkv", [(8, 8), (8, 2), (8, 1), (6, 3)])
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 @pytest.mark.parametrize("causal", [False, True])

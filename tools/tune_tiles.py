@@ -90,8 +90,13 @@ def main():
     for spec in args.tiles.split(","):
         if args.family == "sm80":
             _traits._CANDIDATES[(d, args.causal)] = (parse_tiles(spec),)
-        else:
-            _traits._SM90_TILES[(d, args.causal)] = parse_tiles(spec)
+        else:  # every table the Hopper selection reads for such a call (short causal rows, one wave)
+            t = parse_tiles(spec)
+            _traits._SM90_TILES[(d, args.causal)] = t
+            if (d, args.causal) in _traits._SM90_ONE_WAVE:
+                _traits._SM90_ONE_WAVE[(d, args.causal)] = t
+            if args.causal and d in _traits._SM90_SHORT_CAUSAL:
+                _traits._SM90_SHORT_CAUSAL[d] = (_traits._SM90_SHORT_CAUSAL[d][0], t)
         _plan._plans.clear(); _callpath._plans.clear()
         _kernels._loaded.clear()
         ours = lambda q, k, v: cudattn.attention(q, k, v, causal=args.causal, layout="bhsd", stream=stream)

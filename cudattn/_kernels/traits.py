@@ -103,6 +103,18 @@ _SM90_TILES = {
 # Causal calls with at most this many query rows a sequence use these tiles instead: with short
 # rows, most query tiles are diagonal ones, and 192-row tiles mask more of their work than 128.
 _SM90_SHORT_CAUSAL = {64: (2048, Tiles(128, 128, 12, 3, 1, True, 2))}
+# A problem whose tiles of 128 query rows all fit in one wave (one a CTA, as many as the persistent
+# grid has CTAs) takes these instead: then no CTA shares an SM's time between tiles, each CTA's
+# chain of key tiles is the call's time, and two consumers' chains run shorter than three's
+# (1x8x512x64 not causal: 24 tiles of 192 rows took 1.13x the time of 32 tiles of 128 on an H200).
+_SM90_ONE_WAVE = {(64, False): Tiles(128, 128, 12, 2, 1, True, 2), (64, True): _SM90_SHORT_CAUSAL[64][1]}
+ONE_WAVE_ROWS = 128  # the query rows a tile of the one-wave builds holds
+
+
+def has_one_wave_tiles(dtype, head_dim: int, family: str) -> bool:
+    """Whether `select`'s ``one_wave`` can change the build for such a call: 16-bit Hopper builds
+    of head dim 64 (FP8 and the other widths already hold 128 query rows a tile)."""
+    return family == "sm90" and _dtype_name(dtype) != FP8 and head_dim <= 64
 
 
 def short_causal_rows(tile_dim: int, family: str = "sm90") -> int | None:
@@ -258,11 +270,14 @@ def _dtype_name(dtype) -> str:
 
 
 def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, family: str = "sm80",
-           out_dtype: np.dtype | str | None = None, seqlen_q: int | None = None, mods: int = 0) -> Variant:
+           out_dtype: np.dtype | str | None = None, seqlen_q: int | None = None, mods: int = 0,
+           one_wave: bool = False) -> Variant:
     """The variant for a problem; ``out_dtype`` matters only for FP8 (default bfloat16), ``seqlen_q``
     (query rows a sequence; None: long) only for the Hopper family's short causal tiles; ``mods``:
     the score modifiers the call needs (_modifiers.MOD_*), of which the build keeps those it
-    compiles in: MOD_WINDOW only for the FP8 Hopper family (every other build takes a window)."""
+    compiles in: MOD_WINDOW only for the FP8 Hopper family (every other build takes a window);
+    ``one_wave``: the problem's tiles of ONE_WAVE_ROWS query rows fit in one wave of the grid (the
+    Hopper family's one-wave tiles, where `has_one_wave_tiles`)."""
     name = _dtype_name(dtype)
     if name == FP8:
         v = _select_fp8(head_dim, causal, smem_limit, family, out_dtype)
@@ -273,7 +288,7 @@ def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, 
         return replace(v, mods=mods)
     mods &= ~MOD_WINDOW
     if mods:
-        v = select(dtype, head_dim, causal, smem_limit, family, out_dtype, seqlen_q)
+        v = select(dtype, head_dim, causal, smem_limit, family, out_dtype, seqlen_q, one_wave=one_wave)
         t = _MODS_CANDIDATES.get(v.tile_dim) if family != "sm90" else None
         return replace(v, mods=mods, tiles=t if t is not None else v.tiles)
     if family == "sm90":
@@ -282,6 +297,8 @@ def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, 
         short = _SM90_SHORT_CAUSAL.get(d)
         if causal and short is not None and seqlen_q is not None and seqlen_q <= short[0]:
             tiles = short[1]
+        elif one_wave:
+            tiles = _SM90_ONE_WAVE.get((d, bool(causal)), tiles)
         v = Variant(name, d, bool(causal), tiles, "sm90")
         if v.smem_bytes > smem_limit:
             raise ValueError(f"the Hopper kernel for head_dim {head_dim} needs {v.smem_bytes} bytes of shared "
@@ -337,6 +354,8 @@ def all_variants(arch: str) -> list[Variant]:
         out += [select(dt, d, causal, limit, "sm90") for dt in DTYPE_NAMES.values() for d in SM90_TILE_DIMS
                 for causal in (False, True)]
         out += [select(dt, d, True, limit, "sm90", seqlen_q=1) for dt in DTYPE_NAMES.values() for d in _SM90_SHORT_CAUSAL]
+        out += [select(dt, d, c, limit, "sm90", one_wave=True) for dt in DTYPE_NAMES.values()
+                for d, c in _SM90_ONE_WAVE if not (c and d in _SM90_SHORT_CAUSAL)]  # those are listed above
     return out
 
 
@@ -352,6 +371,9 @@ def mods_variants(arch: str) -> list[Variant]:
     dims = {"sm80": TILE_DIMS, "sm90": SM90_TILE_DIMS}
     out = [select("float16", d, c, limit, fam, mods=MOD_SOFTCAP | MOD_ALIBI)
            for fam in fams for d in dims[fam] for c in (False, True)]
+    if arch in HOPPER_ARCHS:  # the one-wave tiles (two consumers at head dim 64: the short causal tiles too)
+        out += [select("float16", d, c, limit, "sm90", mods=MOD_SOFTCAP | MOD_ALIBI, one_wave=True)
+                for d, c in _SM90_ONE_WAVE]
     if arch in FP8_ARCHS:  # FP8 with every modifier (the window: Hopper's); one output dtype (the same code)
         fam, fp8_dims = ("sm90", FP8_SM90_TILE_DIMS) if arch in HOPPER_ARCHS else ("sm80", FP8_TILE_DIMS)
         out += [select(FP8, d, c, limit, fam, "bfloat16", mods=m)
