@@ -101,10 +101,10 @@ def test_many_tiles_per_cta(B, Sq, Sk, Hq, Hkv, D, causal, dtype):
     check(B, Sq, Sk, Hq, Hkv, D, DTYPES[dtype], causal)
 
 
-# Head-dim-64 problems small enough for one wave of 128-row tiles take the two-consumer Hopper builds
-# (`_traits.select`'s one_wave); most shapes here are that small, so these run the three-consumer
-# builds on them with that rule off, and the one-wave builds past the short-causal rows with it on.
-THREE_CONSUMERS = [
+# Small problems (tiles that fit in a wave or two of the grid) take the Hopper builds of fewer
+# consumers (`_traits.small_grid_rows`); most shapes here are that small, so these run the other
+# builds on them with that rule off, and the small-grid builds on shapes of their own.
+DEFAULT_TILES = [
     (2, 177, 301, 4, 2, False, "bshd"),
     (1, 799, 3, 3, 1, False, "bhsd"),
     (2, 257, 190, 8, 8, True, "bshd"),
@@ -114,34 +114,49 @@ THREE_CONSUMERS = [
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("B,Sq,Sk,Hq,Hkv,causal,layout", THREE_CONSUMERS)
-def test_three_consumer_tiles_on_small_problems(B, Sq, Sk, Hq, Hkv, causal, layout, dtype, monkeypatch):
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("B,Sq,Sk,Hq,Hkv,causal,layout", DEFAULT_TILES)
+def test_default_tiles_on_small_problems(B, Sq, Sk, Hq, Hkv, causal, layout, D, dtype, monkeypatch):
     from cudattn._calls import call as _call
     from cudattn._kernels import plan as _plan
     from cudattn._kernels import traits as _traits
 
-    monkeypatch.setattr(_traits, "has_one_wave_tiles", lambda *a: False)
+    monkeypatch.setattr(_traits, "small_grid_rows", lambda *a: None)
     monkeypatch.setattr(_plan, "_plans", {})
     monkeypatch.setattr(_call, "_plans", {})
-    check(B, Sq, Sk, Hq, Hkv, 64, DTYPES[dtype], causal, layout=layout)
+    check(B, Sq, Sk, Hq, Hkv, D, DTYPES[dtype], causal, layout=layout)
     if _plan._plans and next(iter(_plan._plans.values())).variant.family == "sm90":
         rows = {p.variant.tiles.block_m for p in _plan._plans.values()}
-        assert rows == ({128} if causal and Sq <= 2048 else {192})
+        assert rows == ({128} if D == 128 or causal and Sq <= 2048 else {192})
+
+
+# (Sq, Sk, Hq, Hkv, D, causal, query rows a tile on a GPU of 114 to 132 SMs)
+SMALL_GRIDS = [
+    (2100, 2150, 4, 4, 64, True, 64),  # 132 tiles of 64 rows: causal, within two waves
+    (3001, 2999, 3, 1, 64, True, 64),
+    (2049, 700, 2, 2, 64, False, 64),
+    (4096, 4096, 1, 1, 64, True, 64),
+    (1700, 1699, 5, 5, 64, False, 128),  # 135 tiles of 64 rows, 70 of 128
+    (1000, 1000, 6, 2, 128, False, 64),
+    (3000, 3100, 4, 1, 128, True, 64),
+    (700, 300, 8, 8, 128, True, 64),
+    (333, 517, 3, 3, 128, False, 64),
+]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("Sq,Sk,Hq,Hkv,causal", [(2100, 2150, 4, 4, True), (3001, 2999, 3, 1, True),
-                                                 (2049, 700, 2, 2, False), (4096, 4096, 1, 1, True)])
-def test_one_wave_tiles_past_the_short_causal_rows(Sq, Sk, Hq, Hkv, causal, dtype, monkeypatch):
+@pytest.mark.parametrize("Sq,Sk,Hq,Hkv,D,causal,rows", SMALL_GRIDS)
+def test_small_grid_tiles(Sq, Sk, Hq, Hkv, D, causal, rows, dtype, monkeypatch):
     from cudattn._calls import call as _call
     from cudattn._kernels import plan as _plan
+    from cudattn._runtime import device as _device
 
     monkeypatch.setattr(_plan, "_plans", {})
     monkeypatch.setattr(_call, "_plans", {})
-    check(1, Sq, Sk, Hq, Hkv, 64, DTYPES[dtype], causal)
+    check(1, Sq, Sk, Hq, Hkv, D, DTYPES[dtype], causal)
     (p,) = _plan._plans.values()
-    if p.variant.family == "sm90":
-        assert p.variant.tiles.block_m == 128, "a problem of one wave takes the one-wave tiles"
+    if p.variant.family == "sm90" and 114 <= _device.device_properties(0).sm_count <= 132:
+        assert p.variant.tiles.block_m == rows, "a small grid takes the small-grid tiles"
 
 
 @pytest.mark.parametrize("hq,hkv", [(8, 8), (8, 2), (8, 1), (6, 3)])

@@ -93,8 +93,8 @@ def main():
         else:  # every table the Hopper selection reads for such a call (short causal rows, one wave)
             t = parse_tiles(spec)
             _traits._SM90_TILES[(d, args.causal)] = t
-            if (d, args.causal) in _traits._SM90_ONE_WAVE:
-                _traits._SM90_ONE_WAVE[(d, args.causal)] = t
+            for key in [k for k in _traits._SM90_SMALL_GRID if k[:2] == (d, args.causal)]:
+                _traits._SM90_SMALL_GRID[key] = t
             if args.causal and d in _traits._SM90_SHORT_CAUSAL:
                 _traits._SM90_SHORT_CAUSAL[d] = (_traits._SM90_SHORT_CAUSAL[d][0], t)
         _plan._plans.clear(); _callpath._plans.clear()

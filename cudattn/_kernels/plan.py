@@ -110,11 +110,11 @@ def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, 
     # short-causal rule picks (seqlen_q 1), else the portable kernel; FP8 Hopper builds compile
     # the window in only when asked (MOD_WINDOW, with narrower key tiles: _traits).
     mods = (problem.mods.bits if problem.mods is not None else 0) | (MOD_WINDOW if windowed else 0)
-    # Tiles of fewer query rows where they all fit in one wave of the persistent grid (_traits)
-    one_wave = _traits.has_one_wave_tiles(problem.dtype, problem.head_dim, family) and \
-        problem.heads_q * problem.batch * -(-problem.seqlen_q // _traits.ONE_WAVE_ROWS) <= sm_count
+    # Tiles of fewer query rows where they fit in a wave or two of the persistent grid (_traits)
+    small = _traits.small_grid_rows(problem.dtype, problem.head_dim, problem.causal, family,
+                                    problem.heads_q * problem.batch, problem.seqlen_q, sm_count)
     variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family, problem.out_dtype,
-                             1 if windowed and family == "sm90" else problem.seqlen_q, mods, one_wave)
+                             1 if windowed and family == "sm90" else problem.seqlen_q, mods, small)
     if windowed and family == "sm90" and variant.tiles.block_m > 128:
         family = "sm80"
         variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family,

@@ -19,6 +19,9 @@ import ml_dtypes
 import numpy as np
 
 from .._spec.modifiers import MOD_ALIBI, MOD_SOFTCAP, MOD_WINDOW
+from .tile_tables import (_CANDIDATES, _FP8_CANDIDATES, _FP8_SM90_NARROW_KEYS, _FP8_SM90_TILES, _MODS_CANDIDATES,
+                          _SM90_SHORT_CAUSAL, _SM90_SMALL_GRID, _SM90_TILES, CAUSAL_TWO_WAVES_ROWS, FP8_SM90_TILE_DIMS,
+                          FP8_TILE_DIMS, SM90_TILE_DIMS, Tiles)
 
 FAMILIES = ("sm80", "sm90")
 KERNEL_SOURCE = {"sm80": "flash_fwd_sm80.cu", "sm90": "flash_fwd_sm90.cu"}
@@ -45,76 +48,25 @@ ARCH_SMEM_LIMIT = {"sm_80": 166912, "sm_86": 101376, "sm_87": 166912, "sm_89": 1
                    "sm_90": 232448}
 
 
-@dataclass(frozen=True)
-class Tiles:
-    block_m: int
-    block_n: int
-    warps: int
-    stages: int
-    min_blocks: int  # __launch_bounds__ minimum blocks per SM (caps registers at 64K / (threads * min))
-    pingpong: bool = False  # sm90: the consumer warpgroups take turns issuing their products
-    q_stages: int = 1  # sm90: Q tiles in flight (2: the next tile's Q loads during this one)
-
-
-# Preferred tiles per (tile width, causal), fastest first; the first whose shared memory fits is
-# used. Every variant compiles without register spills (tests/test_kernels_compile.py); the
-# choices come from tools/tune_tiles.py on an H200 (see benchmarks/NOTES.md).
-_FALLBACK_256 = (Tiles(64, 64, 4, 2, 1), Tiles(64, 32, 4, 2, 1))
-_CANDIDATES = {
-    (32, False): (Tiles(128, 128, 4, 2, 2),),
-    (32, True): (Tiles(64, 64, 4, 2, 2),),
-    (64, False): (Tiles(128, 128, 4, 2, 2), Tiles(128, 64, 4, 2, 2)),
-    (64, True): (Tiles(64, 64, 4, 2, 2),),
-    (128, False): (Tiles(128, 48, 4, 2, 2),),
-    (128, True): (Tiles(128, 48, 4, 2, 2),),
-    (192, False): (Tiles(128, 64, 8, 2, 1),) + _FALLBACK_256,
-    (192, True): (Tiles(128, 64, 8, 2, 1),) + _FALLBACK_256,
-    (256, False): (Tiles(128, 64, 8, 2, 1),) + _FALLBACK_256,
-    (256, True): (Tiles(128, 64, 8, 2, 1),) + _FALLBACK_256,
-}
-
-
-# The portable kernel with softcap or ALiBi (mods.cuh): at these widths the tiles above hold two
-# 16-row fragments a warp in 255 registers and the modifiers' work spills them; one fragment a
-# warp does not (tests/test_kernels_compile.py compiles them).
-_MODS_CANDIDATES = {64: Tiles(64, 64, 4, 2, 2), 128: Tiles(64, 64, 4, 2, 2)}
-
-
 # Hopper: a block's shared memory limit, and what the O buffers leave to the static barriers
 # (fwd_sm90.cuh's SMEM_OPTIN and STATIC_RESERVE).
 SM90_SMEM_OPTIN, SM90_STATIC_RESERVE = ARCH_SMEM_LIMIT["sm_90a"], 1024
 
-# Hopper: a producer warpgroup + two or three consumer warpgroups of 64 rows (BLOCK_M = 128 or
-# 192; warps = 4 a warpgroup); the key tile and ring depth per head-dim tile (tools/tune_tiles.py
-# --family sm90; benchmarks/NOTES.md).
-SM90_TILE_DIMS = (64, 128, 192, 256)
-_SM90_TILES = {
-    # Head dim 64: three consumer warpgroups (BM = 192, 16 warps); against two, +6-7 % non-causal and
-    # causal +13 % at S = 8192, but causal -3 % at 512 and -11 % at 1024: see _SM90_SHORT_CAUSAL
-    (64, False): Tiles(192, 128, 16, 2, 1, True, 2),
-    (64, True): Tiles(192, 128, 16, 2, 1, True, 2),
-    (128, False): Tiles(128, 128, 12, 2, 1, True, 2),
-    (128, True): Tiles(128, 128, 12, 2, 1, True, 2),
-    (192, False): Tiles(128, 64, 12, 2, 1, True, 2),
-    (192, True): Tiles(128, 64, 12, 2, 1, True, 2),
-    (256, False): Tiles(128, 80, 12, 2, 1, True, 1),  # two Q stages do not fit next to 2 x 2 K/V tiles
-    (256, True): Tiles(128, 80, 12, 2, 1, True, 1),
-}
-# Causal calls with at most this many query rows a sequence use these tiles instead: with short
-# rows, most query tiles are diagonal ones, and 192-row tiles mask more of their work than 128.
-_SM90_SHORT_CAUSAL = {64: (2048, Tiles(128, 128, 12, 3, 1, True, 2))}
-# A problem whose tiles of 128 query rows all fit in one wave (one a CTA, as many as the persistent
-# grid has CTAs) takes these instead: then no CTA shares an SM's time between tiles, each CTA's
-# chain of key tiles is the call's time, and two consumers' chains run shorter than three's
-# (1x8x512x64 not causal: 24 tiles of 192 rows took 1.13x the time of 32 tiles of 128 on an H200).
-_SM90_ONE_WAVE = {(64, False): Tiles(128, 128, 12, 2, 1, True, 2), (64, True): _SM90_SHORT_CAUSAL[64][1]}
-ONE_WAVE_ROWS = 128  # the query rows a tile of the one-wave builds holds
 
-
-def has_one_wave_tiles(dtype, head_dim: int, family: str) -> bool:
-    """Whether `select`'s ``one_wave`` can change the build for such a call: 16-bit Hopper builds
-    of head dim 64 (FP8 and the other widths already hold 128 query rows a tile)."""
-    return family == "sm90" and _dtype_name(dtype) != FP8 and head_dim <= 64
+def small_grid_rows(dtype, head_dim: int, causal: bool, family: str, units: int, seqlen_q: int,
+                    ctas: int) -> int | None:
+    """The query rows a tile of the small-grid build that serves a problem of ``units`` (batch x
+    query heads) sequences of ``seqlen_q`` rows on a persistent grid of ``ctas`` CTAs: the fewest
+    whose tiles fit in one wave (two for 64-row causal tiles from CAUSAL_TWO_WAVES_ROWS rows); None
+    where no such build applies (16-bit Hopper builds only)."""
+    if family != "sm90" or _dtype_name(dtype) == FP8:
+        return None
+    d = tile_dim_for(head_dim, SM90_TILE_DIMS)
+    for rows in (64, 128):
+        waves = 2 if rows == 64 and causal and seqlen_q >= CAUSAL_TWO_WAVES_ROWS else 1
+        if (d, bool(causal), rows) in _SM90_SMALL_GRID and units * -(-seqlen_q // rows) <= waves * ctas:
+            return rows
+    return None
 
 
 def short_causal_rows(tile_dim: int, family: str = "sm90") -> int | None:
@@ -122,37 +74,6 @@ def short_causal_rows(tile_dim: int, family: str = "sm90") -> int | None:
     (`select`'s ``seqlen_q`` rule), or None where the width has no such rule."""
     short = _SM90_SHORT_CAUSAL.get(tile_dim) if family == "sm90" else None
     return None if short is None else short[0]
-
-
-# FP8 (e4m3): head-dim tiles are 32-byte k-steps of whole swizzle rows (sm90: 128 bytes, or 64 at
-# head dim 64; sm80: 64); V is read transposed (Vt, keys contiguous), so the key tile is a multiple
-# of 64 (sm80) or 32 (sm90).
-FP8_SM90_TILE_DIMS = (64, 128, 256)
-FP8_TILE_DIMS = (64, 128, 256)
-_FP8_SM90_TILES = {
-    # 64-byte swizzle rows for Q and K; 256 keys: +6-9 % over 192 at S >= 2048 (NOTES.md)
-    (64, False): Tiles(128, 256, 12, 2, 1, True, 2),
-    (64, True): Tiles(128, 256, 12, 2, 1, True, 2),
-    (128, False): Tiles(128, 192, 12, 2, 1, True, 2),  # 128 keys: -4 % (NOTES.md)
-    (128, True): Tiles(128, 192, 12, 2, 1, True, 2),
-    (256, False): Tiles(128, 128, 12, 2, 1, True, 1),
-    (256, True): Tiles(128, 128, 12, 2, 1, True, 1),
-}
-# FP8 Hopper builds with a window or ALiBi: their per-row bounds or diagonals beside the scores
-# of 192 or 256 keys (or O of 256 columns) spill, so the key tile narrows: 128 keys (64 at head
-# dim 256 would load Vt boxes of 128 keys half unused; 96 uses three quarters of them). A softcap
-# alone keeps the plain tiles.
-_FP8_SM90_NARROW_KEYS = {64: 128, 128: 128, 256: 96}
-_FP8_CANDIDATES = {  # the portable kernel (sm_89, or any family forced to sm80)
-    # One 16-row fragment per warp: two (128 x 64 x 4 warps) hold S and O of 128 columns in 255
-    # registers and spill. Not yet tuned on a GPU. sm_89 registers: d64 112, d128 165, d256 233.
-    (64, False): (Tiles(128, 64, 8, 2, 1),),
-    (64, True): (Tiles(128, 64, 8, 2, 1),),
-    (128, False): (Tiles(128, 64, 8, 2, 1),),
-    (128, True): (Tiles(128, 64, 8, 2, 1),),
-    (256, False): (Tiles(128, 64, 8, 2, 1), Tiles(64, 64, 4, 2, 1)),
-    (256, True): (Tiles(128, 64, 8, 2, 1), Tiles(64, 64, 4, 2, 1)),
-}
 
 
 @dataclass(frozen=True)
@@ -271,13 +192,13 @@ def _dtype_name(dtype) -> str:
 
 def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, family: str = "sm80",
            out_dtype: np.dtype | str | None = None, seqlen_q: int | None = None, mods: int = 0,
-           one_wave: bool = False) -> Variant:
+           small_rows: int | None = None) -> Variant:
     """The variant for a problem; ``out_dtype`` matters only for FP8 (default bfloat16), ``seqlen_q``
     (query rows a sequence; None: long) only for the Hopper family's short causal tiles; ``mods``:
     the score modifiers the call needs (_modifiers.MOD_*), of which the build keeps those it
     compiles in: MOD_WINDOW only for the FP8 Hopper family (every other build takes a window);
-    ``one_wave``: the problem's tiles of ONE_WAVE_ROWS query rows fit in one wave of the grid (the
-    Hopper family's one-wave tiles, where `has_one_wave_tiles`)."""
+    ``small_rows``: `small_grid_rows`'s answer for the problem (the Hopper family's small-grid
+    tiles, where they hold fewer query rows than the build the other rules choose)."""
     name = _dtype_name(dtype)
     if name == FP8:
         v = _select_fp8(head_dim, causal, smem_limit, family, out_dtype)
@@ -288,7 +209,7 @@ def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, 
         return replace(v, mods=mods)
     mods &= ~MOD_WINDOW
     if mods:
-        v = select(dtype, head_dim, causal, smem_limit, family, out_dtype, seqlen_q, one_wave=one_wave)
+        v = select(dtype, head_dim, causal, smem_limit, family, out_dtype, seqlen_q, small_rows=small_rows)
         t = _MODS_CANDIDATES.get(v.tile_dim) if family != "sm90" else None
         return replace(v, mods=mods, tiles=t if t is not None else v.tiles)
     if family == "sm90":
@@ -297,8 +218,9 @@ def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, 
         short = _SM90_SHORT_CAUSAL.get(d)
         if causal and short is not None and seqlen_q is not None and seqlen_q <= short[0]:
             tiles = short[1]
-        elif one_wave:
-            tiles = _SM90_ONE_WAVE.get((d, bool(causal)), tiles)
+        small = _SM90_SMALL_GRID.get((d, bool(causal), small_rows)) if small_rows else None
+        if small is not None and small.block_m < tiles.block_m:
+            tiles = small
         v = Variant(name, d, bool(causal), tiles, "sm90")
         if v.smem_bytes > smem_limit:
             raise ValueError(f"the Hopper kernel for head_dim {head_dim} needs {v.smem_bytes} bytes of shared "
@@ -354,8 +276,8 @@ def all_variants(arch: str) -> list[Variant]:
         out += [select(dt, d, causal, limit, "sm90") for dt in DTYPE_NAMES.values() for d in SM90_TILE_DIMS
                 for causal in (False, True)]
         out += [select(dt, d, True, limit, "sm90", seqlen_q=1) for dt in DTYPE_NAMES.values() for d in _SM90_SHORT_CAUSAL]
-        out += [select(dt, d, c, limit, "sm90", one_wave=True) for dt in DTYPE_NAMES.values()
-                for d, c in _SM90_ONE_WAVE if not (c and d in _SM90_SHORT_CAUSAL)]  # those are listed above
+        out += [select(dt, d, c, limit, "sm90", small_rows=rows) for dt in DTYPE_NAMES.values()
+                for d, c, rows in _SM90_SMALL_GRID if not (c and rows == 128)]  # those are the short causal tiles
     return out
 
 
@@ -371,9 +293,9 @@ def mods_variants(arch: str) -> list[Variant]:
     dims = {"sm80": TILE_DIMS, "sm90": SM90_TILE_DIMS}
     out = [select("float16", d, c, limit, fam, mods=MOD_SOFTCAP | MOD_ALIBI)
            for fam in fams for d in dims[fam] for c in (False, True)]
-    if arch in HOPPER_ARCHS:  # the one-wave tiles (two consumers at head dim 64: the short causal tiles too)
-        out += [select("float16", d, c, limit, "sm90", mods=MOD_SOFTCAP | MOD_ALIBI, one_wave=True)
-                for d, c in _SM90_ONE_WAVE]
+    if arch in HOPPER_ARCHS:  # the small-grid tiles (and the short causal tiles, 128 rows at head dim 64)
+        out += [select("float16", d, c, limit, "sm90", mods=MOD_SOFTCAP | MOD_ALIBI, small_rows=rows)
+                for d, c, rows in _SM90_SMALL_GRID]
     if arch in FP8_ARCHS:  # FP8 with every modifier (the window: Hopper's); one output dtype (the same code)
         fam, fp8_dims = ("sm90", FP8_SM90_TILE_DIMS) if arch in HOPPER_ARCHS else ("sm80", FP8_TILE_DIMS)
         out += [select(FP8, d, c, limit, fam, "bfloat16", mods=m)

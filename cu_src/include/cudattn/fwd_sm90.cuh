@@ -1,7 +1,7 @@
 // FlashAttention-3-style forward for Hopper (sm_90a). One CTA = 1 + CONSUMERS warpgroups:
 //   warpgroup 0, the producer: one thread issues TMA loads of Q (once per tile) and of K and V
 //     tiles into a STAGES-deep ring, each stage completing on its own "full" mbarrier;
-//   warpgroups 1.., the consumers (two or three): 64 query rows each (BM = 64 * CONSUMERS), S = Q K^T with
+//   warpgroups 1.., the consumers (one to three): 64 query rows each (BM = 64 * CONSUMERS), S = Q K^T with
 //     wgmma from shared memory, online softmax in registers, O += P V with P as a register
 //     operand; a stage is handed back through its "empty" mbarrier once the product that read it
 //     has completed.
@@ -10,7 +10,8 @@
 // PINGPONG, the consumers also take turns issuing their products (named barriers, round robin),
 // so one's softmax runs under the others' GEMMs. Three consumers (head dim 64) give each SM
 // scheduler three warps to issue from where two leave the softmax's dependent chains exposed,
-// at 160 registers a consumer thread instead of 240.
+// at 160 registers a consumer thread instead of 240. One consumer (no ping-pong) serves grids
+// too small to fill the GPU, where a CTA's chain of key tiles is the call's time.
 // The grid is persistent: in round r, CTA c takes tile r * gridDim.x + c. Causal tiles come
 // longest first (bottom row blocks of every head before any shorter one) and odd rounds go
 // right to left (a snake), so that the CTAs' sums of tile lengths come out nearly equal; given a
@@ -52,7 +53,8 @@ struct FwdSm90 {
     static constexpr bool CAUSAL = CAUSAL_, PINGPONG = PINGPONG_;
     static constexpr bool FP8 = sizeof(T) == 1;
     static constexpr int EB = sizeof(T);      // bytes per element
-    static_assert(CONSUMERS == 2 || CONSUMERS == 3, "two or three consumer warpgroups");
+    static_assert(CONSUMERS >= 1 && CONSUMERS <= 3, "one, two or three consumer warpgroups");
+    static_assert(!PINGPONG || CONSUMERS > 1, "ping-pong takes turns between consumers");
     static constexpr int BM = 64 * CONSUMERS; // query rows per tile: 64 a consumer warpgroup
     static constexpr int NT = 128 * (1 + CONSUMERS);  // the producer warpgroup + the consumers
     // Q and K rows are cut into boxes of one swizzle row: 128 bytes, or 64 where a row is only 64
@@ -81,11 +83,11 @@ struct FwdSm90 {
     static constexpr bool STAGE_O = !FP8 && D >= 128 && RING_BYTES + CONSUMERS * O_STAGE_BYTES <= SMEM_OPTIN - STATIC_RESERVE;
     static constexpr int SMEM_BYTES = RING_BYTES + (STAGE_O ? CONSUMERS * O_STAGE_BYTES : 0);
     // Registers a thread after setmaxnreg: 128*24 + 256*240 and 128*24 + 384*160 fit in 64K.
-    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
+    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS < 3 ? 240 : 160;
     // Sliding windows: builds with two consumers only (with three, 160 registers, the window's
     // masks spill: the host sends windowed calls to a two-consumer build, _plan); FP8 builds
     // only where MODS has MOD_WINDOW, so that plain FP8 calls keep their leaner code.
-    static constexpr bool WINDOW = CONSUMERS == 2 && (!FP8 || (MODS & MOD_WINDOW) != 0);
+    static constexpr bool WINDOW = CONSUMERS <= 2 && (!FP8 || (MODS & MOD_WINDOW) != 0);
     static_assert(D * EB % SW == 0 && D <= 256, "head-dim tile: whole swizzle rows, at most 256");
     static_assert(BN % 16 == 0 && BN <= 256, "key tile: a multiple of 16 up to 256");
     static_assert(STAGES >= 2, "the K/V ring needs at least two stages");

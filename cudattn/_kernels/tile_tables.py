@@ -1,0 +1,113 @@
+"""The tile tables of the forward kernels: for each family, head-dim tile width and case, the
+query rows and keys a tile holds, its warps, ring depths and the Hopper kernel's options. The
+numbers come from runs of tools/tune_tiles.py on GPUs (benchmarks/NOTES.md); `traits.select`
+reads them, with the rules that choose among the Hopper tables by problem size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Tiles:
+    block_m: int
+    block_n: int
+    warps: int
+    stages: int
+    min_blocks: int  # __launch_bounds__ minimum blocks per SM (caps registers at 64K / (threads * min))
+    pingpong: bool = False  # sm90: the consumer warpgroups take turns issuing their products
+    q_stages: int = 1  # sm90: Q tiles in flight (2: the next tile's Q loads during this one)
+
+
+# Preferred tiles per (tile width, causal), fastest first; the first whose shared memory fits is
+# used. Every variant compiles without register spills (tests/test_kernels_compile.py); the
+# choices come from tools/tune_tiles.py on an H200 (see benchmarks/NOTES.md).
+_FALLBACK_256 = (Tiles(64, 64, 4, 2, 1), Tiles(64, 32, 4, 2, 1))
+_CANDIDATES = {
+    (32, False): (Tiles(128, 128, 4, 2, 2),),
+    (32, True): (Tiles(64, 64, 4, 2, 2),),
+    (64, False): (Tiles(128, 128, 4, 2, 2), Tiles(128, 64, 4, 2, 2)),
+    (64, True): (Tiles(64, 64, 4, 2, 2),),
+    (128, False): (Tiles(128, 48, 4, 2, 2),),
+    (128, True): (Tiles(128, 48, 4, 2, 2),),
+    (192, False): (Tiles(128, 64, 8, 2, 1),) + _FALLBACK_256,
+    (192, True): (Tiles(128, 64, 8, 2, 1),) + _FALLBACK_256,
+    (256, False): (Tiles(128, 64, 8, 2, 1),) + _FALLBACK_256,
+    (256, True): (Tiles(128, 64, 8, 2, 1),) + _FALLBACK_256,
+}
+
+
+# The portable kernel with softcap or ALiBi (mods.cuh): at these widths the tiles above hold two
+# 16-row fragments a warp in 255 registers and the modifiers' work spills them; one fragment a
+# warp does not (tests/test_kernels_compile.py compiles them).
+_MODS_CANDIDATES = {64: Tiles(64, 64, 4, 2, 2), 128: Tiles(64, 64, 4, 2, 2)}
+
+
+# Hopper: a producer warpgroup + two or three consumer warpgroups of 64 rows (BLOCK_M = 128 or
+# 192; warps = 4 a warpgroup); the key tile and ring depth per head-dim tile (tools/tune_tiles.py
+# --family sm90; benchmarks/NOTES.md).
+SM90_TILE_DIMS = (64, 128, 192, 256)
+_SM90_TILES = {
+    # Head dim 64: three consumer warpgroups (BM = 192, 16 warps); against two, +6-7 % non-causal and
+    # causal +13 % at S = 8192, but causal -3 % at 512 and -11 % at 1024: see _SM90_SHORT_CAUSAL
+    (64, False): Tiles(192, 128, 16, 2, 1, True, 2),
+    (64, True): Tiles(192, 128, 16, 2, 1, True, 2),
+    (128, False): Tiles(128, 128, 12, 2, 1, True, 2),
+    (128, True): Tiles(128, 128, 12, 2, 1, True, 2),
+    (192, False): Tiles(128, 64, 12, 2, 1, True, 2),
+    (192, True): Tiles(128, 64, 12, 2, 1, True, 2),
+    (256, False): Tiles(128, 80, 12, 2, 1, True, 1),  # two Q stages do not fit next to 2 x 2 K/V tiles
+    (256, True): Tiles(128, 80, 12, 2, 1, True, 1),
+}
+# Causal calls with at most this many query rows a sequence use these tiles instead: with short
+# rows, most query tiles are diagonal ones, and 192-row tiles mask more of their work than 128.
+_SM90_SHORT_CAUSAL = {64: (2048, Tiles(128, 128, 12, 3, 1, True, 2))}
+# Small grids. A problem whose tiles all fit in one wave of the persistent grid (one a CTA) takes
+# the call's time from each CTA's chain of key tiles, not from the SMs' shared throughput: there
+# fewer consumer warpgroups a CTA (fewer query rows a tile, more CTAs) run shorter chains. On an
+# H200 against the tiles above: 64-row tiles of one consumer +10-19 % where they fit in one wave
+# (1x8x512 at head dim 64 and 128), but -21 to -25 % in two (2x8x1024x128); causal tiles, of
+# uneven lengths taken from a counter, balance two waves from 1024 rows (+4-5 % at 1024, +10-31 %
+# at 2048-4096) but not at 512 (-3 %: short tiles, their fixed costs twice over); at head dim 64,
+# 128-row tiles of two consumers +11-16 % where they fit in one wave and 192 do not fill it
+# (benchmarks/NOTES.md). (tile width, causal, query rows) -> tiles.
+_SM90_SMALL_GRID = {
+    (64, False, 64): Tiles(64, 128, 8, 2, 1, False, 2),
+    (64, True, 64): Tiles(64, 128, 8, 2, 1, False, 2),
+    (128, False, 64): Tiles(64, 128, 8, 3, 1, False, 2),
+    (128, True, 64): Tiles(64, 128, 8, 3, 1, False, 2),
+    (64, False, 128): Tiles(128, 128, 12, 2, 1, True, 2),
+    (64, True, 128): _SM90_SHORT_CAUSAL[64][1],
+}
+CAUSAL_TWO_WAVES_ROWS = 1024  # causal problems of this many query rows and more may have two waves of 64-row tiles
+
+
+# FP8 (e4m3): head-dim tiles are 32-byte k-steps of whole swizzle rows (sm90: 128 bytes, or 64 at
+# head dim 64; sm80: 64); V is read transposed (Vt, keys contiguous), so the key tile is a multiple
+# of 64 (sm80) or 32 (sm90).
+FP8_SM90_TILE_DIMS = (64, 128, 256)
+FP8_TILE_DIMS = (64, 128, 256)
+_FP8_SM90_TILES = {
+    # 64-byte swizzle rows for Q and K; 256 keys: +6-9 % over 192 at S >= 2048 (NOTES.md)
+    (64, False): Tiles(128, 256, 12, 2, 1, True, 2),
+    (64, True): Tiles(128, 256, 12, 2, 1, True, 2),
+    (128, False): Tiles(128, 192, 12, 2, 1, True, 2),  # 128 keys: -4 % (NOTES.md)
+    (128, True): Tiles(128, 192, 12, 2, 1, True, 2),
+    (256, False): Tiles(128, 128, 12, 2, 1, True, 1),
+    (256, True): Tiles(128, 128, 12, 2, 1, True, 1),
+}
+# FP8 Hopper builds with a window or ALiBi: their per-row bounds or diagonals beside the scores
+# of 192 or 256 keys (or O of 256 columns) spill, so the key tile narrows: 128 keys (64 at head
+# dim 256 would load Vt boxes of 128 keys half unused; 96 uses three quarters of them). A softcap
+# alone keeps the plain tiles.
+_FP8_SM90_NARROW_KEYS = {64: 128, 128: 128, 256: 96}
+_FP8_CANDIDATES = {  # the portable kernel (sm_89, or any family forced to sm80)
+    # One 16-row fragment per warp: two (128 x 64 x 4 warps) hold S and O of 128 columns in 255
+    # registers and spill. Not yet tuned on a GPU. sm_89 registers: d64 112, d128 165, d256 233.
+    (64, False): (Tiles(128, 64, 8, 2, 1),),
+    (64, True): (Tiles(128, 64, 8, 2, 1),),
+    (128, False): (Tiles(128, 64, 8, 2, 1),),
+    (128, True): (Tiles(128, 64, 8, 2, 1),),
+    (256, False): (Tiles(128, 64, 8, 2, 1), Tiles(64, 64, 4, 2, 1)),
+    (256, True): (Tiles(128, 64, 8, 2, 1), Tiles(64, 64, 4, 2, 1)),
+}

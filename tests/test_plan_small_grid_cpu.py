@@ -1,0 +1,100 @@
+"""CPU: which Hopper forward tiles a problem gets by its size (`_kernels.plan`,
+`_traits.small_grid_rows` and `select`'s ``small_rows``): 16-bit problems at head dims 64 and 128
+whose tiles of 64 query rows fit in one wave of the persistent grid (two for causal calls of 1024
+rows or more) take the one-consumer builds; at head dim 64, those whose 128-row tiles fit in one
+wave the two-consumer build; larger ones keep the tiles that share an SM's time between tiles
+best. FP8 and head dim 256 keep their tiles. The GPU tests run every build against the float64 reference."""
+
+
+from __future__ import annotations
+
+import types
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from cudattn._arrays.array import DeviceArray
+from cudattn._kernels import plan, traits
+from cudattn._spec.validate import validate
+
+F16, BF16, FP8 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e4m3fn)
+H200 = types.SimpleNamespace(arch="sm_90a", sm_count=132, max_shared_memory_per_block_optin=232448,
+                             l2_cache_size=60 << 20)
+
+
+def _array(shape, dtype, ptr):
+    a = object.__new__(DeviceArray)
+    strides, acc = [], dtype.itemsize
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    a.ptr, a.shape, a.strides, a.dtype, a.device_id = ptr, shape, tuple(reversed(strides)), dtype, 0
+    a.owner, a.stream_handle, a.readonly = None, None, False
+    return a
+
+
+def _plan(B, S, H, D, dtype=F16, causal=False, props=H200, window=None):
+    q, k, v = (_array((B, S, H, D), dtype, 0x10000000 * (i + 1)) for i in range(3))
+    problem = validate(q, k, v, causal=causal, host=False, window_size=window)
+    plan._plans.clear()
+    return plan.make_plan(problem, props)
+
+
+@pytest.mark.parametrize("B,S,H,D,causal,rows", [
+    (1, 512, 8, 64, False, 64),  # 64 tiles of 64 rows: one wave
+    (1, 2048, 8, 64, False, 128),  # 256 tiles of 64 rows, 128 of 128: one wave of those
+    (4, 512, 8, 64, False, 128),
+    (1, 2048, 9, 64, False, 192),  # 144 tiles of 128 rows: two waves, so 99 of 192
+    (16, 512, 16, 64, False, 192),
+    (1, 4096, 4, 64, True, 64),  # causal: 256 tiles of 64 rows, two waves
+    (2, 1024, 8, 64, True, 64),  # 256 tiles of 64 rows, 1024 rows: two waves
+    (4, 512, 8, 64, True, 128),  # 256 tiles of 64 rows but 512 rows: one wave only, so the short causal tiles
+    (1, 512, 8, 64, True, 64),  # 64 tiles: one wave
+    (1, 4096, 5, 64, True, 192),  # 320 tiles of 64, 160 of 128
+    (8, 1024, 16, 64, True, 128),  # short causal rows: 128 rows past the small grids
+    (1, 512, 8, 128, False, 64),
+    (1, 512, 16, 128, False, 64),  # 128 tiles of 64 rows
+    (2, 1024, 8, 128, False, 128),  # 256 tiles of 64 rows: two waves, not causal
+    (1, 2048, 8, 128, True, 64),  # 256, causal
+    (16, 4096, 16, 128, True, 128),
+])
+@pytest.mark.parametrize("dtype", [F16, BF16])
+def test_tiles_by_waves(B, S, H, D, causal, rows, dtype):
+    p = _plan(B, S, H, D, dtype, causal)
+    assert p.variant.family == "sm90" and p.variant.tiles.block_m == rows
+    assert p.grid[0] == min(B * H * -(-S // rows), H200.sm_count)
+    assert not p.variant.tiles.pingpong if rows == 64 else p.variant.tiles.pingpong  # one consumer takes no turns
+
+
+def test_sm_margin_and_fewer_sms_count():
+    """The wave is the grid's CTAs: a device of fewer SMs (or SMs left free) has a smaller one."""
+    assert _plan(1, 2048, 8, 64).variant.tiles.block_m == 128  # 128 tiles, 132 SMs
+    small = types.SimpleNamespace(**{**vars(H200), "sm_count": 114})  # an H100 PCIe
+    assert _plan(1, 2048, 8, 64, props=small).variant.tiles.block_m == 192
+    assert _plan(1, 1024, 8, 128, props=small).variant.tiles.block_m == 128  # 128 tiles of 64 rows: two waves
+
+
+@pytest.mark.parametrize("D,dtype", [(256, F16), (256, BF16), (64, FP8), (128, FP8), (256, FP8)])
+def test_other_builds_keep_their_tiles(D, dtype):
+    small, large = _plan(1, 512, 8, D, dtype).variant, _plan(16, 4096, 16, D, dtype).variant
+    assert small.tiles == large.tiles
+
+
+def test_a_window_in_a_small_grid_stays_on_hopper():
+    """Windows need a Hopper build of one or two consumers: a non-causal head-dim-64 call with a
+    window takes the portable kernel where it would get 192-row tiles, the small-grid tiles
+    otherwise."""
+    assert _plan(1, 512, 8, 64, window=(100, 100)).variant.family == "sm90"
+    assert _plan(16, 2048, 16, 64, window=(100, 100)).variant.family == "sm80"
+
+
+def test_the_small_grid_builds_are_listed_for_warming_and_compile_checks():
+    listed = {v.describe() for v in traits.all_variants("sm_90a")}
+    mods = {v.describe() for v in traits.mods_variants("sm_90a")}
+    for (d, causal, rows) in traits._SM90_SMALL_GRID:
+        for dt in ("float16", "bfloat16"):
+            v = traits.select(dt, d, causal, 232448, "sm90", small_rows=rows)
+            assert v.tiles.block_m == rows and v.describe() in listed
+        assert traits.select("float16", d, causal, 232448, "sm90", mods=traits.MOD_SOFTCAP | traits.MOD_ALIBI,
+                             small_rows=rows).describe() in mods
