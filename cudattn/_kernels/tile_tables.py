@@ -43,9 +43,9 @@ _CANDIDATES = {
 _MODS_CANDIDATES = {64: Tiles(64, 64, 4, 2, 2), 128: Tiles(64, 64, 4, 2, 2)}
 
 
-# Hopper: a producer warpgroup + two or three consumer warpgroups of 64 rows (BLOCK_M = 128 or
-# 192; warps = 4 a warpgroup); the key tile and ring depth per head-dim tile (tools/tune_tiles.py
-# --family sm90; benchmarks/NOTES.md).
+# Hopper: a producer warpgroup + one to three consumer warpgroups of 64 rows (BLOCK_M = 64 * the
+# consumers; warps = 4 a warpgroup); the key tile and ring depth per head-dim tile
+# (tools/tune_tiles.py --family sm90; benchmarks/NOTES.md).
 SM90_TILE_DIMS = (64, 128, 192, 256)
 _SM90_TILES = {
     # Head dim 64: three consumer warpgroups (BM = 192, 16 warps); against two, +6-7 % non-causal and
