@@ -55,32 +55,34 @@ def _remember(layouts: dict, key, shape, byte_strides, dtype) -> tuple:
 
 def from_torch(t) -> DeviceArray | None:
     """A plain CUDA tensor of a dtype cudattn reads as a DeviceArray (owner ``t``; its
-    ``stream_handle`` is the caller's to set), else None. A negated view is the caller's to refuse
-    first (its bytes hold -x)."""
-    if _torch_dtypes is None:
-        _torch_table()
+    ``stream_handle`` is the caller's to set), else None: a negated view (its bytes hold -x) too,
+    for the importer to name. One function with no calls of its own on the warm path (a frame is
+    a tenth of a tensor's import): seven accessor reads, each a fact a tensor may change in place
+    (``resize_``, ``set_``, ``.data =``), so none is remembered per tensor."""
     if type(t) not in _torch_plain:
-        return None
-    dt = t.dtype
-    shape = t.shape
+        if _torch_dtypes is not None:
+            return None
+        _torch_table()  # the first torch operand: fill the tables, then judge it
+        if type(t) not in _torch_plain:
+            return None
     try:
-        st = t.stride()
+        key = (t.dtype, t.shape, t.stride())
     except RuntimeError:  # sparse, nested and other layouts without strides
         return None
-    f = _torch_layouts.get((dt, shape, st))
+    f = _torch_layouts.get(key)
     if f is None:
-        dtype = _torch_dtypes.get(dt)
+        dtype = _torch_dtypes.get(key[0])
         if dtype is None:
             return None
-        f = _remember(_torch_layouts, (dt, shape, st), shape, [s * dtype.itemsize for s in st], dtype)
-    if not t.is_cuda:  # CPU, meta, and other backends' devices (whose get_device() may be >= 0)
+        f = _remember(_torch_layouts, key, key[1], [s * dtype.itemsize for s in key[2]], dtype)
+    if not t.is_cuda or t.is_neg():  # CPU, meta, other backends' devices (whose get_device() may be >= 0)
         return None
-    dev = t.get_device()
-    a = object.__new__(DeviceArray)
-    a.ptr, (a.shape, a.strides, a.dtype), a.device_id, a.owner, a.readonly = t.data_ptr(), f, dev, t, False
+    a = _new(DeviceArray)
+    a.ptr, (a.shape, a.strides, a.dtype), a.device_id, a.owner, a.readonly = t.data_ptr(), f, t.get_device(), t, False
     return a
 
 
+_new = object.__new__
 _cupy_types: tuple = ()
 _CUPY_KINDS = "fi"  # what else a CuPy array may hold takes the general path (which names it)
 

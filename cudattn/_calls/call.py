@@ -33,7 +33,7 @@ from .._runtime.stream import StreamRef, is_capturing
 from .._spec.geometry import span as _span
 from . import replay as _replay
 from .._arrays.array import DeviceArray
-from .._arrays.importer import JAX, adapt, kind_of
+from .._arrays.importer import _kinds, JAX, adapt, kind_of
 from .operands import check_addresses, check_one_device, consumer_stream, order_and_hold
 
 __all__ = ["Call", "RecordedCall"]
@@ -85,11 +85,16 @@ class Call:
                     sig.append(None)
                     continue
                 t = type(x)
-                a = x if t is DeviceArray else adapt(x, names[i], consumer, current)
+                if t is DeviceArray:
+                    a = x
+                else:
+                    a = adapt(x, names[i], consumer, current)
+                    if _kinds[t] >= JAX:  # known once adapted: held until the call's work is done
+                        unordered = True
                 ops.append(a)
                 sig.append((t, a.shape, a.strides, a.dtype, a.device_id, a.readonly))
                 h = a.stream_handle
-                if h != consumer and h is not None or t is not DeviceArray and kind_of(x) >= JAX:
+                if h != consumer and h is not None:
                     unordered = True
             self.consumer, self.keep, self.ops, self.sig, self.unordered = consumer, keep, ops, tuple(sig), unordered
         except BaseException:  # a refused operand after a context switch: the caller's context back
