@@ -114,7 +114,7 @@ DEFAULT_TILES = [
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])
 @pytest.mark.parametrize("B,Sq,Sk,Hq,Hkv,causal,layout", DEFAULT_TILES)
 def test_default_tiles_on_small_problems(B, Sq, Sk, Hq, Hkv, causal, layout, D, dtype, monkeypatch):
     from cudattn._calls import call as _call
@@ -127,7 +127,7 @@ def test_default_tiles_on_small_problems(B, Sq, Sk, Hq, Hkv, causal, layout, D, 
     check(B, Sq, Sk, Hq, Hkv, D, DTYPES[dtype], causal, layout=layout)
     if _plan._plans and next(iter(_plan._plans.values())).variant.family == "sm90":
         rows = {p.variant.tiles.block_m for p in _plan._plans.values()}
-        assert rows == ({128} if D == 128 or causal and Sq <= 2048 else {192})
+        assert rows == ({128} if D > 64 or causal and Sq <= 2048 else {192})
 
 
 # (Sq, Sk, Hq, Hkv, D, causal, query rows a tile on a GPU of 114 to 132 SMs)
@@ -141,6 +141,10 @@ SMALL_GRIDS = [
     (3000, 3100, 4, 1, 128, True, 64),
     (700, 300, 8, 8, 128, True, 64),
     (333, 517, 3, 3, 128, False, 64),
+    (513, 700, 8, 2, 256, False, 64),
+    (700, 1501, 5, 5, 256, False, 64),
+    (300, 257, 4, 4, 200, False, 64),  # head dim 200 in the 256-wide tiles
+    (300, 257, 4, 4, 256, True, 128),  # causal head dim 256: its usual tiles
 ]
 
 

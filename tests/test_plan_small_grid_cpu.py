@@ -1,9 +1,10 @@
 """CPU: which Hopper forward tiles a problem gets by its size (`_kernels.plan`,
 `_traits.small_grid_rows` and `select`'s ``small_rows``): 16-bit problems at head dims 64 and 128
-whose tiles of 64 query rows fit in one wave of the persistent grid (two for causal calls of 1024
-rows or more) take the one-consumer builds; at head dim 64, those whose 128-row tiles fit in one
-wave the two-consumer build; larger ones keep the tiles that share an SM's time between tiles
-best. FP8 and head dim 256 keep their tiles. The GPU tests run every build against the float64 reference."""
+(and 256, not causal) whose tiles of 64 query rows fit in one wave of the persistent grid (two for
+causal calls of 1024 rows or more) take the one-consumer builds; at head dim 64, those whose
+128-row tiles fit in one wave the two-consumer build; larger ones keep the tiles that share an
+SM's time between tiles best. FP8 and head dim 192 keep their tiles. The GPU tests run every
+build against the float64 reference."""
 
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ def _plan(B, S, H, D, dtype=F16, causal=False, props=H200, window=None):
     (2, 1024, 8, 128, False, 128),  # 256 tiles of 64 rows: two waves, not causal
     (1, 2048, 8, 128, True, 64),  # 256, causal
     (16, 4096, 16, 128, True, 128),
+    (1, 512, 8, 256, False, 64),
+    (1, 512, 8, 256, True, 128),  # causal head dim 256 keeps its tiles (key tiles of 80)
+    (2, 1024, 8, 256, False, 128),
 ])
 @pytest.mark.parametrize("dtype", [F16, BF16])
 def test_tiles_by_waves(B, S, H, D, causal, rows, dtype):
@@ -75,7 +79,7 @@ def test_sm_margin_and_fewer_sms_count():
     assert _plan(1, 1024, 8, 128, props=small).variant.tiles.block_m == 128  # 128 tiles of 64 rows: two waves
 
 
-@pytest.mark.parametrize("D,dtype", [(256, F16), (256, BF16), (64, FP8), (128, FP8), (256, FP8)])
+@pytest.mark.parametrize("D,dtype", [(192, F16), (192, BF16), (64, FP8), (128, FP8), (256, FP8)])
 def test_other_builds_keep_their_tiles(D, dtype):
     small, large = _plan(1, 512, 8, D, dtype).variant, _plan(16, 4096, 16, D, dtype).variant
     assert small.tiles == large.tiles

@@ -69,13 +69,17 @@ _SM90_SHORT_CAUSAL = {64: (2048, Tiles(128, 128, 12, 3, 1, True, 2))}
 # (1x8x512 at head dim 64 and 128), but -21 to -25 % in two (2x8x1024x128); causal tiles, of
 # uneven lengths taken from a counter, balance two waves from 1024 rows (+4-5 % at 1024, +10-31 %
 # at 2048-4096) but not at 512 (-3 %: short tiles, their fixed costs twice over); at head dim 64,
-# 128-row tiles of two consumers +11-16 % where they fit in one wave and 192 do not fill it
-# (benchmarks/NOTES.md). (tile width, causal, query rows) -> tiles.
+# 128-row tiles of two consumers +11-16 % where they fit in one wave and 192 do not fill it; head
+# dim 256 not causal +19-21 % in one wave. Each keeps its width's key tile, so that a row's sums
+# run over the same tiles as in the C launcher's builds (the same bits): causal head dim 256 would
+# need 64 keys (80 spill), +11-23 % measured, and keeps its tiles, as does head dim 192 (not
+# measured) (benchmarks/NOTES.md). (tile width, causal, query rows) -> tiles.
 _SM90_SMALL_GRID = {
     (64, False, 64): Tiles(64, 128, 8, 2, 1, False, 2),
     (64, True, 64): Tiles(64, 128, 8, 2, 1, False, 2),
     (128, False, 64): Tiles(64, 128, 8, 3, 1, False, 2),
     (128, True, 64): Tiles(64, 128, 8, 3, 1, False, 2),
+    (256, False, 64): Tiles(64, 80, 8, 2, 1, False, 2),
     (64, False, 128): Tiles(128, 128, 12, 2, 1, True, 2),
     (64, True, 128): _SM90_SHORT_CAUSAL[64][1],
 }
