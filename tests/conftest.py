@@ -170,16 +170,24 @@ def torch():
     return torch
 
 
-@pytest.fixture(params=["fastest", "portable"])
+@pytest.fixture(params=["fastest", "portable", "usual-tiles"])
 def kernel_family(request, monkeypatch):
     """Run on the kernel family the device would pick (Hopper: the sm90 one) and, on Hopper, once
-    more on the portable sm80 family, which sm_80/sm_89 devices run. A GPU module opts in for all
-    its tests with ``pytest.mark.usefixtures("kernel_family")``."""
+    more on the portable sm80 family, which sm_80/sm_89 devices run, and once more on the Hopper
+    builds that larger problems run ("usual-tiles": test shapes are mostly small enough for the
+    small-grid builds, `_traits.small_grid_rows`). A GPU module opts in for all its tests with
+    ``pytest.mark.usefixtures("kernel_family")``."""
+    from cudattn._calls import call as _call
+    from cudattn._kernels import plan as _plan
     from cudattn._runtime import device as _device
     from cudattn._kernels import traits as _traits
 
+    if request.param != "fastest" and _device.device_properties(0).arch not in _traits.HOPPER_ARCHS:
+        pytest.skip(f"{request.param}: the same kernels as 'fastest' on this device")
     if request.param == "portable":
-        if _device.device_properties(0).arch not in _traits.HOPPER_ARCHS:
-            pytest.skip("the portable family is the fastest one on this device: covered by 'fastest'")
         monkeypatch.setattr(_traits, "FORCED_FAMILY", "sm80")
+    elif request.param == "usual-tiles":
+        monkeypatch.setattr(_traits, "small_grid_rows", lambda *a: None)
+        monkeypatch.setattr(_plan, "_plans", {})  # plans and recorded calls made with the rule on
+        monkeypatch.setattr(_call, "_plans", {})
     return request.param

@@ -110,6 +110,26 @@ def test_what_the_torch_reader_leaves_goes_to_the_general_path(monkeypatch):
         _importer.adapt(torch.Tensor(0x10000, (2,), (1,), torch.float16, neg=True), "q", -1)
 
 
+def test_negated_views_are_named_whatever_path_would_take_them(monkeypatch):
+    """The reader hands a negated view back (None) and the importer names it: plain tensors,
+    subclasses and CPU tensors alike; a torch object that is no tensor goes on to the general
+    importer, which names what it is."""
+    torch = _fake_torch(monkeypatch)
+    neg = torch.Tensor(0x10000, (2,), (1,), torch.float16, neg=True)
+    assert _acc.from_torch(neg) is None
+    for x in (neg, torch.Subclass(0x10000, (2,), (1,), torch.float16, neg=True),
+              torch.Tensor(0x10000, (2,), (1,), torch.float16, device=-1, neg=True)):
+        with pytest.raises(TypeError, match="k is a negated torch view.*k.resolve_neg"):
+            _importer.adapt(x, "k", -1)
+
+    class Size(tuple):
+        pass
+
+    Size.__module__ = "torch"
+    with pytest.raises(TypeError, match="k: expected .* got Size"):
+        _importer.adapt(Size((2, 3)), "k", -1)
+
+
 def _fake_cupy(monkeypatch):
     cupy = types.ModuleType("cupy")
 

@@ -93,6 +93,29 @@ def test_a_window_in_a_small_grid_stays_on_hopper():
     assert _plan(16, 2048, 16, 64, window=(100, 100)).variant.family == "sm80"
 
 
+def test_small_grid_builds_keep_their_widths_key_tile():
+    """A row's keys are summed tile by tile: a small-grid build with the key tile of its width's
+    usual build gives the same bits (the C launcher, which keeps the usual builds, is compared
+    with the package bit for bit)."""
+    for (d, causal, rows), tiles in traits._SM90_SMALL_GRID.items():
+        assert tiles.block_m == rows
+        assert tiles.block_n == traits._SM90_TILES[(d, causal)].block_n, (d, causal, rows)
+
+
+def test_every_plan_takes_a_listed_build():
+    """What the cache warms and CI compiles (`all_variants`) covers every build a plan picks."""
+    listed = {v.describe() for v in traits.all_variants("sm_90a")}
+    for sms in (132, 114, 78):
+        props = types.SimpleNamespace(**{**vars(H200), "sm_count": sms})
+        for D in (32, 64, 96, 128, 192, 256):
+            for causal in (False, True):
+                for B, S, H in ((1, 512, 8), (1, 2048, 8), (2, 1024, 8), (16, 4096, 16), (1, 100, 1)):
+                    for window in (None, (64, 0)):
+                        for dtype in (F16, BF16):
+                            v = _plan(B, S, H, D, dtype, causal, props, window).variant
+                            assert v.family != "sm90" or v.describe() in listed, v.describe()
+
+
 def test_the_small_grid_builds_are_listed_for_warming_and_compile_checks():
     listed = {v.describe() for v in traits.all_variants("sm_90a")}
     mods = {v.describe() for v in traits.mods_variants("sm_90a")}

@@ -42,8 +42,8 @@ def test_small_problems_and_the_portable_kernel_keep_their_grids():
     small = _problem(S=128, H=2)  # fewer tiles than SMs: one CTA a tile either way
     portable = _plan.make_plan(_problem(), A100).grid  # (heads, batch, blocks): not persistent
     with sm_margin.leave_free(8):
-        plan = _plan.make_plan(small, H200)
-        assert plan.grid[0] == 2 * -(-128 // plan.variant.tiles.block_m)  # its tiles, each on a CTA of its own
+        plan = _plan.make_plan(small, H200)  # its 4 tiles of 64 rows (the small-grid build), a CTA each
+        assert plan.variant.tiles.block_m == 64 and plan.grid == (4, 1, 1)
         assert _plan.make_plan(_problem(), A100).grid == portable
     assert portable == (16, 1, 4096 // _plan.make_plan(_problem(), A100).variant.tiles.block_m)
 

@@ -30,6 +30,7 @@ _torch_layouts: dict = {}
 _cupy_layouts: dict = {}
 
 _torch_dtypes: dict | None = None  # torch dtype -> NumPy dtype, for the dtypes cudattn reads
+_new = object.__new__  # a bound lookup fewer a call
 _torch_plain: set = set()  # torch.Tensor and Parameter, once torch is seen (subclasses may not own what data_ptr says)
 
 
@@ -81,8 +82,6 @@ def from_torch(t) -> DeviceArray | None:
     a.ptr, (a.shape, a.strides, a.dtype), a.device_id, a.owner, a.readonly = t.data_ptr(), f, t.get_device(), t, False
     return a
 
-
-_new = object.__new__
 _cupy_types: tuple = ()
 _CUPY_KINDS = "fi"  # what else a CuPy array may hold takes the general path (which names it)
 
@@ -104,7 +103,7 @@ def from_cupy(x) -> DeviceArray | None:
             return None
         f = _remember(_cupy_layouts, (dtype, shape, st), shape, st, dtype)
     mem = x.data
-    a = object.__new__(DeviceArray)
+    a = _new(DeviceArray)
     dev = mem.device_id
     a.ptr, (a.shape, a.strides, a.dtype), a.device_id, a.owner, a.readonly = mem.ptr, f, dev, x, False
     return a

@@ -38,23 +38,24 @@ from .protocols import as_device_array, device_id_of, is_device_array_like, stre
 from .._spec.geometry import c_strides as _c_strides
 from .._runtime.stream import CU_STREAM_LEGACY
 
-__all__ = ["OTHER", "TORCH", "CUPY", "CUDATTN", "JAX", "adapt", "as_device_array", "current_stream",
+__all__ = ["OTHER", "TORCH", "CUPY", "CUDATTN", "JAX", "KINDS", "adapt", "as_device_array", "current_stream",
            "current_stream_owner", "device_id_of", "is_device_array_like", "kind_of", "stream_of"]
 
 # JAX and other producers (kinds >= JAX) know no consumer stream: they order their work before it
 # through DLPack's handshake, and the call holds their arrays until its work is done.
 CUDATTN, TORCH, CUPY, JAX, OTHER = 0, 1, 2, 3, 4
-_kinds: dict[type, int] = {DeviceArray: CUDATTN}
+# type -> kind (`kind_of` fills it): an operand's kind is here once an object of its type was adapted
+KINDS: dict[type, int] = {DeviceArray: CUDATTN}
 _SMV = None
 _torch_stream = None  # torch's current-stream getter, bound when a torch tensor first arrives
 
 
 def kind_of(obj) -> int:
     t = type(obj)
-    k = _kinds.get(t)
+    k = KINDS.get(t)
     if k is None:
         top = t.__module__.partition(".")[0]
-        k = _kinds[t] = TORCH if top == "torch" else CUPY if top == "cupy" else \
+        k = KINDS[t] = TORCH if top == "torch" else CUPY if top == "cupy" else \
             JAX if top in ("jax", "jaxlib") else OTHER
     return k
 
@@ -103,7 +104,7 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
     docstring); ``consumer`` is the stream the call will read it on. ``current``: ``(type, device
     id, stream handle)`` of an operand of the same call already adapted, whose package's current
     stream serves the later operands of its type and device (not asked again for each)."""
-    kind = _kinds.get(type(obj))
+    kind = KINDS.get(type(obj))
     if kind is None:
         kind = kind_of(obj)
     if kind == CUDATTN:

@@ -33,7 +33,7 @@ from .._runtime.stream import StreamRef, is_capturing
 from .._spec.geometry import span as _span
 from . import replay as _replay
 from .._arrays.array import DeviceArray
-from .._arrays.importer import _kinds, JAX, adapt, kind_of
+from .._arrays.importer import JAX, KINDS, adapt, kind_of
 from .operands import check_addresses, check_one_device, consumer_stream, order_and_hold
 
 __all__ = ["Call", "RecordedCall"]
@@ -89,7 +89,7 @@ class Call:
                     a = x
                 else:
                     a = adapt(x, names[i], consumer, current)
-                    if _kinds[t] >= JAX:  # known once adapted: held until the call's work is done
+                    if KINDS[t] >= JAX:  # known once adapted: held until the call's work is done
                         unordered = True
                 ops.append(a)
                 sig.append((t, a.shape, a.strides, a.dtype, a.device_id, a.readonly))

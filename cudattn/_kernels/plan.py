@@ -106,15 +106,16 @@ def paged_box_rows(problem: Problem, block_n: int) -> int:
 
 def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, family: str) -> Plan:
     windowed = problem.window is not None
-    # Windows: Hopper builds of two consumer warpgroups only (fwd_sm90.cuh, WINDOW): the tiles the
-    # short-causal rule picks (seqlen_q 1), else the portable kernel; FP8 Hopper builds compile
-    # the window in only when asked (MOD_WINDOW, with narrower key tiles: _traits).
+    # Windows: Hopper builds of one or two consumer warpgroups only (fwd_sm90.cuh, WINDOW): the
+    # tiles the short-causal rule picks (seqlen_q 1) or the small-grid tiles, else the portable
+    # kernel; FP8 Hopper builds compile the window in only when asked (MOD_WINDOW, with narrower
+    # key tiles: _traits).
     mods = (problem.mods.bits if problem.mods is not None else 0) | (MOD_WINDOW if windowed else 0)
     # Tiles of fewer query rows where they fit in a wave or two of the persistent grid (_traits)
-    small = _traits.small_grid_rows(problem.dtype, problem.head_dim, problem.causal, family,
-                                    problem.heads_q * problem.batch, problem.seqlen_q, sm_count)
+    small_rows = _traits.small_grid_rows(problem.dtype, problem.head_dim, problem.causal, family,
+                                         problem.heads_q * problem.batch, problem.seqlen_q, sm_count)
     variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family, problem.out_dtype,
-                             1 if windowed and family == "sm90" else problem.seqlen_q, mods, small)
+                             1 if windowed and family == "sm90" else problem.seqlen_q, mods, small_rows)
     if windowed and family == "sm90" and variant.tiles.block_m > 128:
         family = "sm80"
         variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family,

@@ -276,8 +276,9 @@ def all_variants(arch: str) -> list[Variant]:
         out += [select(dt, d, causal, limit, "sm90") for dt in DTYPE_NAMES.values() for d in SM90_TILE_DIMS
                 for causal in (False, True)]
         out += [select(dt, d, True, limit, "sm90", seqlen_q=1) for dt in DTYPE_NAMES.values() for d in _SM90_SHORT_CAUSAL]
-        out += [select(dt, d, c, limit, "sm90", small_rows=rows) for dt in DTYPE_NAMES.values()
-                for d, c, rows in _SM90_SMALL_GRID if not (c and rows == 128)]  # those are the short causal tiles
+        listed = {v.describe() for v in out}  # (the 128-row causal tiles are the short causal rows')
+        out += [v for v in (select(dt, d, c, limit, "sm90", small_rows=rows) for dt in DTYPE_NAMES.values()
+                            for d, c, rows in _SM90_SMALL_GRID) if v.describe() not in listed]
     return out
 
 

@@ -82,10 +82,10 @@ struct FwdSm90 {
     static constexpr int SMEM_OPTIN = 232448, STATIC_RESERVE = 1024;  // a block's limit; the barriers' room
     static constexpr bool STAGE_O = !FP8 && D >= 128 && RING_BYTES + CONSUMERS * O_STAGE_BYTES <= SMEM_OPTIN - STATIC_RESERVE;
     static constexpr int SMEM_BYTES = RING_BYTES + (STAGE_O ? CONSUMERS * O_STAGE_BYTES : 0);
-    // Registers a thread after setmaxnreg: 128*24 + 256*240 and 128*24 + 384*160 fit in 64K.
+    // Registers a thread after setmaxnreg: 128*24 + 128*240, 128*24 + 256*240 and 128*24 + 384*160 fit in 64K.
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS < 3 ? 240 : 160;
-    // Sliding windows: builds with two consumers only (with three, 160 registers, the window's
-    // masks spill: the host sends windowed calls to a two-consumer build, _plan); FP8 builds
+    // Sliding windows: builds with one or two consumers only (with three, 160 registers, the window's
+    // masks spill: the host sends windowed calls to a build of one or two, _plan); FP8 builds
     // only where MODS has MOD_WINDOW, so that plain FP8 calls keep their leaner code.
     static constexpr bool WINDOW = CONSUMERS <= 2 && (!FP8 || (MODS & MOD_WINDOW) != 0);
     static_assert(D * EB % SW == 0 && D <= 256, "head-dim tile: whole swizzle rows, at most 256");
