@@ -30,7 +30,7 @@ _torch_layouts: dict = {}
 _cupy_layouts: dict = {}
 
 _torch_dtypes: dict | None = None  # torch dtype -> NumPy dtype, for the dtypes cudattn reads
-_new = object.__new__  # a bound lookup fewer a call
+_new = object.__new__  # one global lookup a DeviceArray instead of two
 _torch_plain: set = set()  # torch.Tensor and Parameter, once torch is seen (subclasses may not own what data_ptr says)
 
 
@@ -81,6 +81,7 @@ def from_torch(t) -> DeviceArray | None:
     a = _new(DeviceArray)
     a.ptr, (a.shape, a.strides, a.dtype), a.device_id, a.owner, a.readonly = t.data_ptr(), f, t.get_device(), t, False
     return a
+
 
 _cupy_types: tuple = ()
 _CUPY_KINDS = "fi"  # what else a CuPy array may hold takes the general path (which names it)
