@@ -33,7 +33,7 @@ static_assert(cudattn_fwd_variant::SMEM_BYTES == CUDATTN_SMEM_BYTES,
               "the host's smem_bytes and the kernel's layout disagree (fwd_sm90.cuh SMEM_BYTES, traits.py smem_bytes)");
 #endif
 
-extern "C" __global__ void __launch_bounds__(cudattn_fwd_variant::NT, 1)
+extern "C" __global__ void __launch_bounds__(cudattn_fwd_variant::NT, cudattn_fwd_variant::MIN_BLOCKS)
     flash_fwd_sm90(const __grid_constant__ FwdSm90Params params) {
     cudattn_fwd_variant::run(params);
 }

@@ -128,7 +128,8 @@ def test_default_tiles_on_small_problems(B, Sq, Sk, Hq, Hkv, causal, layout, D, 
     assert _plan._plans, "the call was planned afresh"
     if next(iter(_plan._plans.values())).variant.family == "sm90":
         rows = {p.variant.tiles.block_m for p in _plan._plans.values()}
-        assert rows == ({128} if D > 64 or causal and Sq <= 2048 else {192})
+        two_ctas = D <= 64 and causal and 512 < Sq <= 2048  # 64-row tiles, two CTAs an SM (tile_tables)
+        assert rows == ({64} if two_ctas else {128} if D > 64 or causal and Sq <= 2048 else {192})
 
 
 # (Sq, Sk, Hq, Hkv, D, causal, query rows a tile on a GPU of 114 to 132 SMs)
@@ -162,6 +163,38 @@ def test_small_grid_tiles(Sq, Sk, Hq, Hkv, D, causal, rows, dtype, monkeypatch, 
     (p,) = _plan._plans.values()
     if kernel_family == "fastest" and p.variant.family == "sm90" and 114 <= _device.device_properties(0).sm_count <= 132:
         assert p.variant.tiles.block_m == rows, "a small grid takes the small-grid tiles"
+
+
+# Causal grids too large for the small-grid rule, by query rows a sequence: (B, Sq, Sk, Hq, Hkv, D,
+# the build's query rows a tile, CTAs an SM): head dim 64 from 513 to 2048 rows in 64-row tiles two
+# to an SM, 512 rows and fewer in the short causal rows' 128; head dim 256 up to 512 rows in 128x64.
+CAUSAL_ROWS = [
+    (4, 600, 650, 16, 4, 64, 64, 2),
+    (2, 1500, 1499, 8, 8, 64, 64, 2),
+    (3, 2048, 2048, 6, 2, 64, 64, 2),
+    (8, 512, 700, 8, 8, 64, 128, 1),
+    (8, 500, 500, 8, 8, 256, 128, 1),
+    (6, 513, 513, 8, 2, 256, 128, 1),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B,Sq,Sk,Hq,Hkv,D,rows,per_sm", CAUSAL_ROWS)
+def test_causal_tiles_by_rows(B, Sq, Sk, Hq, Hkv, D, rows, per_sm, dtype, monkeypatch, kernel_family):
+    from cudattn._calls import call as _call
+    from cudattn._kernels import plan as _plan
+    from cudattn._runtime import device as _device
+
+    monkeypatch.setattr(_plan, "_plans", {})
+    monkeypatch.setattr(_call, "_plans", {})
+    check(B, Sq, Sk, Hq, Hkv, D, DTYPES[dtype], True)
+    (p,) = _plan._plans.values()
+    if kernel_family == "fastest" and p.variant.family == "sm90" and 114 <= _device.device_properties(0).sm_count <= 132:
+        t = p.variant.tiles
+        assert (t.block_m, t.min_blocks) == (rows, per_sm)
+        assert p.grid[0] == min(-(-Sq // rows) * B * Hq, _device.device_properties(0).sm_count * per_sm)
+        if D == 256:
+            assert t.block_n == (64 if Sq <= 512 else 80)
 
 
 @pytest.mark.parametrize("hq,hkv", [(8, 8), (8, 2), (8, 1), (6, 3)])

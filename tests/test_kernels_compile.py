@@ -191,11 +191,28 @@ def test_decode_params_structs_match_header():
     assert ctypes.sizeof(_params.KvCacheGeom) == 40
 
 
-@pytest.mark.parametrize("seqlen_q,causal,block_m", [(None, True, 192), (2048, True, 128), (2049, True, 192),
-                                                     (1, True, 128), (512, False, 192), (None, False, 192)])
-def test_hopper_head_dim_64_tiles_follow_the_query_length(seqlen_q, causal, block_m):
+@pytest.mark.parametrize("seqlen_q,causal,block_m,per_sm", [
+    (None, True, 192, 1), (512, True, 128, 1), (513, True, 64, 2), (2048, True, 64, 2), (2049, True, 192, 1),
+    (1, True, 128, 1), (512, False, 192, 1), (1024, False, 192, 1), (None, False, 192, 1)])
+def test_hopper_head_dim_64_tiles_follow_the_query_length(seqlen_q, causal, block_m, per_sm):
     """Head dim 64 runs three consumer warpgroups (BM = 192), except causal calls of at most 2048
-    query rows a sequence, where the diagonal tiles of 128 rows waste less."""
+    query rows a sequence, where the diagonal tiles of fewer rows waste less: 128 rows up to 512,
+    then 64-row tiles of one consumer, two CTAs an SM (their build is told so: CUDATTN_MIN_BLOCKS),
+    each with the same 128-key tiles."""
     for dt in ("float16", "bfloat16"):
         v = _traits.select(dt, 64, causal, 232448, "sm90", seqlen_q=seqlen_q)
-        assert (v.tiles.block_m, v.threads, v.defines()["CUDATTN_CONSUMERS"]) == (block_m, 128 * (block_m // 64 + 1), block_m // 64)
+        d = v.defines()
+        assert (v.tiles.block_m, v.threads, d["CUDATTN_CONSUMERS"]) == (block_m, 128 * (block_m // 64 + 1), block_m // 64)
+        assert (v.tiles.min_blocks, d.get("CUDATTN_MIN_BLOCKS", 1), v.tiles.block_n) == (per_sm, per_sm, 128)
+        if per_sm == 2:  # two CTAs' shared memory (and the driver's 1 KiB each) in one SM's 228 KiB
+            assert 2 * (v.smem_bytes + 1024 + 1024) <= 233472
+
+
+def test_hopper_head_dim_256_causal_short_rows_take_64_key_tiles():
+    """Causal head dim 256 of at most 512 query rows a sequence: 128x64 tiles (fewer masked keys on
+    the diagonal than 80-key tiles); longer rows and full attention keep 128x80."""
+    for dt in ("float16", "bfloat16"):
+        pick = lambda causal, rows: _traits.select(dt, 256, causal, 232448, "sm90", seqlen_q=rows).tiles
+        assert (pick(True, 512).block_m, pick(True, 512).block_n) == (128, 64)
+        assert [pick(True, r).block_n for r in (1, 513, 2048, None)] == [64, 80, 80, 80]
+        assert [pick(False, r).block_n for r in (1, 512, None)] == [80, 80, 80]

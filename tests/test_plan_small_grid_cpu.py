@@ -53,22 +53,24 @@ def _plan(B, S, H, D, dtype=F16, causal=False, props=H200, window=None):
     (4, 512, 8, 64, True, 128),  # 256 tiles of 64 rows but 512 rows: one wave only, so the short causal tiles
     (1, 512, 8, 64, True, 64),  # 64 tiles: one wave
     (1, 4096, 5, 64, True, 192),  # 320 tiles of 64, 160 of 128
-    (8, 1024, 16, 64, True, 128),  # short causal rows: 128 rows past the small grids
+    (8, 1024, 16, 64, True, 64),  # past the small grids: 64-row tiles of one consumer, two CTAs an SM
+    (8, 512, 16, 64, True, 128),  # ... but the short causal rows' 128 up to 512 rows
     (1, 512, 8, 128, False, 64),
     (1, 512, 16, 128, False, 64),  # 128 tiles of 64 rows
     (2, 1024, 8, 128, False, 128),  # 256 tiles of 64 rows: two waves, not causal
     (1, 2048, 8, 128, True, 64),  # 256, causal
     (16, 4096, 16, 128, True, 128),
     (1, 512, 8, 256, False, 64),
-    (1, 512, 8, 256, True, 128),  # causal head dim 256 keeps its tiles (key tiles of 80)
+    (1, 512, 8, 256, True, 128),  # causal head dim 256 keeps its tiles (the short causal rows' 64 keys)
     (2, 1024, 8, 256, False, 128),
 ])
 @pytest.mark.parametrize("dtype", [F16, BF16])
 def test_tiles_by_waves(B, S, H, D, causal, rows, dtype):
     p = _plan(B, S, H, D, dtype, causal)
     assert p.variant.family == "sm90" and p.variant.tiles.block_m == rows
-    assert p.grid[0] == min(B * H * -(-S // rows), H200.sm_count)
+    assert p.grid[0] == min(B * H * -(-S // rows), H200.sm_count * p.variant.tiles.min_blocks)
     assert not p.variant.tiles.pingpong if rows == 64 else p.variant.tiles.pingpong  # one consumer takes no turns
+    assert p.variant.tiles.min_blocks == (2 if (B, S, H, D, causal) == (8, 1024, 16, 64, True) else 1)
 
 
 def test_sm_margin_and_fewer_sms_count():

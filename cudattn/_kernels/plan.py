@@ -123,14 +123,15 @@ def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, 
     bm = variant.tiles.block_m
     num_m = -(-problem.seqlen_q // bm)
     if family == "sm90":
-        # Persistent: one CTA per SM (its shared memory allows no second), each walking the tiles
-        # t = blockIdx.x, blockIdx.x + gridDim.x, ... in the kernel's order (sm90/tile_scheduler.cuh).
+        # Persistent: one CTA an SM (two for builds of one consumer made for it: min_blocks), each
+        # walking the tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... in the kernel's order
+        # (sm90/tile_scheduler.cuh).
         tiles = num_m * problem.heads_q * problem.batch
         if tiles >= 2**31:
             raise ValueError(f"{tiles} tiles of {bm} query rows exceed the kernel's 32-bit tile index; split the call")
-        section = _l2_section(problem, l2_bytes, min(tiles, sm_count))
-        return Plan(variant, (min(tiles, sm_count), 1, 1), (variant.threads, 1, 1), variant.smem_bytes, num_m,
-                    section)
+        ctas = min(tiles, sm_count * variant.tiles.min_blocks)
+        section = _l2_section(problem, l2_bytes, ctas)
+        return Plan(variant, (ctas, 1, 1), (variant.threads, 1, 1), variant.smem_bytes, num_m, section)
     # Must match the kernel's reading of blockIdx (fwd_sm80.cuh): causal puts m last (longest first).
     grid = (problem.heads_q, problem.batch, num_m) if problem.causal else (num_m, problem.heads_q, problem.batch)
     if grid[1] > _MAX_GRID_YZ or grid[2] > _MAX_GRID_YZ:

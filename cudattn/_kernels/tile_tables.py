@@ -60,8 +60,20 @@ _SM90_TILES = {
     (256, True): Tiles(128, 80, 12, 2, 1, True, 1),
 }
 # Causal calls with at most this many query rows a sequence use these tiles instead: with short
-# rows, most query tiles are diagonal ones, and 192-row tiles mask more of their work than 128.
-_SM90_SHORT_CAUSAL = {64: (2048, Tiles(128, 128, 12, 3, 1, True, 2))}
+# rows, most query tiles are diagonal ones, and 192-row tiles mask more of their work than 128; at
+# head dim 256, 80-key tiles cross the diagonal with more masked keys than 64-key ones (a 512-row
+# sequence's 128-row tiles read 1,440 keys in 80s against 1,280 in 64s): +2.5 % at 512 rows on an
+# H200, even at 1024, -3 % at 2048 (benchmarks/NOTES.md).
+_SM90_SHORT_CAUSAL = {64: (2048, Tiles(128, 128, 12, 3, 1, True, 2)),
+                      256: (512, Tiles(128, 64, 12, 2, 1, True, 1))}
+# Causal calls with more query rows a sequence than the first bound and at most the second: 64-row
+# tiles of one consumer, two CTAs an SM (128 x 24 + 128 x 232 registers each; min_blocks = 2), each
+# CTA on tiles of its own, so that one's first loads and last store run under the other's products
+# where two consumers of one 128-row tile wait together. On an H200 at head dim 64 against the short
+# causal rows' 128x128 build: +2-3 % at 1024 rows, +1-2 % at 2048, -5 % at 512 (K and V read once a
+# 64-row tile, twice as often); not kept at head dim 128 (-1 to -11 %) or without a mask (-8 to -10 %).
+# The same key tile as the 128-row build, so the same bits as the C launcher's (which runs that).
+_SM90_TWO_CTAS = {64: (512, 2048, Tiles(64, 128, 8, 2, 2, False, 2))}
 # Small grids. A problem whose tiles all fit in one wave of the persistent grid (one a CTA) takes
 # the call's time from each CTA's chain of key tiles, not from the SMs' shared throughput: there
 # fewer consumer warpgroups a CTA (fewer query rows a tile, more CTAs) run shorter chains. On an

@@ -20,7 +20,7 @@ import numpy as np
 
 from .._spec.modifiers import MOD_ALIBI, MOD_SOFTCAP, MOD_WINDOW
 from .tile_tables import (_CANDIDATES, _FP8_CANDIDATES, _FP8_SM90_NARROW_KEYS, _FP8_SM90_TILES, _MODS_CANDIDATES,
-                          _SM90_SHORT_CAUSAL, _SM90_SMALL_GRID, _SM90_TILES, CAUSAL_TWO_WAVES_ROWS, FP8_SM90_TILE_DIMS,
+                          _SM90_SHORT_CAUSAL, _SM90_SMALL_GRID, _SM90_TILES, _SM90_TWO_CTAS, CAUSAL_TWO_WAVES_ROWS, FP8_SM90_TILE_DIMS,
                           FP8_TILE_DIMS, SM90_TILE_DIMS, Tiles)
 
 FAMILIES = ("sm80", "sm90")
@@ -146,13 +146,15 @@ class Variant:
             common["CUDATTN_MODS"] = self.mods
         if self.family == "sm90":  # the warps follow from BLOCK_M (the kernel's roles)
             # BLOCK_M is 64 rows a consumer warpgroup
+            two = {"CUDATTN_MIN_BLOCKS": t.min_blocks} if t.min_blocks != 1 else {}  # (one: the builds' keys as before)
             return {**common, "CUDATTN_PINGPONG": int(t.pingpong), "CUDATTN_Q_STAGES": t.q_stages,
-                    "CUDATTN_CONSUMERS": t.block_m // 64, "CUDATTN_SMEM_BYTES": self.smem_bytes}
+                    "CUDATTN_CONSUMERS": t.block_m // 64, "CUDATTN_SMEM_BYTES": self.smem_bytes, **two}
         return {**common, "CUDATTN_BLOCK_M": t.block_m, "CUDATTN_WARPS": t.warps, "CUDATTN_MIN_BLOCKS": t.min_blocks}
 
     def describe(self) -> str:
         t = self.tiles
-        extra = (f" q{t.q_stages}" if self.family == "sm90" else "") + (" pingpong" if t.pingpong else "")
+        extra = (f" q{t.q_stages}" + (f" m{t.min_blocks}" if t.min_blocks != 1 else "") if self.family == "sm90" else "") + \
+            (" pingpong" if t.pingpong else "")
         out = f"->{self.out_dtype}" if self.out_dtype else ""
         mods = "".join(n for bit, n in ((MOD_SOFTCAP, " softcap"), (MOD_ALIBI, " alibi"), (MOD_WINDOW, " window"))
                        if self.mods & bit)
@@ -218,6 +220,9 @@ def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, 
         short = _SM90_SHORT_CAUSAL.get(d)
         if causal and short is not None and seqlen_q is not None and seqlen_q <= short[0]:
             tiles = short[1]
+        two = _SM90_TWO_CTAS.get(d) if causal and not small_rows and seqlen_q is not None else None
+        if two is not None and two[0] < seqlen_q <= two[1]:  # (a small grid keeps its own rule's tiles)
+            tiles = two[2]
         small = _SM90_SMALL_GRID.get((d, bool(causal), small_rows)) if small_rows else None
         if small is not None and small.block_m < tiles.block_m:
             tiles = small
@@ -276,6 +281,8 @@ def all_variants(arch: str) -> list[Variant]:
         out += [select(dt, d, causal, limit, "sm90") for dt in DTYPE_NAMES.values() for d in SM90_TILE_DIMS
                 for causal in (False, True)]
         out += [select(dt, d, True, limit, "sm90", seqlen_q=1) for dt in DTYPE_NAMES.values() for d in _SM90_SHORT_CAUSAL]
+        out += [select(dt, d, True, limit, "sm90", seqlen_q=rows[1]) for dt in DTYPE_NAMES.values()
+                for d, rows in _SM90_TWO_CTAS.items()]
         listed = {v.describe() for v in out}  # (the 128-row causal tiles are the short causal rows')
         out += [v for v in (select(dt, d, c, limit, "sm90", small_rows=rows) for dt in DTYPE_NAMES.values()
                             for d, c, rows in _SM90_SMALL_GRID) if v.describe() not in listed]
@@ -294,9 +301,13 @@ def mods_variants(arch: str) -> list[Variant]:
     dims = {"sm80": TILE_DIMS, "sm90": SM90_TILE_DIMS}
     out = [select("float16", d, c, limit, fam, mods=MOD_SOFTCAP | MOD_ALIBI)
            for fam in fams for d in dims[fam] for c in (False, True)]
-    if arch in HOPPER_ARCHS:  # the small-grid tiles (and the short causal tiles, 128 rows at head dim 64)
+    if arch in HOPPER_ARCHS:  # the small-grid tiles, the short causal tiles and the two-CTA tiles
         out += [select("float16", d, c, limit, "sm90", mods=MOD_SOFTCAP | MOD_ALIBI, small_rows=rows)
                 for d, c, rows in _SM90_SMALL_GRID]
+        listed = {v.describe() for v in out}
+        out += [v for v in (select("float16", d, True, limit, "sm90", mods=MOD_SOFTCAP | MOD_ALIBI, seqlen_q=rows)
+                            for d, rows in [(d, 1) for d in _SM90_SHORT_CAUSAL] +
+                            [(d, r[1]) for d, r in _SM90_TWO_CTAS.items()]) if v.describe() not in listed]
     if arch in FP8_ARCHS:  # FP8 with every modifier (the window: Hopper's); one output dtype (the same code)
         fam, fp8_dims = ("sm90", FP8_SM90_TILE_DIMS) if arch in HOPPER_ARCHS else ("sm80", FP8_TILE_DIMS)
         out += [select(FP8, d, c, limit, fam, "bfloat16", mods=m)

@@ -40,6 +40,10 @@
 #include "cudattn/sm90/producer.cuh"
 #include "cudattn/sm90/sync.cuh"
 
+#ifndef CUDATTN_MIN_BLOCKS  // CTAs an SM; the host passes it only where it is 2 (traits.py)
+#define CUDATTN_MIN_BLOCKS 1
+#endif
+
 namespace cudattn {
 namespace sm90 {
 
@@ -82,8 +86,12 @@ struct FwdSm90 {
     static constexpr int SMEM_OPTIN = 232448, STATIC_RESERVE = 1024;  // a block's limit; the barriers' room
     static constexpr bool STAGE_O = !FP8 && D >= 128 && RING_BYTES + CONSUMERS * O_STAGE_BYTES <= SMEM_OPTIN - STATIC_RESERVE;
     static constexpr int SMEM_BYTES = RING_BYTES + (STAGE_O ? CONSUMERS * O_STAGE_BYTES : 0);
-    // Registers a thread after setmaxnreg: 128*24 + 128*240, 128*24 + 256*240 and 128*24 + 384*160 fit in 64K.
-    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS < 3 ? 240 : 160;
+    // CTAs an SM (__launch_bounds__'s minimum): two only for one consumer, whose CTA then takes half the registers.
+    static constexpr int MIN_BLOCKS = CUDATTN_MIN_BLOCKS;
+    static_assert(MIN_BLOCKS == 1 || (MIN_BLOCKS == 2 && CONSUMERS == 1), "two CTAs an SM: one consumer each");
+    // Registers a thread after setmaxnreg: 128*24 + 128*240, 128*24 + 256*240 and 128*24 + 384*160 fit in 64K;
+    // two CTAs of 128*24 + 128*232 in 64K.
+    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = MIN_BLOCKS == 2 ? 232 : CONSUMERS < 3 ? 240 : 160;
     // Sliding windows: builds with one or two consumers only (with three, 160 registers, the window's
     // masks spill: the host sends windowed calls to a build of one or two, _plan); FP8 builds
     // only where MODS has MOD_WINDOW, so that plain FP8 calls keep their leaner code.
