@@ -1,6 +1,6 @@
 """CPU: which Hopper forward builds write O through shared memory and a TMA store (`Variant.stages_o`,
 fwd_sm90.cuh's STAGE_O), what that adds to their shared memory, and which outputs a TMA map can
-describe (`_kernels.plan._o_mappable`; the others are stored from registers). The kernel asserts
+describe (`_kernels.plan._axes_mappable` with 16-byte units; the others are stored from registers). The kernel asserts
 the host's byte count at compile time (CUDATTN_SMEM_BYTES); test_kernels_compile.py builds them."""
 
 from __future__ import annotations
@@ -39,4 +39,4 @@ def test_head_dim_128_stages_and_64_256_do_not():
     (TensorGeom(1 << 40, 16 * 128, 128), (512, 16, 2), False),  # past TMA's stride bound
 ])
 def test_which_outputs_a_map_describes(geom, sizes, want):
-    assert plan._o_mappable(geom, 2, sizes) is want
+    assert plan._axes_mappable(geom, 2, sizes, 16) is want

@@ -123,7 +123,9 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
     elif kind == CUPY:
         a = from_cupy(obj)
         if a is not None:
-            a.stream_handle = _current(kind, obj, a.device_id, current)
+            dev = a.device_id  # as for torch: the later operands of a call take the first's stream inline
+            a.stream_handle = current[2] if current is not None and current[1] == dev and current[0] is type(obj) \
+                else current_stream(CUPY, dev)
             return a
     elif kind == JAX:  # the consumer as DLPack names it: JAX orders its pending writes before that stream
         sync = CU_STREAM_LEGACY if consumer == 0 else consumer

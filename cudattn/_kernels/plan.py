@@ -74,14 +74,16 @@ def tma_can_map(problem: Problem, q_like: tuple = ()) -> bool:
     if min(strides) > 0 and max(strides) * item < _TMA_MAX_STRIDE:  # every call but odd views: one test
         return True
     (sq, bq), (sk, bk) = map_extents(problem)
-    for geom, seqlen, heads, batch in ((problem.q_strides, sq, problem.heads_q, bq),
-                                       (problem.k_strides, sk, problem.heads_kv, bk),
-                                       (problem.v_strides, sk, problem.heads_kv, bk),
-                                       *((g, sq, problem.heads_q, bq) for g in q_like)):
-        for st, n in ((geom.batch, batch), (geom.seq, seqlen), (geom.head, heads)):
-            if n > 1 and not 0 < st * item < _TMA_MAX_STRIDE:
-                return False
-    return True
+    return all(_axes_mappable(geom, item, sizes) for geom, sizes in (
+        (problem.q_strides, (sq, problem.heads_q, bq)), (problem.k_strides, (sk, problem.heads_kv, bk)),
+        (problem.v_strides, (sk, problem.heads_kv, bk)), *((g, (sq, problem.heads_q, bq)) for g in q_like)))
+
+
+def _axes_mappable(geom: TensorGeom, item: int, sizes: tuple, unit: int = 1) -> bool:
+    """Whether a TMA map can take ``geom``'s (seq, head, batch) strides for axes of ``sizes``
+    elements: on every axis longer than one, a stride in (0, 2**40) bytes, a multiple of ``unit``."""
+    return all(0 < st * item < _TMA_MAX_STRIDE and st * item % unit == 0
+               for st, n in zip((geom.seq, geom.head, geom.batch), sizes) if n > 1)
 
 
 def map_extents(problem: Problem) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -204,7 +206,9 @@ def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, ls
     else:
         raw = _tma.encode_vt(v, dt, D, _fp8.vt_keys(problem), Hkv, Bk, plan.variant.tile_dim)
         ctypes.memmove(ctypes.addressof(P.tma_v), raw, len(raw))
-    if plan.variant.stages_o and _o_mappable(o_geom, dt.itemsize, (Sq, Hq, Bq)):  # O leaves through a TMA store (epilogue.cuh)
+    # O leaves through a TMA store (epilogue.cuh) where a map takes its strides in whole 16-byte units (the
+    # call path checks the address's alignment); else the kernel stores from registers
+    if plan.variant.stages_o and _axes_mappable(o_geom, dt.itemsize, (Sq, Hq, Bq), 16):
         maps.append(("tma_o", (o, Sq, Hq, Bq, o_geom, 64)))
         P.o_tma = 1
     row_bytes = min(128, plan.variant.tile_dim * plan.variant.elem_bytes)  # the kernel's swizzle row (fwd_sm90.cuh)
@@ -212,14 +216,6 @@ def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, ls
         raw = _tma.encode_attention_operand(ptr, dt, D, seqlen, heads, batch, geom, rows, row_bytes)
         ctypes.memmove(ctypes.addressof(getattr(P, field)), raw, len(raw))
     return P
-
-
-def _o_mappable(geom: TensorGeom, item: int, sizes: tuple) -> bool:
-    """Whether a TMA map can describe O: strides of whole 16-byte units below TMA's bound on every
-    axis longer than one (the call path checks the address's alignment); else the kernel stores
-    from registers."""
-    return all(0 < st * item < _TMA_MAX_STRIDE and st * item % 16 == 0
-               for st, n in zip((geom.seq, geom.head, geom.batch), sizes) if n > 1)
 
 
 def _set_fp8(params: FwdParams, problem: Problem) -> None:
