@@ -128,7 +128,7 @@ def test_default_tiles_on_small_problems(B, Sq, Sk, Hq, Hkv, causal, layout, D, 
     assert _plan._plans, "the call was planned afresh"
     if next(iter(_plan._plans.values())).variant.family == "sm90":
         rows = {p.variant.tiles.block_m for p in _plan._plans.values()}
-        two_ctas = D <= 64 and causal and 512 < Sq <= 2048  # 64-row tiles, two CTAs an SM (tile_tables)
+        two_ctas = D <= 64 and causal and 512 < Sq <= 2048 and Sk <= Sq  # 64-row tiles, two CTAs an SM (tile_tables)
         assert rows == ({64} if two_ctas else {128} if D > 64 or causal and Sq <= 2048 else {192})
 
 
@@ -166,10 +166,12 @@ def test_small_grid_tiles(Sq, Sk, Hq, Hkv, D, causal, rows, dtype, monkeypatch, 
 
 
 # Causal grids too large for the small-grid rule, by query rows a sequence: (B, Sq, Sk, Hq, Hkv, D,
-# the build's query rows a tile, CTAs an SM): head dim 64 from 513 to 2048 rows in 64-row tiles two
-# to an SM, 512 rows and fewer in the short causal rows' 128; head dim 256 up to 512 rows in 128x64.
+# the build's query rows a tile, CTAs an SM): head dim 64 from 513 to 2048 rows with no more keys
+# than rows in 64-row tiles two to an SM, 512 rows and fewer (or more keys) in the short causal
+# rows' 128; head dim 256 up to 512 rows in 128x64.
 CAUSAL_ROWS = [
-    (4, 600, 650, 16, 4, 64, 64, 2),
+    (4, 600, 600, 16, 4, 64, 64, 2),
+    (4, 600, 900, 16, 4, 64, 128, 1),
     (2, 1500, 1499, 8, 8, 64, 64, 2),
     (3, 2048, 2048, 6, 2, 64, 64, 2),
     (8, 512, 700, 8, 8, 64, 128, 1),

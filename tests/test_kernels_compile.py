@@ -200,12 +200,15 @@ def test_hopper_head_dim_64_tiles_follow_the_query_length(seqlen_q, causal, bloc
     then 64-row tiles of one consumer, two CTAs an SM (their build is told so: CUDATTN_MIN_BLOCKS),
     each with the same 128-key tiles."""
     for dt in ("float16", "bfloat16"):
-        v = _traits.select(dt, 64, causal, 232448, "sm90", seqlen_q=seqlen_q)
+        v = _traits.select(dt, 64, causal, 232448, "sm90", seqlen_q=seqlen_q, two_ctas=True)
         d = v.defines()
         assert (v.tiles.block_m, v.threads, d["CUDATTN_CONSUMERS"]) == (block_m, 128 * (block_m // 64 + 1), block_m // 64)
         assert (v.tiles.min_blocks, d.get("CUDATTN_MIN_BLOCKS", 1), v.tiles.block_n) == (per_sm, per_sm, 128)
         if per_sm == 2:  # two CTAs' shared memory (and the driver's 1 KiB each) in one SM's 228 KiB
             assert 2 * (v.smem_bytes + 1024 + 1024) <= 233472
+            # without two_ctas (the C launcher's choice, whose grids are one CTA an SM): the 128-row build
+            launcher = _traits.select(dt, 64, causal, 232448, "sm90", seqlen_q=seqlen_q)
+            assert (launcher.tiles.block_m, launcher.tiles.block_n, launcher.tiles.min_blocks) == (128, 128, 1)
 
 
 def test_hopper_head_dim_256_causal_short_rows_take_64_key_tiles():

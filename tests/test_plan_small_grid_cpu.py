@@ -127,3 +127,23 @@ def test_the_small_grid_builds_are_listed_for_warming_and_compile_checks():
             assert v.tiles.block_m == rows and v.describe() in listed
         assert traits.select("float16", d, causal, 232448, "sm90", mods=traits.MOD_SOFTCAP | traits.MOD_ALIBI,
                              small_rows=rows).describe() in mods
+
+
+def test_two_ctas_only_for_causal_self_attention_outside_a_margin():
+    """The two-CTA tiles (64 rows, two CTAs an SM) serve causal calls at head dim 64 of 513-2048
+    rows with no more keys than rows; not with a window, inside an SM margin (the spare CTAs would
+    leave halves of SMs), nor with more keys than rows (chunked prefill: not measured)."""
+    from cudattn._kernels import sm_margin
+
+    p = _plan(8, 1024, 16, 64, causal=True)
+    assert (p.variant.tiles.block_m, p.variant.tiles.min_blocks, p.grid[0]) == (64, 2, 2 * H200.sm_count)
+    assert _plan(8, 1024, 16, 64, causal=True, window=(256, 0)).variant.tiles.min_blocks == 1
+    with sm_margin.leave_free(8):
+        p = _plan(8, 1024, 16, 64, causal=True)
+    assert (p.variant.tiles.block_m, p.variant.tiles.min_blocks, p.grid[0]) == (128, 1, H200.sm_count - 8)
+    q = _array((8, 1024, 16, 64), F16, 0x10000000)
+    k, v = (_array((8, 1500, 16, 64), F16, 0x10000000 * (i + 2)) for i in range(2))
+    plan._plans.clear()
+    p = plan.make_plan(validate(q, k, v, causal=True, host=False), H200)
+    assert (p.variant.tiles.block_m, p.variant.tiles.min_blocks) == (128, 1)
+

@@ -55,7 +55,7 @@ def make_plan(problem: Problem, props) -> Plan:
             _plans.clear()
         sms = max(1, props.sm_count - key[-1])  # SMs left to other streams' kernels (sm_margin.leave_free)
         plan = _plans[key] = _make_plan(problem, props.max_shared_memory_per_block_optin, sms,
-                                        props.l2_cache_size, family)
+                                        props.l2_cache_size, family, margin=key[-1] > 0)
     return plan
 
 
@@ -106,18 +106,23 @@ def paged_box_rows(problem: Problem, block_n: int) -> int:
     return math.gcd(kv.page_size, block_n) if kv is not None and kv.paged else block_n
 
 
-def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, family: str) -> Plan:
+def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, family: str,
+               margin: bool = False) -> Plan:
     windowed = problem.window is not None
-    # Windows: Hopper builds of one or two consumer warpgroups only (fwd_sm90.cuh, WINDOW): the
-    # tiles the short-causal rule picks (seqlen_q 1) or the small-grid tiles, else the portable
-    # kernel; FP8 Hopper builds compile the window in only when asked (MOD_WINDOW, with narrower
-    # key tiles: _traits).
+    # Windows: Hopper builds of one or two consumer warpgroups only (fwd_sm90.cuh, WINDOW): at head
+    # dim 64 the tiles the short-causal rule picks (seqlen_q 1) or the small-grid tiles, else the
+    # portable kernel; FP8 Hopper builds compile the window in only when asked (MOD_WINDOW, with
+    # narrower key tiles: _traits).
     mods = (problem.mods.bits if problem.mods is not None else 0) | (MOD_WINDOW if windowed else 0)
     # Tiles of fewer query rows where they fit in a wave or two of the persistent grid (_traits)
     small_rows = _traits.small_grid_rows(problem.dtype, problem.head_dim, problem.causal, family,
                                          problem.heads_q * problem.batch, problem.seqlen_q, sm_count)
+    # Two CTAs an SM (_traits, _SM90_TWO_CTAS) as measured: causal self-attention with no window, and
+    # no SMs to leave free (two CTAs an SM would leave halves of SMs, not whole ones: sm_margin)
+    two_ctas = not (windowed or margin) and problem.seqlen_k <= problem.seqlen_q
     variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family, problem.out_dtype,
-                             1 if windowed and family == "sm90" else problem.seqlen_q, mods, small_rows)
+                             1 if windowed and family == "sm90" and problem.head_dim <= 64 else problem.seqlen_q, mods,
+                             small_rows, two_ctas)
     if windowed and family == "sm90" and variant.tiles.block_m > 128:
         family = "sm80"
         variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family,

@@ -3,7 +3,8 @@
 That kernel launches one CTA per SM for the whole call, so a kernel queued on another stream
 (NCCL's transfers in a ring, say) gets no SM until it ends. Inside :func:`leave_free` the calls of
 this thread plan their grids ``n`` CTAs short of the SM count (as FlashAttention-3's
-``sm_margin``): the work is the same, spread over fewer SMs. The margin is part of every plan's
+``sm_margin``): the work is the same, spread over fewer SMs. (The builds that run two CTAs an SM
+are not taken inside: the spare CTAs would leave halves of SMs, not whole ones, `_plan`.) The margin is part of every plan's
 key and of every recorded call's signature, so a call replays only grids planned for its margin.
 """
 

@@ -6,6 +6,7 @@ reads them, with the rules that choose among the Hopper tables by problem size."
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -14,7 +15,9 @@ class Tiles:
     block_n: int
     warps: int
     stages: int
-    min_blocks: int  # __launch_bounds__ minimum blocks per SM (caps registers at 64K / (threads * min))
+    # __launch_bounds__ minimum blocks per SM (caps registers at 64K / (threads * min)); sm90: 2 only for
+    # one consumer, whose registers after setmaxnreg and persistent grid follow it (fwd_sm90.cuh, _plan)
+    min_blocks: int
     pingpong: bool = False  # sm90: the consumer warpgroups take turns issuing their products
     q_stages: int = 1  # sm90: Q tiles in flight (2: the next tile's Q loads during this one)
 
@@ -66,14 +69,24 @@ _SM90_TILES = {
 # H200, even at 1024, -3 % at 2048 (benchmarks/NOTES.md).
 _SM90_SHORT_CAUSAL = {64: (2048, Tiles(128, 128, 12, 3, 1, True, 2)),
                       256: (512, Tiles(128, 64, 12, 2, 1, True, 1))}
-# Causal calls with more query rows a sequence than the first bound and at most the second: 64-row
-# tiles of one consumer, two CTAs an SM (128 x 24 + 128 x 232 registers each; min_blocks = 2), each
-# CTA on tiles of its own, so that one's first loads and last store run under the other's products
-# where two consumers of one 128-row tile wait together. On an H200 at head dim 64 against the short
-# causal rows' 128x128 build: +2-3 % at 1024 rows, +1-2 % at 2048, -5 % at 512 (K and V read once a
-# 64-row tile, twice as often); not kept at head dim 128 (-1 to -11 %) or without a mask (-8 to -10 %).
-# The same key tile as the 128-row build, so the same bits as the C launcher's (which runs that).
-_SM90_TWO_CTAS = {64: (512, 2048, Tiles(64, 128, 8, 2, 2, False, 2))}
+
+
+class RowRange(NamedTuple):
+    above: int  # query rows a sequence: more than this ...
+    upto: int  # ... and at most this
+    tiles: Tiles
+
+
+# Causal self-attention (no more keys than query rows) of a row range a sequence: 64-row tiles of one
+# consumer, two CTAs an SM (128 x 24 + 128 x 232 registers each; min_blocks = 2), each CTA on tiles of
+# its own, so that one's first loads and last store run under the other's products where two
+# consumers of one 128-row tile wait together. On an H200 at head dim 64 against the short causal
+# rows' 128x128 build: +2-3 % at 1024 rows, +1-2 % at 2048, -5 % at 512 (K and V read once a 64-row
+# tile, twice as often); not kept at head dim 128 (-1 to -16 %) or without a mask (-8 to -10 %). The
+# same key tile as the 128-row build, so the same bits as the C launcher's, which runs that one (it
+# sizes its grids one CTA an SM); `_plan` takes it only outside an SM margin, without a window and
+# with no more keys than rows (the shapes measured).
+_SM90_TWO_CTAS = {64: RowRange(512, 2048, Tiles(64, 128, 8, 2, 2, False, 2))}
 # Small grids. A problem whose tiles all fit in one wave of the persistent grid (one a CTA) takes
 # the call's time from each CTA's chain of key tiles, not from the SMs' shared throughput: there
 # fewer consumer warpgroups a CTA (fewer query rows a tile, more CTAs) run shorter chains. On an

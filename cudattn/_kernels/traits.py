@@ -20,8 +20,8 @@ import numpy as np
 
 from .._spec.modifiers import MOD_ALIBI, MOD_SOFTCAP, MOD_WINDOW
 from .tile_tables import (_CANDIDATES, _FP8_CANDIDATES, _FP8_SM90_NARROW_KEYS, _FP8_SM90_TILES, _MODS_CANDIDATES,
-                          _SM90_SHORT_CAUSAL, _SM90_SMALL_GRID, _SM90_TILES, _SM90_TWO_CTAS, CAUSAL_TWO_WAVES_ROWS, FP8_SM90_TILE_DIMS,
-                          FP8_TILE_DIMS, SM90_TILE_DIMS, Tiles)
+                          _SM90_SHORT_CAUSAL, _SM90_SMALL_GRID, _SM90_TILES, _SM90_TWO_CTAS, CAUSAL_TWO_WAVES_ROWS,
+                          FP8_SM90_TILE_DIMS, FP8_TILE_DIMS, SM90_TILE_DIMS, Tiles)
 
 FAMILIES = ("sm80", "sm90")
 KERNEL_SOURCE = {"sm80": "flash_fwd_sm80.cu", "sm90": "flash_fwd_sm90.cu"}
@@ -70,8 +70,9 @@ def small_grid_rows(dtype, head_dim: int, causal: bool, family: str, units: int,
 
 
 def short_causal_rows(tile_dim: int, family: str = "sm90") -> int | None:
-    """The most query rows a sequence for which a causal call at this tile width takes other tiles
-    (`select`'s ``seqlen_q`` rule), or None where the width has no such rule."""
+    """The most query rows a sequence for which a causal call at this tile width takes the short
+    causal tiles when `select` is not given ``two_ctas`` (as in the C launcher; the package's plan
+    may take two-CTA tiles for part of that range), or None where the width has no such rule."""
     short = _SM90_SHORT_CAUSAL.get(tile_dim) if family == "sm90" else None
     return None if short is None else short[0]
 
@@ -146,15 +147,18 @@ class Variant:
             common["CUDATTN_MODS"] = self.mods
         if self.family == "sm90":  # the warps follow from BLOCK_M (the kernel's roles)
             # BLOCK_M is 64 rows a consumer warpgroup
-            two = {"CUDATTN_MIN_BLOCKS": t.min_blocks} if t.min_blocks != 1 else {}  # (one: the builds' keys as before)
+            # CTAs an SM: given only where it is not the kernel's default of one (the builds' options as before)
+            blocks = {"CUDATTN_MIN_BLOCKS": t.min_blocks} if t.min_blocks != 1 else {}
             return {**common, "CUDATTN_PINGPONG": int(t.pingpong), "CUDATTN_Q_STAGES": t.q_stages,
-                    "CUDATTN_CONSUMERS": t.block_m // 64, "CUDATTN_SMEM_BYTES": self.smem_bytes, **two}
+                    "CUDATTN_CONSUMERS": t.block_m // 64, "CUDATTN_SMEM_BYTES": self.smem_bytes, **blocks}
         return {**common, "CUDATTN_BLOCK_M": t.block_m, "CUDATTN_WARPS": t.warps, "CUDATTN_MIN_BLOCKS": t.min_blocks}
 
     def describe(self) -> str:
         t = self.tiles
-        extra = (f" q{t.q_stages}" + (f" m{t.min_blocks}" if t.min_blocks != 1 else "") if self.family == "sm90" else "") + \
-            (" pingpong" if t.pingpong else "")
+        extra = ""
+        if self.family == "sm90":
+            extra = f" q{t.q_stages}" + (f" m{t.min_blocks}" if t.min_blocks != 1 else "")  # m2: two CTAs an SM
+        extra += " pingpong" if t.pingpong else ""
         out = f"->{self.out_dtype}" if self.out_dtype else ""
         mods = "".join(n for bit, n in ((MOD_SOFTCAP, " softcap"), (MOD_ALIBI, " alibi"), (MOD_WINDOW, " window"))
                        if self.mods & bit)
@@ -194,13 +198,15 @@ def _dtype_name(dtype) -> str:
 
 def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, family: str = "sm80",
            out_dtype: np.dtype | str | None = None, seqlen_q: int | None = None, mods: int = 0,
-           small_rows: int | None = None) -> Variant:
+           small_rows: int | None = None, two_ctas: bool = False) -> Variant:
     """The variant for a problem; ``out_dtype`` matters only for FP8 (default bfloat16), ``seqlen_q``
-    (query rows a sequence; None: long) only for the Hopper family's short causal tiles; ``mods``:
-    the score modifiers the call needs (_modifiers.MOD_*), of which the build keeps those it
-    compiles in: MOD_WINDOW only for the FP8 Hopper family (every other build takes a window);
-    ``small_rows``: `small_grid_rows`'s answer for the problem (the Hopper family's small-grid
-    tiles, where they hold fewer query rows than the build the other rules choose)."""
+    (query rows a sequence; None: long) only for the Hopper family's short causal tiles (and the
+    two-CTA ones); ``mods``: the score modifiers the call needs (_modifiers.MOD_*), of which the
+    build keeps those it compiles in: MOD_WINDOW only for the FP8 Hopper family (every other build
+    takes a window); ``small_rows``: `small_grid_rows`'s answer for the problem (the Hopper family's
+    small-grid tiles, where they hold fewer query rows than the build the other rules choose);
+    ``two_ctas``: the call may run the two-CTA tiles of its row range (`_SM90_TWO_CTAS`; the plan
+    says when; not on small grids). Without it the answer is the C launcher's build too."""
     name = _dtype_name(dtype)
     if name == FP8:
         v = _select_fp8(head_dim, causal, smem_limit, family, out_dtype)
@@ -211,7 +217,8 @@ def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, 
         return replace(v, mods=mods)
     mods &= ~MOD_WINDOW
     if mods:
-        v = select(dtype, head_dim, causal, smem_limit, family, out_dtype, seqlen_q, small_rows=small_rows)
+        v = select(dtype, head_dim, causal, smem_limit, family, out_dtype, seqlen_q, small_rows=small_rows,
+                   two_ctas=two_ctas)
         t = _MODS_CANDIDATES.get(v.tile_dim) if family != "sm90" else None
         return replace(v, mods=mods, tiles=t if t is not None else v.tiles)
     if family == "sm90":
@@ -220,9 +227,9 @@ def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, 
         short = _SM90_SHORT_CAUSAL.get(d)
         if causal and short is not None and seqlen_q is not None and seqlen_q <= short[0]:
             tiles = short[1]
-        two = _SM90_TWO_CTAS.get(d) if causal and not small_rows and seqlen_q is not None else None
-        if two is not None and two[0] < seqlen_q <= two[1]:  # (a small grid keeps its own rule's tiles)
-            tiles = two[2]
+        pair = _SM90_TWO_CTAS.get(d) if two_ctas and causal and not small_rows and seqlen_q is not None else None
+        if pair is not None and pair.above < seqlen_q <= pair.upto:
+            tiles = pair.tiles
         small = _SM90_SMALL_GRID.get((d, bool(causal), small_rows)) if small_rows else None
         if small is not None and small.block_m < tiles.block_m:
             tiles = small
@@ -281,7 +288,7 @@ def all_variants(arch: str) -> list[Variant]:
         out += [select(dt, d, causal, limit, "sm90") for dt in DTYPE_NAMES.values() for d in SM90_TILE_DIMS
                 for causal in (False, True)]
         out += [select(dt, d, True, limit, "sm90", seqlen_q=1) for dt in DTYPE_NAMES.values() for d in _SM90_SHORT_CAUSAL]
-        out += [select(dt, d, True, limit, "sm90", seqlen_q=rows[1]) for dt in DTYPE_NAMES.values()
+        out += [select(dt, d, True, limit, "sm90", seqlen_q=rows.upto, two_ctas=True) for dt in DTYPE_NAMES.values()
                 for d, rows in _SM90_TWO_CTAS.items()]
         listed = {v.describe() for v in out}  # (the 128-row causal tiles are the short causal rows')
         out += [v for v in (select(dt, d, c, limit, "sm90", small_rows=rows) for dt in DTYPE_NAMES.values()
@@ -305,9 +312,10 @@ def mods_variants(arch: str) -> list[Variant]:
         out += [select("float16", d, c, limit, "sm90", mods=MOD_SOFTCAP | MOD_ALIBI, small_rows=rows)
                 for d, c, rows in _SM90_SMALL_GRID]
         listed = {v.describe() for v in out}
-        out += [v for v in (select("float16", d, True, limit, "sm90", mods=MOD_SOFTCAP | MOD_ALIBI, seqlen_q=rows)
+        out += [v for v in (select("float16", d, True, limit, "sm90", mods=MOD_SOFTCAP | MOD_ALIBI, seqlen_q=rows,
+                                   two_ctas=True)
                             for d, rows in [(d, 1) for d in _SM90_SHORT_CAUSAL] +
-                            [(d, r[1]) for d, r in _SM90_TWO_CTAS.items()]) if v.describe() not in listed]
+                            [(d, r.upto) for d, r in _SM90_TWO_CTAS.items()]) if v.describe() not in listed]
     if arch in FP8_ARCHS:  # FP8 with every modifier (the window: Hopper's); one output dtype (the same code)
         fam, fp8_dims = ("sm90", FP8_SM90_TILE_DIMS) if arch in HOPPER_ARCHS else ("sm80", FP8_TILE_DIMS)
         out += [select(FP8, d, c, limit, fam, "bfloat16", mods=m)

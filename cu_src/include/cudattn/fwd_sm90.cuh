@@ -11,7 +11,8 @@
 // so one's softmax runs under the others' GEMMs. Three consumers (head dim 64) give each SM
 // scheduler three warps to issue from where two leave the softmax's dependent chains exposed,
 // at 160 registers a consumer thread instead of 240. One consumer (no ping-pong) serves grids
-// too small to fill the GPU, where a CTA's chain of key tiles is the call's time.
+// too small to fill the GPU, where a CTA's chain of key tiles is the call's time, and, two CTAs
+// an SM (MIN_BLOCKS), causal rows of medium length: each CTA on tiles of its own.
 // The grid is persistent: in round r, CTA c takes tile r * gridDim.x + c. Causal tiles come
 // longest first (bottom row blocks of every head before any shorter one) and odd rounds go
 // right to left (a snake), so that the CTAs' sums of tile lengths come out nearly equal; given a
@@ -92,6 +93,8 @@ struct FwdSm90 {
     // Registers a thread after setmaxnreg: 128*24 + 128*240, 128*24 + 256*240 and 128*24 + 384*160 fit in 64K;
     // two CTAs of 128*24 + 128*232 in 64K.
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = MIN_BLOCKS == 2 ? 232 : CONSUMERS < 3 ? 240 : 160;
+    static_assert(MIN_BLOCKS == 1 || MIN_BLOCKS * (SMEM_BYTES + STATIC_RESERVE + 1024) <= 233472,
+                  "two CTAs' shared memory (with the driver's 1 KiB each) must fit an SM's 228 KiB");
     // Sliding windows: builds with one or two consumers only (with three, 160 registers, the window's
     // masks spill: the host sends windowed calls to a build of one or two, _plan); FP8 builds
     // only where MODS has MOD_WINDOW, so that plain FP8 calls keep their leaner code.
