@@ -199,6 +199,27 @@ def test_causal_tiles_by_rows(B, Sq, Sk, Hq, Hkv, D, rows, per_sm, dtype, monkey
             assert t.block_n == (64 if Sq <= 512 else 80)
 
 
+def test_two_cta_builds_get_two_ctas_an_sm():
+    """Each build whose plans count two CTAs an SM gets them from the driver (else its grid, twice
+    the SM count, would run in two rounds at half the speed): the occupancy query, per build."""
+    from cuda.bindings import driver
+    from cudattn._kernels import registry, traits
+    from cudattn._runtime import device as _device
+
+    props = _device.device_properties(0)
+    if props.arch not in traits.HOPPER_ARCHS:
+        pytest.skip("the two-CTA builds are Hopper builds")
+    builds = {v.describe(): v for v in traits.all_variants(props.arch) + traits.mods_variants(props.arch)
+              if v.family == "sm90" and v.tiles.min_blocks > 1}
+    assert builds, "no build runs two CTAs an SM: the test checks nothing"
+    dev = _device.get_device(0)
+    for name, v in builds.items():
+        fn = registry.get_kernel(v, dev, 0, props.arch).function
+        err, n = driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            driver.CUfunction(fn) if isinstance(fn, int) else fn, v.threads, v.smem_bytes)
+        assert err == driver.CUresult.CUDA_SUCCESS and n >= v.tiles.min_blocks, (name, err, n)
+
+
 @pytest.mark.parametrize("hq,hkv", [(8, 8), (8, 2), (8, 1), (6, 3)])
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 @pytest.mark.parametrize("causal", [False, True])
