@@ -109,24 +109,17 @@ def adapt(obj, name: str, consumer: int, current: tuple | None = None) -> Device
         kind = kind_of(obj)
     if kind == CUDATTN:
         return obj
-    if kind == TORCH:
-        a = from_torch(obj)  # torch FP8 keeps its dtype (DLPack: uint8)
+    if kind == TORCH or kind == CUPY:
+        a = from_torch(obj) if kind == TORCH else from_cupy(obj)  # torch FP8 keeps its dtype (DLPack: uint8)
         if a is not None:
-            dev = a.device_id  # `_current`'s reuse inline: the later operands of a call skip a function call
+            dev = a.device_id  # `_current` inline: the later operands of a call skip a function call
             a.stream_handle = current[2] if current is not None and current[1] == dev and current[0] is type(obj) \
-                else (_torch_stream or _torch_stream_getter())(dev)
+                else (_torch_stream or _torch_stream_getter())(dev) if kind == TORCH else current_stream(CUPY, dev)
             return a
-        is_neg = getattr(obj, "is_neg", None)
+        is_neg = getattr(obj, "is_neg", None) if kind == TORCH else None
         if is_neg is not None and is_neg():  # any importer would hand over the bytes, which hold -x
             raise TypeError(f"{name} is a negated torch view (torch._neg_view): its memory holds the negated "
                             f"values; pass {name}.resolve_neg()")
-    elif kind == CUPY:
-        a = from_cupy(obj)
-        if a is not None:
-            dev = a.device_id  # as for torch: the later operands of a call take the first's stream inline
-            a.stream_handle = current[2] if current is not None and current[1] == dev and current[0] is type(obj) \
-                else current_stream(CUPY, dev)
-            return a
     elif kind == JAX:  # the consumer as DLPack names it: JAX orders its pending writes before that stream
         sync = CU_STREAM_LEGACY if consumer == 0 else consumer
         a = known_jax.recall(obj, consumer, sync, name)
