@@ -4,11 +4,19 @@ namespace, so that cudattn claims no generic top-level name. Every package under
 ``nvrtc_cache`` is found, so a new subpackage cannot be left out of the wheel (tests/test_packaging.py
 builds the wheel and checks). ``nvrtc_cache`` (the NVRTC compile cache) stays a package of its own:
 it knows nothing of attention and is used by cudattn through its public API only.
+
+One C extension, ``cudattn._calls._warm`` (the warm call path; see cudattn/_calls/warm.py), is
+built against the stable ABI (one build for Python 3.10 and newer) and is optional: where no C
+compiler is found, the build goes on without it and every call takes the Python path. It links
+nothing of CUDA (the driver's entry points are looked up at run time).
 """
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 setup(
     packages=[*find_packages(include=["cudattn", "cudattn.*", "nvrtc_cache", "nvrtc_cache.*"]), "cudattn.cu_src"],
     package_dir={"cudattn.cu_src": "cu_src"},
+    ext_modules=[Extension("cudattn._calls._warm", ["cudattn/_calls/_warm.c"], py_limited_api=True, optional=True,
+                           define_macros=[("Py_LIMITED_API", "0x030A0000")], extra_compile_args=["-O2"])],
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

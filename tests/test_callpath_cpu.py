@@ -18,7 +18,8 @@ import pytest
 
 from cudattn._calls import call as _callpath
 from cudattn._calls import operands as _operands
-from cudattn._calls.call import Call
+from cudattn._calls import warm as _warm
+from cudattn._calls.call import Call, dispatch
 from cudattn._runtime import launch as _launch
 from cudattn._runtime import recording as _recording
 from cudattn._arrays.array import DeviceArray
@@ -46,10 +47,17 @@ def _array(ptr, shape=(2, 64, 4, 64), stream=CONSUMER):
     return a
 
 
-@pytest.fixture
-def world(monkeypatch):
-    """Faked launch (logs stream and params), stream waits and holds; no device needed."""
-    log = {"launches": [], "waits": [], "holds": [], "full": 0}
+_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p,
+                           ctypes.c_void_p)
+_CAPTURING = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))
+
+
+@pytest.fixture(params=["python", "compiled"])
+def world(request, monkeypatch):
+    """Faked launch (logs stream and params), stream waits and holds; no device needed. Run twice:
+    warm calls on the Python path, and on the compiled one (`_calls.warm`, its driver entry points
+    faked alike), which must launch the same and leave to the Python path what it does not take."""
+    log = {"launches": [], "waits": [], "holds": [], "full": 0, "compiled": 0}
 
     def launch(function, gx, gy, gz, bx, by, bz, smem, stream, argv, extra):
         params = _Params.from_address(ctypes.c_void_p.from_address(argv).value)
@@ -57,6 +65,23 @@ def world(monkeypatch):
         return (0,)
 
     monkeypatch.setattr(_launch, "_cuLaunchKernel", launch)
+    if request.param == "compiled":
+        if not _warm.available():
+            pytest.skip("cudattn was built without its compiled warm path")
+
+        def native_launch(function, gx, gy, gz, bx, by, bz, smem, stream, argv, extra):
+            log["compiled"] += 1
+            return launch(function, gx, gy, gz, bx, by, bz, smem, stream or 0, argv, extra)[0]
+
+        def capturing(stream, status):
+            status[0] = 0
+            return 0
+
+        fakes = (_LAUNCH(native_launch), _CAPTURING(capturing))
+        _warm._native.set_driver(*(ctypes.cast(f, ctypes.c_void_p).value for f in fakes))
+        request.addfinalizer(lambda: _warm._native.set_driver(0, 0) or fakes)  # the fakes live until then
+    else:
+        monkeypatch.setattr(_warm, "run", None)
     monkeypatch.setattr(_operands, "stream_wait", lambda c, p: log["waits"].append((c, p)))
     monkeypatch.setattr(_callpath._lifetime, "hold", lambda c, refs, *rest: log["holds"].append((c, refs, *rest)))
     monkeypatch.setattr(_callpath._device, "get_device", lambda *a: None)
@@ -71,9 +96,7 @@ def _call(log, q, o):
         _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, CONSUMER, _Params(qa.ptr, oa.ptr, 5, 0))
         return oa
 
-    call = Call("fake", (q, o), ("q", "out"), None)
-    assert call.consumer == CONSUMER
-    return call.run((), None, full, None, tensors=2, out_index=1, allocates=False)
+    return dispatch("fake", [q, o], ("q", "out"), None, (), None, full, None, tensors=2, out_index=1, allocates=False)
 
 
 def test_a_replay_passes_the_new_addresses(world):
@@ -85,6 +108,7 @@ def test_a_replay_passes_the_new_addresses(world):
     assert world["launches"] == [(CONSUMER, 0x10000, 0x90000, 5), (CONSUMER, 0x20000, 0xA0000, 5)]
     _call(world, q, o)  # an address combination seen before: its kept block
     assert world["launches"][-1] == (CONSUMER, 0x10000, 0x90000, 5) and world["full"] == 1
+    assert world["compiled"] == (2 if _warm.run is not None else 0), "the warm calls' path"
 
 
 def test_a_misaligned_address_takes_the_full_path(world):
@@ -186,3 +210,89 @@ def test_the_callers_context_is_given_back_after_either_path_and_after_an_error(
     with pytest.raises(ValueError, match="overlaps q"):
         _call(world, _array(0x10000), _array(0x10000 + 4096))
     assert restored == [True, True, True]
+
+
+@pytest.fixture
+def compiled(world):
+    """`world` with the compiled warm path only."""
+    if _warm.run is None:
+        pytest.skip("the compiled warm path's own cases")
+    return world
+
+
+def test_a_failed_compiled_launch_raises_naming_the_kernel(compiled, monkeypatch):
+    _call(compiled, _array(0x10000), _array(0x90000))
+    from cudattn._runtime.errors import CudaError
+
+    def failing(function, gx, gy, gz, bx, by, bz, smem, stream, argv, extra):
+        return 700  # CUDA_ERROR_ILLEGAL_ADDRESS
+
+    fakes = (_LAUNCH(failing), _CAPTURING(lambda stream, status: 0))
+    _warm._native.set_driver(*(ctypes.cast(f, ctypes.c_void_p).value for f in fakes))
+    with pytest.raises(CudaError, match=r"cuLaunchKernel\(fake"):
+        _call(compiled, _array(0x10000), _array(0x90000))
+    _warm._native.set_driver(0, 0)  # before the fakes go
+
+
+def test_the_compiled_path_leaves_recordings_and_capture_to_python_and_makes_the_device_current_for_stream_0(
+        compiled, monkeypatch):
+    """While a recording is under way, and for a call that would allocate on a capturing stream, the
+    compiled path takes nothing: the Python path serves the call (and names the capture problem).
+    On a stream handle 0-2 (the current context's streams: torch's default stream is 0) it makes the
+    operands' device current before it launches, as the Python path does."""
+    q, o = _array(0x10000), _array(0x90000)
+    _call(compiled, q, o)
+    monkeypatch.setattr(_recording, "active", True)
+    _call(compiled, q, o)
+    monkeypatch.setattr(_recording, "active", False)
+    assert compiled["compiled"] == 0 and len(compiled["launches"]) == 2
+
+    def full(call, args, qa, oa):
+        _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, 0, _Params(qa.ptr, oa.ptr, 5, 0))
+        return oa
+
+    made_current = []
+    monkeypatch.setattr(_callpath._device, "get_device", lambda *a: made_current.append(a))
+    for _ in range(2):  # the signature recorded above, now on the legacy stream's handle
+        dispatch("fake", [_array(0x10000, stream=0), _array(0x90000, stream=0)], ("q", "out"), None, (), None, full,
+                 None, tensors=2, out_index=1, allocates=False)
+    assert compiled["compiled"] == 2 and compiled["launches"][-2:] == [(0, 0x10000, 0x90000, 5)] * 2
+    assert made_current == [(0,), (0,)], "each compiled launch on stream 0 made the operands' device current"
+
+    def capturing(stream, status):
+        status[0] = 1  # CU_STREAM_CAPTURE_STATUS_ACTIVE
+        return 0
+
+    fakes = (_LAUNCH(lambda *a: 0), _CAPTURING(capturing))
+    _warm._native.set_driver(*(ctypes.cast(f, ctypes.c_void_p).value for f in fakes))
+    monkeypatch.setattr(_callpath, "is_capturing", lambda s: True)
+    with pytest.raises(ValueError, match="graph capture"):
+        dispatch("fake", [q, o], ("q", "out"), None, (), None, full, None, tensors=2, out_index=1, allocates=True)
+    _warm._native.set_driver(0, 0)  # before the fakes go
+
+
+def test_torch_operands_on_the_compiled_path_as_on_the_python_path(world, monkeypatch):
+    """Torch tensors (CPU ones posing as CUDA tensors through a plain subclass) read by the compiled
+    path: the same launch, and the same result (a DeviceArray over ``out`` carrying the call's stream)."""
+    torch = pytest.importorskip("torch")
+    from cudattn._arrays import accessors as _accessors
+    from cudattn._arrays import importer as _importer
+
+    class Cuda(torch.Tensor):  # what the accessors read of a CUDA tensor
+        __torch_function__ = torch._C._disabled_torch_function_impl
+        is_cuda = property(lambda self: True)
+
+        def get_device(self):
+            return 0
+
+    _accessors._torch_table()
+    monkeypatch.setattr(_accessors, "_torch_plain", {*_accessors._torch_plain, Cuda})
+    monkeypatch.setitem(_importer.KINDS, Cuda, _importer.TORCH)
+    monkeypatch.setattr(_importer, "_torch_stream", lambda d: CONSUMER)
+    q, o = (torch.empty((2, 64, 4, 64), dtype=torch.float16).as_subclass(Cuda) for _ in range(2))
+    results = [_call(world, q, o) for _ in range(3)]
+    assert world["full"] == 1 and world["compiled"] == (2 if _warm.run is not None else 0)
+    assert world["launches"] == [(CONSUMER, q.data_ptr(), o.data_ptr(), 5)] * 3
+    for r in results:
+        assert type(r) is DeviceArray and r.owner is o and r.ptr == o.data_ptr() and r.stream_handle == CONSUMER
+        assert (r.shape, r.strides, r.dtype, r.readonly) == ((2, 64, 4, 64), (32768, 512, 128, 2), F16, False)

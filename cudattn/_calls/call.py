@@ -24,6 +24,8 @@ cudattn's), so such calls must pass ``out=``.
 
 from __future__ import annotations
 
+import sys
+
 from .._arrays import lifetime as _lifetime
 from .._kernels import alibi_shift as _alibi_shift
 from .._kernels import sm_margin as _sm_margin
@@ -32,14 +34,16 @@ from .._runtime import device as _device
 from .._runtime.stream import StreamRef, is_capturing
 from .._spec.geometry import span as _span
 from . import replay as _replay
+from . import warm as _warm
 from .._arrays.array import DeviceArray
 from .._arrays.importer import JAX, KINDS, adapt, kind_of
 from .operands import check_addresses, check_one_device, consumer_stream, order_and_hold
 
-__all__ = ["Call", "RecordedCall"]
+__all__ = ["Call", "RecordedCall", "dispatch"]
 
 _plans: dict = {}
 _PLANS_MAX = 4096
+_MISS = _warm.MISS
 _FULL_ONLY = object()  # a signature the replay cannot serve (empty problems, index uploads)
 # Stream handles whose context is the thread's current one (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD and
 # 0); any other handle carries its context, so a replay on it needs no current context.
@@ -181,6 +185,20 @@ class Call:
                 _device.restore_caller_context()
 
 
+def dispatch(op: str, objs, names, stream, flags: tuple, key, full, args, *, tensors: int, out_index: int | None,
+             allocates: bool, more_outs: tuple = ()):
+    """One call of a public entry whose signature needs nothing of the adapted operands: the compiled
+    warm path (`warm`) when it serves the call, else ``Call(op, objs, names, stream).run(...)`` (see
+    :meth:`Call.run` for the arguments)."""
+    run = _warm.run
+    if run is not None:
+        result = run(op, objs, stream, flags, key, out_index, more_outs, allocates)
+        if result is not _MISS:
+            return result
+    return Call(op, objs, names, stream).run(flags, key, full, args, tensors=tensors, out_index=out_index,
+                                            allocates=allocates, more_outs=more_outs)
+
+
 class RecordedCall:
     """A recorded call signature: its replay, and what the per-call checks need, fixed by the
     signature: which operands are non-empty tensors, and the byte spans of the outputs and inputs."""
@@ -229,3 +247,6 @@ class RecordedCall:
                 if p + a < hi and lo < p + b:
                     return False
         return True
+
+
+_warm.configure(sys.modules[__name__], RecordedCall)

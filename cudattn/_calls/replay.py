@@ -29,6 +29,7 @@ from .._arrays import array as _array
 from .._runtime import device as _device
 from .._runtime import launch as _launch
 from .._runtime import stream as _stream
+from .._runtime.errors import check
 from .._arrays import stream_memory as _stream_memory
 from .._kernels import tma as _tma
 from .._runtime.recording import BASES, COUNTERS, OPTIONAL_COUNTERS, NotReplayable, Recorder, placeholder, slot_of
@@ -49,12 +50,13 @@ class _Step:
     built for the address combinations seen (a warm call with the same addresses, the usual case
     for decode loops and reused outputs, launches from one of them as it is)."""
 
-    __slots__ = ("kernel", "name", "args", "template", "pointers", "maps", "slots", "built")
+    __slots__ = ("kernel", "name", "args", "launch_args", "template", "pointers", "maps", "slots", "built")
 
     def __init__(self, kernel, grid, block, smem, template: bytes, pointers, maps):
         self.kernel = kernel
         self.name = kernel.name
         self.args = (kernel.function, *grid, *block, smem)  # cuLaunchKernel's leading arguments
+        self.launch_args = (int(kernel.function), *grid, *block, smem)  # the same as plain ints (`warm`)
         self.template = template
         self.pointers = pointers  # (byte offset, slot, offset from the slot's address)
         self.maps = maps  # (byte offset, slot, offset, recorded map bytes, {address: map bytes})
@@ -167,6 +169,13 @@ class Replay:
             ptrs.append(a.ptr)
         made.append(scratch)  # held until the launches are queued (a call's own: freed stream-ordered)
         return made
+
+
+def launch_failed(err: int, st: _Step) -> None:
+    """Raise the error of a failed launch of ``st`` (the compiled warm call's launches: `warm`)."""
+    args = st.args
+    check(err, f"cuLaunchKernel({st.name}, grid={args[1:4]}, block={args[4:7]}, smem={args[7]})")
+    raise RuntimeError(f"cuLaunchKernel({st.name}) failed with CUresult {err}")
 
 
 def placeholders(operands: list, base: int) -> list:

@@ -8,7 +8,7 @@ import numpy as np
 
 from .._kernels import attention as _device_path
 from .._numpy import attention as _numpy_attention
-from .._calls.call import Call
+from .._calls.call import Call, dispatch
 from .._calls.operands import array_key, array_or_none, check_device_arg, check_not_mixed, tag
 from .._runtime import device as _device
 from . import varlen as _varlen_api
@@ -212,6 +212,13 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
     extra = (q_descale, k_descale, v_descale, sinks, alibi_slopes)
     has_x = q_descale is not None or k_descale is not None or v_descale is not None or sinks is not None or \
         alibi_slopes is not None
+    if not has_x and device is None:  # the signature needs nothing of the adapted operands
+        return dispatch("attention", [q, k, v, out], _NAMES4, stream,
+                        (causal, scale, layout, return_lse, out_dtype, num_splits),
+                        (None if window_size is None else tag(window_size), None if softcap is None else tag(softcap),
+                         None), _full,
+                        (causal, scale, layout, return_lse, out_dtype, num_splits, window_size, softcap, extra),
+                        tensors=4, out_index=3, allocates=out is None or return_lse is True)
     call = Call("attention", [q, k, v, out, *map(array_or_none, extra)] if has_x else [q, k, v, out],
                 _NAMES if has_x else _NAMES4, stream)
     if device is not None:

@@ -20,7 +20,7 @@ from typing import Literal, overload
 
 import numpy as np
 
-from .._calls.call import Call
+from .._calls.call import Call, dispatch
 from .._calls.operands import array_key, array_or_none, check_device_arg, check_not_mixed, tag
 from .._runtime import device as _device
 from .._arrays import importer as _importer
@@ -223,6 +223,13 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
         v_descale is not None
     arrays = tuple(map(array_or_none, extra)) if given_x else None
     has_x = given_x and arrays != (None, None, None, None, None)
+    if not has_x and device is None and k_new is None and dev_objs is objs:  # nothing asked of the adapted operands
+        return dispatch("kvcache", objs, _NAMES, stream, (causal, scale, return_lse, num_splits, max_seqlen_q),
+                        (None, None, None, (tag(window_size), tag(softcap), *map(tag, extra))
+                         if given_x or softcap is not None or window_size is not None else None),
+                        _full, (cache_seqlens, block_table, cu_seqlens_q, causal, scale, return_lse, num_splits,
+                                max_seqlen_q, window_size, softcap, extra),
+                        tensors=6, out_index=5, allocates=out is None or return_lse is True)
     call = Call("kvcache", (*dev_objs, *arrays) if has_x else dev_objs, _NAMES, stream)
     if device is not None:
         check_device_arg(device, call.ops[0].device_id)

@@ -33,6 +33,7 @@ from .._arrays import importer as _importer
 from .._runtime import launch as _launch
 from .._arrays import host_io as _host_io
 from .._runtime.errors import check
+from .._calls import warm as _warm
 from . import ascalled, grids, timing
 
 CALLS = 200
@@ -79,9 +80,10 @@ def host_us(fn, stream_handle: int, device_id: int, *, calls: int = CALLS, repea
 
 
 class FirstLaunch:
-    """While entered, the host time (``perf_counter_ns``) of the first kernel launch since ``at`` was
-    last cleared, and the launches counted: cudattn launches every kernel through
-    ``_launch._cuLaunchKernel``, which this wraps (about 0.1 µs a launch, after the stamp)."""
+    """While entered, the host time (``perf_counter_ns``) of the first kernel launch since
+    :meth:`clear`, and the launches counted. cudattn launches through ``_launch._cuLaunchKernel``,
+    which this wraps (about 0.1 µs a launch, after the stamp), or through its compiled warm path,
+    which stamps its own first launch when asked (`_calls.warm`, a clock read)."""
 
     def __init__(self):
         self.at, self.count, self.real = None, 0, None
@@ -96,10 +98,24 @@ class FirstLaunch:
             return real(*args)
 
         _launch._cuLaunchKernel = stamped
+        _warm.stamp_launches(True)
         return self
+
+    def clear(self) -> None:
+        self.at = None
+        _warm.take_stamp()
+
+    def first(self) -> int | None:
+        """The first launch's time since :meth:`clear` (None: no launch)."""
+        compiled = _warm.take_stamp()[0]
+        if compiled is None or self.at is not None and self.at < compiled:
+            return self.at
+        return compiled
 
     def __exit__(self, *exc):
         _launch._cuLaunchKernel = self.real
+        self.count += _warm.take_stamp()[1]
+        _warm.stamp_launches(False)
 
 
 def pre_launch_us(fn, stream_handle: int, *, calls: int = CALLS, repeats: int = REPEATS) -> dict:
@@ -113,12 +129,13 @@ def pre_launch_us(fn, stream_handle: int, *, calls: int = CALLS, repeats: int = 
             _launch.synchronize(stream_handle)
             ns = []
             for _ in range(calls):
-                stamp.at = None
+                stamp.clear()
                 t0 = time.perf_counter_ns()
                 fn()
-                if stamp.at is None:
+                at = stamp.first()
+                if at is None:
                     raise RuntimeError("pre_launch_us: the call launched no kernel through cudattn")
-                ns.append(stamp.at - t0)
+                ns.append(at - t0)
             per_batch.append(statistics.median(ns) / 1e3)
         _launch.synchronize(stream_handle)
     return {"pre_launch_us": statistics.median(per_batch), "pre_launch_p90_us": timing.percentile(per_batch, 90),

@@ -1,0 +1,100 @@
+"""The warm call, compiled where the wheel carries it: a recorded call served by C (`_warm.c`).
+
+A warm call in Python spends a few microseconds in bytecode between the caller and
+``cuLaunchKernel``: the operands read, the signature key built, the plan found, the addresses
+checked, the recorded launch passed to the driver. `_warm.run` does the same steps in C for the
+common case (operands that are DeviceArrays, plain CUDA torch tensors or CuPy arrays, all made on
+the call's stream; a recorded plan; addresses that pass the checks) and builds the same key, so the
+plans the Python path records serve it. Whatever it does not take (a first call, a producer stream
+to wait for, a JAX array, a graph capture that would allocate, an address the checks send to the
+full path) comes back as :data:`MISS` before any side effect, and `call.call` runs the Python
+path, which gives every error its message. Allocations and argument blocks not built before are
+the Python replay's (`replay.Replay._allocate`, `replay._Step.build`), called from C.
+
+The extension is optional: a wheel built without a compiler, or ``CUDATTN_NATIVE=0`` in the
+environment, leaves :data:`run` None and every call on the Python path (same results, a few
+microseconds more host time a call). The driver's entry points are asked of ``cuGetProcAddress``
+at the first warm call (a recorded plan exists only once the driver is up).
+"""
+
+from __future__ import annotations
+
+import os
+
+from .._arrays import accessors as _accessors
+from .._arrays import importer as _importer
+from .._arrays import lifetime as _lifetime
+from .._arrays.array import DeviceArray
+from .._kernels import alibi_shift as _alibi_shift
+from .._kernels import sm_margin as _sm_margin
+from .._kernels import traits as _traits
+from .._runtime import device as _device
+from .._runtime import recording as _recording
+from .._runtime.stream import as_stream
+from . import replay as _replay
+
+__all__ = ["MISS", "available", "run", "stamp_launches", "take_stamp"]
+
+MISS = object()  # what `run` returns for a call it leaves to the Python path
+
+try:
+    from . import _warm as _native
+except ImportError:  # built without a compiler: the Python path serves every call
+    _native = None
+
+
+def _bind():
+    """(cuLaunchKernel, cuStreamIsCapturing) addresses from the driver, or None without one."""
+    from cuda.bindings import driver
+
+    # stream 0 is the legacy default stream, as for cuda.bindings' driver functions (which the Python path calls)
+    flag = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM
+    found = []
+    for name, version in ((b"cuLaunchKernel", 4000), (b"cuStreamIsCapturing", 10000)):
+        err, pfn, status = driver.cuGetProcAddress(name, version, flag)
+        if err != driver.CUresult.CUDA_SUCCESS or not pfn:
+            return None
+        found.append(int(pfn))
+    return tuple(found)
+
+
+def _cupy_stream(device_id: int):
+    return _importer.current_stream_owner(_importer.CUPY, device_id)
+
+
+def stamp_launches(on: bool) -> None:
+    """Benchmarks: note the host time of the compiled path's first launch after each `take_stamp`
+    (``time.perf_counter_ns``'s clock), and count its launches."""
+    if _native is not None:
+        _native.arm_stamp(on)
+
+
+def take_stamp() -> tuple:
+    """(perf_counter_ns of the compiled path's first launch since the last take, or None; its
+    launches since `stamp_launches`)."""
+    return _native.take_stamp() if _native is not None else (None, 0)
+
+
+def available() -> bool:
+    """Whether warm calls take the compiled path (the extension built, and not turned off)."""
+    return run is not None
+
+
+run = None
+
+
+def configure(call_module, recorded_call: type) -> None:
+    """Hand the extension the objects it reads (`call` does, once its classes exist), and publish
+    :data:`run` unless the extension is absent or turned off."""
+    global run
+    if _native is None or os.environ.get("CUDATTN_NATIVE", "1") == "0":
+        return
+    _native.configure({
+        "miss": MISS, "device_array": DeviceArray, "recorded_call": recorded_call, "call_module": call_module,
+        "traits_module": _traits, "margin_local": _sm_margin.local, "shift_local": _alibi_shift.local,
+        "recording_module": _recording, "lifetime_module": _lifetime, "device_module": _device,
+        "accessors_module": _accessors, "importer_module": _importer, "as_stream": as_stream,
+        "cupy_stream": _cupy_stream, "launch_failed": _replay.launch_failed, "bind": _bind,
+        "object_new": object.__new__, "replay_class": _replay.Replay, "step_class": _replay._Step,
+    })
+    run = _native.run
