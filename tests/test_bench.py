@@ -344,3 +344,27 @@ def test_overhead_pre_launch_profiled_pairs_each_marker_with_the_next_launch(mon
     assert res == {"pre_launch_profiled_us": 6.0, "profiled_calls": 15}
     n["calls"] = 0
     assert overhead.pre_launch_profiled_us(lambda: None, torch_mod, calls=20) == {}  # no launches seen
+
+
+def test_overhead_profiler_figures_come_after_every_other_figure(monkeypatch):
+    """Once torch's profiler has run, CUPTI stays attached and every later driver call pays for it:
+    `_measure` defers the profiled figure, and `_profile` adds it to each row after all rows' host,
+    pre-launch and as-called figures were taken."""
+    log = []
+    monkeypatch.setattr(overhead, "WARM_CALLS", 0)
+    monkeypatch.setattr(overhead.driver, "cuCtxSynchronize", lambda: (0,))
+    monkeypatch.setattr(overhead, "host_us", lambda fn, h, d: log.append(("host", fn)) or {"host_us": 1.0})
+    monkeypatch.setattr(overhead, "pre_launch_us", lambda fn, h: log.append(("pre", fn)) or {"pre_launch_us": 0.5})
+    monkeypatch.setattr(overhead.ascalled, "single",
+                        lambda f, h, iters, warmup: log.append(("called", None)) or type("R", (), {"median_ms": 0.01}))
+    monkeypatch.setattr(overhead, "pre_launch_profiled_us",
+                        lambda fn, torch_mod: log.append(("profiled", fn)) or {"pre_launch_profiled_us": 9.0})
+    rows, profiled = [{}, {}], []
+    for i, row in enumerate(rows):
+        overhead._measure(i, 0, 0, 5, row, ours=i == 0, torch_mod=object(), profiled=profiled)
+    assert [k for k, _ in log] == ["host", "pre", "called", "host", "called"]
+    assert all("pre_launch_profiled_us" not in r for r in rows)
+    overhead._profile(profiled)
+    assert log[-2:] == [("profiled", 0), ("profiled", 1)]
+    assert rows[0] == {"host_us": 1.0, "pre_launch_us": 0.5, "as_called_us": 10.0, "pre_launch_profiled_us": 9.0}
+    assert rows[1]["pre_launch_profiled_us"] == 9.0 and "pre_launch_us" not in rows[1]

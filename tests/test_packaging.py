@@ -47,8 +47,8 @@ def expected_files(tree: Path) -> set[str]:
     for root in PACKAGE_ROOTS:
         for path in (tree / root).rglob("*"):
             rel = path.relative_to(tree)
-            if path.is_file() and "__pycache__" not in rel.parts and path.suffix != ".pyc" \
-                    and not any(part.startswith(".") for part in rel.parts):
+            if path.is_file() and "__pycache__" not in rel.parts and path.suffix not in (".pyc", ".so") \
+                    and not any(part.startswith(".") for part in rel.parts):  # .so: a developer's in-place build
                 out.add(rel.as_posix().replace(root, IN_WHEEL.get(root, root), 1))
     return out
 
@@ -96,6 +96,11 @@ def test_wheel_holds_every_package_and_kernel_source(tmp_path):
     assert top_level == {"cudattn", "nvrtc_cache"}, f"the wheel installs other top-level names: {top_level}"
     assert "License-Expression: Apache-2.0" in text
     assert "cudattn = cudattn.__main__:main" in entry_points
+    if shutil.which("cc") or shutil.which("gcc"):  # a compiler here: the compiled warm path, stable ABI
+        with zipfile.ZipFile(wheel) as zf:
+            built = [n for n in zf.namelist() if n.startswith("cudattn/_calls/_warm") and n.endswith(".so")]
+        assert built == ["cudattn/_calls/_warm.abi3.so"], built
+        assert "-cp310-abi3-" in wheel.name, wheel.name
 
 
 @pytest.mark.skipif(not os.environ.get("CUDATTN_WHEEL"), reason="CUDATTN_WHEEL not set (CI sets it)")

@@ -384,28 +384,34 @@ static PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptr
         PyObject *st = PyList_GetItem(steps, s);
         PyObject *built = field(st, F_BUILT), *slots = field(st, F_SLOTS);
         PyObject *key = slots ? PyObject_CallFunctionObjArgs(slots, ptrs, NULL) : NULL;
-        PyObject *entry = key && built ? PyDict_GetItemWithError(built, key) : NULL;  /* borrowed */
-        unsigned long long argv = 0;
-        int ok = 0;
-        if (entry != NULL && PyTuple_Check(entry)) {
-            ok = as_u64(PyTuple_GetItem(entry, 0), &argv);
-        } else if (!PyErr_Occurred() && key != NULL) {
+        /* the entry (argv address, argv, params buffer) is held until the launch is queued: another
+         * thread may drop it from `built` while this one waits for the driver without the GIL */
+        PyObject *entry = key && built ? PyDict_GetItemWithError(built, key) : NULL;
+        Py_XINCREF(entry);
+        if (entry == NULL && !PyErr_Occurred() && key != NULL) {
             PyObject *dev = PyLong_FromLong(device_id);
-            PyObject *a = dev ? PyObject_CallMethodObjArgs(st, s_build, ptrs, dev, NULL) : NULL;
+            entry = dev ? PyObject_CallMethodObjArgs(st, s_build, ptrs, dev, NULL) : NULL;
             Py_XDECREF(dev);
-            ok = a != NULL && as_u64(a, &argv);
-            Py_XDECREF(a);
         }
+        unsigned long long argv = 0;
+        int ok = entry != NULL && PyTuple_Check(entry) && PyTuple_Size(entry) == 3 &&
+                 as_u64(PyTuple_GetItem(entry, 0), &argv);
         Py_XDECREF(built);
         Py_XDECREF(slots);
         Py_XDECREF(key);
-        if (!ok) goto bad;
+        if (!ok) {
+            Py_XDECREF(entry);
+            goto bad;
+        }
         PyObject *la = field(st, F_LAUNCH_ARGS);
         unsigned long long v[8];
         int okl = la != NULL && PyTuple_Check(la) && PyTuple_Size(la) == 8;
         for (int i = 0; okl && i < 8; i++) okl = as_u64(PyTuple_GetItem(la, i), &v[i]);
         Py_XDECREF(la);
-        if (!okl) goto bad;
+        if (!okl) {
+            Py_DECREF(entry);
+            goto bad;
+        }
         if (g_armed) {
             if (!g_first_ns) {
                 struct timespec ts;
@@ -420,6 +426,7 @@ static PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptr
                        (unsigned)v[5], (unsigned)v[6], (unsigned)v[7], (void *)(uintptr_t)consumer,
                        (void **)(uintptr_t)argv, NULL);
         Py_END_ALLOW_THREADS
+        Py_DECREF(entry);  /* the driver copied the params */
         if (err) {
             PyObject *e = PyLong_FromLong(err);
             PyObject *r = e ? PyObject_CallFunctionObjArgs(g_launch_failed, e, st, NULL) : NULL;

@@ -64,10 +64,12 @@ class _Step:
         self.slots = operator.itemgetter(*slots) if slots else (lambda ptrs: ())
         self.built: dict = {}  # the slots' addresses -> (argv address, argv, params buffer)
 
-    def build(self, ptrs: list, device_id: int) -> int:
-        """Address of a new ``void*[1]`` kernel-argument array for the operands at ``ptrs`` (a
-        combination not in ``built``, where `Replay.run` looks first)."""
-        return self._build(ptrs, self.slots(ptrs), device_id)[0]
+    def build(self, ptrs: list, device_id: int) -> tuple:
+        """A new entry of ``built`` for the operands at ``ptrs`` (a combination not in it, where
+        `Replay.run` looks first): (address of the ``void*[1]`` kernel-argument array, that array, the
+        params buffer). The caller holds the entry until its launch is queued: another thread may
+        drop it from ``built`` meanwhile, and the driver reads the buffer during the launch."""
+        return self._build(ptrs, self.slots(ptrs), device_id)
 
     def _build(self, ptrs: list, key, device_id: int) -> tuple:
         buf = ctypes.create_string_buffer(self.template, len(self.template))
@@ -130,7 +132,9 @@ class Replay:
         made = self._allocate(ptrs, device_id, stream, keep, capturing) if self.allocations else None
         for st in self.steps:
             entry = st.built.get(st.slots(ptrs))
-            launch_prepared(st.args, stream, st.build(ptrs, device_id) if entry is None else entry[0], st.name)
+            if entry is None:
+                entry = st.build(ptrs, device_id)
+            launch_prepared(st.args, stream, entry[0], st.name)
         if made is None:  # out= given, no workspace: the results are operands
             res = self.results
             if self.pair:  # (out, lse), or the backward's gradients

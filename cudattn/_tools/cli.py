@@ -94,6 +94,11 @@ def cmd_info(args) -> int:
 
     print(f"cudattn {cudattn.__version__}")
     print(f"NVRTC {'.'.join(map(str, nvrtc_cache.nvrtc_version()))}")
+    from .._calls import warm
+
+    print("warm calls: " + ("compiled path (cudattn._calls._warm)" if warm.available() else
+                            "Python path (" + ("CUDATTN_NATIVE=0" if warm._native is not None else
+                                               "built without a C compiler") + ")"))
     cache = nvrtc_cache.default_cache()
     info = cache.info()
     print(f"cache: {info['directory']} ({info['entries']} entries, {info['total_bytes'] / 2**20:.1f} MiB)")

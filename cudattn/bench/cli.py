@@ -111,7 +111,8 @@ def run(args, argv) -> int:
     s = runner.Session(peers=peers, iters=args.iters, warmup=args.warmup)
     env = manifest.environment(s.device_id, peers)
     print(f"{env['gpu']} ({env['sm_count']} SMs, {env['arch']}), driver CUDA {env['driver_cuda']}, NVRTC {env['nvrtc']}, "
-          f"cudattn {env['cudattn']} ({(env['git_commit'] or 'commit unknown')[:12]})")
+          f"cudattn {env['cudattn']} ({(env['git_commit'] or 'commit unknown')[:12]}), warm calls on the "
+          f"{'compiled' if env['compiled_warm_path'] else 'Python'} path")
     if peers is None:
         print("peers: none (torch not importable, or --no-peers)")
     else:
@@ -141,7 +142,8 @@ def run(args, argv) -> int:
         print("\nHost time per warm call (us), the GPU held by a spin kernel; as called: events around one call\n"
               + report.overhead_header())
         overhead_rows = overhead.run(s.device_id, torch_mod, iters=args.iters,
-                                     progress=lambda r: print(report.overhead_line(r), flush=True))
+                                     progress=lambda r: print(report.overhead_line(r), flush=True),
+                                     status=lambda line: print(line, file=sys.stderr, flush=True))
         from . import graphstep
 
         graph_step = graphstep.run(s.device_id)

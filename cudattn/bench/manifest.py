@@ -12,6 +12,7 @@ import subprocess
 from cuda.bindings import driver
 
 from .. import __version__
+from .._calls import warm as _warm
 from .._runtime import device as _device
 
 
@@ -93,4 +94,5 @@ def environment(device_id: int, peers=None) -> dict:
         "numpy": _dist_version("numpy"), "ml_dtypes": _dist_version("ml_dtypes"),
         "python": platform.python_version(), "host": platform.node(),
         "peers": peers.version() if peers is not None else None,
+        "compiled_warm_path": _warm.available(),
     }

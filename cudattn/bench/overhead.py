@@ -242,20 +242,31 @@ class _Namer:
         return self.names.get(handle, f"stream {handle:#x}")
 
 
-def _measure(fn, stream_handle: int, device_id: int, iters: int, *, ours: bool = True, torch_mod=None) -> dict:
+def _measure(fn, stream_handle: int, device_id: int, iters: int, row: dict, *, ours: bool = True, torch_mod=None,
+             profiled: list | None = None) -> None:
+    """A row's figures, into ``row``. The profiler's (``torch_mod`` given) are deferred: ``(fn,
+    torch_mod, row)`` is appended to ``profiled`` for `_profile`, since once CUPTI has been attached
+    it stays, and every later driver call of the process pays its callbacks (rows measured after a
+    profiled one read several µs slower)."""
     for _ in range(WARM_CALLS):  # kernel loaded, plan cached, memory pools grown
         fn()
     check(driver.cuCtxSynchronize(), "cuCtxSynchronize")  # nothing left over from the last variant
     res = host_us(fn, stream_handle, device_id)
     if ours:  # torch's launches go through its own runtime calls, out of sight here
         res.update(pre_launch_us(fn, stream_handle))
-    if torch_mod is not None:  # the profiler's view, which sees torch's launches too
+    res["as_called_us"] = 1e3 * ascalled.single(lambda i: fn(), stream_handle, iters=iters, warmup=0).median_ms
+    row.update(res)
+    if torch_mod is not None and profiled is not None:  # the profiler's view, which sees torch's launches too
+        profiled.append((fn, torch_mod, row))
+
+
+def _profile(profiled: list) -> None:
+    """The deferred profiler figures (`_measure`), after every other figure of the grid."""
+    for fn, torch_mod, res in profiled:
         try:
             res.update(pre_launch_profiled_us(fn, torch_mod))
         except Exception as e:  # a torch without a working profiler: the column stays empty
             res["pre_launch_profiled_error"] = _first_line(e)
-    res["as_called_us"] = 1e3 * ascalled.single(lambda i: fn(), stream_handle, iters=iters, warmup=0).median_ms
-    return res
 
 
 def _current_stream(kind: str, mod, device_id: int) -> int:
@@ -268,7 +279,8 @@ def _current_stream(kind: str, mod, device_id: int) -> int:
     return int(_stream.default_stream(device_id).handle)
 
 
-def _cudattn_rows(problem: str, kind: str, to_dev, mod, namer, device_id: int, iters: int, torch_mod=None):
+def _cudattn_rows(problem: str, kind: str, to_dev, mod, namer, device_id: int, iters: int, torch_mod=None,
+                  profiled: list | None = None):
     ins, out = _host_operands(problem)
     ops, out_arr = tuple(to_dev(x) for x in ins), to_dev(out)
     streams = [("omitted", {})]
@@ -284,7 +296,8 @@ def _cudattn_rows(problem: str, kind: str, to_dev, mod, namer, device_id: int, i
                     handle = None if with_out else _importer.stream_of(fn())
                     handle = _current_stream(kind, mod, device_id) if handle is None else handle
                 profiler = torch_mod if kind in ("cudattn", "torch") else None  # JAX's own CUDA client: left alone
-                row.update(_measure(fn, handle, device_id, iters, torch_mod=profiler), launch_stream=namer(handle))
+                _measure(fn, handle, device_id, iters, row, torch_mod=profiler, profiled=profiled)
+                row["launch_stream"] = namer(handle)
             except TypeError as e:
                 if with_out and "unexpected keyword argument 'out'" in str(e):
                     row["skipped"] = "no out= in this cudattn"
@@ -299,7 +312,7 @@ def row_function(problem: str) -> str:
     return "attention" if problem == "prefill" else "attention_with_kvcache"
 
 
-def _sdpa_row(problem: str, torch_mod, namer, device_id: int, iters: int) -> dict:
+def _sdpa_row(problem: str, torch_mod, namer, device_id: int, iters: int, profiled: list | None = None) -> dict:
     """torch SDPA on the same problem: (B, H, S, D) tensors, its default backend choice, torch's current stream."""
     row = {"impl": "torch_sdpa", "operands": "torch", "stream": "omitted", "out": False}
     if torch_mod is None:
@@ -309,15 +322,16 @@ def _sdpa_row(problem: str, torch_mod, namer, device_id: int, iters: int) -> dic
     sdpa = torch_mod.nn.functional.scaled_dot_product_attention
     handle = int(torch_mod.cuda.current_stream().cuda_stream)
     try:
-        row.update(_measure(lambda: sdpa(q, k, v), handle, device_id, iters, ours=False, torch_mod=torch_mod),
-                   launch_stream=namer(handle))
+        _measure(lambda: sdpa(q, k, v), handle, device_id, iters, row, ours=False, torch_mod=torch_mod,
+                 profiled=profiled)
+        row["launch_stream"] = namer(handle)
     except Exception as e:
         row["error"] = _first_line(e)
     return row
 
 
-def _rows(problem: str, torch_mod, loaded: dict, namer, device_id: int, iters: int):
-    yield _sdpa_row(problem, torch_mod, namer, device_id, iters)
+def _rows(problem: str, torch_mod, loaded: dict, namer, device_id: int, iters: int, profiled: list):
+    yield _sdpa_row(problem, torch_mod, namer, device_id, iters, profiled)
     for kind in KINDS:
         if kind not in loaded:
             loaded[kind] = _load(kind, torch_mod)
@@ -327,16 +341,25 @@ def _rows(problem: str, torch_mod, loaded: dict, namer, device_id: int, iters: i
         if to_dev is None:
             yield {"impl": "cudattn", "operands": kind, "stream": "omitted", "out": False, "skipped": mod}
         else:
-            yield from _cudattn_rows(problem, kind, to_dev, mod, namer, device_id, iters, torch_mod)
+            yield from _cudattn_rows(problem, kind, to_dev, mod, namer, device_id, iters, torch_mod, profiled)
 
 
-def run(device_id: int, torch_mod, *, iters: int = 30, progress=None) -> list[dict]:
-    """Every overhead row: per problem, torch SDPA's, then cudattn's for each operand kind, stream and out=."""
-    namer, loaded, rows = _Namer(device_id, torch_mod), {}, []
+def run(device_id: int, torch_mod, *, iters: int = 30, progress=None, status=None) -> list[dict]:
+    """Every overhead row: per problem, torch SDPA's, then cudattn's for each operand kind, stream and out=.
+    The profiler's figures come last (`_measure`), so ``progress`` sees each row once they are in;
+    ``status`` gets a line as each row's other figures are taken."""
+    namer, loaded, rows, profiled = _Namer(device_id, torch_mod), {}, [], []
     for problem, case in (("prefill", grids.OVERHEAD_PREFILL), ("decode", grids.OVERHEAD_DECODE)):
         head = {"problem": problem, "function": row_function(problem), "label": case.label(), "case": case.as_dict()}
-        for r in _rows(problem, torch_mod, loaded, namer, device_id, iters):
-            rows.append({**head, **r})
-            if progress:
-                progress(rows[-1])
+        for r in _rows(problem, torch_mod, loaded, namer, device_id, iters, profiled):
+            rows.append((head, r))
+            if status:
+                status(f"[{len(rows)}] {problem}: {r['impl']}, {r['operands']} operands, out={r['out']}")
+    if profiled and status:
+        status(f"the profiler's figures ({len(profiled)} rows)")
+    _profile(profiled)
+    rows = [{**head, **r} for head, r in rows]
+    for r in rows:
+        if progress:
+            progress(r)
     return rows

@@ -149,7 +149,9 @@ def markdown(report: dict, command: str, plot_name: str | None = None) -> str:
           f"- date: {env['date']}",
           f"- GPU: {env['gpu']} ({env['sm_count']} SMs, {env['arch']}), driver CUDA {env['driver_cuda']}, "
           f"NVRTC {env['nvrtc']}",
-          f"- cudattn {env['cudattn']}, commit `{env['git_commit'] or 'unknown'}`",
+          f"- cudattn {env['cudattn']}, commit `{env['git_commit'] or 'unknown'}`"
+          + {True: ", warm calls on the compiled path", False: ", warm calls on the Python path (no compiled path)",
+             None: ""}[env.get("compiled_warm_path")],
           f"- peers: torch {peers['torch']} SDPA, cuDNN {peers['cudnn']} (backends cudnn and flash)" if peers
           else "- peers: none (torch not importable)"]
     if kinds:
@@ -326,10 +328,13 @@ def overhead_markdown(rows: list[dict]) -> list[str]:
           f"so that every launch is only queued, median of {REPEATS} batches (fewer calls per batch where "
           f"{CALLS} fill the launch queue: the row's `calls` in the JSON). As called µs: CUDA events around "
           "one call on an idle stream. Before launch µs: host time from the call's start to its first kernel "
-          "launch, the part that delays the GPU (cudattn's rows: its launch function wrapped; median over calls "
-          "of 7 batches). torch SDPA's launches are seen only through torch's profiler (CUPTI): from a "
-          "cudaStreamQuery just before the call to its first launch, median of 100 calls, CUPTI's own cost "
-          "included (the JSON has the same figure for cudattn's rows, `pre_launch_profiled_us`). Prefill: `attention`, float16, q, k, v (B, S, H, D) for cudattn, "
+          "launch, the part that delays the GPU (cudattn's rows: its launch function wrapped, or the compiled warm "
+          "path's own stamp of its first launch; median over calls of 7 batches). torch SDPA's launches are seen "
+          "only through torch's profiler (CUPTI): from a cudaStreamQuery just before the call to its first "
+          "launch, median of 100 calls, CUPTI's own cost included (the JSON has the same figure for cudattn's "
+          "rows, `pre_launch_profiled_us`); these profiled figures are taken after every other figure of the "
+          "grid, since CUPTI, once attached, slows every later driver call of the process. "
+          "Prefill: `attention`, float16, q, k, v (B, S, H, D) for cudattn, "
           "(B, H, S, D) for torch SDPA (its default backend choice; it takes no out=). Decode: "
           f"`attention_with_kvcache`, contiguous cache, cache_seqlens {list(OVERHEAD_SEQLENS)} (a device "
           "array of the operands' kind); torch SDPA attends to the whole cache. \"runs on\": the stream "
