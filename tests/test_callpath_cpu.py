@@ -296,3 +296,53 @@ def test_torch_operands_on_the_compiled_path_as_on_the_python_path(world, monkey
     for r in results:
         assert type(r) is DeviceArray and r.owner is o and r.ptr == o.data_ptr() and r.stream_handle == CONSUMER
         assert (r.shape, r.strides, r.dtype, r.readonly) == ((2, 64, 4, 64), (32768, 512, 128, 2), F16, False)
+
+
+def test_jax_arrays_recalled_on_either_path_hold_their_capsules_until_the_work_is_done(world, monkeypatch):
+    """JAX-like arrays imported before (`known_jax.recall` faked: a DeviceArray whose owner holds a
+    fresh capsule, asked with the call's stream each call): the warm call recalls each, launches, and
+    holds the recalled arrays on the call's stream, on the Python path and on the compiled one alike;
+    an array that refuses its export raises naming the operand, before any launch."""
+    from cudattn._arrays import known_jax as _known_jax
+
+    class Arr:  # a type of the package "jax", as `kind_of` sees it
+        __module__ = "jax._src.array"
+
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+    asked = []
+
+    def recall(obj, consumer, sync, name):
+        if obj.ptr is None:
+            raise ValueError(f"{name}: the JAX array has been deleted or donated")
+        asked.append((obj.ptr, consumer, sync))
+        a = _array(obj.ptr, stream=consumer)
+        a.owner = (obj, f"capsule {len(asked)}")
+        return a
+
+    monkeypatch.setattr(_known_jax, "recall", recall)
+    q, o = Arr(0x10000), Arr(0x90000)
+
+    def full(call, args, qa, oa):
+        if _recording.current() is None:  # not the recording of the signature's first call
+            world["full"] += 1
+        _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, CONSUMER, _Params(qa.ptr, oa.ptr, 5, 0))
+        return oa
+
+    def call(q, o):
+        return dispatch("fake", [q, o], ("q", "out"), CONSUMER, (), None, full, None, tensors=2, out_index=1,
+                        allocates=False)
+
+    results = [call(q, o) for _ in range(3)]
+    assert world["full"] == 1 and world["compiled"] == (2 if _warm.run is not None else 0)
+    assert world["launches"] == [(CONSUMER, 0x10000, 0x90000, 5)] * 3
+    assert asked[-4:] == [(0x10000, CONSUMER, CONSUMER), (0x90000, CONSUMER, CONSUMER)] * 2
+    for r, (c, refs, device_id, capturing) in zip(results[1:], world["holds"][1:]):
+        assert c == CONSUMER and device_id == 0 and capturing is None
+        assert [a.owner[0] for a in refs] == [q, o] and refs[1] is r, "the recalled arrays, held"
+        assert r.stream_handle == CONSUMER
+    n = len(world["launches"])
+    with pytest.raises(ValueError, match="out: the JAX array has been deleted"):
+        call(q, Arr(None))
+    assert len(world["launches"]) == n

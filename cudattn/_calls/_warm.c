@@ -2,14 +2,17 @@
  *
  * `run` does what `call.Call` and the warm branch of `Call.run` do for the common case, in the same
  * order and building the same signature key, so plans recorded by the Python path serve it:
- * operands that are cudattn DeviceArrays, plain CUDA torch tensors or CuPy arrays; a stream given
- * as None (the operands' package's current stream), an int handle or a stream object; every operand
- * made on the call's stream (nothing to wait for or hold). It reads each operand's facts, builds the
- * key, finds the recorded call, makes the per-call address checks, asks the Python replay for any
- * allocation and for an argument block not built before, and launches through the driver's
- * `cuLaunchKernel`. Anything else returns the MISS sentinel before any side effect, and the caller
- * runs the Python path, which also gives every error its message. Errors after the first side effect
- * (an allocation, a launch) are raised, as the Python path raises them.
+ * operands that are cudattn DeviceArrays, plain CUDA torch tensors, CuPy arrays, or JAX arrays
+ * imported before; a stream given as None (the operands' package's current stream), an int handle or
+ * a stream object; every operand made on the call's stream (nothing to wait for). It reads each
+ * operand's facts (a JAX array's from `known_jax.recall`, which also asks JAX for a capsule with the
+ * call's stream), builds the key, finds the recorded call, makes the per-call address checks, asks
+ * the Python replay for any allocation and for an argument block not built before, launches through
+ * the driver's `cuLaunchKernel`, and holds JAX operands until the work is done (`lifetime.hold`).
+ * Anything else returns the MISS sentinel before any side effect (but a JAX capsule's export, which
+ * only orders JAX's writes before the call's stream, and is asked again), and the caller runs the
+ * Python path, which also gives every error its message. Errors after that point (an allocation, a
+ * launch), and a JAX array's refused export, are raised, as the Python path raises them.
  *
  * Stable ABI (Python 3.10 and newer): one build serves every interpreter. The driver's entry points
  * come as addresses from Python (`cuGetProcAddress`, or a test's stand-in): nothing here links CUDA.
@@ -20,13 +23,14 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <limits.h>
 
 typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                          unsigned smem, void *stream, void **params, void **extra);
 typedef int (*capturing_fn)(void *stream, int *status);
 
 #define MAX_OPERANDS 16
-enum { K_ABSENT = -1, K_CUDATTN = 0, K_TORCH = 1, K_CUPY = 2 };
+enum { K_ABSENT = -1, K_CUDATTN = 0, K_TORCH = 1, K_CUPY = 2, K_JAX = 3 };  /* importer's kinds */
 
 /* Benchmarks' stamp of the first launch (`arm_stamp`, `take_stamp`): CLOCK_MONOTONIC, time.perf_counter_ns's clock. */
 static int g_armed;
@@ -42,6 +46,7 @@ static capturing_fn g_capturing;
 static int g_unbound = 1;  /* driver entry points not asked for yet (or set to none) */
 
 /* Objects `configure` hands over (strong references, kept for the process). */
+static PyObject *g_known_jax_mod, *g_operands_mod;  /* `recall`, `consumer_stream`: looked up per call */
 static PyObject *g_miss, *g_device_array, *g_recorded_call, *g_call_mod, *g_traits_mod, *g_margin_local,
     *g_shift_local, *g_recording_mod, *g_lifetime_mod, *g_device_mod, *g_accessors_mod, *g_importer_mod,
     *g_as_stream, *g_cupy_stream, *g_launch_failed, *g_bind, *g_object_new;
@@ -50,10 +55,12 @@ static PyObject *g_miss, *g_device_array, *g_recorded_call, *g_call_mod, *g_trai
 static PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonly, *s_stream_handle, *s_owner,
     *s_keep, *s_plans, *s_forced, *s_n, *s_active, *s_pending, *s_release_done, *s_restore, *s_torch_plain,
     *s_torch_layouts, *s_cupy_layouts, *s_cupy_types, *s_torch_stream, *s_stride, *s_is_cuda, *s_is_neg,
-    *s_data_ptr, *s_get_device, *s_data, *s_handle, *s_obj, *s_allocate, *s_build, *s_get;
+    *s_data_ptr, *s_get_device, *s_data, *s_handle, *s_obj, *s_allocate, *s_build, *s_get, *s_kinds, *s_recall,
+    *s_consumer_stream, *s_hold;
 
 typedef struct {
     PyObject *obj;      /* borrowed: the caller's array */
+    PyObject *adapted;  /* a JAX array's DeviceArray (`known_jax.recall`: its capsule for the call's stream) */
     int kind;
     unsigned long long ptr;
     long device_id;
@@ -61,6 +68,7 @@ typedef struct {
 } Operand;
 
 static void operand_clear(Operand *a) {
+    Py_CLEAR(a->adapted);
     Py_CLEAR(a->shape);
     Py_CLEAR(a->strides);
     Py_CLEAR(a->dtype);
@@ -170,31 +178,62 @@ static PyObject *field(PyObject *x, int f) {
     return g_member_get(g_fields[f], x, (PyObject *)Py_TYPE(x));
 }
 
-/* Read operand `x` into `a` as `call.Call` adapts it. 1 read, 0 miss (not a kind served here, or
- * a fact the Python path must judge), -1 error. */
-static int read_operand(PyObject *x, Operand *a, Current *cur) {
+/* The importer's kind of `x`'s type (`importer.KINDS`, filled as types are first adapted), or -1. */
+static int kind_of(PyObject *x) {
+    PyObject *kinds = PyObject_GetAttr(g_importer_mod, s_kinds);
+    PyObject *k = kinds && PyDict_Check(kinds) ? PyDict_GetItemWithError(kinds, (PyObject *)Py_TYPE(x)) : NULL;
+    long v = k ? PyLong_AsLong(k) : -1;
+    Py_XDECREF(kinds);
+    PyErr_Clear();
+    return (int)v;
+}
+
+/* DeviceArray `x`'s fields into `a`. 1 read, 0 miss. */
+static int read_device_array(PyObject *x, Operand *a) {
+    PyObject *p = field(x, F_PTR);
+    if (p == NULL) { PyErr_Clear(); return 0; }
+    int ok = as_u64(p, &a->ptr);
+    Py_DECREF(p);
+    if (!ok) return 0;
+    PyObject *d = field(x, F_DEVICE_ID);
+    if (d == NULL) { PyErr_Clear(); return 0; }
+    a->device_id = PyLong_AsLong(d);
+    Py_DECREF(d);
+    if (a->device_id == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    a->shape = field(x, F_SHAPE);
+    a->strides = field(x, F_STRIDES);
+    a->dtype = field(x, F_DTYPE);
+    a->readonly = field(x, F_READONLY);
+    a->stream = field(x, F_STREAM_HANDLE);
+    if (!a->shape || !a->strides || !a->dtype || !a->readonly || !a->stream) { PyErr_Clear(); return 0; }
+    return 1;
+}
+
+/* Read operand `x` into `a` as `call.Call` adapts it, for a call on `consumer` (-1: not known yet;
+ * JAX arrays need it). 1 read, 0 miss (not a kind served here, or a fact the Python path must
+ * judge), -1 an error to raise (a JAX array that refused its export, as the Python path raises). */
+static int read_operand(PyObject *x, Operand *a, Current *cur, long long consumer, PyObject *name) {
     a->obj = x;
     if (x == Py_None) { a->kind = K_ABSENT; return 1; }
     PyObject *t = (PyObject *)Py_TYPE(x);
     if (t == g_device_array) {
         a->kind = K_CUDATTN;
-        PyObject *p = field(x, F_PTR);
-        if (p == NULL) { PyErr_Clear(); return 0; }
-        int ok = as_u64(p, &a->ptr);
-        Py_DECREF(p);
-        if (!ok) return 0;
-        PyObject *d = field(x, F_DEVICE_ID);
-        if (d == NULL) { PyErr_Clear(); return 0; }
-        a->device_id = PyLong_AsLong(d);
-        Py_DECREF(d);
-        if (a->device_id == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
-        a->shape = field(x, F_SHAPE);
-        a->strides = field(x, F_STRIDES);
-        a->dtype = field(x, F_DTYPE);
-        a->readonly = field(x, F_READONLY);
-        a->stream = field(x, F_STREAM_HANDLE);
-        if (!a->shape || !a->strides || !a->dtype || !a->readonly || !a->stream) { PyErr_Clear(); return 0; }
-        return 1;
+        return read_device_array(x, a);
+    }
+    if (kind_of(x) == K_JAX) {  /* an array imported before: recalled, its capsule asked for with the stream */
+        if (consumer < 0) return 0;
+        PyObject *c = PyLong_FromLongLong(consumer), *sync = PyLong_FromLongLong(consumer == 0 ? 1 : consumer);
+        PyObject *r = c && sync ? PyObject_CallMethodObjArgs(g_known_jax_mod, s_recall, x, c, sync, name, NULL) : NULL;
+        Py_XDECREF(c);
+        Py_XDECREF(sync);
+        if (r == NULL) return PyErr_ExceptionMatches(PyExc_ValueError) ? -1 : (PyErr_Clear(), 0);
+        if (r == Py_None || (PyObject *)Py_TYPE(r) != g_device_array) {
+            Py_DECREF(r);
+            return 0;  /* not imported before: the Python path imports it */
+        }
+        a->kind = K_JAX;
+        a->adapted = r;
+        return read_device_array(r, a);
     }
     /* torch: the accessors' plain tensor types, once torch has been seen */
     PyObject *plain = PyObject_GetAttr(g_accessors_mod, s_torch_plain);
@@ -448,8 +487,8 @@ static PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptr
         long long slot = PyLong_AsLongLong(PyList_GetItem(results, i));
         PyObject *r = NULL;
         if (slot >= 0 && slot < n) {
-            if (ops[slot].kind == K_CUDATTN) {
-                r = ops[slot].obj;
+            if (ops[slot].kind == K_CUDATTN || ops[slot].kind == K_JAX) {  /* the array, or JAX's adapted one */
+                r = ops[slot].kind == K_JAX ? ops[slot].adapted : ops[slot].obj;
                 Py_INCREF(r);
             } else if (ops[slot].kind != K_ABSENT) {
                 r = wrap(&ops[slot]);
@@ -488,21 +527,22 @@ static PyObject *miss(void) {
     return g_miss;
 }
 
-/* run(op, objs, stream, flags, key, out_index, more_outs, allocates) -> result or MISS */
+/* run(op, objs, names, stream, flags, key, out_index, more_outs, allocates) -> result or MISS */
 static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 8 || g_miss == NULL) {
-        PyErr_SetString(PyExc_TypeError, "run() takes 8 arguments, after configure()");
+    if (nargs != 9 || g_miss == NULL) {
+        PyErr_SetString(PyExc_TypeError, "run() takes 9 arguments, after configure()");
         return NULL;
     }
-    PyObject *op = args[0], *objs = args[1], *stream = args[2], *flags = args[3], *ekey = args[4],
-             *out_index_o = args[5], *more_outs = args[6];
-    int allocates = PyObject_IsTrue(args[7]);
+    PyObject *op = args[0], *objs = args[1], *names = args[2], *stream = args[3], *flags = args[4], *ekey = args[5],
+             *out_index_o = args[6], *more_outs = args[7];
+    int allocates = PyObject_IsTrue(args[8]);
     int is_list = PyList_Check(objs);
-    if (!(is_list || PyTuple_Check(objs)) || !PyTuple_Check(flags) || !PyTuple_Check(more_outs) || allocates < 0)
+    if (!(is_list || PyTuple_Check(objs)) || !PyTuple_Check(names) || !PyTuple_Check(flags) ||
+        !PyTuple_Check(more_outs) || allocates < 0)
         return miss();
     Py_ssize_t n = is_list ? PyList_Size(objs) : PyTuple_Size(objs);
-    if (n < 1 || n > MAX_OPERANDS) return miss();
+    if (n < 1 || n > MAX_OPERANDS || PyTuple_Size(names) < n) return miss();
 
     Operand ops[MAX_OPERANDS];
     memset(ops, 0, sizeof ops);
@@ -515,8 +555,20 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 
     /* The consumer stream (`operands.consumer_stream`) */
     PyObject *first = is_list ? PyList_GetItem(objs, 0) : PyTuple_GetItem(objs, 0);
-    if (stream == Py_None) {
-        st = read_operand(first, &ops[0], &cur);
+    int jax_first = stream == Py_None && (PyObject *)Py_TYPE(first) != g_device_array && kind_of(first) == K_JAX;
+    if (jax_first) {  /* cudattn's stream on the array's device: the Python rule, asked of it */
+        PyObject *r = PyObject_CallMethodObjArgs(g_operands_mod, s_consumer_stream, first, Py_None, NULL);
+        if (r == NULL || !PyTuple_Check(r) || PyTuple_Size(r) != 3) {
+            Py_XDECREF(r);
+            MISS();
+        }
+        consumer_o = PyTuple_GetItem(r, 0);
+        keep = PyTuple_GetItem(r, 1);
+        Py_INCREF(consumer_o);
+        Py_INCREF(keep);
+        Py_DECREF(r);
+    } else if (stream == Py_None) {
+        st = read_operand(first, &ops[0], &cur, -1, NULL);
         if (st <= 0 || ops[0].kind == K_ABSENT) MISS();
         if (ops[0].kind == K_CUDATTN) {
             if (ops[0].stream == Py_None) MISS();  /* cudattn's default stream: the Python path */
@@ -544,10 +596,11 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         Py_DECREF(ref);
         if (consumer_o == NULL || keep == NULL) MISS();
     }
-    if (!as_u64(consumer_o, &consumer)) MISS();
-    if (stream != Py_None) {
-        st = read_operand(first, &ops[0], &cur);
-        if (st <= 0 || ops[0].kind == K_ABSENT) MISS();
+    if (!as_u64(consumer_o, &consumer) || consumer > (unsigned long long)LLONG_MAX) MISS();
+    if (stream != Py_None || jax_first) {
+        st = read_operand(first, &ops[0], &cur, (long long)consumer, PyTuple_GetItem(names, 0));
+        if (st < 0) goto out_error;
+        if (st == 0 || ops[0].kind == K_ABSENT) MISS();
     }
 
     /* The operands, their part of the signature; every one made on the call's stream */
@@ -556,8 +609,10 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     for (Py_ssize_t i = 0; i < n; i++) {
         Operand *a = &ops[i];
         if (i > 0) {
-            st = read_operand(is_list ? PyList_GetItem(objs, i) : PyTuple_GetItem(objs, i), a, &cur);
-            if (st <= 0) MISS();
+            st = read_operand(is_list ? PyList_GetItem(objs, i) : PyTuple_GetItem(objs, i), a, &cur,
+                              (long long)consumer, PyTuple_GetItem(names, i));
+            if (st < 0) goto out_error;
+            if (st == 0) MISS();
         }
         if (a->kind == K_ABSENT) {
             Py_INCREF(Py_None);
@@ -642,12 +697,35 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         Py_ssize_t nm = PyTuple_Size(more_outs);
         for (Py_ssize_t j = -1; j < nm; j++) {
             long i = j < 0 ? oi : PyLong_AsLong(PyTuple_GetItem(more_outs, j));
-            if (i >= 0 && i < n && ops[i].kind == K_CUDATTN &&
-                PyObject_SetAttr(ops[i].obj, s_stream_handle, consumer_o) < 0)
+            if (i >= 0 && i < n && (ops[i].kind == K_CUDATTN || ops[i].kind == K_JAX) &&
+                PyObject_SetAttr(ops[i].kind == K_JAX ? ops[i].adapted : ops[i].obj, s_stream_handle, consumer_o) < 0)
                 goto out_error;
         }
         /* a foreign `out` is returned wrapped: the wrapper carries the call's stream (set in `wrap` from the
          * operand's stream, the consumer's) */
+    }
+    {  /* JAX arrays (their capsules) held until the call's work is done (`operands.order_and_hold`) */
+        Py_ssize_t nh = 0;
+        for (Py_ssize_t i = 0; i < n; i++) nh += ops[i].kind == K_JAX;
+        if (nh) {
+            PyObject *held = PyTuple_New(nh), *dev = PyLong_FromLong(ops[0].device_id);
+            if (held == NULL || dev == NULL) {
+                Py_XDECREF(held);
+                Py_XDECREF(dev);
+                goto out_error;
+            }
+            for (Py_ssize_t i = 0, j = 0; i < n; i++) {
+                if (ops[i].kind != K_JAX) continue;
+                Py_INCREF(ops[i].adapted);
+                PyTuple_SetItem(held, j++, ops[i].adapted);
+            }
+            PyObject *r = PyObject_CallMethodObjArgs(g_lifetime_mod, s_hold, consumer_o, held, dev,
+                                                     allocates ? Py_False : Py_None, NULL);
+            Py_DECREF(held);
+            Py_DECREF(dev);
+            if (r == NULL) goto out_error;
+            Py_DECREF(r);
+        }
     }
     {
         int pending = attr_true(g_lifetime_mod, s_pending);
@@ -717,7 +795,8 @@ static PyObject *configure(PyObject *self, PyObject *d) {
         {"shift_local", &g_shift_local}, {"recording_module", &g_recording_mod}, {"lifetime_module", &g_lifetime_mod},
         {"device_module", &g_device_mod}, {"accessors_module", &g_accessors_mod}, {"importer_module", &g_importer_mod},
         {"as_stream", &g_as_stream}, {"cupy_stream", &g_cupy_stream}, {"launch_failed", &g_launch_failed},
-        {"bind", &g_bind}, {"object_new", &g_object_new},
+        {"bind", &g_bind}, {"object_new", &g_object_new}, {"known_jax_module", &g_known_jax_mod},
+        {"operands_module", &g_operands_mod},
     };
     for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
         PyObject *v = PyDict_GetItemString(d, items[i].name);
@@ -824,7 +903,7 @@ static PyMethodDef methods[] = {
     {"arm_stamp", arm_stamp, METH_O, "arm_stamp(on: bool): stamp the first launch after each take_stamp()"},
     {"take_stamp", take_stamp, METH_NOARGS, "take_stamp() -> (first launch's perf_counter_ns or None, launches)"},
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL,
-     "run(op, objs, stream, flags, key, out_index, more_outs, allocates) -> result, or MISS"},
+     "run(op, objs, names, stream, flags, key, out_index, more_outs, allocates) -> result, or MISS"},
     {"configure", configure, METH_O, "configure(objects: dict)"},
     {"set_driver", (PyCFunction)(void (*)(void))set_driver, METH_FASTCALL, "set_driver(launch, is_capturing)"},
     {NULL, NULL, 0, NULL},
@@ -846,5 +925,7 @@ PyMODINIT_FUNC PyInit__warm(void) {
     INTERN(s_is_cuda, "is_cuda"); INTERN(s_is_neg, "is_neg"); INTERN(s_data_ptr, "data_ptr");
     INTERN(s_get_device, "get_device"); INTERN(s_data, "data"); INTERN(s_handle, "handle"); INTERN(s_obj, "obj");
     INTERN(s_allocate, "_allocate"); INTERN(s_build, "build"); INTERN(s_get, "get");
+    INTERN(s_kinds, "KINDS"); INTERN(s_recall, "recall"); INTERN(s_consumer_stream, "consumer_stream");
+    INTERN(s_hold, "hold");
     return PyModule_Create(&module);
 }

@@ -192,7 +192,7 @@ def dispatch(op: str, objs, names, stream, flags: tuple, key, full, args, *, ten
     :meth:`Call.run` for the arguments)."""
     run = _warm.run
     if run is not None:
-        result = run(op, objs, stream, flags, key, out_index, more_outs, allocates)
+        result = run(op, objs, names, stream, flags, key, out_index, more_outs, allocates)
         if result is not _MISS:
             return result
     return Call(op, objs, names, stream).run(flags, key, full, args, tensors=tensors, out_index=out_index,

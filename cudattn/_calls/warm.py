@@ -3,13 +3,15 @@
 A warm call in Python spends a few microseconds in bytecode between the caller and
 ``cuLaunchKernel``: the operands read, the signature key built, the plan found, the addresses
 checked, the recorded launch passed to the driver. `_warm.run` does the same steps in C for the
-common case (operands that are DeviceArrays, plain CUDA torch tensors or CuPy arrays, all made on
-the call's stream; a recorded plan; addresses that pass the checks) and builds the same key, so the
-plans the Python path records serve it. Whatever it does not take (a first call, a producer stream
-to wait for, a JAX array, a graph capture that would allocate, an address the checks send to the
-full path) comes back as :data:`MISS` before any side effect, and `call.call` runs the Python
-path, which gives every error its message. Allocations and argument blocks not built before are
-the Python replay's (`replay.Replay._allocate`, `replay._Step.build`), called from C.
+common case (operands that are DeviceArrays, plain CUDA torch tensors, CuPy arrays or JAX arrays
+imported before, all made on the call's stream; a recorded plan; addresses that pass the checks)
+and builds the same key, so the plans the Python path records serve it. Whatever it does not take
+(a first call, a producer stream to wait for, a graph capture that would allocate, an address the
+checks send to the full path) comes back as :data:`MISS` before any side effect, and
+`call.dispatch` runs the Python path, which gives every error its message. What needs Python's
+own rules is asked of the Python modules from C: allocations and argument blocks not built before
+(`replay.Replay._allocate`, `replay._Step.build`), a JAX array's recall and capsule
+(`known_jax.recall`), its stream (`operands.consumer_stream`) and hold (`lifetime.hold`).
 
 The extension is optional: a wheel built without a compiler, or ``CUDATTN_NATIVE=0`` in the
 environment, leaves :data:`run` None and every call on the Python path (same results, a few
@@ -22,6 +24,7 @@ from __future__ import annotations
 import os
 
 from .._arrays import accessors as _accessors
+from .._arrays import known_jax as _known_jax
 from .._arrays import importer as _importer
 from .._arrays import lifetime as _lifetime
 from .._arrays.array import DeviceArray
@@ -31,6 +34,7 @@ from .._kernels import traits as _traits
 from .._runtime import device as _device
 from .._runtime import recording as _recording
 from .._runtime.stream import as_stream
+from . import operands as _operands
 from . import replay as _replay
 
 __all__ = ["MISS", "available", "run", "stamp_launches", "take_stamp"]
@@ -96,5 +100,6 @@ def configure(call_module, recorded_call: type) -> None:
         "accessors_module": _accessors, "importer_module": _importer, "as_stream": as_stream,
         "cupy_stream": _cupy_stream, "launch_failed": _replay.launch_failed, "bind": _bind,
         "object_new": object.__new__, "replay_class": _replay.Replay, "step_class": _replay._Step,
+        "known_jax_module": _known_jax, "operands_module": _operands,
     })
     run = _native.run
