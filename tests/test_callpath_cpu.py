@@ -345,4 +345,33 @@ def test_jax_arrays_recalled_on_either_path_hold_their_capsules_until_the_work_i
     n = len(world["launches"])
     with pytest.raises(ValueError, match="out: the JAX array has been deleted"):
         call(q, Arr(None))
+
+    def interrupted(obj, consumer, sync, name):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_known_jax, "recall", interrupted)
+    with pytest.raises(KeyboardInterrupt):  # not taken for a miss: it reaches the caller
+        call(q, o)
     assert len(world["launches"]) == n
+
+
+@pytest.mark.parametrize("per_thread", ["", "0", "1"])
+def test_the_compiled_launch_takes_stream_0_as_cuda_bindings_does(per_thread, monkeypatch):
+    """Handle 0 is the legacy default stream, or the per-thread one where cuda-python is told so
+    (CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM): the compiled path's entry points are asked for
+    the same one, so that a warm call on handle 0 runs on the stream the Python path would use."""
+    from cuda.bindings import driver
+
+    asked = []
+
+    def get_proc(name, version, flags):
+        asked.append((name, flags))
+        return driver.CUresult.CUDA_SUCCESS, 0x1000 + len(asked), None
+
+    monkeypatch.setenv("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", per_thread)
+    monkeypatch.setattr(driver, "cuGetProcAddress", get_proc)
+    assert _warm._bind() == (0x1001, 0x1002)
+    flag = driver.CUdriverProcAddress_flags
+    want = flag.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM if per_thread == "1" else \
+        flag.CU_GET_PROC_ADDRESS_LEGACY_STREAM
+    assert asked == [(b"cuLaunchKernel", want), (b"cuStreamIsCapturing", want)]

@@ -9,9 +9,10 @@
  * call's stream), builds the key, finds the recorded call, makes the per-call address checks, asks
  * the Python replay for any allocation and for an argument block not built before, launches through
  * the driver's `cuLaunchKernel`, and holds JAX operands until the work is done (`lifetime.hold`).
- * Anything else returns the MISS sentinel before any side effect (but a JAX capsule's export, which
- * only orders JAX's writes before the call's stream, and is asked again), and the caller runs the
- * Python path, which also gives every error its message. Errors after that point (an allocation, a
+ * Anything else returns the MISS sentinel before any launch or allocation, having done at most what
+ * the Python path then does again (the operands' device made current for stream handles 0-2,
+ * cudattn's stream made for a JAX call, JAX capsules exported for the call's stream), and the caller
+ * runs the Python path, which also gives every error its message. Errors after that point (an allocation, a
  * launch), and a JAX array's refused export, are raised, as the Python path raises them.
  *
  * Stable ABI (Python 3.10 and newer): one build serves every interpreter. The driver's entry points
@@ -97,6 +98,12 @@ static int as_u64(PyObject *v, unsigned long long *out) {
     return 1;
 }
 
+/* Clear an ordinary exception (the Python path will meet it again, and name it); leave a
+ * KeyboardInterrupt, SystemExit or other BaseException set, for `miss` to raise. */
+static void soft_clear(void) {
+    if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception)) PyErr_Clear();
+}
+
 /* The current stream of a package on a device, remembered for the call (the operands of one call
  * share a device): torch's raw handle, or CuPy's Stream object and its handle. 1 found, 0 miss,
  * -1 error. */
@@ -129,7 +136,7 @@ static int current_stream(Current *c, int kind, long dev) {
     if (c->handle == NULL || !PyLong_Check(c->handle)) {
         Py_CLEAR(c->handle);
         Py_CLEAR(c->owner);
-        PyErr_Clear();
+        soft_clear();
         return 0;
     }
     c->kind = kind;
@@ -188,24 +195,44 @@ static int kind_of(PyObject *x) {
     return (int)v;
 }
 
+/* A torch tensor's or CuPy array's layout (dtype, shape, strides: torch's from its stride() method)
+ * mapped through its package's table in `accessors` (filled by the Python path) into `a`. 1 read,
+ * 0 miss. */
+static int read_layout(PyObject *x, Operand *a, int strides_method, PyObject *table_name) {
+    PyObject *dtype = PyObject_GetAttr(x, s_dtype);
+    PyObject *shape = dtype ? PyObject_GetAttr(x, s_shape) : NULL;
+    PyObject *st = !shape ? NULL : strides_method ? PyObject_CallMethodObjArgs(x, s_stride, NULL)
+                                                  : PyObject_GetAttr(x, s_strides);
+    PyObject *key = st ? PyTuple_Pack(3, dtype, shape, st) : NULL;
+    Py_XDECREF(dtype);
+    Py_XDECREF(shape);
+    Py_XDECREF(st);
+    PyObject *table = key ? PyObject_GetAttr(g_accessors_mod, table_name) : NULL;
+    int ok = table != NULL && PyDict_Check(table) && take_layout(a, table, key);
+    Py_XDECREF(table);
+    Py_XDECREF(key);
+    if (!ok) soft_clear();
+    return ok;
+}
+
 /* DeviceArray `x`'s fields into `a`. 1 read, 0 miss. */
 static int read_device_array(PyObject *x, Operand *a) {
     PyObject *p = field(x, F_PTR);
-    if (p == NULL) { PyErr_Clear(); return 0; }
+    if (p == NULL) { soft_clear(); return 0; }
     int ok = as_u64(p, &a->ptr);
     Py_DECREF(p);
     if (!ok) return 0;
     PyObject *d = field(x, F_DEVICE_ID);
-    if (d == NULL) { PyErr_Clear(); return 0; }
+    if (d == NULL) { soft_clear(); return 0; }
     a->device_id = PyLong_AsLong(d);
     Py_DECREF(d);
-    if (a->device_id == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    if (a->device_id == -1 && PyErr_Occurred()) { soft_clear(); return 0; }
     a->shape = field(x, F_SHAPE);
     a->strides = field(x, F_STRIDES);
     a->dtype = field(x, F_DTYPE);
     a->readonly = field(x, F_READONLY);
     a->stream = field(x, F_STREAM_HANDLE);
-    if (!a->shape || !a->strides || !a->dtype || !a->readonly || !a->stream) { PyErr_Clear(); return 0; }
+    if (!a->shape || !a->strides || !a->dtype || !a->readonly || !a->stream) { soft_clear(); return 0; }
     return 1;
 }
 
@@ -226,7 +253,7 @@ static int read_operand(PyObject *x, Operand *a, Current *cur, long long consume
         PyObject *r = c && sync ? PyObject_CallMethodObjArgs(g_known_jax_mod, s_recall, x, c, sync, name, NULL) : NULL;
         Py_XDECREF(c);
         Py_XDECREF(sync);
-        if (r == NULL) return PyErr_ExceptionMatches(PyExc_ValueError) ? -1 : (PyErr_Clear(), 0);
+        if (r == NULL) return PyErr_ExceptionMatches(PyExc_ValueError) ? -1 : (soft_clear(), 0);
         if (r == Py_None || (PyObject *)Py_TYPE(r) != g_device_array) {
             Py_DECREF(r);
             return 0;  /* not imported before: the Python path imports it */
@@ -240,38 +267,26 @@ static int read_operand(PyObject *x, Operand *a, Current *cur, long long consume
     if (plain == NULL) return -1;
     int is_torch = PySet_Check(plain) ? PySet_Contains(plain, t) : 0;
     Py_DECREF(plain);
-    if (is_torch < 0) { PyErr_Clear(); return 0; }
+    if (is_torch < 0) { soft_clear(); return 0; }
     if (is_torch) {
         a->kind = K_TORCH;
-        PyObject *dtype = PyObject_GetAttr(x, s_dtype);
-        PyObject *shape = dtype ? PyObject_GetAttr(x, s_shape) : NULL;
-        PyObject *stride = shape ? PyObject_CallMethodObjArgs(x, s_stride, NULL) : NULL;
-        PyObject *key = stride ? PyTuple_Pack(3, dtype, shape, stride) : NULL;
-        Py_XDECREF(dtype);
-        Py_XDECREF(shape);
-        Py_XDECREF(stride);
-        if (key == NULL) { PyErr_Clear(); return 0; }
-        PyObject *table = PyObject_GetAttr(g_accessors_mod, s_torch_layouts);
-        int ok = table != NULL && PyDict_Check(table) && take_layout(a, table, key);
-        Py_XDECREF(table);
-        Py_DECREF(key);
-        if (!ok) { PyErr_Clear(); return 0; }
+        if (!read_layout(x, a, 1, s_torch_layouts)) return 0;
         int cuda = attr_true(x, s_is_cuda);
-        if (cuda != 1) { PyErr_Clear(); return 0; }
+        if (cuda != 1) { soft_clear(); return 0; }
         PyObject *neg = PyObject_CallMethodObjArgs(x, s_is_neg, NULL);
-        if (neg == NULL) { PyErr_Clear(); return 0; }
+        if (neg == NULL) { soft_clear(); return 0; }
         int negated = PyObject_IsTrue(neg);
         Py_DECREF(neg);
-        if (negated != 0) { PyErr_Clear(); return 0; }
+        if (negated != 0) { soft_clear(); return 0; }
         PyObject *p = PyObject_CallMethodObjArgs(x, s_data_ptr, NULL);
-        if (p == NULL) { PyErr_Clear(); return 0; }
+        if (p == NULL) { soft_clear(); return 0; }
         int okp = as_u64(p, &a->ptr);
         Py_DECREF(p);
         PyObject *d = okp ? PyObject_CallMethodObjArgs(x, s_get_device, NULL) : NULL;
-        if (d == NULL) { PyErr_Clear(); return 0; }
+        if (d == NULL) { soft_clear(); return 0; }
         a->device_id = PyLong_AsLong(d);
         Py_DECREF(d);
-        if (a->device_id < 0) { PyErr_Clear(); return 0; }
+        if (a->device_id < 0) { soft_clear(); return 0; }
     } else {
         PyObject *types = PyObject_GetAttr(g_accessors_mod, s_cupy_types);
         if (types == NULL) return -1;
@@ -279,29 +294,17 @@ static int read_operand(PyObject *x, Operand *a, Current *cur, long long consume
         Py_DECREF(types);
         if (!is_cupy) return 0;
         a->kind = K_CUPY;
-        PyObject *dtype = PyObject_GetAttr(x, s_dtype);
-        PyObject *shape = dtype ? PyObject_GetAttr(x, s_shape) : NULL;
-        PyObject *st = shape ? PyObject_GetAttr(x, s_strides) : NULL;
-        PyObject *key = st ? PyTuple_Pack(3, dtype, shape, st) : NULL;
-        Py_XDECREF(dtype);
-        Py_XDECREF(shape);
-        Py_XDECREF(st);
-        if (key == NULL) { PyErr_Clear(); return 0; }
-        PyObject *table = PyObject_GetAttr(g_accessors_mod, s_cupy_layouts);
-        int ok = table != NULL && PyDict_Check(table) && take_layout(a, table, key);
-        Py_XDECREF(table);
-        Py_DECREF(key);
-        if (!ok) { PyErr_Clear(); return 0; }
+        if (!read_layout(x, a, 0, s_cupy_layouts)) return 0;
         PyObject *mem = PyObject_GetAttr(x, s_data);
         PyObject *p = mem ? PyObject_GetAttr(mem, s_ptr) : NULL;
         PyObject *d = p ? PyObject_GetAttr(mem, s_device_id) : NULL;
         Py_XDECREF(mem);
         int okp = p != NULL && as_u64(p, &a->ptr);
         Py_XDECREF(p);
-        if (!okp || d == NULL) { Py_XDECREF(d); PyErr_Clear(); return 0; }
+        if (!okp || d == NULL) { Py_XDECREF(d); soft_clear(); return 0; }
         a->device_id = PyLong_AsLong(d);
         Py_DECREF(d);
-        if (a->device_id < 0) { PyErr_Clear(); return 0; }
+        if (a->device_id < 0) { soft_clear(); return 0; }
     }
     int found = current_stream(cur, a->kind, a->device_id);
     if (found <= 0) return found;
@@ -385,7 +388,7 @@ static int bound(void) {
         g_unbound = 0;
     }
     Py_XDECREF(r);
-    PyErr_Clear();
+    soft_clear();
     return g_launch != NULL;
 }
 
@@ -460,8 +463,9 @@ static PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptr
             g_launches++;
         }
         int err;
+        launch_fn launch = g_launch;  /* read with the GIL held (set_driver may change it) */
         Py_BEGIN_ALLOW_THREADS
-        err = g_launch((void *)(uintptr_t)v[0], (unsigned)v[1], (unsigned)v[2], (unsigned)v[3], (unsigned)v[4],
+        err = launch((void *)(uintptr_t)v[0], (unsigned)v[1], (unsigned)v[2], (unsigned)v[3], (unsigned)v[4],
                        (unsigned)v[5], (unsigned)v[6], (unsigned)v[7], (void *)(uintptr_t)consumer,
                        (void **)(uintptr_t)argv, NULL);
         Py_END_ALLOW_THREADS
@@ -521,8 +525,12 @@ done:
     return result;
 }
 
+/* MISS, or NULL where a BaseException that is no ordinary error (a KeyboardInterrupt) is pending. */
 static PyObject *miss(void) {
-    PyErr_Clear();
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
+        PyErr_Clear();
+    }
     Py_INCREF(g_miss);
     return g_miss;
 }
@@ -576,7 +584,12 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             if (owner == NULL) MISS();
             keep = owner == Py_None ? NULL : PyObject_GetAttr(owner, s_keep);
             Py_DECREF(owner);
-            if (keep == NULL) { PyErr_Clear(); Py_INCREF(Py_None); keep = Py_None; }
+            if (keep == NULL) {  /* getattr(owner, "keep", None) */
+                soft_clear();
+                if (PyErr_Occurred()) MISS();
+                Py_INCREF(Py_None);
+                keep = Py_None;
+            }
         } else {
             Py_INCREF(cur.owner);
             keep = cur.owner;
@@ -661,6 +674,16 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         if (rec == NULL || (PyObject *)Py_TYPE(rec) != g_recorded_call) MISS();
     }
     if (!bound()) MISS();
+    unsigned long long p[MAX_OPERANDS];  /* the addresses, checked first: they need no context */
+    ptrs = PyList_New(n);
+    if (ptrs == NULL) goto out_error;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        p[i] = ops[i].kind == K_ABSENT ? 0 : ops[i].ptr;
+        PyObject *v = PyLong_FromUnsignedLongLong(p[i]);
+        if (v == NULL) goto out_error;
+        PyList_SetItem(ptrs, i, v);
+    }
+    if (plain(rec, p, n) != 1) MISS();
     if (consumer <= 2) {  /* handles 0-2 name the current context's streams: the operands' device's */
         PyObject *dev = PyLong_FromLong(ops[0].device_id);
         PyObject *r = dev ? PyObject_CallMethodObjArgs(g_device_mod, s_get_device, dev, NULL) : NULL;
@@ -671,21 +694,12 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (allocates) {
         int status = 0;
         int err;
+        capturing_fn capturing = g_capturing;
         Py_BEGIN_ALLOW_THREADS
-        err = g_capturing((void *)(uintptr_t)consumer, &status);
+        err = capturing((void *)(uintptr_t)consumer, &status);
         Py_END_ALLOW_THREADS
         if (err || status) MISS();  /* the Python path says why */
     }
-    unsigned long long p[MAX_OPERANDS];
-    ptrs = PyList_New(n);
-    if (ptrs == NULL) goto out_error;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        p[i] = ops[i].kind == K_ABSENT ? 0 : ops[i].ptr;
-        PyObject *v = PyLong_FromUnsignedLongLong(p[i]);
-        if (v == NULL) goto out_error;
-        PyList_SetItem(ptrs, i, v);
-    }
-    if (plain(rec, p, n) != 1) MISS();
     rep = field(rec, F_REPLAY);
     if (rep == NULL) MISS();
 
@@ -694,9 +708,11 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (result == NULL) goto out_error;
     {
         long oi = out_index_o == Py_None ? -1 : PyLong_AsLong(out_index_o);
+        if (oi == -1 && PyErr_Occurred()) goto out_error;
         Py_ssize_t nm = PyTuple_Size(more_outs);
         for (Py_ssize_t j = -1; j < nm; j++) {
             long i = j < 0 ? oi : PyLong_AsLong(PyTuple_GetItem(more_outs, j));
+            if (i == -1 && PyErr_Occurred()) goto out_error;
             if (i >= 0 && i < n && (ops[i].kind == K_CUDATTN || ops[i].kind == K_JAX) &&
                 PyObject_SetAttr(ops[i].kind == K_JAX ? ops[i].adapted : ops[i].obj, s_stream_handle, consumer_o) < 0)
                 goto out_error;
@@ -742,7 +758,7 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 out_miss:  /* nothing done: the Python path runs the call, and gives the context back itself */
     g_missed[miss_line % MISS_LINES]++;
     Py_CLEAR(result);
-    result = miss();
+    result = miss();  /* NULL: an interrupt to raise */
     goto out;
 out_error:
     Py_CLEAR(result);

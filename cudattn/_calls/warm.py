@@ -7,8 +7,10 @@ common case (operands that are DeviceArrays, plain CUDA torch tensors, CuPy arra
 imported before, all made on the call's stream; a recorded plan; addresses that pass the checks)
 and builds the same key, so the plans the Python path records serve it. Whatever it does not take
 (a first call, a producer stream to wait for, a graph capture that would allocate, an address the
-checks send to the full path) comes back as :data:`MISS` before any side effect, and
-`call.dispatch` runs the Python path, which gives every error its message. What needs Python's
+checks send to the full path) comes back as :data:`MISS`, and `call.dispatch` runs the Python
+path, which gives every error its message. Before a MISS the compiled path may have done what the
+Python path then does again, and nothing else: made the operands' device current (stream handles
+0-2), created cudattn's stream for a JAX call, asked JAX arrays for capsules with the call's stream. What needs Python's
 own rules is asked of the Python modules from C: allocations and argument blocks not built before
 (`replay.Replay._allocate`, `replay._Step.build`), a JAX array's recall and capsule
 (`known_jax.recall`), its stream (`operands.consumer_stream`) and hold (`lifetime.hold`).
@@ -51,8 +53,11 @@ def _bind():
     """(cuLaunchKernel, cuStreamIsCapturing) addresses from the driver, or None without one."""
     from cuda.bindings import driver
 
-    # stream 0 is the legacy default stream, as for cuda.bindings' driver functions (which the Python path calls)
-    flag = driver.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM
+    # stream 0 as cuda.bindings' driver functions (the Python path's) take it: the legacy default stream,
+    # or the per-thread one where cuda-python is told so (the rule `_runtime.stream.LASTING_STREAMS` follows)
+    flags = driver.CUdriverProcAddress_flags
+    flag = flags.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM if _per_thread_default_stream() \
+        else flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM
     found = []
     for name, version in ((b"cuLaunchKernel", 4000), (b"cuStreamIsCapturing", 10000)):
         err, pfn, status = driver.cuGetProcAddress(name, version, flag)
@@ -60,6 +65,10 @@ def _bind():
             return None
         found.append(int(pfn))
     return tuple(found)
+
+
+def _per_thread_default_stream() -> bool:
+    return os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
 
 
 def _cupy_stream(device_id: int):
