@@ -10,10 +10,11 @@ and builds the same key, so the plans the Python path records serve it. Whatever
 checks send to the full path) comes back as :data:`MISS`, and `call.dispatch` runs the Python
 path, which gives every error its message. Before a MISS the compiled path may have done what the
 Python path then does again, and nothing else: made the operands' device current (stream handles
-0-2), created cudattn's stream for a JAX call, asked JAX arrays for capsules with the call's stream. What needs Python's
-own rules is asked of the Python modules from C: allocations and argument blocks not built before
-(`replay.Replay._allocate`, `replay._Step.build`), a JAX array's recall and capsule
-(`known_jax.recall`), its stream (`operands.consumer_stream`) and hold (`lifetime.hold`).
+0-2), created cudattn's stream for a JAX call, asked JAX arrays for capsules with the call's
+stream. What needs Python's own rules is asked of the Python modules from C: allocations and
+argument blocks not built before (`replay.Replay._allocate`, `replay._Step.build`), a JAX array's
+recall and capsule (`known_jax.recall`), its stream (`operands.consumer_stream`) and hold
+(`lifetime.hold`).
 
 The extension is optional: a wheel built without a compiler, or ``CUDATTN_NATIVE=0`` in the
 environment, leaves :data:`run` None and every call on the Python path (same results, a few

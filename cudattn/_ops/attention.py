@@ -212,22 +212,19 @@ def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
     extra = (q_descale, k_descale, v_descale, sinks, alibi_slopes)
     has_x = q_descale is not None or k_descale is not None or v_descale is not None or sinks is not None or \
         alibi_slopes is not None
+    flags = (causal, scale, layout, return_lse, out_dtype, num_splits)
+    args = (*flags, window_size, softcap, extra)
+    mods = (None if window_size is None else tag(window_size), None if softcap is None else tag(softcap))
+    allocates = out is None or return_lse is True
     if not has_x and device is None:  # the signature needs nothing of the adapted operands
-        return dispatch("attention", [q, k, v, out], _NAMES4, stream,
-                        (causal, scale, layout, return_lse, out_dtype, num_splits),
-                        (None if window_size is None else tag(window_size), None if softcap is None else tag(softcap),
-                         None), _full,
-                        (causal, scale, layout, return_lse, out_dtype, num_splits, window_size, softcap, extra),
-                        tensors=4, out_index=3, allocates=out is None or return_lse is True)
+        return dispatch("attention", [q, k, v, out], _NAMES4, stream, flags, (*mods, None), _full, args,
+                        tensors=4, out_index=3, allocates=allocates)
     call = Call("attention", [q, k, v, out, *map(array_or_none, extra)] if has_x else [q, k, v, out],
                 _NAMES if has_x else _NAMES4, stream)
     if device is not None:
         check_device_arg(device, call.ops[0].device_id)
-    return call.run((causal, scale, layout, return_lse, out_dtype, num_splits),
-                    (None if window_size is None else tag(window_size), None if softcap is None else tag(softcap),
-                     tuple(map(array_key, extra, call.ops[4:])) if has_x else None),
-                    _full, (causal, scale, layout, return_lse, out_dtype, num_splits, window_size, softcap, extra),
-                    tensors=4, out_index=3, allocates=out is None or return_lse is True)
+    return call.run(flags, (*mods, tuple(map(array_key, extra, call.ops[4:])) if has_x else None), _full, args,
+                    tensors=4, out_index=3, allocates=allocates)
 
 
 def _full(call: Call, args, qa, ka, va, oa, dq=None, dk=None, dv=None, sk=None, al=None):

@@ -223,29 +223,29 @@ def attention_with_kvcache(q: ArrayLike, k_cache: ArrayLike, v_cache: ArrayLike,
         v_descale is not None
     arrays = tuple(map(array_or_none, extra)) if given_x else None
     has_x = given_x and arrays != (None, None, None, None, None)
+    flags = (causal, scale, return_lse, num_splits, max_seqlen_q)
+    args = (cache_seqlens, block_table, cu_seqlens_q, causal, scale, return_lse, num_splits, max_seqlen_q,
+            window_size, softcap, extra)
+    mods = given_x or softcap is not None or window_size is not None  # the key's last part, else None
+    allocates = out is None or return_lse is True
     if not has_x and device is None and k_new is None and dev_objs is objs:  # nothing asked of the adapted operands
-        return dispatch("kvcache", objs, _NAMES, stream, (causal, scale, return_lse, num_splits, max_seqlen_q),
-                        (None, None, None, (tag(window_size), tag(softcap), *map(tag, extra))
-                         if given_x or softcap is not None or window_size is not None else None),
-                        _full, (cache_seqlens, block_table, cu_seqlens_q, causal, scale, return_lse, num_splits,
-                                max_seqlen_q, window_size, softcap, extra),
-                        tensors=6, out_index=5, allocates=out is None or return_lse is True)
+        return dispatch("kvcache", objs, _NAMES, stream, flags,
+                        (None, None, None, (tag(window_size), tag(softcap), *map(tag, extra)) if mods else None),
+                        _full, args, tensors=6, out_index=5, allocates=allocates)
     call = Call("kvcache", (*dev_objs, *arrays) if has_x else dev_objs, _NAMES, stream)
     if device is not None:
         check_device_arg(device, call.ops[0].device_id)
     ka, va, kn = call.ops[1:4]
     # Appending into caches whose byte ranges meet: the full path's exact test of shared elements.
     suspect = kn is not None and _ranges_meet(ka, va)
-    return call.run((causal, scale, return_lse, num_splits, max_seqlen_q),
+    return call.run(flags,
                     # NumPy index arrays: unhashable, so such calls take the full path
                     (*((None, None, None) if dev_objs is objs else
                        (None if d is not None or x is None else x
                         for d, x in zip(dev_objs[6:9], (cache_seqlens, block_table, cu_seqlens_q)))),
                      (tag(window_size), tag(softcap), *map(array_key, extra, call.ops[9:] if has_x else (None,) * 5))
-                     if given_x or softcap is not None or window_size is not None else None),
-                    _full, (cache_seqlens, block_table, cu_seqlens_q, causal, scale, return_lse, num_splits,
-                            max_seqlen_q, window_size, softcap, extra),
-                    tensors=6, out_index=5, allocates=out is None or return_lse is True, force_full=suspect)
+                     if mods else None),
+                    _full, args, tensors=6, out_index=5, allocates=allocates, force_full=suspect)
 
 
 def _full(call: Call, args, qa, ka, va, kn, vn, oa, sl, bt, cq, sk=None, al=None, dq=None, dk=None, dv=None):
