@@ -231,6 +231,60 @@ def test_calls_on_the_second_device_leave_the_callers_context_current():
     assert ok, f"cuda:1 off by {err:.3g} > {bound:.3g}"
 
 
+def test_warm_calls_on_the_second_device_take_the_compiled_path():
+    """Warm calls on cuda:1 from a thread whose current device is cuda:0 are served by the compiled
+    warm path (where this build has it): DeviceArrays on cudattn's stream, with ``out=``, and made on
+    and used on cuda:1's legacy stream (handle 0); torch tensors on torch's cuda:1 stream, and a decode step.
+    Each gives cuda:0's bits, and the thread keeps cuda:0's context."""
+    _need(2)
+    torch = pytest.importorskip("torch")
+    from cuda.bindings import driver
+
+    from cudattn._calls import warm
+
+    if not warm.available():
+        pytest.skip("this build has no compiled warm path (or CUDATTN_NATIVE=0)")
+    native = warm._native
+    torch.cuda.set_device(0)
+    torch.zeros(1, device="cuda:0")
+    ctx0 = int(driver.cuCtxGetCurrent()[1])
+    rng = np.random.default_rng(4504)
+    q, k, v = _case(rng)
+    kc, vc = (rng.standard_normal((2, 512, 2, 64)).astype(BF16) for _ in range(2))
+    q1 = rng.standard_normal((2, 1, 4, 64)).astype(BF16)
+    lens = np.array([200, 511], np.int32)
+
+    def inputs(dev):
+        up = lambda x: cudattn.to_device(x, device=dev)  # noqa: E731
+        return [up(x) for x in (q, k, v)], [up(x) for x in (q1, kc, vc, lens)]
+
+    (p0, d0), (p1, d1) = inputs(0), inputs(1)
+    legacy = [cudattn.to_device(x, device=1, stream=0) for x in (q, k, v)]  # made on the stream they are used on
+    want = cudattn.to_host(cudattn.attention(*p0, causal=True))
+    want_dec = cudattn.to_host(cudattn.attention_with_kvcache(*d0[:3], cache_seqlens=d0[3]))
+    out1 = cudattn.to_device(np.full(q.shape, np.nan, BF16), device=1)
+    tq, tk, tv = (torch.from_numpy(x.view(np.int16)).view(torch.bfloat16).to("cuda:1") for x in (q, k, v))
+    tstream = torch.cuda.current_stream(1).cuda_stream
+    calls = {
+        "DeviceArray": lambda: cudattn.attention(*p1, causal=True),
+        "DeviceArray, out=": lambda: cudattn.attention(*p1, causal=True, out=out1),
+        "DeviceArray, stream 0": lambda: cudattn.attention(*legacy, causal=True, stream=0),
+        "torch, torch's stream": lambda: cudattn.attention(tq, tk, tv, causal=True, stream=tstream),
+        "decode": lambda: cudattn.attention_with_kvcache(*d1[:3], cache_seqlens=d1[3]),
+    }
+    for name, call in calls.items():
+        call()  # the first call records the plan on cuda:1
+        native.stats(True)
+        got = [call() for _ in range(5)]
+        served, missed = native.stats(True)
+        assert served == 5, f"{name}: {served} of 5 warm calls compiled; sent back from lines {missed}"
+        for g in got:
+            g = cudattn.to_host(g) if isinstance(g, cudattn.DeviceArray) else g.view(torch.int16).cpu().numpy()
+            ref = want_dec if name == "decode" else want
+            assert np.array_equal(np.asarray(g).view(np.uint16), ref.view(np.uint16)), name
+        assert int(driver.cuCtxGetCurrent()[1]) == ctx0, f"{name} left another context current"
+
+
 @pytest.mark.parametrize("world", [1, 2, 4])
 @pytest.mark.parametrize("causal,mods", [(False, {}), (True, {}), (True, {"softcap": 15.0}), (True, {"sinks": 1}),
                                          (True, {"window": (100, 0)}), (False, {"window": (150, 40)}),
