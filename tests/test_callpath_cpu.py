@@ -355,6 +355,52 @@ def test_jax_arrays_recalled_on_either_path_hold_their_capsules_until_the_work_i
     assert len(world["launches"]) == n
 
 
+def test_jax_arrays_imported_before_are_recalled_with_a_capsule_for_the_calls_stream(world, monkeypatch):
+    """JAX-like arrays that `known_jax` remembers (the compiled path recalls them itself): with no
+    stream given, the call runs on cudattn's stream of the first array's device; each warm call asks
+    every array for a capsule with that stream, launches with the remembered addresses, and holds the
+    recalled arrays with their capsules. An array that refuses its export raises naming the operand,
+    before any launch."""
+    from cudattn._arrays import known_jax as _known_jax
+    from cudattn._runtime import stream as _stream
+
+    class Arr:  # a type of the package "jax", as `kind_of` sees it
+        __module__ = "jax._src.array"
+
+        def __init__(self, ptr):
+            self.ptr, self.deleted, self.asked = ptr, False, []
+
+        def __dlpack__(self, stream=None):
+            if self.deleted:
+                raise RuntimeError("Array has been deleted")
+            self.asked.append(stream)
+            return f"capsule {self.ptr:#x} {len(self.asked)}"
+
+        def is_deleted(self):
+            return self.deleted
+
+    monkeypatch.setitem(_stream._default_stream_refs, 0, _stream.StreamRef(CONSUMER, "cudattn's stream"))
+    q, o = Arr(0x10000), Arr(0x90000)
+    for x in (q, o):
+        _known_jax.remember(x, _array(x.ptr, stream=None))
+    in_python, recall = [], _known_jax.recall
+    monkeypatch.setattr(_known_jax, "recall", lambda *a: in_python.append(a[0]) or recall(*a))
+    results = [_call(world, q, o) for _ in range(3)]
+    assert world["full"] == 1 and world["compiled"] == (2 if _warm.run is not None else 0)
+    assert len(in_python) == (2 if _warm.run is not None else 6), "warm calls on the compiled path recall in C"
+    assert world["launches"] == [(CONSUMER, 0x10000, 0x90000, 5)] * 3
+    assert q.asked == o.asked == [CONSUMER] * 3, "a capsule for the call's stream, every call"
+    for i, (r, (c, refs, device_id, _)) in enumerate(zip(results, world["holds"])):
+        assert c == CONSUMER and device_id == 0
+        assert [a.owner for a in refs] == [(q, f"capsule {0x10000:#x} {i + 1}"), (o, f"capsule {0x90000:#x} {i + 1}")]
+        assert refs[1] is r and (r.ptr, r.stream_handle, r.shape, r.dtype) == (0x90000, CONSUMER, (2, 64, 4, 64), F16)
+    n = len(world["launches"])
+    o.deleted = True
+    with pytest.raises(ValueError, match="out: the JAX array has been deleted or donated"):
+        _call(world, q, o)
+    assert len(world["launches"]) == n
+
+
 @pytest.mark.parametrize("per_thread", ["", "0", "1"])
 def test_the_compiled_launch_takes_stream_0_as_cuda_bindings_does(per_thread, monkeypatch):
     """Handle 0 is the legacy default stream, or the per-thread one where cuda-python is told so
@@ -370,8 +416,9 @@ def test_the_compiled_launch_takes_stream_0_as_cuda_bindings_does(per_thread, mo
 
     monkeypatch.setenv("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", per_thread)
     monkeypatch.setattr(driver, "cuGetProcAddress", get_proc)
-    assert _warm._bind() == (0x1001, 0x1002)
+    assert _warm._bind() == (0x1001, 0x1002, 0x1003, 0x1004, 0x1005)
     flag = driver.CUdriverProcAddress_flags
     want = flag.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM if per_thread == "1" else \
         flag.CU_GET_PROC_ADDRESS_LEGACY_STREAM
-    assert asked == [(b"cuLaunchKernel", want), (b"cuStreamIsCapturing", want)]
+    assert asked == [(b"cuLaunchKernel", want), (b"cuStreamIsCapturing", want), (b"cuEventRecord", want),
+                     (b"cuEventQuery", want), (b"cuThreadExchangeStreamCaptureMode", want)]

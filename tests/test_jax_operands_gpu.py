@@ -64,6 +64,34 @@ def test_a_pending_jax_computation_is_ordered_before_the_call(jax):
         _check_attention(cudattn.to_host(out), q, k, v, what="attention on a pending JAX array")
 
 
+def test_a_pending_jax_array_recalled_on_another_stream_is_ordered_there_too(jax):
+    """A warm call recalls an array imported before and asks JAX for a capsule with its own stream:
+    the array still being written when a second call reads it on another stream, that stream too
+    must wait for JAX (the first call's wait orders only the first stream)."""
+    from cuda.core import Device
+
+    jnp = jax.numpy
+    rng = _rng()
+    q, k, v = _qkv(rng, 1, 257, 257, 2, 2, 64)
+    qj, kj, vj = (_put(jax, x) for x in (q, k, v))
+    big = _put(jax, rng.standard_normal((4096, 4096), dtype=np.float32))
+
+    @jax.jit
+    def slow_copy(a, m):
+        for _ in range(12):
+            m = m @ m
+            m = m / jnp.max(jnp.abs(m))
+        return (a.astype(jnp.float32) + 0.0 * jnp.sum(m)).astype(a.dtype)
+
+    streams = [Device().create_stream() for _ in range(2)]
+    cudattn.attention(slow_copy(qj, big).block_until_ready(), kj, vj, stream=streams[0])  # compiled, recorded
+    for _ in range(2):
+        pending = slow_copy(qj, big)
+        outs = [cudattn.attention(pending, kj, vj, stream=s) for s in streams]  # imported, then recalled
+        for out in outs:
+            _check_attention(cudattn.to_host(out), q, k, v, what="a pending JAX array read on a second stream")
+
+
 def test_a_jax_array_in_host_memory_is_refused_naming_it(jax):
     rng = _rng()
     q, k, v = _qkv(rng, 1, 16, 16, 2, 2, 64)

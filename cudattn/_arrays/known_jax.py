@@ -28,9 +28,9 @@ def remember(obj, a: DeviceArray) -> None:
     """Keep what importing ``obj`` found (``a``); arrays without weak references are not kept."""
     key = id(obj)
 
-    def forget(ref, key=key):
-        if _seen.get(key, (None,))[0] is ref:
-            _seen.pop(key, None)
+    def forget(ref, key=key, seen=_seen):  # `seen` bound here: the compiled warm path holds the dict, whose
+        if seen.get(key, (None,))[0] is ref:  # references may outlive this module's globals at exit
+            seen.pop(key, None)
 
     try:
         ref = weakref.ref(obj, forget)

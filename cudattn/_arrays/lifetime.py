@@ -25,12 +25,32 @@ from .._runtime import device as _device
 from .._runtime.errors import check
 from .._runtime.stream import is_capturing
 
-__all__ = ["hold", "release_done"]
+__all__ = ["hold", "release_done", "use_entry_points"]
 
 _DISABLE_TIMING = driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
 _NOT_READY = driver.CUresult.CUDA_ERROR_NOT_READY
 _RELAXED = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
-_record = driver.cuEventRecord
+
+
+# The driver's event calls, each returning its CUresult first. cuda.bindings' wrappers cost about a
+# microsecond a call; the compiled warm path, where built, hands over its own entry points into the
+# same driver functions (`use_entry_points`), a JAX call's hold and release then costing ~1 µs, not ~8.
+def _record(event: int, stream: int):
+    return driver.cuEventRecord(event, stream)[0]
+
+
+def _query(event: int):
+    return driver.cuEventQuery(event)[0]
+
+
+_exchange = driver.cuThreadExchangeStreamCaptureMode  # (mode) -> (CUresult, the thread's mode before)
+
+
+def use_entry_points(record, query, exchange) -> None:
+    """Make the event calls through ``record(event, stream)``, ``query(event)`` and
+    ``exchange(mode)`` (the same contract as the functions above, on integer handles)."""
+    global _record, _query, _exchange, _RELAXED
+    _record, _query, _exchange, _RELAXED = record, query, exchange, int(_RELAXED)
 
 _lock = threading.Lock()
 # Events of released holds, reused, per device (made in its primary context, where cudattn works: an
@@ -55,7 +75,7 @@ def hold(consumer: int, refs: tuple, device_id: int, capturing: bool | None = No
         ev = free.pop()
     except IndexError:
         _device.get_device(device_id)  # an event is made in the context current: the device's
-        ev = check(driver.cuEventCreate(_DISABLE_TIMING), "cuEventCreate")
+        ev = int(check(driver.cuEventCreate(_DISABLE_TIMING), "cuEventCreate"))
     check(_record(ev, consumer), "cuEventRecord(keep operands alive)")
     with _lock:
         _held.append((ev, free, refs))
@@ -66,12 +86,13 @@ def release_done() -> None:
     if not _held:
         return
     done = []
-    prev = check(driver.cuThreadExchangeStreamCaptureMode(_RELAXED), "cuThreadExchangeStreamCaptureMode")
+    query, exchange = _query, _exchange  # one pair for the whole release, should `use_entry_points` run meanwhile
+    prev = check(exchange(_RELAXED), "cuThreadExchangeStreamCaptureMode")
     try:
         with _lock:
             while _held:
                 ev, free, refs = _held[0]
-                err = driver.cuEventQuery(ev)[0]
+                err = query(ev)
                 if err == _NOT_READY:
                     break
                 check(err, "cuEventQuery(keep operands alive)")
@@ -79,5 +100,5 @@ def release_done() -> None:
                 free.append(ev)
                 done.append(refs)
     finally:
-        check(driver.cuThreadExchangeStreamCaptureMode(prev), "cuThreadExchangeStreamCaptureMode")
+        check(exchange(prev), "cuThreadExchangeStreamCaptureMode")
     del done  # dropped outside the lock: a freed cudattn array queues its free here

@@ -29,6 +29,9 @@
 typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                          unsigned smem, void *stream, void **params, void **extra);
 typedef int (*capturing_fn)(void *stream, int *status);
+typedef int (*record_fn)(void *event, void *stream);
+typedef int (*query_fn)(void *event);
+typedef int (*exchange_fn)(int *mode);
 
 #define MAX_OPERANDS 16
 enum { K_ABSENT = -1, K_CUDATTN = 0, K_TORCH = 1, K_CUPY = 2, K_JAX = 3 };  /* importer's kinds */
@@ -44,20 +47,25 @@ static long long g_served, g_missed[MISS_LINES];
 
 static launch_fn g_launch;
 static capturing_fn g_capturing;
+/* the event calls of `_arrays.lifetime` (`event_record`, `event_query`, `capture_mode`), once bound */
+static record_fn g_record;
+static query_fn g_query;
+static exchange_fn g_exchange;
 static int g_unbound = 1;  /* driver entry points not asked for yet (or set to none) */
 
 /* Objects `configure` hands over (strong references, kept for the process). */
 static PyObject *g_known_jax_mod, *g_operands_mod;  /* `recall`, `consumer_stream`: looked up per call */
+static PyObject *g_jax_seen, *g_default_refs, *g_empty;  /* `known_jax._seen`, `stream._default_stream_refs`, () */
 static PyObject *g_miss, *g_device_array, *g_recorded_call, *g_call_mod, *g_traits_mod, *g_margin_local,
     *g_shift_local, *g_recording_mod, *g_lifetime_mod, *g_device_mod, *g_accessors_mod, *g_importer_mod,
-    *g_as_stream, *g_cupy_stream, *g_launch_failed, *g_bind, *g_object_new;
+    *g_as_stream, *g_cupy_stream, *g_launch_failed, *g_bind, *g_bound_hook, *g_object_new;
 
 /* Interned attribute names. */
 static PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonly, *s_stream_handle, *s_owner,
     *s_keep, *s_plans, *s_forced, *s_n, *s_active, *s_pending, *s_release_done, *s_restore, *s_torch_plain,
     *s_torch_layouts, *s_cupy_layouts, *s_cupy_types, *s_torch_stream, *s_stride, *s_is_cuda, *s_is_neg,
     *s_data_ptr, *s_get_device, *s_data, *s_handle, *s_obj, *s_allocate, *s_build, *s_get, *s_kinds, *s_recall,
-    *s_consumer_stream, *s_hold;
+    *s_consumer_stream, *s_hold, *s_dlpack, *s_stream;
 
 typedef struct {
     PyObject *obj;      /* borrowed: the caller's array */
@@ -236,6 +244,76 @@ static int read_device_array(PyObject *x, Operand *a) {
     return 1;
 }
 
+/* What importing JAX array `x` found (`known_jax._seen`: ptr, shape, strides, dtype, device, readonly), a
+ * new reference, or NULL (not imported before, or gone; no exception left but a BaseException). */
+static PyObject *jax_facts(PyObject *x) {
+    PyObject *id = PyLong_FromVoidPtr(x);  /* id(x) */
+    PyObject *e = id ? PyDict_GetItemWithError(g_jax_seen, id) : NULL;
+    Py_XDECREF(id);
+    if (e == NULL || !PyTuple_Check(e) || PyTuple_Size(e) != 2) { soft_clear(); return NULL; }
+    Py_INCREF(e);  /* a weak reference's callback may drop the entry meanwhile */
+    PyObject *o = PyObject_CallNoArgs(PyTuple_GetItem(e, 0));  /* the weak reference: x, or None once gone */
+    PyObject *f = PyTuple_GetItem(e, 1);
+    int same = o == x && f != NULL && PyTuple_Check(f) && PyTuple_Size(f) == 6;
+    Py_XDECREF(o);
+    if (same) Py_INCREF(f);
+    Py_DECREF(e);
+    soft_clear();
+    return same ? f : NULL;
+}
+
+/* `known_jax.recall` in C: a DeviceArray of a JAX array imported before, read on `consumer`, its owner
+ * the array and a capsule exported for the stream. 1 done (`a` read), 0 for the Python recall to do
+ * (not known here, or the export failed: it asks again and raises naming the operand), -1 a
+ * BaseException pending. */
+static int jax_recall(PyObject *x, long long consumer, Operand *a) {
+    PyObject *f = jax_facts(x);
+    if (f == NULL) return PyErr_Occurred() ? -1 : 0;
+    PyObject *meth = PyObject_GetAttr(x, s_dlpack), *kw = PyDict_New(),
+             *sync = PyLong_FromLongLong(consumer == 0 ? 1 : consumer), *cap = NULL;
+    if (meth && kw && sync && PyDict_SetItem(kw, s_stream, sync) == 0)
+        cap = PyObject_Call(meth, g_empty, kw);  /* JAX orders its writes before the stream */
+    Py_XDECREF(meth);
+    Py_XDECREF(kw);
+    Py_XDECREF(sync);
+    PyObject *w = cap ? PyObject_CallFunctionObjArgs(g_object_new, g_device_array, NULL) : NULL;
+    PyObject *owner = w ? PyTuple_Pack(2, x, cap) : NULL, *c = owner ? PyLong_FromLongLong(consumer) : NULL;
+    Py_XDECREF(cap);
+    int bad = c == NULL || PyObject_SetAttr(w, s_ptr, PyTuple_GetItem(f, 0)) ||
+              PyObject_SetAttr(w, s_shape, PyTuple_GetItem(f, 1)) ||
+              PyObject_SetAttr(w, s_strides, PyTuple_GetItem(f, 2)) ||
+              PyObject_SetAttr(w, s_dtype, PyTuple_GetItem(f, 3)) ||
+              PyObject_SetAttr(w, s_device_id, PyTuple_GetItem(f, 4)) ||
+              PyObject_SetAttr(w, s_readonly, PyTuple_GetItem(f, 5)) || PyObject_SetAttr(w, s_owner, owner) ||
+              PyObject_SetAttr(w, s_stream_handle, c);
+    Py_DECREF(f);
+    Py_XDECREF(owner);
+    Py_XDECREF(c);
+    if (bad) {
+        Py_XDECREF(w);
+        soft_clear();
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    a->kind = K_JAX;
+    a->adapted = w;
+    return read_device_array(w, a);
+}
+
+/* cudattn's stream on a known JAX array's device (`operands.consumer_stream`'s rule): 1 found, 0 for
+ * the Python rule to say (no exception left but a BaseException). */
+static int jax_consumer(PyObject *x, PyObject **handle, PyObject **keep) {
+    PyObject *f = jax_facts(x);
+    PyObject *ref = f ? PyDict_GetItemWithError(g_default_refs, PyTuple_GetItem(f, 4)) : NULL;
+    Py_XINCREF(ref);
+    Py_XDECREF(f);
+    *handle = ref ? PyObject_GetAttr(ref, s_handle) : NULL;
+    *keep = *handle ? PyObject_GetAttr(ref, s_obj) : NULL;
+    Py_XDECREF(ref);
+    if (*keep == NULL) Py_CLEAR(*handle);
+    soft_clear();
+    return *handle != NULL;
+}
+
 /* Read operand `x` into `a` as `call.Call` adapts it, for a call on `consumer` (-1: not known yet;
  * JAX arrays need it). 1 read, 0 miss (not a kind served here, or a fact the Python path must
  * judge), -1 an error to raise (a JAX array that refused its export, as the Python path raises). */
@@ -249,6 +327,8 @@ static int read_operand(PyObject *x, Operand *a, Current *cur, long long consume
     }
     if (kind_of(x) == K_JAX) {  /* an array imported before: recalled, its capsule asked for with the stream */
         if (consumer < 0) return 0;
+        int done = jax_recall(x, consumer, a);
+        if (done != 0) return done;
         PyObject *c = PyLong_FromLongLong(consumer), *sync = PyLong_FromLongLong(consumer == 0 ? 1 : consumer);
         PyObject *r = c && sync ? PyObject_CallMethodObjArgs(g_known_jax_mod, s_recall, x, c, sync, name, NULL) : NULL;
         Py_XDECREF(c);
@@ -377,19 +457,28 @@ done:
 
 /* The driver's entry points, asked of Python until it has them (`bind` returns (launch, is_capturing)
  * addresses, or None where there is no driver yet). 1 bound, 0 none. */
+/* The driver's entry points, asked of `bind` once: (launch, is_capturing, event record, event query,
+ * capture-mode exchange). Once they are in place, `bound_hook` is told (it hands the event calls to
+ * `lifetime`; before then no caller can reach them). */
 static int bound(void) {
     if (!g_unbound) return g_launch != NULL;
     PyObject *r = PyObject_CallNoArgs(g_bind);
-    unsigned long long l = 0, c = 0;
-    if (r != NULL && PyTuple_Check(r) && PyTuple_Size(r) == 2 && as_u64(PyTuple_GetItem(r, 0), &l) &&
-        as_u64(PyTuple_GetItem(r, 1), &c) && l && c) {
-        g_launch = (launch_fn)(uintptr_t)l;
-        g_capturing = (capturing_fn)(uintptr_t)c;
-        g_unbound = 0;
-    }
+    unsigned long long a[5] = {0};
+    int ok = r != NULL && PyTuple_Check(r) && PyTuple_Size(r) == 5;
+    for (Py_ssize_t i = 0; ok && i < 5; i++) ok = as_u64(PyTuple_GetItem(r, i), &a[i]) && a[i];
     Py_XDECREF(r);
     soft_clear();
-    return g_launch != NULL;
+    if (!ok) return g_launch != NULL;
+    g_launch = (launch_fn)(uintptr_t)a[0];
+    g_capturing = (capturing_fn)(uintptr_t)a[1];
+    g_record = (record_fn)(uintptr_t)a[2];
+    g_query = (query_fn)(uintptr_t)a[3];
+    g_exchange = (exchange_fn)(uintptr_t)a[4];
+    g_unbound = 0;
+    PyObject *h = PyObject_CallNoArgs(g_bound_hook);
+    Py_XDECREF(h);
+    soft_clear();
+    return 1;
 }
 
 /* A DeviceArray for a foreign operand that the call returns (`out`): what the Python path returns. */
@@ -564,7 +653,9 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     /* The consumer stream (`operands.consumer_stream`) */
     PyObject *first = is_list ? PyList_GetItem(objs, 0) : PyTuple_GetItem(objs, 0);
     int jax_first = stream == Py_None && (PyObject *)Py_TYPE(first) != g_device_array && kind_of(first) == K_JAX;
-    if (jax_first) {  /* cudattn's stream on the array's device: the Python rule, asked of it */
+    if (jax_first && jax_consumer(first, &consumer_o, &keep)) {  /* cudattn's stream on the array's device */
+    } else if (jax_first) {  /* not known here: the Python rule, asked of it */
+        if (PyErr_Occurred()) MISS();
         PyObject *r = PyObject_CallMethodObjArgs(g_operands_mod, s_consumer_stream, first, Py_None, NULL);
         if (r == NULL || !PyTuple_Check(r) || PyTuple_Size(r) != 3) {
             Py_XDECREF(r);
@@ -811,8 +902,9 @@ static PyObject *configure(PyObject *self, PyObject *d) {
         {"shift_local", &g_shift_local}, {"recording_module", &g_recording_mod}, {"lifetime_module", &g_lifetime_mod},
         {"device_module", &g_device_mod}, {"accessors_module", &g_accessors_mod}, {"importer_module", &g_importer_mod},
         {"as_stream", &g_as_stream}, {"cupy_stream", &g_cupy_stream}, {"launch_failed", &g_launch_failed},
-        {"bind", &g_bind}, {"object_new", &g_object_new}, {"known_jax_module", &g_known_jax_mod},
-        {"operands_module", &g_operands_mod},
+        {"bound_hook", &g_bound_hook}, {"bind", &g_bind}, {"object_new", &g_object_new},
+        {"known_jax_module", &g_known_jax_mod}, {"operands_module", &g_operands_mod}, {"jax_seen", &g_jax_seen},
+        {"default_stream_refs", &g_default_refs},
     };
     for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
         PyObject *v = PyDict_GetItemString(d, items[i].name);
@@ -865,6 +957,53 @@ static PyObject *set_driver(PyObject *self, PyObject *const *args, Py_ssize_t na
     g_capturing = (capturing_fn)(uintptr_t)c;
     g_unbound = !(l && c);
     Py_RETURN_NONE;
+}
+
+/* The event calls of `_arrays.lifetime`, on integer handles, each returning the CUresult as an int
+ * (`capture_mode`: (CUresult, the mode before)). Reachable only after `bound` (`bound_hook`). */
+static PyObject *event_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    unsigned long long ev, st;
+    if (nargs != 2 || !as_u64(args[0], &ev) || !as_u64(args[1], &st) || g_record == NULL) {
+        PyErr_SetString(PyExc_TypeError, "event_record(event: int, stream: int), once bound");
+        return NULL;
+    }
+    return PyLong_FromLong(g_record((void *)(uintptr_t)ev, (void *)(uintptr_t)st));
+}
+
+static PyObject *event_query(PyObject *self, PyObject *arg) {
+    (void)self;
+    unsigned long long ev;
+    if (!as_u64(arg, &ev) || g_query == NULL) {
+        PyErr_SetString(PyExc_TypeError, "event_query(event: int), once bound");
+        return NULL;
+    }
+    return PyLong_FromLong(g_query((void *)(uintptr_t)ev));
+}
+
+static PyObject *capture_mode(PyObject *self, PyObject *arg) {
+    (void)self;
+    long mode = PyLong_Check(arg) ? PyLong_AsLong(arg) : -1;
+    if (mode < 0 || mode > 2 || g_exchange == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "capture_mode(mode: 0, 1 or 2), once bound");
+        return NULL;
+    }
+    int m = (int)mode;
+    int err = g_exchange(&m);
+    return Py_BuildValue("(ii)", err, m);
+}
+
+/* bind() -> whether the driver's entry points are in place, asking `bind` for them if not yet */
+static PyObject *bind_now(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    if (g_bind == NULL) {
+        PyErr_SetString(PyExc_TypeError, "bind() after configure()");
+        return NULL;
+    }
+    int ok = bound();
+    if (PyErr_Occurred()) return NULL;
+    return PyBool_FromLong(ok);
 }
 
 /* arm_stamp(on): note the time of the first launch after each take_stamp, and count launches. */
@@ -921,6 +1060,12 @@ static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL,
      "run(op, objs, names, stream, flags, key, out_index, more_outs, allocates) -> result, or MISS"},
     {"configure", configure, METH_O, "configure(objects: dict)"},
+    {"bind", bind_now, METH_NOARGS, "bind() -> whether the driver's entry points are in place (asked for if not)"},
+    {"event_record", (PyCFunction)(void (*)(void))event_record, METH_FASTCALL,
+     "event_record(event, stream) -> CUresult of cuEventRecord"},
+    {"event_query", event_query, METH_O, "event_query(event) -> CUresult of cuEventQuery"},
+    {"capture_mode", capture_mode, METH_O,
+     "capture_mode(mode) -> (CUresult, the thread's mode before) of cuThreadExchangeStreamCaptureMode"},
     {"set_driver", (PyCFunction)(void (*)(void))set_driver, METH_FASTCALL, "set_driver(launch, is_capturing)"},
     {NULL, NULL, 0, NULL},
 };
@@ -942,6 +1087,7 @@ PyMODINIT_FUNC PyInit__warm(void) {
     INTERN(s_get_device, "get_device"); INTERN(s_data, "data"); INTERN(s_handle, "handle"); INTERN(s_obj, "obj");
     INTERN(s_allocate, "_allocate"); INTERN(s_build, "build"); INTERN(s_get, "get");
     INTERN(s_kinds, "KINDS"); INTERN(s_recall, "recall"); INTERN(s_consumer_stream, "consumer_stream");
-    INTERN(s_hold, "hold");
+    INTERN(s_hold, "hold"); INTERN(s_dlpack, "__dlpack__"); INTERN(s_stream, "stream");
+    if ((g_empty = PyTuple_New(0)) == NULL) return NULL;
     return PyModule_Create(&module);
 }

@@ -19,7 +19,8 @@ recall and capsule (`known_jax.recall`), its stream (`operands.consumer_stream`)
 The extension is optional: a wheel built without a compiler, or ``CUDATTN_NATIVE=0`` in the
 environment, leaves :data:`run` None and every call on the Python path (same results, a few
 microseconds more host time a call). The driver's entry points are asked of ``cuGetProcAddress``
-at the first warm call (a recorded plan exists only once the driver is up).
+at the first warm call (a recorded plan exists only once the driver is up); from then on
+`_arrays.lifetime` records and queries its keep-alive events through them too.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .._kernels import sm_margin as _sm_margin
 from .._kernels import traits as _traits
 from .._runtime import device as _device
 from .._runtime import recording as _recording
+from .._runtime import stream as _stream
 from .._runtime.stream import as_stream
 from . import operands as _operands
 from . import replay as _replay
@@ -50,8 +52,12 @@ except ImportError:  # built without a compiler: the Python path serves every ca
     _native = None
 
 
+_ENTRY_POINTS = ((b"cuLaunchKernel", 4000), (b"cuStreamIsCapturing", 10000), (b"cuEventRecord", 2000),
+                 (b"cuEventQuery", 2000), (b"cuThreadExchangeStreamCaptureMode", 10010))
+
+
 def _bind():
-    """(cuLaunchKernel, cuStreamIsCapturing) addresses from the driver, or None without one."""
+    """The addresses of :data:`_ENTRY_POINTS` from the driver, or None without one."""
     from cuda.bindings import driver
 
     # stream 0 as cuda.bindings' driver functions (the Python path's) take it: the legacy default stream,
@@ -60,12 +66,17 @@ def _bind():
     flag = flags.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM if _per_thread_default_stream() \
         else flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM
     found = []
-    for name, version in ((b"cuLaunchKernel", 4000), (b"cuStreamIsCapturing", 10000)):
+    for name, version in _ENTRY_POINTS:
         err, pfn, status = driver.cuGetProcAddress(name, version, flag)
         if err != driver.CUresult.CUDA_SUCCESS or not pfn:
             return None
         found.append(int(pfn))
     return tuple(found)
+
+
+def _bound() -> None:
+    """The extension holds the driver's entry points: `lifetime`'s event calls go through them too."""
+    _lifetime.use_entry_points(_native.event_record, _native.event_query, _native.capture_mode)
 
 
 def _per_thread_default_stream() -> bool:
@@ -108,8 +119,9 @@ def configure(call_module, recorded_call: type) -> None:
         "traits_module": _traits, "margin_local": _sm_margin.local, "shift_local": _alibi_shift.local,
         "recording_module": _recording, "lifetime_module": _lifetime, "device_module": _device,
         "accessors_module": _accessors, "importer_module": _importer, "as_stream": as_stream,
-        "cupy_stream": _cupy_stream, "launch_failed": _replay.launch_failed, "bind": _bind,
+        "cupy_stream": _cupy_stream, "launch_failed": _replay.launch_failed, "bind": _bind, "bound_hook": _bound,
         "object_new": object.__new__, "replay_class": _replay.Replay, "step_class": _replay._Step,
-        "known_jax_module": _known_jax, "operands_module": _operands,
+        "known_jax_module": _known_jax, "operands_module": _operands, "jax_seen": _known_jax._seen,
+        "default_stream_refs": _stream._default_stream_refs,
     })
     run = _native.run

@@ -1,0 +1,106 @@
+"""CPU: keeping foreign operands alive until their call's work is done (`_arrays.lifetime`), with
+the driver's event calls faked: the same contract through cuda.bindings' wrappers and through the
+compiled warm path's own entry points (`use_entry_points`, handed over once it has bound them)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from cudattn._arrays import lifetime
+from cudattn._runtime.errors import CudaError
+
+NOT_READY, RELAXED, GLOBAL = 600, 2, 0
+
+
+@pytest.fixture
+def driver_log(monkeypatch):
+    """Fake entry points (integer handles, CUresult ints); events 11 and 12 free on device 0; event
+    12's work never finishes, 13's fails."""
+    log = {"calls": [], "mode": GLOBAL}
+
+    def record(event, stream):
+        log["calls"].append(("record", event, stream))
+        return 0
+
+    def query(event):
+        log["calls"].append(("query", event))
+        return {12: NOT_READY, 13: 999}.get(event, 0)
+
+    def exchange(mode):
+        log["calls"].append(("exchange", mode))
+        before, log["mode"] = log["mode"], mode
+        return 0, before
+
+    for name in ("_record", "_query", "_exchange", "_RELAXED"):
+        monkeypatch.setattr(lifetime, name, getattr(lifetime, name))  # put back after the test
+    monkeypatch.setattr(lifetime, "_held", type(lifetime._held)())
+    monkeypatch.setattr(lifetime, "pending", lifetime._held)
+    monkeypatch.setitem(lifetime._free_events, 0, [12, 11])
+    lifetime.use_entry_points(record, query, exchange)
+    return log
+
+
+def test_holds_go_once_their_work_is_done_in_order(driver_log):
+    a, b = object(), object()
+    lifetime.hold(0x7000, (a,), 0, capturing=False)  # takes event 11
+    lifetime.hold(0x7000, (b,), 0, capturing=False)  # takes event 12, whose work stays queued
+    assert driver_log["calls"] == [("record", 11, 0x7000), ("record", 12, 0x7000)]
+    lifetime.release_done()
+    assert [refs for _, _, refs in lifetime._held] == [(b,)], "the finished hold went, the queued one stays"
+    assert driver_log["calls"][2:] == [("exchange", RELAXED), ("query", 11), ("query", 12), ("exchange", GLOBAL)]
+    assert driver_log["mode"] == GLOBAL, "the thread's capture mode given back"
+    assert lifetime._free_events[0] == [11]
+
+
+def test_nothing_is_held_while_the_stream_captures(driver_log):
+    lifetime.hold(0x7000, (object(),), 0, capturing=True)
+    assert not lifetime._held and driver_log["calls"] == []
+
+
+def test_a_failed_query_raises_naming_the_call_and_gives_the_mode_back(driver_log):
+    lifetime._free_events[0] = [13]
+    lifetime.hold(0x7000, (object(),), 0, capturing=False)
+    with pytest.raises(CudaError, match="cuEventQuery"):
+        lifetime.release_done()
+    assert driver_log["mode"] == GLOBAL
+
+
+def test_the_compiled_path_hands_over_its_own_entry_points(monkeypatch):
+    """Once the compiled warm path has bound the driver's entry points, `lifetime` records and queries
+    through them: `_warm.event_record`, `event_query` and `capture_mode` call the bound functions."""
+    from cudattn._calls import call as _call
+    from cudattn._calls import warm
+
+    if not warm.available():
+        pytest.skip("cudattn was built without its compiled warm path")
+    native = warm._native
+    log = []
+    rec = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(
+        lambda e, s: log.append(("record", e, s)) or 0)
+    qry = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(lambda e: log.append(("query", e)) or NOT_READY)
+
+    def exchange(mode_p):
+        log.append(("exchange", mode_p[0]))
+        mode_p[0] = GLOBAL
+        return 0
+
+    exc = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int))(exchange)
+    keep = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 0)
+    for name in ("_record", "_query", "_exchange", "_RELAXED"):
+        monkeypatch.setattr(lifetime, name, getattr(lifetime, name))
+    addresses = [ctypes.cast(f, ctypes.c_void_p).value for f in (keep, keep, rec, qry, exc)]
+    monkeypatch.setattr(warm, "_bind", lambda: tuple(addresses))
+    warm.configure(_call, _call.RecordedCall)  # the extension asks the fake `_bind`
+    native.set_driver(0, 0)  # unbound: the next bind asks for the entry points
+    try:
+        assert native.bind(), "the entry points were not taken"
+        assert lifetime._record is native.event_record and lifetime._query is native.event_query
+        assert lifetime._record(0x11, 0x7000) == 0 and lifetime._query(0x11) == NOT_READY
+        assert lifetime._exchange(RELAXED) == (0, GLOBAL)
+        assert log == [("record", 0x11, 0x7000), ("query", 0x11), ("exchange", RELAXED)]
+    finally:  # the fakes go with the test: the real `_bind` back, asked again at the next warm call
+        monkeypatch.undo()
+        warm.configure(_call, _call.RecordedCall)
+        native.set_driver(0, 0)
