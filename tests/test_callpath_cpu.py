@@ -355,12 +355,14 @@ def test_jax_arrays_recalled_on_either_path_hold_their_capsules_until_the_work_i
     assert len(world["launches"]) == n
 
 
-def test_jax_arrays_imported_before_are_recalled_with_a_capsule_for_the_calls_stream(world, monkeypatch):
-    """JAX-like arrays that `known_jax` remembers (the compiled path recalls them itself): with no
-    stream given, the call runs on cudattn's stream of the first array's device; each warm call asks
-    every array for a capsule with that stream, launches with the remembered addresses, and holds the
-    recalled arrays with their capsules. An array that refuses its export raises naming the operand,
-    before any launch."""
+@pytest.mark.parametrize("consumer", [CONSUMER, 0])
+def test_jax_arrays_imported_before_are_recalled_with_a_capsule_for_the_calls_stream(world, consumer, monkeypatch):
+    """JAX-like arrays that `known_jax` remembers (the compiled path recalls them itself, and finds
+    the call's stream itself): with no stream given, the call runs on cudattn's stream of the first
+    array's device; each warm call asks every array for a capsule with that stream (DLPack's 1 for
+    the legacy stream, handle 0), launches with the remembered addresses, and holds the recalled
+    arrays with their capsules. An array that refuses its export raises naming the operand, and an
+    interrupt in the export reaches the caller, before any launch."""
     from cudattn._arrays import known_jax as _known_jax
     from cudattn._runtime import stream as _stream
 
@@ -371,6 +373,8 @@ def test_jax_arrays_imported_before_are_recalled_with_a_capsule_for_the_calls_st
             self.ptr, self.deleted, self.asked = ptr, False, []
 
         def __dlpack__(self, stream=None):
+            if self.deleted == "interrupt":
+                raise KeyboardInterrupt
             if self.deleted:
                 raise RuntimeError("Array has been deleted")
             self.asked.append(stream)
@@ -379,25 +383,45 @@ def test_jax_arrays_imported_before_are_recalled_with_a_capsule_for_the_calls_st
         def is_deleted(self):
             return self.deleted
 
-    monkeypatch.setitem(_stream._default_stream_refs, 0, _stream.StreamRef(CONSUMER, "cudattn's stream"))
+    monkeypatch.setitem(_stream._default_stream_refs, 0, _stream.StreamRef(consumer, "cudattn's stream"))
     q, o = Arr(0x10000), Arr(0x90000)
     for x in (q, o):
         _known_jax.remember(x, _array(x.ptr, stream=None))
-    in_python, recall = [], _known_jax.recall
+    in_python, recall, streams, consumer_stream = [], _known_jax.recall, [], _operands.consumer_stream
     monkeypatch.setattr(_known_jax, "recall", lambda *a: in_python.append(a[0]) or recall(*a))
-    results = [_call(world, q, o) for _ in range(3)]
-    assert world["full"] == 1 and world["compiled"] == (2 if _warm.run is not None else 0)
-    assert len(in_python) == (2 if _warm.run is not None else 6), "warm calls on the compiled path recall in C"
-    assert world["launches"] == [(CONSUMER, 0x10000, 0x90000, 5)] * 3
-    assert q.asked == o.asked == [CONSUMER] * 3, "a capsule for the call's stream, every call"
+    monkeypatch.setattr(_operands, "consumer_stream", lambda *a: streams.append(a) or consumer_stream(*a))
+
+    def full(call, args, qa, oa):  # as `_call`'s, on the call's stream
+        if _recording.current() is None:
+            world["full"] += 1
+        _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, consumer, _Params(qa.ptr, oa.ptr, 5, 0))
+        return oa
+
+    def call(q, o):
+        return dispatch("fake", [q, o], ("q", "out"), None, (), None, full, None, tensors=2, out_index=1,
+                        allocates=False)
+
+    results = [call(q, o)]
+    del streams[:]
+    results += [call(q, o) for _ in range(2)]
+    compiled = _warm.run is not None
+    assert world["full"] == 1 and world["compiled"] == (2 if compiled else 0)
+    assert len(in_python) == (2 if compiled else 6), "warm calls on the compiled path recall in C"
+    assert not (compiled and streams), "warm calls on the compiled path find the stream in C"
+    sync = consumer or 1
+    assert world["launches"] == [(consumer, 0x10000, 0x90000, 5)] * 3
+    assert q.asked == o.asked == [sync] * 3, "a capsule for the call's stream, every call"
     for i, (r, (c, refs, device_id, _)) in enumerate(zip(results, world["holds"])):
-        assert c == CONSUMER and device_id == 0
+        assert c == consumer and device_id == 0
         assert [a.owner for a in refs] == [(q, f"capsule {0x10000:#x} {i + 1}"), (o, f"capsule {0x90000:#x} {i + 1}")]
-        assert refs[1] is r and (r.ptr, r.stream_handle, r.shape, r.dtype) == (0x90000, CONSUMER, (2, 64, 4, 64), F16)
+        assert refs[1] is r and (r.ptr, r.stream_handle, r.shape, r.dtype) == (0x90000, consumer, (2, 64, 4, 64), F16)
     n = len(world["launches"])
     o.deleted = True
     with pytest.raises(ValueError, match="out: the JAX array has been deleted or donated"):
-        _call(world, q, o)
+        call(q, o)
+    o.deleted = "interrupt"
+    with pytest.raises(KeyboardInterrupt):  # not taken for a miss: it reaches the caller
+        call(q, o)
     assert len(world["launches"]) == n
 
 

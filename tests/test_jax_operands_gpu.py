@@ -41,55 +41,60 @@ def test_jax_operands_give_the_reference(jax, dtype):
         _check_attention(cudattn.to_host(out), q, k, v, causal=True)
 
 
-def test_a_pending_jax_computation_is_ordered_before_the_call(jax):
-    """q is the output of a jitted computation still running (a chain of large products, its
-    result scaled by 0 and added): the call must read it only once JAX has written it."""
+@pytest.fixture(scope="module")
+def slow_copy(jax):
+    """``slow_copy(a)``: a copy of JAX array ``a``, returned while the jitted computation that makes
+    it still runs (a chain of large products, its result scaled by 0 and added)."""
     jnp = jax.numpy
-    rng = _rng()
-    q, k, v = _qkv(rng, 1, 333, 333, 2, 2, 64)
-    qj, kj, vj = (_put(jax, x) for x in (q, k, v))
-    big = _put(jax, rng.standard_normal((4096, 4096), dtype=np.float32))
+    big = _put(jax, _rng().standard_normal((4096, 4096), dtype=np.float32))
 
     @jax.jit
-    def slow_copy(a, m):
+    def copy(a, m):
         for _ in range(12):  # normalised each step: finite, so 0 * sum stays 0
             m = m @ m
             m = m / jnp.max(jnp.abs(m))
         return (a.astype(jnp.float32) + 0.0 * jnp.sum(m)).astype(a.dtype)
 
-    slow_copy(qj, big).block_until_ready()  # compiled
+    return lambda a: copy(a, big)
+
+
+def test_a_pending_jax_computation_is_ordered_before_the_call(jax, slow_copy):
+    """q is the output of a jitted computation still running: the call must read it only once JAX
+    has written it."""
+    rng = _rng()
+    q, k, v = _qkv(rng, 1, 333, 333, 2, 2, 64)
+    qj, kj, vj = (_put(jax, x) for x in (q, k, v))
+    slow_copy(qj).block_until_ready()  # compiled
     for _ in range(2):
-        pending = slow_copy(qj, big)
+        pending = slow_copy(qj)
         out = cudattn.attention(pending, kj, vj)
         _check_attention(cudattn.to_host(out), q, k, v, what="attention on a pending JAX array")
 
 
-def test_a_pending_jax_array_recalled_on_another_stream_is_ordered_there_too(jax):
+def test_a_pending_jax_array_recalled_on_another_stream_is_ordered_there_too(jax, slow_copy):
     """A warm call recalls an array imported before and asks JAX for a capsule with its own stream:
     the array still being written when a second call reads it on another stream, that stream too
-    must wait for JAX (the first call's wait orders only the first stream)."""
+    must wait for JAX (the first call's wait orders only the first stream). Each round's q has new
+    values, so that a read before JAX's write would not find the last round's equal ones."""
     from cuda.core import Device
 
-    jnp = jax.numpy
+    from cudattn._calls import warm
+
     rng = _rng()
     q, k, v = _qkv(rng, 1, 257, 257, 2, 2, 64)
     qj, kj, vj = (_put(jax, x) for x in (q, k, v))
-    big = _put(jax, rng.standard_normal((4096, 4096), dtype=np.float32))
-
-    @jax.jit
-    def slow_copy(a, m):
-        for _ in range(12):
-            m = m @ m
-            m = m / jnp.max(jnp.abs(m))
-        return (a.astype(jnp.float32) + 0.0 * jnp.sum(m)).astype(a.dtype)
-
     streams = [Device().create_stream() for _ in range(2)]
-    cudattn.attention(slow_copy(qj, big).block_until_ready(), kj, vj, stream=streams[0])  # compiled, recorded
-    for _ in range(2):
-        pending = slow_copy(qj, big)
+    cudattn.attention(slow_copy(qj).block_until_ready(), kj, vj, stream=streams[0])  # compiled, recorded
+    for scale in (2.0, 4.0):  # powers of two: q * scale is exact
+        pending = slow_copy(qj * scale)
+        if warm.available():
+            warm._native.stats(True)
         outs = [cudattn.attention(pending, kj, vj, stream=s) for s in streams]  # imported, then recalled
+        if warm.available():
+            assert warm._native.stats(True)[0] == 1, "the second stream's call was not the compiled recall"
+        want_q = (q.astype(np.float32) * scale).astype(q.dtype)
         for out in outs:
-            _check_attention(cudattn.to_host(out), q, k, v, what="a pending JAX array read on a second stream")
+            _check_attention(cudattn.to_host(out), want_q, k, v, what="a pending JAX array read on a second stream")
 
 
 def test_a_jax_array_in_host_memory_is_refused_naming_it(jax):

@@ -9,7 +9,7 @@ import ctypes
 import pytest
 
 from cudattn._arrays import lifetime
-from cudattn._runtime.errors import CudaError
+from cudattn._runtime.errors import CudaError, check
 
 NOT_READY, RELAXED, GLOBAL = 600, 2, 0
 
@@ -33,13 +33,12 @@ def driver_log(monkeypatch):
         before, log["mode"] = log["mode"], mode
         return 0, before
 
-    for name in ("_record", "_query", "_exchange", "_RELAXED"):
-        monkeypatch.setattr(lifetime, name, getattr(lifetime, name))  # put back after the test
     monkeypatch.setattr(lifetime, "_held", type(lifetime._held)())
     monkeypatch.setattr(lifetime, "pending", lifetime._held)
     monkeypatch.setitem(lifetime._free_events, 0, [12, 11])
     lifetime.use_entry_points(record, query, exchange)
-    return log
+    yield log
+    lifetime.use_bindings()  # what a process starts with; a compiled warm call hands its own over again
 
 
 def test_holds_go_once_their_work_is_done_in_order(driver_log):
@@ -67,6 +66,12 @@ def test_a_failed_query_raises_naming_the_call_and_gives_the_mode_back(driver_lo
     assert driver_log["mode"] == GLOBAL
 
 
+def test_a_bare_error_code_is_named_as_the_driver_names_it():
+    """The extension's entry points return plain ints: a failure still reads as the driver's name."""
+    with pytest.raises(CudaError, match=r"cuEventQuery\(keep operands alive\) failed: CUDA_ERROR_ILLEGAL_ADDRESS"):
+        check(700, "cuEventQuery(keep operands alive)")
+
+
 def test_the_compiled_path_hands_over_its_own_entry_points(monkeypatch):
     """Once the compiled warm path has bound the driver's entry points, `lifetime` records and queries
     through them: `_warm.event_record`, `event_query` and `capture_mode` call the bound functions."""
@@ -88,8 +93,6 @@ def test_the_compiled_path_hands_over_its_own_entry_points(monkeypatch):
 
     exc = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int))(exchange)
     keep = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 0)
-    for name in ("_record", "_query", "_exchange", "_RELAXED"):
-        monkeypatch.setattr(lifetime, name, getattr(lifetime, name))
     addresses = [ctypes.cast(f, ctypes.c_void_p).value for f in (keep, keep, rec, qry, exc)]
     monkeypatch.setattr(warm, "_bind", lambda: tuple(addresses))
     warm.configure(_call, _call.RecordedCall)  # the extension asks the fake `_bind`
@@ -102,5 +105,7 @@ def test_the_compiled_path_hands_over_its_own_entry_points(monkeypatch):
         assert log == [("record", 0x11, 0x7000), ("query", 0x11), ("exchange", RELAXED)]
     finally:  # the fakes go with the test: the real `_bind` back, asked again at the next warm call
         monkeypatch.undo()
-        warm.configure(_call, _call.RecordedCall)
-        native.set_driver(0, 0)
+        warm.configure(_call, _call.RecordedCall)  # drops the entry points: `lifetime` on the wrappers
+    assert lifetime._record is lifetime._bindings_record and lifetime._query is lifetime._bindings_query
+    with pytest.raises(TypeError, match="once bound"):
+        native.event_query(0x11)  # the stand-ins are no longer reachable

@@ -25,32 +25,40 @@ from .._runtime import device as _device
 from .._runtime.errors import check
 from .._runtime.stream import is_capturing
 
-__all__ = ["hold", "release_done", "use_entry_points"]
+__all__ = ["hold", "release_done", "use_bindings", "use_entry_points"]
 
 _DISABLE_TIMING = driver.CUevent_flags.CU_EVENT_DISABLE_TIMING
 _NOT_READY = driver.CUresult.CUDA_ERROR_NOT_READY
-_RELAXED = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
 
 
-# The driver's event calls, each returning its CUresult first. cuda.bindings' wrappers cost about a
-# microsecond a call; the compiled warm path, where built, hands over its own entry points into the
-# same driver functions (`use_entry_points`), a JAX call's hold and release then costing ~1 µs, not ~8.
-def _record(event: int, stream: int):
+# The driver's event calls, each returning its CUresult first: cuda.bindings' wrappers, or the
+# compiled warm path's own entry points into the same driver functions once it has bound them
+# (`use_entry_points`; a hold and its release measured 5.8 -> 3.4 µs on an H200 host).
+def _bindings_record(event: int, stream: int):
     return driver.cuEventRecord(event, stream)[0]
 
 
-def _query(event: int):
+def _bindings_query(event: int):
     return driver.cuEventQuery(event)[0]
 
 
-_exchange = driver.cuThreadExchangeStreamCaptureMode  # (mode) -> (CUresult, the thread's mode before)
+def use_bindings() -> None:
+    """Make the event calls through cuda.bindings' wrappers (the default)."""
+    global _record, _query, _exchange, _RELAXED
+    _record, _query = _bindings_record, _bindings_query
+    _exchange = driver.cuThreadExchangeStreamCaptureMode  # (mode) -> (CUresult, the thread's mode before)
+    _RELAXED = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
 
 
 def use_entry_points(record, query, exchange) -> None:
     """Make the event calls through ``record(event, stream)``, ``query(event)`` and
-    ``exchange(mode)`` (the same contract as the functions above, on integer handles)."""
+    ``exchange(mode)`` (the same contract as cuda.bindings' functions, on integer handles)."""
     global _record, _query, _exchange, _RELAXED
-    _record, _query, _exchange, _RELAXED = record, query, exchange, int(_RELAXED)
+    _record, _query, _exchange = record, query, exchange
+    _RELAXED = int(driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED)
+
+
+use_bindings()
 
 _lock = threading.Lock()
 # Events of released holds, reused, per device (made in its primary context, where cudattn works: an

@@ -5,10 +5,12 @@
  * operands that are cudattn DeviceArrays, plain CUDA torch tensors, CuPy arrays, or JAX arrays
  * imported before; a stream given as None (the operands' package's current stream), an int handle or
  * a stream object; every operand made on the call's stream (nothing to wait for). It reads each
- * operand's facts (a JAX array's from `known_jax.recall`, which also asks JAX for a capsule with the
- * call's stream), builds the key, finds the recorded call, makes the per-call address checks, asks
+ * operand's facts (a JAX array's as `known_jax.recall` does: what its import found, and a capsule
+ * asked of JAX with the call's stream), builds the key, finds the recorded call, makes the per-call address checks, asks
  * the Python replay for any allocation and for an argument block not built before, launches through
- * the driver's `cuLaunchKernel`, and holds JAX operands until the work is done (`lifetime.hold`).
+ * the driver's `cuLaunchKernel`, and holds JAX operands until the work is done (`lifetime.hold`, whose
+ * event calls go through this module's entry points once bound: `event_record`, `event_query`,
+ * `capture_mode`).
  * Anything else returns the MISS sentinel before any launch or allocation, having done at most what
  * the Python path then does again (the operands' device made current for stream handles 0-2,
  * cudattn's stream made for a JAX call, JAX capsules exported for the call's stream), and the caller
@@ -296,7 +298,9 @@ static int jax_recall(PyObject *x, long long consumer, Operand *a) {
     }
     a->kind = K_JAX;
     a->adapted = w;
-    return read_device_array(w, a);
+    if (read_device_array(w, a)) return 1;
+    operand_clear(a);  /* the Python recall reads it again, and says what is wrong */
+    return 0;
 }
 
 /* cudattn's stream on a known JAX array's device (`operands.consumer_stream`'s rule): 1 found, 0 for
@@ -455,11 +459,10 @@ done:
     return r;
 }
 
-/* The driver's entry points, asked of Python until it has them (`bind` returns (launch, is_capturing)
- * addresses, or None where there is no driver yet). 1 bound, 0 none. */
-/* The driver's entry points, asked of `bind` once: (launch, is_capturing, event record, event query,
- * capture-mode exchange). Once they are in place, `bound_hook` is told (it hands the event calls to
- * `lifetime`; before then no caller can reach them). */
+/* The driver's entry points, asked of `bind` until it has them (None where there is no driver yet):
+ * (launch, is_capturing, event record, event query, capture-mode exchange). Once they are in place,
+ * `bound_hook(True)` hands the event calls to `lifetime` (before then no caller can reach them).
+ * 1 bound, 0 not (or an exception pending). */
 static int bound(void) {
     if (!g_unbound) return g_launch != NULL;
     PyObject *r = PyObject_CallNoArgs(g_bind);
@@ -475,10 +478,22 @@ static int bound(void) {
     g_query = (query_fn)(uintptr_t)a[3];
     g_exchange = (exchange_fn)(uintptr_t)a[4];
     g_unbound = 0;
-    PyObject *h = PyObject_CallNoArgs(g_bound_hook);
+    PyObject *h = PyObject_CallFunctionObjArgs(g_bound_hook, Py_True, NULL);
     Py_XDECREF(h);
     soft_clear();
-    return 1;
+    return !PyErr_Occurred();  /* a KeyboardInterrupt from the hook: raised by the caller's MISS */
+}
+
+/* Forget the event entry points (a test's stand-ins may go next): `lifetime` back on cuda.bindings'
+ * wrappers first, told by `bound_hook(False)`. */
+static void unbind_events(void) {
+    if (g_record == NULL && g_query == NULL && g_exchange == NULL) return;
+    PyObject *h = g_bound_hook ? PyObject_CallFunctionObjArgs(g_bound_hook, Py_False, NULL) : NULL;
+    Py_XDECREF(h);
+    soft_clear();
+    g_record = NULL;
+    g_query = NULL;
+    g_exchange = NULL;
 }
 
 /* A DeviceArray for a foreign operand that the call returns (`out`): what the Python path returns. */
@@ -942,6 +957,8 @@ static PyObject *configure(PyObject *self, PyObject *d) {
     g_unbound = 1;
     g_launch = NULL;
     g_capturing = NULL;
+    unbind_events();
+    if (PyErr_Occurred()) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -956,6 +973,8 @@ static PyObject *set_driver(PyObject *self, PyObject *const *args, Py_ssize_t na
     g_launch = (launch_fn)(uintptr_t)l;
     g_capturing = (capturing_fn)(uintptr_t)c;
     g_unbound = !(l && c);
+    unbind_events();  /* bound again with the real ones, from `bind`, once `set_driver(0, 0)` */
+    if (PyErr_Occurred()) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -968,7 +987,12 @@ static PyObject *event_record(PyObject *self, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_TypeError, "event_record(event: int, stream: int), once bound");
         return NULL;
     }
-    return PyLong_FromLong(g_record((void *)(uintptr_t)ev, (void *)(uintptr_t)st));
+    record_fn record = g_record;
+    int err;
+    Py_BEGIN_ALLOW_THREADS  /* a full launch queue can hold the record */
+    err = record((void *)(uintptr_t)ev, (void *)(uintptr_t)st);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(err);
 }
 
 static PyObject *event_query(PyObject *self, PyObject *arg) {

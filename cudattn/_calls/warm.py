@@ -12,9 +12,10 @@ path, which gives every error its message. Before a MISS the compiled path may h
 Python path then does again, and nothing else: made the operands' device current (stream handles
 0-2), created cudattn's stream for a JAX call, asked JAX arrays for capsules with the call's
 stream. What needs Python's own rules is asked of the Python modules from C: allocations and
-argument blocks not built before (`replay.Replay._allocate`, `replay._Step.build`), a JAX array's
-recall and capsule (`known_jax.recall`), its stream (`operands.consumer_stream`) and hold
-(`lifetime.hold`).
+argument blocks not built before (`replay.Replay._allocate`, `replay._Step.build`) and a JAX
+array's hold (`lifetime.hold`). A JAX array imported before is recalled in C by `known_jax.recall`'s
+rule, and a call whose first operand is one runs on cudattn's stream of its device as
+`operands.consumer_stream` says, the Python functions asked where C finds nothing.
 
 The extension is optional: a wheel built without a compiler, or ``CUDATTN_NATIVE=0`` in the
 environment, leaves :data:`run` None and every call on the Python path (same results, a few
@@ -74,9 +75,13 @@ def _bind():
     return tuple(found)
 
 
-def _bound() -> None:
-    """The extension holds the driver's entry points: `lifetime`'s event calls go through them too."""
-    _lifetime.use_entry_points(_native.event_record, _native.event_query, _native.capture_mode)
+def _bound(on: bool) -> None:
+    """The extension has bound the driver's entry points (``on``): `lifetime`'s event calls go through
+    them too; or it is about to drop them: back to cuda.bindings' wrappers."""
+    if on:
+        _lifetime.use_entry_points(_native.event_record, _native.event_query, _native.capture_mode)
+    else:
+        _lifetime.use_bindings()
 
 
 def _per_thread_default_stream() -> bool:

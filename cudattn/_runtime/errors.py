@@ -104,6 +104,8 @@ def _describe(err) -> tuple[str, str]:
     try:
         from cuda.bindings import driver
 
+        if type(err) is int:  # a bare code (the compiled warm path's entry points return these)
+            err = driver.CUresult(err)
         if isinstance(err, driver.CUresult):
             e, s = driver.cuGetErrorName(err)
             if e == 0 and s:
