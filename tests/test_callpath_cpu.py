@@ -89,14 +89,16 @@ def world(request, monkeypatch):
     return log
 
 
-def _call(log, q, o):
+def _call(log, q, o, *, stream=None, launch_on=CONSUMER):
+    """One call of a fake entry (``q``, ``out``) given ``stream``, whose full path launches on ``launch_on``."""
     def full(call, args, qa, oa):
         if _recording.current() is None:  # not the recording of the signature's first call
             log["full"] += 1
-        _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, CONSUMER, _Params(qa.ptr, oa.ptr, 5, 0))
+        _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, launch_on, _Params(qa.ptr, oa.ptr, 5, 0))
         return oa
 
-    return dispatch("fake", [q, o], ("q", "out"), None, (), None, full, None, tensors=2, out_index=1, allocates=False)
+    return dispatch("fake", [q, o], ("q", "out"), stream, (), None, full, None, tensors=2, out_index=1,
+                    allocates=False)
 
 
 def test_a_replay_passes_the_new_addresses(world):
@@ -324,15 +326,8 @@ def test_jax_arrays_recalled_on_either_path_hold_their_capsules_until_the_work_i
     monkeypatch.setattr(_known_jax, "recall", recall)
     q, o = Arr(0x10000), Arr(0x90000)
 
-    def full(call, args, qa, oa):
-        if _recording.current() is None:  # not the recording of the signature's first call
-            world["full"] += 1
-        _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, CONSUMER, _Params(qa.ptr, oa.ptr, 5, 0))
-        return oa
-
     def call(q, o):
-        return dispatch("fake", [q, o], ("q", "out"), CONSUMER, (), None, full, None, tensors=2, out_index=1,
-                        allocates=False)
+        return _call(world, q, o, stream=CONSUMER)
 
     results = [call(q, o) for _ in range(3)]
     assert world["full"] == 1 and world["compiled"] == (2 if _warm.run is not None else 0)
@@ -391,15 +386,8 @@ def test_jax_arrays_imported_before_are_recalled_with_a_capsule_for_the_calls_st
     monkeypatch.setattr(_known_jax, "recall", lambda *a: in_python.append(a[0]) or recall(*a))
     monkeypatch.setattr(_operands, "consumer_stream", lambda *a: streams.append(a) or consumer_stream(*a))
 
-    def full(call, args, qa, oa):  # as `_call`'s, on the call's stream
-        if _recording.current() is None:
-            world["full"] += 1
-        _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, consumer, _Params(qa.ptr, oa.ptr, 5, 0))
-        return oa
-
     def call(q, o):
-        return dispatch("fake", [q, o], ("q", "out"), None, (), None, full, None, tensors=2, out_index=1,
-                        allocates=False)
+        return _call(world, q, o, launch_on=consumer)  # the full path on the call's stream
 
     results = [call(q, o)]
     del streams[:]
