@@ -148,8 +148,9 @@ def test_as_called_back_to_back_is_per_call_with_no_sync_inside(monkeypatch):
 
 
 def test_as_called_interleaved_takes_turns_inside_each_scope(monkeypatch):
-    """Calls compared on one row are timed in turns, ROUNDS rounds of a third of the samples each,
-    every turn inside the entry's own scope: a drift over the row falls on all of them alike."""
+    """Calls compared on one row are timed in turns, ROUNDS rounds of a third of the samples each, the
+    order rotated each round, every turn inside the entry's own scope: a drift over the row falls on
+    all of them alike."""
     log = []
     monkeypatch.setattr(ascalled, "_launch", _FakeLaunch(log))
 
@@ -162,7 +163,7 @@ def test_as_called_interleaved_takes_turns_inside_each_scope(monkeypatch):
     entries = [(lambda i, n=n: log.append(("call", n)), lambda n=n: scope(n)) for n in ("a", "b")]
     figs = ascalled.interleaved(entries, 5, iters=6, warmup=0, tags=["", "_torch"])
     turns = [e[1] for e in log if e[0] == "enter"]
-    assert turns == ["a", "b"] * ascalled.ROUNDS
+    assert turns == ["a", "b", "b", "a", "a", "b"] and ascalled.ROUNDS == 3
     inside = []
     for e in log:  # every call inside its own entry's scope
         if e[0] == "enter":
@@ -190,6 +191,43 @@ def test_as_called_interleaved_drops_a_refusing_peer_and_raises_for_others(monke
     assert figs[1] == {"as_called_error": "No available kernel."} and "as_called_ms" in figs[0]
     with pytest.raises(RuntimeError, match="No available kernel"):
         ascalled.interleaved([ok, (refuse, contextlib.nullcontext)], 5, iters=3, warmup=0)
+
+
+def test_turn_order_puts_every_entry_in_every_place():
+    for n in (1, 2, 3, 4, 5):
+        orders = [timing.turn_order(n, r) for r in range(timing.rounds_for(n))]
+        assert all(sorted(o) == list(range(n)) for o in orders)
+        for place in range(n):  # each entry first, second, ... in some round
+            assert {o[place] for o in orders} == set(range(n))
+
+
+def test_gpu_times_take_turns_behind_a_spin_and_keep_a_refusal(monkeypatch):
+    """GPU times of a row's calls are taken in turns, each turn behind its own spin kernel, in the
+    entry's scope; warm-up calls only before an entry's first turn; the samples' indices run on
+    across turns (each call reads the next input set); a refusing peer keeps its first line."""
+    log = []
+    monkeypatch.setattr(timing, "_launch", _FakeLaunch(log))
+    monkeypatch.setattr(timing, "spin", lambda h, ms, dev: log.append(("spin", h)))
+    monkeypatch.setattr(timing._device, "get_device", lambda d: None)
+
+    @contextlib.contextmanager
+    def scope(name):
+        log.append(("enter", name))
+        yield
+
+    def call(name):
+        return lambda i: log.append(("call", name, i))
+
+    def refuse(i):
+        raise RuntimeError("No available kernel.\nmore")
+
+    entries = [(call("a"), lambda: scope("a")), (call("b"), lambda: scope("b")), (refuse, lambda: scope("c"))]
+    figs = timing.gpu_times(entries, 5, 0, iters=6, warmup=1, refusable=[False, False, True])
+    assert [e[1] for e in log if e[0] == "enter"] == ["a", "b", "c", "b", "a"] + ["a", "b"]
+    assert [e[2] for e in log if e[:2] == ("call", "a")] == [0, 0, 1, 2, 3, 4, 5]  # a warm-up, then 6 samples
+    assert figs[0].samples == 6 and figs[0].median_ms == 2.0 and figs[2] == "No available kernel."
+    with pytest.raises(RuntimeError, match="No available kernel"):
+        timing.gpu_times(entries, 5, 0, iters=3, warmup=0)
 
 
 class _FakeGpu:

@@ -240,9 +240,19 @@ class _FakeSession:
         fn(0)
         return self.gpu.cost
 
-    def time(self, fn):
-        ms = self._one(fn)
-        return Timing(ms, ms, 1)
+    def gpu_times(self, entries, refusable):
+        out = []
+        for (fn, scope), may_raise in zip(entries, refusable):
+            try:
+                with scope():  # each call inside its own scope (a peer's backend), as in the real turns
+                    ms = self._one(fn)
+            except RuntimeError as e:  # as timing.gpu_times does
+                if not may_raise:
+                    raise
+                out.append(str(e).strip().splitlines()[0])
+                continue
+            out.append(Timing(ms, ms, 1))
+        return out
 
     def as_called(self, entries, tags, refusable):
         out = []
@@ -341,22 +351,21 @@ def test_runner_time_peer_keeps_a_refusal_as_n_a():
     def refuse():
         raise RuntimeError("")
 
-    later = runner.AsCalled()
+    later = runner.Turns(CASE)
     runner.time_peer(row, "cudnn", CASE, s, refuse, contextlib.nullcontext, later)
     assert row["impls"]["cudnn"] == {"error": "RuntimeError"} and row["ratio"] == {} and not later.entries
 
 
-def test_as_called_turns_keep_a_peer_that_raises_as_its_error():
-    """A peer that raises RuntimeError while timed as called (out of memory, say) leaves its error in
-    the row and no as-called ratio; cudattn's figures and the other peers' stand."""
+def test_turns_keep_a_peer_that_raises_as_its_error():
+    """A peer that raises RuntimeError while timed (out of memory, say) leaves its error in the row: on
+    the GPU, in place of its figures and with no ratio; as called only, beside its GPU figures with no
+    as-called ratio. cudattn's figures and the other peers' stand."""
     gpu = _FakeGpu.__new__(_FakeGpu)
     gpu.cost = 0.0
     s = _FakeSession(gpu)
     row = runner.new_row(CASE)
-    row["impls"]["cudattn"] = {"median_ms": 1.0}
-    row["impls"]["cudnn"] = {"median_ms": 2.0}
-    row["impls"]["flash"] = {"median_ms": 3.0}
-    later = runner.AsCalled()
+    later = runner.Turns(CASE)
+    calls = {"cudnn": 0}
 
     def ours(i):
         gpu.cost += 1.0
@@ -364,13 +373,23 @@ def test_as_called_turns_keep_a_peer_that_raises_as_its_error():
     def flash(i):
         gpu.cost += 3.0
 
-    def cudnn(i):
-        raise RuntimeError("CUDA out of memory. Tried to allocate\nmore")
+    def cudnn(i):  # times on the GPU, then runs out of memory
+        calls["cudnn"] += 1
+        if calls["cudnn"] > 1:
+            raise RuntimeError("CUDA out of memory. Tried to allocate\nmore")
+        gpu.cost += 2.0
 
-    later.add("cudattn", ours)
-    later.add("cudnn", cudnn)
-    later.add("flash", flash)
+    def refuse(i):
+        raise RuntimeError("No available kernel.\nmore")
+
+    row["impls"]["cudattn"] = runner.time_ours(CASE, s, lambda st, stream=None: ours(0), [None], later)
+    for name, fn in (("cudnn", cudnn), ("flash", flash), ("other", refuse)):
+        runner.time_peer(row, name, CASE, s, lambda fn=fn: fn, contextlib.nullcontext, later)
     later.time(row, s)
-    assert row["impls"]["cudnn"] == {"median_ms": 2.0, "as_called_error": "CUDA out of memory. Tried to allocate"}
-    assert row["impls"]["cudattn"]["as_called_ms"] == 1.5 and row["impls"]["flash"]["as_called_ms"] == 3.5
+    assert row["impls"]["cudnn"]["median_ms"] == 2.0
+    assert row["impls"]["cudnn"]["as_called_error"] == "CUDA out of memory. Tried to allocate"
+    assert row["impls"]["other"] == {"error": "No available kernel."}
+    assert row["impls"]["cudattn"]["median_ms"] == 1.0 and row["impls"]["cudattn"]["as_called_ms"] == 1.5
+    assert row["impls"]["flash"]["as_called_ms"] == 3.5
+    assert row["ratio"] == {"cudnn": 2.0, "flash": 3.0}
     assert row["ratio_as_called"] == {"flash": 3.5 / 1.5} and not later.entries

@@ -10,7 +10,7 @@ end event only after the host has got through the call and the GPU through its k
   of later calls overlaps the GPU's work of earlier ones, as in a loop of calls.
 
 Calls compared with each other (cudattn and its peers on one row) are timed in turns
-(`interleaved`).
+(`interleaved`), in another order each round (`timing.turn_order`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import statistics
 
 from .._runtime import launch as _launch
 from .._runtime.device import restores_caller_context
-from .timing import Timing, percentile
+from .timing import ROUNDS, Timing, percentile, refusal, rounds_for, turn_order
+
+__all__ = ["BATCH", "ROUNDS", "back_to_back", "interleaved", "measure", "refusal", "samples", "single"]
 
 BATCH = 10  # calls per back-to-back sample: few enough never to fill the launch queue
 
@@ -69,34 +71,29 @@ def measure(fn, stream_handle: int, *, iters: int = 30, warmup: int = 3, tag: st
     return interleaved([(fn, contextlib.nullcontext)], stream_handle, iters=iters, warmup=warmup, tags=[tag])[0]
 
 
-ROUNDS = 3  # turns each call gets in `interleaved`
-
-
-def refusal(e: RuntimeError) -> str:
-    """What a row keeps of a peer's RuntimeError: its first line (or its type's name)."""
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-
-
 def interleaved(entries: list, stream_handle: int, *, iters: int = 30, warmup: int = 3, tags=None,
                 refusable=None) -> list[dict]:
     """`measure` for several calls whose figures will be compared: ``entries`` = ``(fn, scope)``
     pairs (``scope()``: a context manager entered around each turn, as the caller would hold it),
-    timed in turns, ROUNDS rounds of a third of the samples each, so that a drift of the GPU's
-    clocks over the seconds of a row (seen: 470 -> 545 us for one 4096-key causal call within
-    half a second of back-to-back rows) falls on every entry alike instead of on whichever comes
-    last. Returns each entry's fields (``tags[i]`` in their names). An entry marked in
-    ``refusable`` (a peer) that raises RuntimeError (refusing the case, out of memory) gets no more
-    turns and returns ``{"as_called_error": its first line}``; any other error propagates."""
+    timed in turns, `timing.rounds_for` rounds of a share of the samples each, the order rotated
+    every round (`timing.turn_order`), so that a drift of the GPU's clocks over the seconds of a row
+    (seen: 470 -> 545 us for one 4096-key causal call within half a second of back-to-back rows, and
+    10 % on a 16384-row call by its place in the turns) falls on every entry alike instead of on
+    whichever comes last or first. Returns each entry's fields (``tags[i]`` in their names). An entry
+    marked in ``refusable`` (a peer) that raises RuntimeError (refusing the case, out of memory) gets
+    no more turns and returns ``{"as_called_error": its first line}``; any other error propagates."""
     tags = tags or [""] * len(entries)
     refusable = refusable or [False] * len(entries)
-    per_round = max(1, -(-iters // ROUNDS))
+    rounds = rounds_for(len(entries))
+    per_round = max(1, -(-iters // rounds))
     single_ms = [[] for _ in entries]
     b2b_ms = [[] for _ in entries]
     errors = [None] * len(entries)
-    for r in range(ROUNDS):
-        for j, (fn, scope) in enumerate(entries):
+    for r in range(rounds):
+        for j in turn_order(len(entries), r):
             if errors[j] is not None:
                 continue
+            fn, scope = entries[j]
             try:
                 with scope():
                     single_ms[j] += samples(fn, stream_handle, iters=per_round, warmup=warmup if r == 0 else 1)

@@ -60,7 +60,7 @@ def run_case(case: Case, s: runner.Session) -> list[dict]:
     for op, (call, op_sets) in calls.items():
         row = runner.new_row(cases[op])
         row["check"] = checks[op]
-        later.append(runner.AsCalled())
+        later.append(runner.Turns(cases[op]))
         row["impls"]["cudattn"] = runner.time_ours(cases[op], s, call, op_sets, later[-1])
         row["sets"] = len(sets)
         rows.append(row)

@@ -157,15 +157,17 @@ def markdown(report: dict, command: str, plot_name: str | None = None) -> str:
     if kinds:
         md += [f"- ceilings measured in the same run: {ceilings_text(report['ceilings'])}",
                f"- method: CUDA events around each call queued behind a spin kernel, median (and p90) of "
-               f"{report['iters']} calls after warm-up, inputs rotated over copies larger than 3x L2; "
+               f"{report['iters']} calls after warm-up, inputs rotated over copies larger than 3x L2, a row's "
+               f"calls (cudattn and each peer) timed in turns, at least {ROUNDS} rounds of a share of the "
+               f"samples, the order rotated each round (the clocks follow the load of the calls before); "
                f"ratio = cudattn speed / peer speed (above 1: cudattn is faster); each cudattn row checked "
                f"against the float64 reference on a subsample (FlashAttention's rule: max|out - ref| <= "
                f"2·max|naive - ref| + 1e-5)",
                "- as called: CUDA events around one call on a stream left idle before it (the host's time of "
                "the call included), median of as many calls; back to back: events around "
                f"{BATCH} calls queued without a sync, per call (the host's time overlaps the GPU's); a row's "
-               f"calls (cudattn, also with torch operands, and each peer) timed as called in turns, "
-               f"{ROUNDS} rounds of a third of the samples, so that a drift of the clocks falls on all alike"]
+               f"calls (cudattn, also with torch operands, and each peer) timed as called in turns as well, "
+               f"so that a drift of the clocks falls on all alike"]
     if set(kinds) & set(BACKWARD_OPS):
         md.append(_BACKWARD_METHOD)
     md.append("")

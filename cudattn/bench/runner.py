@@ -31,8 +31,11 @@ class Session:
         self.rng = np.random.default_rng(seed)
         self.ceilings: dict = {}
 
-    def time(self, fn) -> timing.Timing:
-        return timing.gpu_time(fn, self.stream_handle, self.device_id, iters=self.iters, warmup=self.warmup)
+    def gpu_times(self, entries: list, refusable: list) -> list:
+        """``entries`` (``(fn, scope)``) timed on the GPU in turns (`timing.gpu_times`), on the
+        session's stream."""
+        return timing.gpu_times(entries, self.stream_handle, self.device_id, iters=self.iters, warmup=self.warmup,
+                                refusable=refusable)
 
     def as_called(self, entries: list, tags: list, refusable: list) -> list[dict]:
         """``entries`` (``(fn, scope)``, each ``fn`` warm already) timed as called in turns
@@ -62,28 +65,45 @@ def new_row(case: Case) -> dict:
             "ratio_back_to_back": {}, "ratio_as_called_torch": {}}
 
 
-class AsCalled:
-    """A row's calls to be timed as called, collected while their GPU times are measured, then
-    timed in turns (`time`) so that the row's ratios compare figures of the same seconds."""
+class Turns:
+    """A row's calls, collected while the row is set up (`time_ours`, `time_peer`), then timed in
+    turns (`time`): first on the GPU, then as called. Timed one after another, a call timed right
+    after an idle moment (the row's check) ran at higher clocks than the calls after it; in turns,
+    rotated each round, the row's ratios compare figures of the same seconds."""
 
-    def __init__(self):
-        self.entries: list = []  # (impl, tag, fn, scope factory)
+    def __init__(self, case: Case):
+        self.case = case
+        self.entries: list = []  # (impl, tag, fn, scope factory, GPU-timed too)
 
-    def add(self, impl: str, fn, scope=contextlib.nullcontext, tag: str = "") -> None:
-        self.entries.append((impl, tag, fn, scope))
+    def add(self, impl: str, fn, scope=contextlib.nullcontext, tag: str = "", gpu: bool = True) -> None:
+        self.entries.append((impl, tag, fn, scope, gpu))
 
     def time(self, row: dict, s: Session) -> None:
-        """Time the calls and put their figures, and each peer's as-called ratios, into ``row`` (a
-        peer that raised meanwhile: its error instead, as `as_called_error`)."""
+        """Time the calls and put their figures and each peer's ratios into ``row``: GPU time with
+        throughput (and cudattn's % of ceiling), then as called; a peer that raised meanwhile gets
+        its error instead (`error`, or `as_called_error` where it raised only as called)."""
         if not self.entries:
             return
-        figures = s.as_called([(fn, scope) for _, _, fn, scope in self.entries], [t for _, t, _, _ in self.entries],
-                              [impl != "cudattn" for impl, _, _, _ in self.entries])  # a peer may raise
-        for (impl, _, _, _), fig in zip(self.entries, figures):
-            row["impls"][impl].update(fig)
-        self.entries.clear()
+        timed = [e for e in self.entries if e[4]]
+        figures = s.gpu_times([(fn, scope) for _, _, fn, scope, _ in timed], [impl != "cudattn" for impl, *_ in timed])
+        for (impl, *_), t in zip(timed, figures):
+            if isinstance(t, str):  # a peer refused the case
+                row["impls"][impl] = {"error": t}
+                continue
+            row["impls"][impl] = {**t.as_dict(), **throughput(self.case, t.median_ms)}
+            if impl == "cudattn":
+                row["impls"][impl]["pct_of_ceiling"] = _percent_of_ceiling(self.case, row["impls"][impl], s.ceilings)
         ours = row["impls"]["cudattn"]
         for name, res in row["impls"].items():  # peer ms / cudattn ms: >1 means cudattn is faster
+            if name != "cudattn" and "median_ms" in res:
+                row["ratio"][name] = res["median_ms"] / ours["median_ms"]
+        called = [e for e in self.entries if "error" not in row["impls"][e[0]]]
+        figures = s.as_called([(fn, scope) for _, _, fn, scope, _ in called], [t for _, t, *_ in called],
+                              [impl != "cudattn" for impl, *_ in called])  # a peer may raise
+        for (impl, *_), fig in zip(called, figures):
+            row["impls"][impl].update(fig)
+        self.entries.clear()
+        for name, res in row["impls"].items():
             if name == "cudattn" or "as_called_ms" not in res:
                 continue
             row["ratio_as_called"][name] = res["as_called_ms"] / ours["as_called_ms"]
@@ -92,36 +112,31 @@ class AsCalled:
                 row["ratio_as_called_torch"][name] = res["as_called_ms"] / ours["as_called_torch_ms"]
 
 
-def time_ours(case: Case, s: Session, call, sets: list, later: AsCalled) -> dict:
-    """cudattn's figures of a row: ``call(st, stream)`` (``stream`` defaults to the session's) over the
-    rotated ``sets``, on the GPU (with its throughput and % of ceiling); timed as called through
-    ``later``, and where torch runs also as called with torch views of the same sets on the peers'
-    stream (what a torch user sees)."""
+def time_ours(case: Case, s: Session, call, sets: list, later: Turns) -> dict:
+    """cudattn's calls of a row, for ``later`` to time: ``call(st, stream)`` (``stream`` defaults to the
+    session's) over the rotated ``sets``, on the GPU and as called, and where torch runs also as called
+    with torch views of the same sets on the peers' stream (what a torch user sees). Returns the row's
+    cudattn entry, which ``later.time`` fills."""
     n = len(sets)
-    t = s.time(lambda i: call(sets[i % n]))
-    ours = {**t.as_dict(), **throughput(case, t.median_ms)}
-    ours["pct_of_ceiling"] = _percent_of_ceiling(case, ours, s.ceilings)
     later.add("cudattn", lambda i: call(sets[i % n]))
     if s.peers is not None and case.dtype != FP8:
         tours = [tuple(s.peers.torch.from_dlpack(a) for a in st) for st in sets]
-        later.add("cudattn", lambda i: call(tours[i % n], s.peers.stream), s.peers.scope, tag="_torch")
-    return ours
+        later.add("cudattn", lambda i: call(tours[i % n], s.peers.stream), s.peers.scope, tag="_torch", gpu=False)
+    return {}
 
 
-def time_peer(row: dict, name: str, case: Case, s: Session, make, scope, later: AsCalled) -> None:
-    """Peer ``name``'s figures into ``row``: inside ``scope()`` (a context manager, entered once: a torch
-    user pays no context per call), ``fn = make()`` and ``fn(i)`` (call i, on the peers' stream) timed
-    on the GPU, and its ratio to cudattn's; timed as called through ``later``. A backend that refuses
-    the case (RuntimeError, from ``make`` or a call) leaves its error, shown as n/a."""
+def time_peer(row: dict, name: str, case: Case, s: Session, make, scope, later: Turns) -> None:
+    """Peer ``name``'s calls into ``later``: inside ``scope()`` (a context manager, entered once a turn:
+    a torch user pays no context per call), ``fn = make()``, and ``fn(i)`` (call i, on the peers'
+    stream) timed in turns with cudattn's. A backend that refuses the case (RuntimeError, from
+    ``make`` or a call) leaves its error, shown as n/a."""
     try:
         with scope():
             fn = make()
-            pt = s.time(fn)
     except RuntimeError as e:  # backend does not support this case
         row["impls"][name] = {"error": ascalled.refusal(e)}
         return
-    row["impls"][name] = {**pt.as_dict(), **throughput(case, pt.median_ms)}
-    row["ratio"][name] = pt.median_ms / row["impls"]["cudattn"]["median_ms"]  # >1: cudattn is faster
+    row["impls"][name] = {}
     later.add(name, fn, scope)
 
 
@@ -143,7 +158,7 @@ def run_case(case: Case, s: Session) -> dict:
     row["check"] = check.check_output(case, *host, to_host(_poison_and_call(call, ours_sets[0], case, h), stream=h),
                                       s.rng)
 
-    later = AsCalled()
+    later = Turns(case)
     row["impls"]["cudattn"] = time_ours(case, s, call, ours_sets, later)
     row["sets"] = len(sets)
 

@@ -2,7 +2,10 @@
 
 The host enqueues all timed calls while a spin kernel holds the stream, so each event pair
 measures GPU time alone, not the host's launch overhead (that is measured separately, as host
-overhead). Median and 90th percentile over the timed calls, after warm-up calls.
+overhead). Median and 90th percentile over the timed calls, after warm-up calls. Calls whose
+figures are compared (cudattn and its peers on one row) are timed in turns (`gpu_times`): the
+GPU's clocks follow its recent load, so a call timed right after an idle moment would otherwise
+be favoured over one timed after another's burst.
 """
 
 from __future__ import annotations
@@ -35,10 +38,32 @@ def percentile(values, q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+def refusal(e: RuntimeError) -> str:
+    """What a row keeps of a peer's RuntimeError (refusing the case, out of memory): its first line
+    (or its type's name)."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+
+
+ROUNDS = 3  # turns each call gets at least, where calls are timed in turns
+
+
+def turn_order(n: int, r: int) -> list[int]:
+    """The order of ``n`` entries in round ``r`` of calls timed in turns: rotated by one each round, so
+    that no entry always follows the same one or goes first (the GPU's clocks drift with the load of
+    the calls before: seen as 10-20 % on one 16384-row call, depending on its place in the turns)."""
+    return [(r + j) % n for j in range(n)]
+
+
+def rounds_for(n: int) -> int:
+    """Rounds for ``n`` entries timed in turns: enough for each to take every place once."""
+    return max(ROUNDS, n)
+
+
 @restores_caller_context
-def gpu_time(fn, stream_handle: int, device_id: int, *, iters: int = 30, warmup: int = 5,
-             host_us_per_call: float = 300.0) -> Timing:
-    """Time ``fn(i)`` (which queues work on ``stream_handle``) for i = 0..iters-1.
+def gpu_samples(fn, stream_handle: int, device_id: int, *, iters: int = 30, warmup: int = 5, start: int = 0,
+                host_us_per_call: float = 300.0) -> list[float]:
+    """ms of each of ``fn(i)`` (which queues work on ``stream_handle``), i = start..start+iters-1,
+    queued behind a spin kernel after ``warmup`` calls.
 
     ``host_us_per_call`` bounds the host time to enqueue one call; the spin kernel covers
     ``iters`` of them so the GPU never waits for the host inside the timed region.
@@ -49,10 +74,46 @@ def gpu_time(fn, stream_handle: int, device_id: int, *, iters: int = 30, warmup:
     _launch.synchronize(stream_handle)
     events = [(_launch.Event(stream_handle), _launch.Event(stream_handle)) for _ in range(iters)]
     spin(stream_handle, min(500.0, max(5.0, iters * host_us_per_call / 1e3)), device_id)
-    for i, (start, end) in enumerate(events):
-        start.record(stream_handle)
-        fn(i)
-        end.record(stream_handle)
+    for i, (start_ev, end_ev) in enumerate(events):
+        start_ev.record(stream_handle)
+        fn(start + i)
+        end_ev.record(stream_handle)
     _launch.synchronize(stream_handle)
-    ms = [_launch.elapsed_ms(s, e) for s, e in events]
+    return [_launch.elapsed_ms(s, e) for s, e in events]
+
+
+def gpu_time(fn, stream_handle: int, device_id: int, *, iters: int = 30, warmup: int = 5,
+             host_us_per_call: float = 300.0) -> Timing:
+    """`gpu_samples`' median and 90th percentile."""
+    ms = gpu_samples(fn, stream_handle, device_id, iters=iters, warmup=warmup, host_us_per_call=host_us_per_call)
     return Timing(statistics.median(ms), percentile(ms, 90), len(ms))
+
+
+def gpu_times(entries: list, stream_handle: int, device_id: int, *, iters: int = 30, warmup: int = 5,
+              refusable=None) -> list:
+    """`gpu_time` of calls to be compared with each other, timed in turns: ``entries`` = ``(fn,
+    scope)`` pairs (``scope()``, a context manager entered around each turn), `rounds_for` rounds
+    in `turn_order`, each turn a share of the ``iters`` samples (``warmup`` calls before an entry's
+    first turn). Returns a Timing each, or for an entry marked in ``refusable`` (a peer) that raised
+    RuntimeError, that error's first line (it gets no more turns); any other error propagates."""
+    n = len(entries)
+    refusable = refusable or [False] * n
+    rounds = rounds_for(n)
+    per_round = max(1, -(-iters // rounds))
+    ms: list[list[float]] = [[] for _ in entries]
+    errors: list = [None] * n
+    for r in range(rounds):
+        for j in turn_order(n, r):
+            if errors[j] is not None:
+                continue
+            fn, scope = entries[j]
+            try:
+                with scope():
+                    ms[j] += gpu_samples(fn, stream_handle, device_id, iters=per_round,
+                                         warmup=warmup if not ms[j] else 0, start=len(ms[j]))
+            except RuntimeError as e:
+                if not refusable[j]:
+                    raise
+                errors[j] = refusal(e)
+    return [err if err is not None else Timing(statistics.median(m), percentile(m, 90), len(m))
+            for m, err in zip(ms, errors)]
