@@ -18,6 +18,7 @@ import pytest
 
 from cudattn._calls import call as _callpath
 from cudattn._calls import operands as _operands
+from cudattn._calls import replay as _replay
 from cudattn._calls import warm as _warm
 from cudattn._calls.call import Call, dispatch
 from cudattn._runtime import launch as _launch
@@ -271,6 +272,59 @@ def test_the_compiled_path_leaves_recordings_and_capture_to_python_and_makes_the
     with pytest.raises(ValueError, match="graph capture"):
         dispatch("fake", [q, o], ("q", "out"), None, (), None, full, None, tensors=2, out_index=1, allocates=True)
     _warm._native.set_driver(0, 0)  # before the fakes go
+
+
+@pytest.mark.parametrize("outputs", [1, 2])
+def test_a_replay_that_allocates_makes_the_arrays_the_full_path_made(world, monkeypatch, outputs):
+    """A warm call that allocates its result takes its block from `_arrays.alloc.allocate` (reuse
+    allowed: the stream was found not capturing) and returns an array like the full path's, on the
+    call's stream, owning the block; the launch gets the block's address. With one result the
+    compiled path makes the array itself; with two (an LSE) it asks the Python replay."""
+    from cudattn._arrays import alloc as _alloc
+    from cudattn._arrays import array as _arraymod
+
+    blocks = []
+
+    class Block:
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+    def allocate(device_id, nbytes, stream, keep=None, reuse=False):
+        blocks.append(Block(0x100000 * (len(blocks) + 1)))
+        blocks[-1].args = (device_id, nbytes, stream, keep, reuse)
+        return blocks[-1]
+
+    monkeypatch.setattr(_alloc, "allocate", allocate)
+    monkeypatch.setattr(_callpath, "is_capturing", lambda s: False)
+    generic = []  # the Python replay's allocations
+    real = _replay.Replay._allocate
+    monkeypatch.setattr(_replay.Replay, "_allocate", lambda self, *a: generic.append(1) or real(self, *a))
+
+    def full(call, args, qa):
+        if _recording.current() is None:  # not the recording of the signature's first call
+            world["full"] += 1
+        made = [_arraymod.new_array(qa.shape, qa.dtype, qa.device_id, call.consumer, call.keep, None, True)
+                for _ in range(outputs)]
+        _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, call.consumer, _Params(qa.ptr, made[-1].ptr, 5, 0))
+        return made[0] if outputs == 1 else tuple(made)
+
+    def call(q):
+        return dispatch("alloc", [q], ("q",), None, (outputs,), None, full, None, tensors=1, out_index=None,
+                        allocates=True)
+
+    q = _array(0x10000)
+    call(q)
+    blocks.clear()
+    results = [call(q) for _ in range(2)]
+    assert world["full"] == 1 and world["compiled"] == (2 if _warm.run is not None else 0)
+    assert len(generic) == (0 if _warm.run is not None and outputs == 1 else 2)
+    assert [b.args for b in blocks] == [(0, 2 * 64 * 4 * 64 * 2, CONSUMER, None, True)] * (2 * outputs)
+    assert [x[2] for x in world["launches"][-2:]] == [blocks[outputs - 1].ptr, blocks[2 * outputs - 1].ptr]
+    for i, r in enumerate(results):
+        for j, a in enumerate((r,) if outputs == 1 else r):
+            assert type(a) is DeviceArray and a.owner is blocks[i * outputs + j] and a.ptr == a.owner.ptr
+            assert (a.shape, a.strides, a.dtype, a.device_id, a.stream_handle, a.readonly) == \
+                (q.shape, q.strides, F16, 0, CONSUMER, False)
 
 
 def test_torch_operands_on_the_compiled_path_as_on_the_python_path(world, monkeypatch):

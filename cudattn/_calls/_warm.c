@@ -6,8 +6,9 @@
  * imported before; a stream given as None (the operands' package's current stream), an int handle or
  * a stream object; every operand made on the call's stream (nothing to wait for). It reads each
  * operand's facts (a JAX array's as `known_jax.recall` does: what its import found, and a capsule
- * asked of JAX with the call's stream), builds the key, finds the recorded call, makes the per-call address checks, asks
- * the Python replay for any allocation and for an argument block not built before, launches through
+ * asked of JAX with the call's stream), builds the key, finds the recorded call, makes the per-call
+ * address checks, allocates the call's one result (its block from `_arrays.alloc.allocate`) or asks the
+ * Python replay for the call's allocations, asks for an argument block not built before, launches through
  * the driver's `cuLaunchKernel`, and holds JAX operands until the work is done (`lifetime.hold`, whose
  * event calls go through this module's entry points once bound: `event_record`, `event_query`,
  * `capture_mode`).
@@ -57,6 +58,7 @@ static int g_unbound = 1;  /* driver entry points not asked for yet (or set to n
 
 /* Objects `configure` hands over (strong references, kept for the process). */
 static PyObject *g_known_jax_mod, *g_operands_mod;  /* `recall`, `consumer_stream`: looked up per call */
+static PyObject *g_alloc_mod;  /* `_arrays.alloc`: its `allocate`, looked up per call */
 static PyObject *g_jax_seen, *g_default_refs, *g_empty;  /* `known_jax._seen`, `stream._default_stream_refs`, () */
 static PyObject *g_miss, *g_device_array, *g_recorded_call, *g_call_mod, *g_traits_mod, *g_margin_local,
     *g_shift_local, *g_recording_mod, *g_lifetime_mod, *g_device_mod, *g_accessors_mod, *g_importer_mod,
@@ -67,7 +69,7 @@ static PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonl
     *s_keep, *s_plans, *s_forced, *s_n, *s_active, *s_pending, *s_release_done, *s_restore, *s_torch_plain,
     *s_torch_layouts, *s_cupy_layouts, *s_cupy_types, *s_torch_stream, *s_stride, *s_is_cuda, *s_is_neg,
     *s_data_ptr, *s_get_device, *s_data, *s_handle, *s_obj, *s_allocate, *s_build, *s_get, *s_kinds, *s_recall,
-    *s_consumer_stream, *s_hold, *s_dlpack, *s_stream;
+    *s_consumer_stream, *s_hold, *s_dlpack, *s_stream, *s_allocate_block;
 
 typedef struct {
     PyObject *obj;      /* borrowed: the caller's array */
@@ -178,21 +180,27 @@ static int take_layout(Operand *a, PyObject *table, PyObject *key) {
 enum {
     F_PTR, F_SHAPE, F_STRIDES, F_DTYPE, F_DEVICE_ID, F_READONLY, F_STREAM_HANDLE, F_OWNER,  /* DeviceArray */
     F_REPLAY, F_NONEMPTY, F_OUT_INDEX, F_OUT_SPAN, F_INPUTS, F_MORE,                         /* RecordedCall */
-    F_ALLOCATIONS, F_STEPS, F_RESULTS, F_PAIR,                                               /* Replay */
+    F_ALLOCATIONS, F_STEPS, F_RESULTS, F_PAIR, F_SINGLE,                                     /* Replay */
     F_BUILT, F_SLOTS, F_LAUNCH_ARGS,                                                         /* _Step */
     F_COUNT
 };
 static const char *g_field_names[F_COUNT] = {
     "ptr", "shape", "strides", "dtype", "device_id", "readonly", "stream_handle", "owner",
     "replay", "nonempty", "out_index", "out_span", "inputs", "more",
-    "allocations", "steps", "results", "pair",
+    "allocations", "steps", "results", "pair", "single",
     "built", "slots", "launch_args",
 };
 static PyObject *g_fields[F_COUNT];
 static descrgetfunc g_member_get;
+static descrsetfunc g_member_set;
 
 static PyObject *field(PyObject *x, int f) {
     return g_member_get(g_fields[f], x, (PyObject *)Py_TYPE(x));
+}
+
+/* Set slot `f` of `x` (borrowed `v`): 0, or -1 with an exception. */
+static int set_field(PyObject *x, int f, PyObject *v) {
+    return g_member_set(g_fields[f], x, v);
 }
 
 /* The importer's kind of `x`'s type (`importer.KINDS`, filled as types are first adapted), or -1. */
@@ -511,6 +519,38 @@ static PyObject *wrap(const Operand *a) {
     return w;
 }
 
+/* The one result of a call that allocates nothing else (`Replay.single`: shape, dtype, strides, bytes),
+ * outside capture: `_array.new_array`'s array on a block of `_alloc.allocate` (reuse allowed), its
+ * address appended to `ptrs`. Returns [array] (what `Replay._allocate` returns, less the absent
+ * workspace) or NULL with an exception. */
+static PyObject *allocate_single(PyObject *single, long device_id, PyObject *stream, PyObject *keep, PyObject *ptrs) {
+    if (!PyTuple_Check(single) || PyTuple_Size(single) != 4) {
+        PyErr_SetString(PyExc_RuntimeError, "cudattn: a recorded allocation of an unexpected form");
+        return NULL;
+    }
+    PyObject *dev = PyLong_FromLong(device_id), *fn = dev ? PyObject_GetAttr(g_alloc_mod, s_allocate_block) : NULL;
+    PyObject *block = fn ? PyObject_CallFunctionObjArgs(fn, dev, PyTuple_GetItem(single, 3), stream,
+                                                        keep ? keep : Py_None, Py_True, NULL) : NULL;
+    Py_XDECREF(fn);
+    PyObject *ptr = block ? PyObject_GetAttr(block, s_ptr) : NULL;
+    PyObject *a = ptr ? PyObject_CallFunctionObjArgs(g_object_new, g_device_array, NULL) : NULL;
+    PyObject *made = a ? PyList_New(1) : NULL;
+    int bad = made == NULL || set_field(a, F_PTR, ptr) || set_field(a, F_SHAPE, PyTuple_GetItem(single, 0)) ||
+              set_field(a, F_DTYPE, PyTuple_GetItem(single, 1)) || set_field(a, F_STRIDES, PyTuple_GetItem(single, 2)) ||
+              set_field(a, F_DEVICE_ID, dev) || set_field(a, F_STREAM_HANDLE, stream) ||
+              set_field(a, F_READONLY, Py_False) || set_field(a, F_OWNER, block) || PyList_Append(ptrs, ptr);
+    Py_XDECREF(dev);
+    Py_XDECREF(block);
+    Py_XDECREF(ptr);
+    if (bad) {
+        Py_XDECREF(a);
+        Py_XDECREF(made);
+        return NULL;
+    }
+    PyList_SetItem(made, 0, a);
+    return made;
+}
+
 /* Launch the recorded steps; returns the result or NULL with an exception. */
 static PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptrs, long device_id,
                         unsigned long long consumer, PyObject *consumer_o, PyObject *keep, int allocates) {
@@ -518,10 +558,18 @@ static PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptr
     allocations = field(rep, F_ALLOCATIONS);
     if (allocations == NULL) goto done;
     if (PyObject_IsTrue(allocations)) {
-        PyObject *dev = PyLong_FromLong(device_id);
-        PyObject *capturing = allocates ? Py_False : Py_None;
-        made = dev ? PyObject_CallMethodObjArgs(rep, s_allocate, ptrs, dev, consumer_o, keep, capturing, NULL) : NULL;
-        Py_XDECREF(dev);
+        PyObject *single = allocates ? field(rep, F_SINGLE) : NULL;  /* known outside capture */
+        if (allocates && single == NULL) goto done;
+        if (single != NULL && single != Py_None) {
+            made = allocate_single(single, device_id, consumer_o, keep, ptrs);
+        } else {
+            PyObject *dev = PyLong_FromLong(device_id);
+            PyObject *capturing = allocates ? Py_False : Py_None;
+            made = dev ? PyObject_CallMethodObjArgs(rep, s_allocate, ptrs, dev, consumer_o, keep, capturing, NULL)
+                       : NULL;
+            Py_XDECREF(dev);
+        }
+        Py_XDECREF(single);
         if (made == NULL) goto done;
     }
     steps = field(rep, F_STEPS);
@@ -919,7 +967,7 @@ static PyObject *configure(PyObject *self, PyObject *d) {
         {"as_stream", &g_as_stream}, {"cupy_stream", &g_cupy_stream}, {"launch_failed", &g_launch_failed},
         {"bound_hook", &g_bound_hook}, {"bind", &g_bind}, {"object_new", &g_object_new},
         {"known_jax_module", &g_known_jax_mod}, {"operands_module", &g_operands_mod}, {"jax_seen", &g_jax_seen},
-        {"default_stream_refs", &g_default_refs},
+        {"default_stream_refs", &g_default_refs}, {"alloc_module", &g_alloc_mod},
     };
     for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
         PyObject *v = PyDict_GetItemString(d, items[i].name);
@@ -943,7 +991,9 @@ static PyObject *configure(PyObject *self, PyObject *d) {
         for (int f = first[c]; f < first[c + 1]; f++) {
             PyObject *descr = PyObject_GetAttrString(owners[c], g_field_names[f]);
             descrgetfunc get = descr ? (descrgetfunc)PyType_GetSlot(Py_TYPE(descr), Py_tp_descr_get) : NULL;
-            if (get == NULL || (g_member_get != NULL && get != g_member_get)) {  /* slots, all of them */
+            descrsetfunc set = descr ? (descrsetfunc)PyType_GetSlot(Py_TYPE(descr), Py_tp_descr_set) : NULL;
+            if (get == NULL || set == NULL || (g_member_get != NULL && get != g_member_get) ||
+                (g_member_set != NULL && set != g_member_set)) {  /* slots, all of them */
                 Py_XDECREF(descr);
                 if (!PyErr_Occurred())
                     PyErr_Format(PyExc_TypeError, "configure(): %s is no slot", g_field_names[f]);
@@ -952,6 +1002,7 @@ static PyObject *configure(PyObject *self, PyObject *d) {
             Py_XDECREF(g_fields[f]);
             g_fields[f] = descr;
             g_member_get = get;
+            g_member_set = set;
         }
     }
     g_unbound = 1;
@@ -1112,6 +1163,7 @@ PyMODINIT_FUNC PyInit__warm(void) {
     INTERN(s_allocate, "_allocate"); INTERN(s_build, "build"); INTERN(s_get, "get");
     INTERN(s_kinds, "KINDS"); INTERN(s_recall, "recall"); INTERN(s_consumer_stream, "consumer_stream");
     INTERN(s_hold, "hold"); INTERN(s_dlpack, "__dlpack__"); INTERN(s_stream, "stream");
+    INTERN(s_allocate_block, "allocate");
     if ((g_empty = PyTuple_New(0)) == NULL) return NULL;
     return PyModule_Create(&module);
 }

@@ -32,6 +32,7 @@ from .._runtime import stream as _stream
 from .._runtime.errors import check
 from .._arrays import stream_memory as _stream_memory
 from .._kernels import tma as _tma
+from .._spec.geometry import c_strides as _c_strides
 from .._runtime.recording import BASES, COUNTERS, OPTIONAL_COUNTERS, NotReplayable, Recorder, placeholder, slot_of
 
 __all__ = ["Replay", "record", "NotReplayable"]
@@ -104,7 +105,7 @@ class Replay:
     waits for them). Arrival counters (dtype COUNTERS) are the stream's too, or the graph's while
     the stream captures one."""
 
-    __slots__ = ("n_operands", "allocations", "steps", "results", "pair", "scratch_bytes", "counters")
+    __slots__ = ("n_operands", "allocations", "steps", "results", "pair", "scratch_bytes", "counters", "single")
 
     def __init__(self, n_operands, allocations, steps, results, pair):
         self.n_operands = n_operands
@@ -121,6 +122,16 @@ class Replay:
                 offset += -(-math.prod(shape) * dtype.itemsize // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
         self.scratch_bytes = offset
         self.counters = any(dtype is COUNTERS or dtype is OPTIONAL_COUNTERS for _, dtype, _, _ in self.allocations)
+        # a call whose one allocation is its one result (no workspace, no counters): (shape, dtype,
+        # strides, bytes), which the compiled warm call allocates itself outside capture, as
+        # `_allocate` would (`_array.new_array` on a block of `_alloc.allocate`, reuse allowed)
+        self.single = None
+        if len(self.allocations) == 1 and not self.scratch_bytes and not self.counters:
+            shape, dtype, strides, offset = self.allocations[0]
+            nbytes = math.prod(shape) * dtype.itemsize
+            if offset is None and nbytes:  # a result
+                self.single = (shape, dtype, _c_strides(shape, dtype.itemsize) if strides is None else strides,
+                               nbytes)
 
     def run(self, operands: list, ptrs: list, device_id: int, stream: int, keep: object,
             capturing: bool | None = None):
