@@ -143,6 +143,7 @@ def test_as_called_back_to_back_is_per_call_with_no_sync_inside(monkeypatch):
     assert ms == 2.0 / 4 and fake.made == [3, 3]
     one = [("sync", 3), ("record", 3)] + [("call", i) for i in range(4)] + [("record", 3)]
     assert log == one + one
+    monkeypatch.setattr(ascalled, "spin", lambda h, ms, dev: None)
     fields = ascalled.measure(lambda i: None, 3, iters=5, warmup=0, tag="_torch")
     assert set(fields) == {"as_called_torch_ms", "as_called_torch_p90_ms", "back_to_back_torch_ms"}
 
@@ -153,6 +154,7 @@ def test_as_called_interleaved_takes_turns_inside_each_scope(monkeypatch):
     all of them alike."""
     log = []
     monkeypatch.setattr(ascalled, "_launch", _FakeLaunch(log))
+    monkeypatch.setattr(ascalled, "spin", lambda h, ms, dev: log.append(("spin", h, ms, dev)))
 
     @contextlib.contextmanager
     def scope(name):
@@ -161,9 +163,12 @@ def test_as_called_interleaved_takes_turns_inside_each_scope(monkeypatch):
         log.append(("exit", name))
 
     entries = [(lambda i, n=n: log.append(("call", n)), lambda n=n: scope(n)) for n in ("a", "b")]
-    figs = ascalled.interleaved(entries, 5, iters=6, warmup=0, tags=["", "_torch"])
+    figs = ascalled.interleaved(entries, 5, iters=6, warmup=0, tags=["", "_torch"], device_id=2)
     turns = [e[1] for e in log if e[0] == "enter"]
     assert turns == ["a", "b", "b", "a", "a", "b"] and ascalled.ROUNDS == 3
+    for i, e in enumerate(log):  # each turn starts once a spin has settled the clocks
+        if e[0] == "enter":
+            assert log[i + 1:i + 3] == [("spin", 5, ascalled.SETTLE_MS, 2), ("sync", 5)]
     inside = []
     for e in log:  # every call inside its own entry's scope
         if e[0] == "enter":
@@ -182,6 +187,7 @@ def test_as_called_interleaved_takes_turns_inside_each_scope(monkeypatch):
 def test_as_called_interleaved_drops_a_refusing_peer_and_raises_for_others(monkeypatch):
     log = []
     monkeypatch.setattr(ascalled, "_launch", _FakeLaunch(log))
+    monkeypatch.setattr(ascalled, "spin", lambda h, ms, dev: None)
 
     def refuse(i):
         raise RuntimeError("No available kernel.\nmore")
@@ -222,10 +228,11 @@ def test_gpu_times_take_turns_behind_a_spin_and_keep_a_refusal(monkeypatch):
         raise RuntimeError("No available kernel.\nmore")
 
     entries = [(call("a"), lambda: scope("a")), (call("b"), lambda: scope("b")), (refuse, lambda: scope("c"))]
-    figs = timing.gpu_times(entries, 5, 0, iters=6, warmup=1, refusable=[False, False, True])
+    figs = timing.gpu_times(entries, 5, 0, iters=7, warmup=1, refusable=[False, False, True])
     assert [e[1] for e in log if e[0] == "enter"] == ["a", "b", "c", "b", "a"] + ["a", "b"]
-    assert [e[2] for e in log if e[:2] == ("call", "a")] == [0, 0, 1, 2, 3, 4, 5]  # a warm-up, then 6 samples
-    assert figs[0].samples == 6 and figs[0].median_ms == 2.0 and figs[2] == "No available kernel."
+    assert [e[2] for e in log if e[:2] == ("call", "a")] == [0, 0, 1, 2, 3, 4, 5, 6]  # a warm-up, then 7 samples
+    assert figs[0].samples == 7 and figs[0].median_ms == 2.0 and figs[2] == "No available kernel."
+    assert [timing.share(7, 3, r) for r in range(3)] == [3, 2, 2] and timing.share(2, 3, 2) == 1
     with pytest.raises(RuntimeError, match="No available kernel"):
         timing.gpu_times(entries, 5, 0, iters=3, warmup=0)
 

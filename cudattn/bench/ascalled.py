@@ -20,11 +20,13 @@ import statistics
 
 from .._runtime import launch as _launch
 from .._runtime.device import restores_caller_context
-from .timing import ROUNDS, Timing, percentile, refusal, rounds_for, turn_order
+from .._runtime.spin import spin
+from .timing import ROUNDS, Timing, percentile, refusal, rounds_for, share, turn_order
 
 __all__ = ["BATCH", "ROUNDS", "back_to_back", "interleaved", "measure", "refusal", "samples", "single"]
 
 BATCH = 10  # calls per back-to-back sample: few enough never to fill the launch queue
+SETTLE_MS = 5.0  # the spin before each turn of `interleaved`: the clocks leave the last turn's load behind
 
 
 @restores_caller_context
@@ -72,20 +74,22 @@ def measure(fn, stream_handle: int, *, iters: int = 30, warmup: int = 3, tag: st
 
 
 def interleaved(entries: list, stream_handle: int, *, iters: int = 30, warmup: int = 3, tags=None,
-                refusable=None) -> list[dict]:
+                refusable=None, device_id: int = 0) -> list[dict]:
     """`measure` for several calls whose figures will be compared: ``entries`` = ``(fn, scope)``
     pairs (``scope()``: a context manager entered around each turn, as the caller would hold it),
     timed in turns, `timing.rounds_for` rounds of a share of the samples each, the order rotated
-    every round (`timing.turn_order`), so that a drift of the GPU's clocks over the seconds of a row
-    (seen: 470 -> 545 us for one 4096-key causal call within half a second of back-to-back rows, and
-    10 % on a 16384-row call by its place in the turns) falls on every entry alike instead of on
-    whichever comes last or first. Returns each entry's fields (``tags[i]`` in their names). An entry
-    marked in ``refusable`` (a peer) that raises RuntimeError (refusing the case, out of memory) gets
-    no more turns and returns ``{"as_called_error": its first line}``; any other error propagates."""
+    every round (`timing.turn_order`), each turn after a spin kernel of SETTLE_MS on the stream
+    (``device_id``'s), waited for. The GPU's clocks follow the load of the last milliseconds: one
+    16384-row call took 7-20 % longer right after another's burst of calls than right after a
+    slower peer's, and a drift over the seconds of a row (seen: 470 -> 545 us for one 4096-key
+    causal call within half a second) would fall on whichever comes last; the spin (the GPU-time
+    turns start with one too) and the turns make every entry start alike. Returns each entry's
+    fields (``tags[i]`` in their names). An entry marked in ``refusable`` (a peer) that raises
+    RuntimeError (refusing the case, out of memory) gets no more turns and returns
+    ``{"as_called_error": its first line}``; any other error propagates."""
     tags = tags or [""] * len(entries)
     refusable = refusable or [False] * len(entries)
     rounds = rounds_for(len(entries))
-    per_round = max(1, -(-iters // rounds))
     single_ms = [[] for _ in entries]
     b2b_ms = [[] for _ in entries]
     errors = [None] * len(entries)
@@ -96,7 +100,9 @@ def interleaved(entries: list, stream_handle: int, *, iters: int = 30, warmup: i
             fn, scope = entries[j]
             try:
                 with scope():
-                    single_ms[j] += samples(fn, stream_handle, iters=per_round, warmup=warmup if r == 0 else 1)
+                    _settle(stream_handle, device_id)
+                    single_ms[j] += samples(fn, stream_handle, iters=share(iters, rounds, r),
+                                            warmup=warmup if r == 0 else 1)
                     b2b_ms[j].append(back_to_back(fn, stream_handle, repeats=1, warmup=0))
             except RuntimeError as e:
                 if not refusable[j]:
@@ -106,3 +112,9 @@ def interleaved(entries: list, stream_handle: int, *, iters: int = 30, warmup: i
             {f"as_called{t}_ms": statistics.median(ms), f"as_called{t}_p90_ms": percentile(ms, 90),
              f"back_to_back{t}_ms": statistics.median(b)}
             for t, ms, b, err in zip(tags, single_ms, b2b_ms, errors)]
+
+
+@restores_caller_context
+def _settle(stream_handle: int, device_id: int) -> None:
+    spin(stream_handle, SETTLE_MS, device_id)
+    _launch.synchronize(stream_handle)

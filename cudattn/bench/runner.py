@@ -41,7 +41,7 @@ class Session:
         """``entries`` (``(fn, scope)``, each ``fn`` warm already) timed as called in turns
         (`ascalled.interleaved`), on the session's stream."""
         return ascalled.interleaved(entries, self.stream_handle, iters=self.iters, warmup=min(self.warmup, 2),
-                                    tags=tags, refusable=refusable)
+                                    tags=tags, refusable=refusable, device_id=self.device_id)
 
 
 def throughput(case: Case, ms: float) -> dict:

@@ -59,6 +59,12 @@ def rounds_for(n: int) -> int:
     return max(ROUNDS, n)
 
 
+def share(iters: int, rounds: int, r: int) -> int:
+    """Round ``r``'s share of ``iters`` samples over ``rounds`` (at least one): the shares add up to
+    ``iters`` where it is at least ``rounds``."""
+    return max(1, iters // rounds + (r < iters % rounds))
+
+
 @restores_caller_context
 def gpu_samples(fn, stream_handle: int, device_id: int, *, iters: int = 30, warmup: int = 5, start: int = 0,
                 host_us_per_call: float = 300.0) -> list[float]:
@@ -99,7 +105,6 @@ def gpu_times(entries: list, stream_handle: int, device_id: int, *, iters: int =
     n = len(entries)
     refusable = refusable or [False] * n
     rounds = rounds_for(n)
-    per_round = max(1, -(-iters // rounds))
     ms: list[list[float]] = [[] for _ in entries]
     errors: list = [None] * n
     for r in range(rounds):
@@ -109,7 +114,7 @@ def gpu_times(entries: list, stream_handle: int, device_id: int, *, iters: int =
             fn, scope = entries[j]
             try:
                 with scope():
-                    ms[j] += gpu_samples(fn, stream_handle, device_id, iters=per_round,
+                    ms[j] += gpu_samples(fn, stream_handle, device_id, iters=share(iters, rounds, r),
                                          warmup=warmup if not ms[j] else 0, start=len(ms[j]))
             except RuntimeError as e:
                 if not refusable[j]:
