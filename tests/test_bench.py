@@ -149,9 +149,9 @@ def test_as_called_back_to_back_is_per_call_with_no_sync_inside(monkeypatch):
 
 
 def test_as_called_interleaved_takes_turns_inside_each_scope(monkeypatch):
-    """Calls compared on one row are timed in turns, ROUNDS rounds of a third of the samples each, the
-    order rotated each round, every turn inside the entry's own scope: a drift over the row falls on
-    all of them alike."""
+    """Calls compared on one row are timed in turns, a share of the samples each round, the order
+    rotated and reversed by turns, every turn inside the entry's own scope after a settling spin: a
+    drift over the row, or the load of the turn before, falls on all of them alike."""
     log = []
     monkeypatch.setattr(ascalled, "_launch", _FakeLaunch(log))
     monkeypatch.setattr(ascalled, "spin", lambda h, ms, dev: log.append(("spin", h, ms, dev)))
@@ -165,7 +165,7 @@ def test_as_called_interleaved_takes_turns_inside_each_scope(monkeypatch):
     entries = [(lambda i, n=n: log.append(("call", n)), lambda n=n: scope(n)) for n in ("a", "b")]
     figs = ascalled.interleaved(entries, 5, iters=6, warmup=0, tags=["", "_torch"], device_id=2)
     turns = [e[1] for e in log if e[0] == "enter"]
-    assert turns == ["a", "b", "b", "a", "a", "b"] and ascalled.ROUNDS == 3
+    assert turns == ["a", "b", "b", "a", "b", "a", "a", "b"]
     for i, e in enumerate(log):  # each turn starts once a spin has settled the clocks
         if e[0] == "enter":
             assert log[i + 1:i + 3] == [("spin", 5, ascalled.SETTLE_MS, 2), ("sync", 5)]
@@ -178,8 +178,8 @@ def test_as_called_interleaved_takes_turns_inside_each_scope(monkeypatch):
         elif e[0] == "call":
             assert inside == [e[1]]
     calls_a = sum(1 for e in log if e == ("call", "a"))
-    # 6 samples over 3 rounds, a batch a round, and one call to warm each later turn
-    assert calls_a == ascalled.ROUNDS * (2 + ascalled.BATCH) + ascalled.ROUNDS - 1
+    # 6 samples over 4 rounds, a batch a round, and one call to warm each later turn
+    assert timing.rounds_for(2) == 4 and calls_a == 6 + 4 * ascalled.BATCH + 3
     assert set(figs[0]) == {"as_called_ms", "as_called_p90_ms", "back_to_back_ms"}
     assert set(figs[1]) == {"as_called_torch_ms", "as_called_torch_p90_ms", "back_to_back_torch_ms"}
 
@@ -199,12 +199,16 @@ def test_as_called_interleaved_drops_a_refusing_peer_and_raises_for_others(monke
         ascalled.interleaved([ok, (refuse, contextlib.nullcontext)], 5, iters=3, warmup=0)
 
 
-def test_turn_order_puts_every_entry_in_every_place():
+def test_turn_order_puts_every_entry_in_every_place_after_each_neighbour():
     for n in (1, 2, 3, 4, 5):
         orders = [timing.turn_order(n, r) for r in range(timing.rounds_for(n))]
-        assert all(sorted(o) == list(range(n)) for o in orders)
+        assert all(sorted(o) == list(range(n)) for o in orders) and len(orders) >= timing.ROUNDS
         for place in range(n):  # each entry first, second, ... in some round
             assert {o[place] for o in orders} == set(range(n))
+        if n > 2:  # within rounds, each entry follows the entry before it and the one after it alike
+            after = [(o[k - 1], o[k]) for o in orders for k in range(1, n)]
+            for j in range(n):
+                assert after.count(((j - 1) % n, j)) == after.count(((j + 1) % n, j)) > 0
 
 
 def test_gpu_times_take_turns_behind_a_spin_and_keep_a_refusal(monkeypatch):
@@ -229,10 +233,10 @@ def test_gpu_times_take_turns_behind_a_spin_and_keep_a_refusal(monkeypatch):
 
     entries = [(call("a"), lambda: scope("a")), (call("b"), lambda: scope("b")), (refuse, lambda: scope("c"))]
     figs = timing.gpu_times(entries, 5, 0, iters=7, warmup=1, refusable=[False, False, True])
-    assert [e[1] for e in log if e[0] == "enter"] == ["a", "b", "c", "b", "a"] + ["a", "b"]
+    assert [e[1] for e in log if e[0] == "enter"] == ["a", "b", "c"] + ["b", "a"] * 2 + ["a", "b"] * 2 + ["b", "a"]
     assert [e[2] for e in log if e[:2] == ("call", "a")] == [0, 0, 1, 2, 3, 4, 5, 6]  # a warm-up, then 7 samples
     assert figs[0].samples == 7 and figs[0].median_ms == 2.0 and figs[2] == "No available kernel."
-    assert [timing.share(7, 3, r) for r in range(3)] == [3, 2, 2] and timing.share(2, 3, 2) == 1
+    assert [timing.share(7, 6, r) for r in range(6)] == [2, 1, 1, 1, 1, 1] and timing.share(2, 3, 2) == 1
     with pytest.raises(RuntimeError, match="No available kernel"):
         timing.gpu_times(entries, 5, 0, iters=3, warmup=0)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from .ascalled import BATCH, ROUNDS
+from .ascalled import BATCH, ROUNDS, SETTLE_MS
 from .grids import BACKWARD_OPS, OVERHEAD_SEQLENS
 from .overhead import CALLS, MIN_CALLS, REPEATS
 from .peers import BACKENDS
@@ -159,7 +159,8 @@ def markdown(report: dict, command: str, plot_name: str | None = None) -> str:
                f"- method: CUDA events around each call queued behind a spin kernel, median (and p90) of "
                f"{report['iters']} calls after warm-up, inputs rotated over copies larger than 3x L2, a row's "
                f"calls (cudattn and each peer) timed in turns, at least {ROUNDS} rounds of a share of the "
-               f"samples, the order rotated each round (the clocks follow the load of the calls before); "
+               f"samples, the order rotated and reversed from round to round (the clocks follow the load "
+               f"of the calls before); "
                f"ratio = cudattn speed / peer speed (above 1: cudattn is faster); each cudattn row checked "
                f"against the float64 reference on a subsample (FlashAttention's rule: max|out - ref| <= "
                f"2·max|naive - ref| + 1e-5)",
@@ -167,7 +168,7 @@ def markdown(report: dict, command: str, plot_name: str | None = None) -> str:
                "the call included), median of as many calls; back to back: events around "
                f"{BATCH} calls queued without a sync, per call (the host's time overlaps the GPU's); a row's "
                f"calls (cudattn, also with torch operands, and each peer) timed as called in turns as well, "
-               f"so that a drift of the clocks falls on all alike"]
+               f"each turn after a {SETTLE_MS:g} ms spin, so that a drift of the clocks falls on all alike"]
     if set(kinds) & set(BACKWARD_OPS):
         md.append(_BACKWARD_METHOD)
     md.append("")

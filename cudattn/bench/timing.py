@@ -48,15 +48,19 @@ ROUNDS = 3  # turns each call gets at least, where calls are timed in turns
 
 
 def turn_order(n: int, r: int) -> list[int]:
-    """The order of ``n`` entries in round ``r`` of calls timed in turns: rotated by one each round, so
-    that no entry always follows the same one or goes first (the GPU's clocks drift with the load of
-    the calls before: seen as 10-20 % on one 16384-row call, depending on its place in the turns)."""
-    return [(r + j) % n for j in range(n)]
+    """The order of ``n`` entries in round ``r`` of calls timed in turns: rotated by one every other
+    round, and reversed in the rounds between, so that each entry goes first in some round and
+    follows each of its neighbours alike. The GPU's clocks follow the load of the last milliseconds:
+    one 16384-row call timed as called took 7-20 % longer right after another call's burst than
+    right after a slower peer's, and in a fixed cycle an entry would always follow the same one."""
+    order = [(r // 2 + j) % n for j in range(n)]
+    return order if r % 2 == 0 else order[::-1]
 
 
 def rounds_for(n: int) -> int:
-    """Rounds for ``n`` entries timed in turns: enough for each to take every place once."""
-    return max(ROUNDS, n)
+    """Rounds for ``n`` entries timed in turns: enough for each to take every place once, forward
+    and reversed."""
+    return max(ROUNDS, 2 * n)
 
 
 def share(iters: int, rounds: int, r: int) -> int:
