@@ -237,6 +237,10 @@ def test_gpu_times_take_turns_behind_a_spin_and_keep_a_refusal(monkeypatch):
     assert [e[2] for e in log if e[:2] == ("call", "a")] == [0, 0, 1, 2, 3, 4, 5, 6]  # a warm-up, then 7 samples
     assert figs[0].samples == 7 and figs[0].median_ms == 2.0 and figs[2] == "No available kernel."
     assert [timing.share(7, 6, r) for r in range(6)] == [2, 1, 1, 1, 1, 1] and timing.share(2, 3, 2) == 1
+    # fewer samples than rounds: a round a sample, so that an entry gets exactly the samples asked
+    assert timing.rounds_for(3, iters=2) == 2 and timing.rounds_for(3) == 6
+    figs = timing.gpu_times(entries[:2], 5, 0, iters=2, warmup=0)
+    assert [f.samples for f in figs] == [2, 2]
     with pytest.raises(RuntimeError, match="No available kernel"):
         timing.gpu_times(entries, 5, 0, iters=3, warmup=0)
 

@@ -89,7 +89,7 @@ def interleaved(entries: list, stream_handle: int, *, iters: int = 30, warmup: i
     ``{"as_called_error": its first line}``; any other error propagates."""
     tags = tags or [""] * len(entries)
     refusable = refusable or [False] * len(entries)
-    rounds = rounds_for(len(entries))
+    rounds = rounds_for(len(entries), iters)
     single_ms = [[] for _ in entries]
     b2b_ms = [[] for _ in entries]
     errors = [None] * len(entries)

@@ -57,10 +57,11 @@ def turn_order(n: int, r: int) -> list[int]:
     return order if r % 2 == 0 else order[::-1]
 
 
-def rounds_for(n: int) -> int:
+def rounds_for(n: int, iters: int | None = None) -> int:
     """Rounds for ``n`` entries timed in turns: enough for each to take every place once, forward
-    and reversed."""
-    return max(ROUNDS, 2 * n)
+    and reversed; no more than ``iters`` (each round takes a sample of each entry)."""
+    rounds = max(ROUNDS, 2 * n)
+    return rounds if iters is None else max(1, min(rounds, iters))
 
 
 def share(iters: int, rounds: int, r: int) -> int:
@@ -108,7 +109,7 @@ def gpu_times(entries: list, stream_handle: int, device_id: int, *, iters: int =
     RuntimeError, that error's first line (it gets no more turns); any other error propagates."""
     n = len(entries)
     refusable = refusable or [False] * n
-    rounds = rounds_for(n)
+    rounds = rounds_for(n, iters)
     ms: list[list[float]] = [[] for _ in entries]
     errors: list = [None] * n
     for r in range(rounds):
