@@ -130,7 +130,7 @@ def test_as_called_single_drains_the_stream_before_each_sample(monkeypatch):
     t = ascalled.single(lambda i: log.append(("call", i)), 7, iters=3, warmup=2)
     assert t.median_ms == 2.0 and t.samples == 3 and fake.made == [7, 7]  # events of the stream's context
     warm, timed = log[:2], log[2:]
-    assert warm == [("call", 0), ("call", 1)]
+    assert warm == [("call", -1), ("call", -2)]  # warm-ups on the sets before the first timed one
     assert timed == [("sync", 7), ("record", 7), ("call", 0), ("record", 7)] + \
         [("sync", 7), ("record", 7), ("call", 1), ("record", 7)] + [("sync", 7), ("record", 7), ("call", 2), ("record", 7)]
 
@@ -234,7 +234,8 @@ def test_gpu_times_take_turns_behind_a_spin_and_keep_a_refusal(monkeypatch):
     entries = [(call("a"), lambda: scope("a")), (call("b"), lambda: scope("b")), (refuse, lambda: scope("c"))]
     figs = timing.gpu_times(entries, 5, 0, iters=7, warmup=1, refusable=[False, False, True])
     assert [e[1] for e in log if e[0] == "enter"] == ["a", "b", "c"] + ["b", "a"] * 2 + ["a", "b"] * 2 + ["b", "a"]
-    assert [e[2] for e in log if e[:2] == ("call", "a")] == [0, 0, 1, 2, 3, 4, 5, 6]  # a warm-up, then 7 samples
+    # a warm-up on the set before the first sample's, then 7 samples
+    assert [e[2] for e in log if e[:2] == ("call", "a")] == [-1, 0, 1, 2, 3, 4, 5, 6]
     assert figs[0].samples == 7 and figs[0].median_ms == 2.0 and figs[2] == "No available kernel."
     assert [timing.share(7, 6, r) for r in range(6)] == [2, 1, 1, 1, 1, 1] and timing.share(2, 3, 2) == 1
     # fewer samples than rounds: a round a sample, so that an entry gets exactly the samples asked

@@ -14,9 +14,10 @@ Python path then does again, and nothing else: made the operands' device current
 stream. What needs Python's own rules is asked of the Python modules from C: the memory block of
 a call's one result (`_arrays.alloc.allocate`; the array around it is made in C, as
 `_arrays.array.new_array` makes it), any other allocation (`replay.Replay._allocate`), argument
-blocks not built before (`replay._Step.build`) and a JAX array's hold (`lifetime.hold`). A JAX array imported before is recalled in C by `known_jax.recall`'s
-rule, and a call whose first operand is one runs on cudattn's stream of its device as
-`operands.consumer_stream` says, the Python functions asked where C finds nothing.
+blocks not built before (`replay._Step.build`) and a JAX array's hold (`lifetime.hold`). A JAX
+array imported before is recalled in C by `known_jax.recall`'s rule, and a call whose first
+operand is one runs on cudattn's stream of its device as `operands.consumer_stream` says, the
+Python functions asked where C finds nothing.
 
 The extension is optional: a wheel built without a compiler, or ``CUDATTN_NATIVE=0`` in the
 environment, leaves :data:`run` None and every call on the Python path (same results, a few

@@ -74,13 +74,14 @@ def share(iters: int, rounds: int, r: int) -> int:
 def gpu_samples(fn, stream_handle: int, device_id: int, *, iters: int = 30, warmup: int = 5, start: int = 0,
                 host_us_per_call: float = 300.0) -> list[float]:
     """ms of each of ``fn(i)`` (which queues work on ``stream_handle``), i = start..start+iters-1,
-    queued behind a spin kernel after ``warmup`` calls.
+    queued behind a spin kernel after ``warmup`` calls (the indices before ``start``: ``fn(i)`` reads
+    input set ``i``, and the first timed call should not find its set in L2 from a warm-up).
 
     ``host_us_per_call`` bounds the host time to enqueue one call; the spin kernel covers
     ``iters`` of them so the GPU never waits for the host inside the timed region.
     """
-    for i in range(warmup):
-        fn(i)
+    for k in range(warmup):
+        fn(start - 1 - k)
     _device.get_device(device_id)  # the events belong to the stream's device
     _launch.synchronize(stream_handle)
     events = [(_launch.Event(stream_handle), _launch.Event(stream_handle)) for _ in range(iters)]
