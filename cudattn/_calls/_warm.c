@@ -203,6 +203,19 @@ static int set_field(PyObject *x, int f, PyObject *v) {
     return g_member_set(g_fields[f], x, v);
 }
 
+/* A DeviceArray of these fields (borrowed), as `object.__new__` and the slots' assignments make one
+ * in Python (`_arrays.array.new_array`): a new reference, or NULL with an exception. */
+static PyObject *device_array(PyObject *ptr, PyObject *shape, PyObject *strides, PyObject *dtype, PyObject *device_id,
+                              PyObject *readonly, PyObject *owner, PyObject *stream) {
+    PyObject *a = PyObject_CallFunctionObjArgs(g_object_new, g_device_array, NULL);
+    if (a != NULL && (set_field(a, F_PTR, ptr) || set_field(a, F_SHAPE, shape) || set_field(a, F_STRIDES, strides) ||
+                      set_field(a, F_DTYPE, dtype) || set_field(a, F_DEVICE_ID, device_id) ||
+                      set_field(a, F_READONLY, readonly) || set_field(a, F_OWNER, owner) ||
+                      set_field(a, F_STREAM_HANDLE, stream)))
+        Py_CLEAR(a);
+    return a;
+}
+
 /* The importer's kind of `x`'s type (`importer.KINDS`, filled as types are first adapted), or -1. */
 static int kind_of(PyObject *x) {
     PyObject *kinds = PyObject_GetAttr(g_importer_mod, s_kinds);
@@ -286,21 +299,15 @@ static int jax_recall(PyObject *x, long long consumer, Operand *a) {
     Py_XDECREF(meth);
     Py_XDECREF(kw);
     Py_XDECREF(sync);
-    PyObject *w = cap ? PyObject_CallFunctionObjArgs(g_object_new, g_device_array, NULL) : NULL;
-    PyObject *owner = w ? PyTuple_Pack(2, x, cap) : NULL, *c = owner ? PyLong_FromLongLong(consumer) : NULL;
+    PyObject *owner = cap ? PyTuple_Pack(2, x, cap) : NULL, *c = owner ? PyLong_FromLongLong(consumer) : NULL;
     Py_XDECREF(cap);
-    int bad = c == NULL || PyObject_SetAttr(w, s_ptr, PyTuple_GetItem(f, 0)) ||
-              PyObject_SetAttr(w, s_shape, PyTuple_GetItem(f, 1)) ||
-              PyObject_SetAttr(w, s_strides, PyTuple_GetItem(f, 2)) ||
-              PyObject_SetAttr(w, s_dtype, PyTuple_GetItem(f, 3)) ||
-              PyObject_SetAttr(w, s_device_id, PyTuple_GetItem(f, 4)) ||
-              PyObject_SetAttr(w, s_readonly, PyTuple_GetItem(f, 5)) || PyObject_SetAttr(w, s_owner, owner) ||
-              PyObject_SetAttr(w, s_stream_handle, c);
+    PyObject *w = c ? device_array(PyTuple_GetItem(f, 0), PyTuple_GetItem(f, 1), PyTuple_GetItem(f, 2),
+                                   PyTuple_GetItem(f, 3), PyTuple_GetItem(f, 4), PyTuple_GetItem(f, 5), owner, c)
+                    : NULL;
     Py_DECREF(f);
     Py_XDECREF(owner);
     Py_XDECREF(c);
-    if (bad) {
-        Py_XDECREF(w);
+    if (w == NULL) {
         soft_clear();
         return PyErr_Occurred() ? -1 : 0;
     }
@@ -506,16 +513,11 @@ static void unbind_events(void) {
 
 /* A DeviceArray for a foreign operand that the call returns (`out`): what the Python path returns. */
 static PyObject *wrap(const Operand *a) {
-    PyObject *w = PyObject_CallFunctionObjArgs(g_object_new, g_device_array, NULL);
-    if (w == NULL) return NULL;
     PyObject *ptr = PyLong_FromUnsignedLongLong(a->ptr), *dev = PyLong_FromLong(a->device_id);
-    int bad = ptr == NULL || dev == NULL || PyObject_SetAttr(w, s_ptr, ptr) || PyObject_SetAttr(w, s_shape, a->shape) ||
-              PyObject_SetAttr(w, s_strides, a->strides) || PyObject_SetAttr(w, s_dtype, a->dtype) ||
-              PyObject_SetAttr(w, s_device_id, dev) || PyObject_SetAttr(w, s_owner, a->obj) ||
-              PyObject_SetAttr(w, s_stream_handle, a->stream) || PyObject_SetAttr(w, s_readonly, a->readonly);
+    PyObject *w = ptr && dev ? device_array(ptr, a->shape, a->strides, a->dtype, dev, a->readonly, a->obj, a->stream)
+                             : NULL;
     Py_XDECREF(ptr);
     Py_XDECREF(dev);
-    if (bad) Py_CLEAR(w);
     return w;
 }
 
@@ -533,12 +535,10 @@ static PyObject *allocate_single(PyObject *single, long device_id, PyObject *str
                                                         keep ? keep : Py_None, Py_True, NULL) : NULL;
     Py_XDECREF(fn);
     PyObject *ptr = block ? PyObject_GetAttr(block, s_ptr) : NULL;
-    PyObject *a = ptr ? PyObject_CallFunctionObjArgs(g_object_new, g_device_array, NULL) : NULL;
+    PyObject *a = ptr ? device_array(ptr, PyTuple_GetItem(single, 0), PyTuple_GetItem(single, 2),
+                                     PyTuple_GetItem(single, 1), dev, Py_False, block, stream) : NULL;
     PyObject *made = a ? PyList_New(1) : NULL;
-    int bad = made == NULL || set_field(a, F_PTR, ptr) || set_field(a, F_SHAPE, PyTuple_GetItem(single, 0)) ||
-              set_field(a, F_DTYPE, PyTuple_GetItem(single, 1)) || set_field(a, F_STRIDES, PyTuple_GetItem(single, 2)) ||
-              set_field(a, F_DEVICE_ID, dev) || set_field(a, F_STREAM_HANDLE, stream) ||
-              set_field(a, F_READONLY, Py_False) || set_field(a, F_OWNER, block) || PyList_Append(ptrs, ptr);
+    int bad = made == NULL || PyList_Append(ptrs, ptr);
     Py_XDECREF(dev);
     Py_XDECREF(block);
     Py_XDECREF(ptr);
