@@ -279,7 +279,7 @@ def test_a_replay_that_allocates_makes_the_arrays_the_full_path_made(world, monk
     """A warm call that allocates its result takes its block from `_arrays.alloc.allocate` (reuse
     allowed: the stream was found not capturing) and returns an array like the full path's, on the
     call's stream, owning the block; the launch gets the block's address. With one result the
-    compiled path makes the array itself; with two (an LSE) it asks the Python replay."""
+    compiled path makes the arrays itself, one or two (an LSE), as the Python replay makes them."""
     from cudattn._arrays import alloc as _alloc
     from cudattn._arrays import array as _arraymod
 
@@ -317,7 +317,7 @@ def test_a_replay_that_allocates_makes_the_arrays_the_full_path_made(world, monk
     blocks.clear()
     results = [call(q) for _ in range(2)]
     assert world["full"] == 1 and world["compiled"] == (2 if _warm.run is not None else 0)
-    assert len(generic) == (0 if _warm.run is not None and outputs == 1 else 2)
+    assert len(generic) == (0 if _warm.run is not None else 2)
     assert [b.args for b in blocks] == [(0, 2 * 64 * 4 * 64 * 2, CONSUMER, None, True)] * (2 * outputs)
     assert [x[2] for x in world["launches"][-2:]] == [blocks[outputs - 1].ptr, blocks[2 * outputs - 1].ptr]
     for i, r in enumerate(results):
@@ -325,6 +325,73 @@ def test_a_replay_that_allocates_makes_the_arrays_the_full_path_made(world, monk
             assert type(a) is DeviceArray and a.owner is blocks[i * outputs + j] and a.ptr == a.owner.ptr
             assert (a.shape, a.strides, a.dtype, a.device_id, a.stream_handle, a.readonly) == \
                 (q.shape, q.strides, F16, 0, CONSUMER, False)
+
+
+def test_a_replay_with_counters_and_a_workspace_takes_the_streams_own_on_either_path(world, monkeypatch):
+    """A warm call whose one kernel also needs zeroed counters and a workspace (the causal Hopper
+    prefill's tile counters, split-KV decode) takes the stream's kept ones from `_arrays.stream_memory`,
+    told that the stream does not capture, with the result's block after them in slot order; the
+    launch gets their addresses (the workspace's slice at its offset). The compiled path does this
+    without the Python replay."""
+    from cudattn._arrays import alloc as _alloc
+    from cudattn._arrays import array as _arraymod
+    from cudattn._arrays import stream_memory as _sm
+
+    asked = []
+
+    class Block:
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+    def allocate(device_id, nbytes, stream, keep=None, reuse=False):
+        asked.append(("block", nbytes, stream, reuse))
+        return Block(0x100000 * len(asked))
+
+    real_counters = _sm.counters
+
+    def counters(device_id, stream, count, keep=None, capturing=None, optional=False):
+        if _recording.active and _recording.current() is not None:
+            return real_counters(device_id, stream, count, keep, capturing, optional)
+        asked.append(("counters", count, stream, capturing, optional))
+        return Block(0xC0000)
+
+    def workspace(device_id, stream, nbytes, keep=None, capturing=None):
+        asked.append(("workspace", nbytes, stream, capturing))
+        return Block(0xA0000)
+
+    monkeypatch.setattr(_alloc, "allocate", allocate)
+    monkeypatch.setattr(_sm, "counters", counters)
+    monkeypatch.setattr(_sm, "workspace", workspace)
+    monkeypatch.setattr(_callpath, "is_capturing", lambda s: False)
+    generic = []
+    real = _replay.Replay._allocate
+    monkeypatch.setattr(_replay.Replay, "_allocate", lambda self, *a: generic.append(1) or real(self, *a))
+
+    def full(call, args, qa):
+        if _recording.current() is None:
+            world["full"] += 1
+        out = _arraymod.new_array(qa.shape, qa.dtype, qa.device_id, call.consumer, call.keep, None, True)
+        ws = [_arraymod.new_array((300,), F16, qa.device_id, call.consumer, call.keep, None, True) for _ in range(2)]
+        ctr = _sm.counters(qa.device_id, call.consumer, 2, call.keep, None, True)
+        _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, call.consumer, _Params(ws[1].ptr, ctr.ptr, 5, 0))
+        return out
+
+    def call(q):
+        return dispatch("scratch", [q], ("q",), None, (), None, full, None, tensors=1, out_index=None,
+                        allocates=True)
+
+    q = _array(0x10000)
+    call(q)
+    asked.clear()
+    results = [call(q) for _ in range(2)]
+    assert world["full"] == 1 and world["compiled"] == (2 if _warm.run is not None else 0)
+    assert len(generic) == (0 if _warm.run is not None else 2)
+    nbytes = 2 * 64 * 4 * 64 * 2
+    assert asked == [("workspace", 2 * 768, CONSUMER, False), ("block", nbytes, CONSUMER, True),
+                     ("counters", 2, CONSUMER, False, True)] * 2
+    assert [x[1:3] for x in world["launches"][-2:]] == [(0xA0000 + 768, 0xC0000)] * 2
+    for r in results:
+        assert type(r) is DeviceArray and r.ptr == r.owner.ptr and r.shape == q.shape and r.stream_handle == CONSUMER
 
 
 def test_torch_operands_on_the_compiled_path_as_on_the_python_path(world, monkeypatch):

@@ -7,8 +7,8 @@
  * a stream object; every operand made on the call's stream (nothing to wait for). It reads each
  * operand's facts (a JAX array's as `known_jax.recall` does: what its import found, and a capsule
  * asked of JAX with the call's stream), builds the key, finds the recorded call, makes the per-call
- * address checks, allocates the call's one result (its block from `_arrays.alloc.allocate`) or asks the
- * Python replay for the call's allocations, asks for an argument block not built before, launches through
+ * address checks, makes the call's allocations (results, the stream's counters and workspace: as the
+ * Python replay makes them outside capture), asks for an argument block not built before, launches through
  * the driver's `cuLaunchKernel`, and holds JAX operands until the work is done (`lifetime.hold`, whose
  * event calls go through this module's entry points once bound: `event_record`, `event_query`,
  * `capture_mode`).
@@ -58,7 +58,7 @@ static int g_unbound = 1;  /* driver entry points not asked for yet (or set to n
 
 /* Objects `configure` hands over (strong references, kept for the process). */
 static PyObject *g_known_jax_mod, *g_operands_mod;  /* `recall`, `consumer_stream`: looked up per call */
-static PyObject *g_alloc_mod;  /* `_arrays.alloc`: its `allocate`, looked up per call */
+static PyObject *g_alloc_mod, *g_stream_memory_mod;  /* `_arrays.alloc`, `.stream_memory`: looked up per call */
 static PyObject *g_jax_seen, *g_default_refs, *g_empty;  /* `known_jax._seen`, `stream._default_stream_refs`, () */
 static PyObject *g_miss, *g_device_array, *g_recorded_call, *g_call_mod, *g_traits_mod, *g_margin_local,
     *g_shift_local, *g_recording_mod, *g_lifetime_mod, *g_device_mod, *g_accessors_mod, *g_importer_mod,
@@ -69,7 +69,7 @@ static PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonl
     *s_keep, *s_plans, *s_forced, *s_n, *s_active, *s_pending, *s_release_done, *s_restore, *s_torch_plain,
     *s_torch_layouts, *s_cupy_layouts, *s_cupy_types, *s_torch_stream, *s_stride, *s_is_cuda, *s_is_neg,
     *s_data_ptr, *s_get_device, *s_data, *s_handle, *s_obj, *s_allocate, *s_build, *s_get, *s_kinds, *s_recall,
-    *s_consumer_stream, *s_hold, *s_dlpack, *s_stream, *s_allocate_block;
+    *s_consumer_stream, *s_hold, *s_dlpack, *s_stream, *s_allocate_block, *s_counters, *s_workspace;
 
 typedef struct {
     PyObject *obj;      /* borrowed: the caller's array */
@@ -180,14 +180,14 @@ static int take_layout(Operand *a, PyObject *table, PyObject *key) {
 enum {
     F_PTR, F_SHAPE, F_STRIDES, F_DTYPE, F_DEVICE_ID, F_READONLY, F_STREAM_HANDLE, F_OWNER,  /* DeviceArray */
     F_REPLAY, F_NONEMPTY, F_OUT_INDEX, F_OUT_SPAN, F_INPUTS, F_MORE,                         /* RecordedCall */
-    F_ALLOCATIONS, F_STEPS, F_RESULTS, F_PAIR, F_SINGLE,                                     /* Replay */
+    F_ALLOCATIONS, F_STEPS, F_RESULTS, F_PAIR, F_NATIVE,                                     /* Replay */
     F_BUILT, F_SLOTS, F_LAUNCH_ARGS,                                                         /* _Step */
     F_COUNT
 };
 static const char *g_field_names[F_COUNT] = {
     "ptr", "shape", "strides", "dtype", "device_id", "readonly", "stream_handle", "owner",
     "replay", "nonempty", "out_index", "out_span", "inputs", "more",
-    "allocations", "steps", "results", "pair", "single",
+    "allocations", "steps", "results", "pair", "native",
     "built", "slots", "launch_args",
 };
 static PyObject *g_fields[F_COUNT];
@@ -521,34 +521,70 @@ static PyObject *wrap(const Operand *a) {
     return w;
 }
 
-/* The one result of a call that allocates nothing else (`Replay.single`: shape, dtype, strides, bytes),
- * outside capture: `_array.new_array`'s array on a block of `_alloc.allocate` (reuse allowed), its
- * address appended to `ptrs`. Returns [array] (what `Replay._allocate` returns, less the absent
- * workspace) or NULL with an exception. */
-static PyObject *allocate_single(PyObject *single, long device_id, PyObject *stream, PyObject *keep, PyObject *ptrs) {
-    if (!PyTuple_Check(single) || PyTuple_Size(single) != 4) {
+/* A call's allocations on a stream known not to capture (`Replay.native`), made as `Replay._allocate`
+ * makes them there: results on blocks of `_arrays.alloc.allocate` (reuse allowed), counters and a kept
+ * workspace from `_arrays.stream_memory`, a workspace of the call's own from `allocate`; their addresses
+ * appended to `ptrs`. Returns what `_allocate` returns (per slot its array or counters, None for a
+ * workspace slice; then the workspace block or None), or NULL with an exception. */
+static PyObject *allocate_native(PyObject *native, long device_id, PyObject *stream, PyObject *keep, PyObject *ptrs) {
+    if (!PyTuple_Check(native) || PyTuple_Size(native) != 3 || !PyTuple_Check(PyTuple_GetItem(native, 2))) {
         PyErr_SetString(PyExc_RuntimeError, "cudattn: a recorded allocation of an unexpected form");
         return NULL;
     }
-    PyObject *dev = PyLong_FromLong(device_id), *fn = dev ? PyObject_GetAttr(g_alloc_mod, s_allocate_block) : NULL;
-    PyObject *block = fn ? PyObject_CallFunctionObjArgs(fn, dev, PyTuple_GetItem(single, 3), stream,
-                                                        keep ? keep : Py_None, Py_True, NULL) : NULL;
-    Py_XDECREF(fn);
-    PyObject *ptr = block ? PyObject_GetAttr(block, s_ptr) : NULL;
-    PyObject *a = ptr ? device_array(ptr, PyTuple_GetItem(single, 0), PyTuple_GetItem(single, 2),
-                                     PyTuple_GetItem(single, 1), dev, Py_False, block, stream) : NULL;
-    PyObject *made = a ? PyList_New(1) : NULL;
-    int bad = made == NULL || PyList_Append(ptrs, ptr);
-    Py_XDECREF(dev);
-    Py_XDECREF(block);
-    Py_XDECREF(ptr);
-    if (bad) {
-        Py_XDECREF(a);
-        Py_XDECREF(made);
-        return NULL;
+    PyObject *scratch_bytes = PyTuple_GetItem(native, 0), *items = PyTuple_GetItem(native, 2);
+    PyObject *dev = PyLong_FromLong(device_id), *made = dev ? PyList_New(0) : NULL, *scratch = NULL;
+    unsigned long long base = 0;
+    keep = keep ? keep : Py_None;
+    int has_scratch = made ? PyObject_IsTrue(scratch_bytes) : -1;
+    if (has_scratch < 0) goto fail;
+    if (has_scratch) {  /* one kernel: the stream's kept workspace; more: the call's own (`_allocate`) */
+        scratch = PyTuple_GetItem(native, 1) == Py_True
+            ? PyObject_CallMethodObjArgs(g_stream_memory_mod, s_workspace, dev, stream, scratch_bytes, keep, Py_False,
+                                         NULL)
+            : PyObject_CallMethodObjArgs(g_alloc_mod, s_allocate_block, dev, scratch_bytes, stream, keep, Py_True,
+                                         NULL);
+        PyObject *p = scratch ? PyObject_GetAttr(scratch, s_ptr) : NULL;
+        int ok = p != NULL && as_u64(p, &base);
+        Py_XDECREF(p);
+        if (!ok) goto fail;
     }
-    PyList_SetItem(made, 0, a);
+    for (Py_ssize_t i = 0; i < PyTuple_Size(items); i++) {
+        PyObject *it = PyTuple_GetItem(items, i), *held = NULL, *ptr = NULL;
+        if (PyLong_Check(it)) {  /* a slice of the workspace */
+            unsigned long long off = PyLong_AsUnsignedLongLong(it);
+            if (!(off == (unsigned long long)-1 && PyErr_Occurred())) {
+                ptr = PyLong_FromUnsignedLongLong(base + off);
+                held = Py_None;
+                Py_INCREF(held);
+            }
+        } else if (PyTuple_Check(it) && PyTuple_Size(it) == 2) {  /* the stream's counters: (count, optional) */
+            held = PyObject_CallMethodObjArgs(g_stream_memory_mod, s_counters, dev, stream, PyTuple_GetItem(it, 0),
+                                              keep, Py_False, PyTuple_GetItem(it, 1), NULL);
+            ptr = held ? PyObject_GetAttr(held, s_ptr) : NULL;
+        } else if (PyTuple_Check(it) && PyTuple_Size(it) == 4) {  /* a result: (shape, dtype, strides, bytes) */
+            PyObject *block = PyObject_CallMethodObjArgs(g_alloc_mod, s_allocate_block, dev, PyTuple_GetItem(it, 3),
+                                                         stream, keep, Py_True, NULL);
+            ptr = block ? PyObject_GetAttr(block, s_ptr) : NULL;
+            held = ptr ? device_array(ptr, PyTuple_GetItem(it, 0), PyTuple_GetItem(it, 2), PyTuple_GetItem(it, 1), dev,
+                                      Py_False, block, stream) : NULL;
+            Py_XDECREF(block);
+        } else {
+            PyErr_SetString(PyExc_RuntimeError, "cudattn: a recorded allocation of an unexpected form");
+        }
+        int bad = held == NULL || ptr == NULL || PyList_Append(ptrs, ptr) || PyList_Append(made, held);
+        Py_XDECREF(held);
+        Py_XDECREF(ptr);
+        if (bad) goto fail;
+    }
+    if (PyList_Append(made, scratch ? scratch : Py_None)) goto fail;  /* held until the launches are queued */
+    Py_XDECREF(scratch);
+    Py_DECREF(dev);
     return made;
+fail:
+    Py_XDECREF(scratch);
+    Py_XDECREF(made);
+    Py_XDECREF(dev);
+    return NULL;
 }
 
 /* Launch the recorded steps; returns the result or NULL with an exception. */
@@ -558,10 +594,10 @@ static PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptr
     allocations = field(rep, F_ALLOCATIONS);
     if (allocations == NULL) goto done;
     if (PyObject_IsTrue(allocations)) {
-        PyObject *single = allocates ? field(rep, F_SINGLE) : NULL;  /* known outside capture */
-        if (allocates && single == NULL) goto done;
-        if (single != NULL && single != Py_None) {
-            made = allocate_single(single, device_id, consumer_o, keep, ptrs);
+        PyObject *native = allocates ? field(rep, F_NATIVE) : NULL;  /* known outside capture */
+        if (allocates && native == NULL) goto done;
+        if (native != NULL && native != Py_None) {
+            made = allocate_native(native, device_id, consumer_o, keep, ptrs);
         } else {
             PyObject *dev = PyLong_FromLong(device_id);
             PyObject *capturing = allocates ? Py_False : Py_None;
@@ -569,7 +605,7 @@ static PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptr
                        : NULL;
             Py_XDECREF(dev);
         }
-        Py_XDECREF(single);
+        Py_XDECREF(native);
         if (made == NULL) goto done;
     }
     steps = field(rep, F_STEPS);
@@ -968,6 +1004,7 @@ static PyObject *configure(PyObject *self, PyObject *d) {
         {"bound_hook", &g_bound_hook}, {"bind", &g_bind}, {"object_new", &g_object_new},
         {"known_jax_module", &g_known_jax_mod}, {"operands_module", &g_operands_mod}, {"jax_seen", &g_jax_seen},
         {"default_stream_refs", &g_default_refs}, {"alloc_module", &g_alloc_mod},
+        {"stream_memory_module", &g_stream_memory_mod},
     };
     for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
         PyObject *v = PyDict_GetItemString(d, items[i].name);
@@ -1163,7 +1200,7 @@ PyMODINIT_FUNC PyInit__warm(void) {
     INTERN(s_allocate, "_allocate"); INTERN(s_build, "build"); INTERN(s_get, "get");
     INTERN(s_kinds, "KINDS"); INTERN(s_recall, "recall"); INTERN(s_consumer_stream, "consumer_stream");
     INTERN(s_hold, "hold"); INTERN(s_dlpack, "__dlpack__"); INTERN(s_stream, "stream");
-    INTERN(s_allocate_block, "allocate");
+    INTERN(s_allocate_block, "allocate"); INTERN(s_counters, "counters"); INTERN(s_workspace, "workspace");
     if ((g_empty = PyTuple_New(0)) == NULL) return NULL;
     return PyModule_Create(&module);
 }

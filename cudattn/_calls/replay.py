@@ -105,7 +105,7 @@ class Replay:
     waits for them). Arrival counters (dtype COUNTERS) are the stream's too, or the graph's while
     the stream captures one."""
 
-    __slots__ = ("n_operands", "allocations", "steps", "results", "pair", "scratch_bytes", "counters", "single")
+    __slots__ = ("n_operands", "allocations", "steps", "results", "pair", "scratch_bytes", "counters", "native")
 
     def __init__(self, n_operands, allocations, steps, results, pair):
         self.n_operands = n_operands
@@ -122,16 +122,24 @@ class Replay:
                 offset += -(-math.prod(shape) * dtype.itemsize // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
         self.scratch_bytes = offset
         self.counters = any(dtype is COUNTERS or dtype is OPTIONAL_COUNTERS for _, dtype, _, _ in self.allocations)
-        # a call whose one allocation is its one result (no workspace, no counters): (shape, dtype,
-        # strides, bytes), which the compiled warm call allocates itself outside capture, as
-        # `_allocate` would (`_array.new_array` on a block of `_alloc.allocate`, reuse allowed)
-        self.single = None
-        if len(self.allocations) == 1 and not self.scratch_bytes and not self.counters:
-            shape, dtype, strides, offset = self.allocations[0]
-            nbytes = math.prod(shape) * dtype.itemsize
-            if offset is None and nbytes:  # a result
-                self.single = (shape, dtype, _c_strides(shape, dtype.itemsize) if strides is None else strides,
-                               nbytes)
+        # What the compiled warm call (`_warm.c`) allocates itself on a stream known not to capture,
+        # as `_allocate` does there: (scratch bytes, whether the stream's kept workspace serves them,
+        # per allocation in slot order a result's (shape, dtype, strides, bytes), a counters slot's
+        # (count, optional) or a workspace slice's offset). None where a result is empty: `_allocate`.
+        self.native = None
+        items = []
+        for shape, dtype, strides, offset in self.allocations:
+            if dtype is COUNTERS or dtype is OPTIONAL_COUNTERS:
+                items.append((shape[0], dtype is OPTIONAL_COUNTERS))
+            elif offset is not None:
+                items.append(offset)
+            elif math.prod(shape):
+                items.append((shape, dtype, _c_strides(shape, dtype.itemsize) if strides is None else strides,
+                              math.prod(shape) * dtype.itemsize))
+            else:
+                break
+        else:
+            self.native = (self.scratch_bytes, bool(self.scratch_bytes) and len(steps) == 1, tuple(items))
 
     def run(self, operands: list, ptrs: list, device_id: int, stream: int, keep: object,
             capturing: bool | None = None):

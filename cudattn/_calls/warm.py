@@ -11,10 +11,11 @@ checks send to the full path) comes back as :data:`MISS`, and `call.dispatch` ru
 path, which gives every error its message. Before a MISS the compiled path may have done what the
 Python path then does again, and nothing else: made the operands' device current (stream handles
 0-2), created cudattn's stream for a JAX call, asked JAX arrays for capsules with the call's
-stream. What needs Python's own rules is asked of the Python modules from C: the memory block of
-a call's one result (`_arrays.alloc.allocate`; the array around it is made in C, as
-`_arrays.array.new_array` makes it), any other allocation (`replay.Replay._allocate`), argument
-blocks not built before (`replay._Step.build`) and a JAX array's hold (`lifetime.hold`). A JAX
+stream. What needs Python's own rules is asked of the Python modules from C: the memory blocks of
+a call's results (`_arrays.alloc.allocate`; the arrays around them are made in C, as
+`_arrays.array.new_array` makes them), the stream's counters and workspace (`_arrays.stream_memory`;
+`replay.Replay.native` lists what a call takes), argument blocks not built before
+(`replay._Step.build`) and a JAX array's hold (`lifetime.hold`). A JAX
 array imported before is recalled in C by `known_jax.recall`'s rule, and a call whose first
 operand is one runs on cudattn's stream of its device as `operands.consumer_stream` says, the
 Python functions asked where C finds nothing.
@@ -35,6 +36,7 @@ from .._arrays import alloc as _alloc
 from .._arrays import known_jax as _known_jax
 from .._arrays import importer as _importer
 from .._arrays import lifetime as _lifetime
+from .._arrays import stream_memory as _stream_memory
 from .._arrays.array import DeviceArray
 from .._kernels import alibi_shift as _alibi_shift
 from .._kernels import sm_margin as _sm_margin
@@ -131,5 +133,6 @@ def configure(call_module, recorded_call: type) -> None:
         "object_new": object.__new__, "replay_class": _replay.Replay, "step_class": _replay._Step,
         "known_jax_module": _known_jax, "operands_module": _operands, "jax_seen": _known_jax._seen,
         "default_stream_refs": _stream._default_stream_refs, "alloc_module": _alloc,
+        "stream_memory_module": _stream_memory,
     })
     run = _native.run
