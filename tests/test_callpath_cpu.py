@@ -58,11 +58,13 @@ def world(request, monkeypatch):
     """Faked launch (logs stream and params), stream waits and holds; no device needed. Run twice:
     warm calls on the Python path, and on the compiled one (`_calls.warm`, its driver entry points
     faked alike), which must launch the same and leave to the Python path what it does not take."""
-    log = {"launches": [], "waits": [], "holds": [], "full": 0, "compiled": 0}
+    log = {"launches": [], "waits": [], "holds": [], "full": 0, "compiled": 0, "params": [], "params_bytes": 0}
 
     def launch(function, gx, gy, gz, bx, by, bz, smem, stream, argv, extra):
         params = _Params.from_address(ctypes.c_void_p.from_address(argv).value)
         log["launches"].append((stream, params.q, params.o, params.n))
+        if log["params_bytes"]:  # a test whose params are longer than _Params
+            log["params"].append(ctypes.string_at(ctypes.addressof(params), log["params_bytes"]))
         return (0,)
 
     monkeypatch.setattr(_launch, "_cuLaunchKernel", launch)
@@ -392,6 +394,54 @@ def test_a_replay_with_counters_and_a_workspace_takes_the_streams_own_on_either_
     assert [x[1:3] for x in world["launches"][-2:]] == [(0xA0000 + 768, 0xC0000)] * 2
     for r in results:
         assert type(r) is DeviceArray and r.ptr == r.owner.ptr and r.shape == q.shape and r.stream_handle == CONSUMER
+
+
+def test_a_replay_writes_each_tensor_map_re_addressed_for_its_operand(world, monkeypatch):
+    """A launch whose params carry a TMA map of an operand gets, for new addresses, the map
+    re-addressed (`_kernels.tma.replace_address`, asked once an address) at the map's place, and the
+    plain pointers beside it; on the compiled path too, which builds the block itself from the maps
+    already re-addressed."""
+    from cudattn._kernels import tma as _tma
+
+    class _WithMap(ctypes.Structure):
+        _fields_ = [("q", ctypes.c_void_p), ("o", ctypes.c_void_p), ("n", ctypes.c_int32), ("pad", ctypes.c_int32),
+                    ("map", ctypes.c_ubyte * 128)]
+
+    def raw_map(ptr):  # a stand-in map: the address, then a pattern
+        return ptr.to_bytes(8, "little") + bytes(range(120))
+
+    replaced = []
+    monkeypatch.setattr(_tma, "replace_address", lambda raw, ptr: replaced.append(ptr) or raw_map(ptr))
+    world["params_bytes"] = ctypes.sizeof(_WithMap)
+
+    def full(call, args, qa, oa):
+        rec = _recording.current()
+        if rec is None:
+            world["full"] += 1
+        else:
+            rec.tensor_map(qa.ptr, raw_map(qa.ptr))
+        params = _WithMap(qa.ptr, oa.ptr, 5, 0, (ctypes.c_ubyte * 128)(*raw_map(qa.ptr)))
+        _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, CONSUMER, params)
+        return oa
+
+    def call(q, o):
+        return dispatch("mapped", [q, o], ("q", "out"), None, (), None, full, None, tensors=2, out_index=1,
+                        allocates=False)
+
+    python_builds = []
+    real_build = _replay._Step.build
+    monkeypatch.setattr(_replay._Step, "build", lambda self, *a: python_builds.append(1) or real_build(self, *a))
+    call(_array(0x10000), _array(0x20000))
+    python_builds.clear()
+    combos = [(qp, 0x100000 * (rnd + 1) + qp) for rnd in range(2) for qp in (0x30000, 0x40000)]
+    for qp, op in combos:  # the second round: the maps' addresses seen, new outputs
+        call(_array(qp), _array(op))
+    assert world["full"] == 1 and world["compiled"] == (4 if _warm.run is not None else 0)
+    assert replaced == [0x30000, 0x40000]  # each new address re-addressed once, then taken from the cache
+    assert len(python_builds) == (2 if _warm.run is not None else 4)  # C builds blocks of maps seen before
+    for raw, (qp, op) in zip(world["params"][-4:], combos):
+        w = _WithMap.from_buffer_copy(raw)
+        assert (w.q, w.o, w.n, bytes(w.map)) == (qp, op, 5, raw_map(qp))
 
 
 def test_torch_operands_on_the_compiled_path_as_on_the_python_path(world, monkeypatch):

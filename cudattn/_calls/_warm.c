@@ -181,14 +181,14 @@ enum {
     F_PTR, F_SHAPE, F_STRIDES, F_DTYPE, F_DEVICE_ID, F_READONLY, F_STREAM_HANDLE, F_OWNER,  /* DeviceArray */
     F_REPLAY, F_NONEMPTY, F_OUT_INDEX, F_OUT_SPAN, F_INPUTS, F_MORE,                         /* RecordedCall */
     F_ALLOCATIONS, F_STEPS, F_RESULTS, F_PAIR, F_NATIVE,                                     /* Replay */
-    F_BUILT, F_SLOTS, F_LAUNCH_ARGS,                                                         /* _Step */
+    F_BUILT, F_SLOTS, F_LAUNCH_ARGS, F_TEMPLATE, F_POINTERS, F_MAPS,                         /* _Step */
     F_COUNT
 };
 static const char *g_field_names[F_COUNT] = {
     "ptr", "shape", "strides", "dtype", "device_id", "readonly", "stream_handle", "owner",
     "replay", "nonempty", "out_index", "out_span", "inputs", "more",
     "allocations", "steps", "results", "pair", "native",
-    "built", "slots", "launch_args",
+    "built", "slots", "launch_args", "template", "pointers", "maps",
 };
 static PyObject *g_fields[F_COUNT];
 static descrgetfunc g_member_get;
@@ -587,6 +587,67 @@ fail:
     return NULL;
 }
 
+#define MAP_BYTES 128   /* a CUtensorMap (`_kernels.tma.TENSOR_MAP_BYTES`) */
+#define BUILT_MAX 64    /* `replay._BUILT_MAX` */
+
+/* `_Step.build` for the operands at `ptrs`, where every tensor map's address was re-addressed before
+ * (the maps' `seen` caches): the argument block in one bytes object (the kernel-argument array, one
+ * pointer to the params, then the params: the template with the addresses written in), published in
+ * `built` under `key` as the Python entry is, (argv address, holder, holder). A new reference, or
+ * NULL with no exception where a map has not been seen (`_Step.build` asks the driver), or with one. */
+static PyObject *build_entry(PyObject *st, PyObject *ptrs, PyObject *key, PyObject *built) {
+    PyObject *tpl = field(st, F_TEMPLATE), *pointers = field(st, F_POINTERS), *maps = field(st, F_MAPS);
+    PyObject *buf = NULL, *entry = NULL, *addr = NULL;
+    if (tpl == NULL || pointers == NULL || maps == NULL) goto done;
+    if (!PyBytes_Check(tpl) || !PyTuple_Check(pointers) || !PyTuple_Check(maps)) goto bad;
+    Py_ssize_t n = PyBytes_Size(tpl);
+    if ((buf = PyBytes_FromStringAndSize(NULL, 8 + n)) == NULL) goto done;
+    char *d = PyBytes_AsString(buf), *params = d + 8;
+    memcpy(params, PyBytes_AsString(tpl), (size_t)n);
+    for (Py_ssize_t i = 0; i < PyTuple_Size(pointers) + PyTuple_Size(maps); i++) {
+        int is_map = i >= PyTuple_Size(pointers);
+        PyObject *e = is_map ? PyTuple_GetItem(maps, i - PyTuple_Size(pointers)) : PyTuple_GetItem(pointers, i);
+        if (!PyTuple_Check(e) || PyTuple_Size(e) < (is_map ? 5 : 3)) goto bad;
+        long long off = PyLong_AsLongLong(PyTuple_GetItem(e, 0)), delta = PyLong_AsLongLong(PyTuple_GetItem(e, 2));
+        Py_ssize_t slot = PyLong_AsSsize_t(PyTuple_GetItem(e, 1));
+        unsigned long long base = 0;
+        if (PyErr_Occurred()) goto done;
+        if (off < 0 || off + (is_map ? MAP_BYTES : 8) > n || slot < 0 || slot >= PyList_Size(ptrs) ||
+            !as_u64(PyList_GetItem(ptrs, slot), &base)) goto bad;
+        unsigned long long v = base + (unsigned long long)delta;
+        if (!is_map) {
+            memcpy(params + off, &v, 8);
+            continue;
+        }
+        PyObject *seen = PyTuple_GetItem(e, 4);
+        addr = PyLong_FromUnsignedLongLong(v);
+        PyObject *m = addr && PyDict_Check(seen) ? PyDict_GetItemWithError(seen, addr) : NULL;  /* borrowed */
+        Py_CLEAR(addr);
+        if (m == NULL) goto done;  /* not seen (no exception): the Python build asks the driver */
+        if (!PyBytes_Check(m) || PyBytes_Size(m) != MAP_BYTES) goto bad;
+        memcpy(params + off, PyBytes_AsString(m), MAP_BYTES);
+    }
+    {
+        unsigned long long pa = (unsigned long long)(uintptr_t)params;
+        memcpy(d, &pa, 8);
+        PyObject *argv = PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)d);
+        entry = argv ? PyTuple_Pack(3, argv, buf, buf) : NULL;
+        Py_XDECREF(argv);
+        if (entry == NULL) goto done;
+        if (PyDict_Size(built) >= BUILT_MAX) PyDict_Clear(built);  /* many combinations: start over, bounded */
+        if (PyDict_SetItem(built, key, entry) < 0) Py_CLEAR(entry);  /* whole before it is published */
+    }
+    goto done;
+bad:
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "cudattn: a recorded launch of an unexpected form");
+done:
+    Py_XDECREF(buf);
+    Py_XDECREF(tpl);
+    Py_XDECREF(pointers);
+    Py_XDECREF(maps);
+    return entry;
+}
+
 /* Launch the recorded steps; returns the result or NULL with an exception. */
 static PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptrs, long device_id,
                         unsigned long long consumer, PyObject *consumer_o, PyObject *keep, int allocates) {
@@ -618,6 +679,8 @@ static PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptr
          * thread may drop it from `built` while this one waits for the driver without the GIL */
         PyObject *entry = key && built ? PyDict_GetItemWithError(built, key) : NULL;
         Py_XINCREF(entry);
+        if (entry == NULL && !PyErr_Occurred() && key != NULL && built != NULL && PyDict_Check(built))
+            entry = build_entry(st, ptrs, key, built);
         if (entry == NULL && !PyErr_Occurred() && key != NULL) {
             PyObject *dev = PyLong_FromLong(device_id);
             entry = dev ? PyObject_CallMethodObjArgs(st, s_build, ptrs, dev, NULL) : NULL;
