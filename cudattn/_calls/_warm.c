@@ -601,8 +601,9 @@ static PyObject *build_entry(PyObject *st, PyObject *ptrs, PyObject *key, PyObje
     if (tpl == NULL || pointers == NULL || maps == NULL) goto done;
     if (!PyBytes_Check(tpl) || !PyTuple_Check(pointers) || !PyTuple_Check(maps)) goto bad;
     Py_ssize_t n = PyBytes_Size(tpl);
-    if ((buf = PyBytes_FromStringAndSize(NULL, 8 + n)) == NULL) goto done;
-    char *d = PyBytes_AsString(buf), *params = d + 8;
+    if ((buf = PyBytes_FromStringAndSize(NULL, 8 + 63 + n)) == NULL) goto done;
+    /* the params 64-byte aligned, as a CUtensorMap in them is declared (the driver copies them) */
+    char *d = PyBytes_AsString(buf), *params = (char *)(((uintptr_t)d + 8 + 63) & ~(uintptr_t)63);
     memcpy(params, PyBytes_AsString(tpl), (size_t)n);
     for (Py_ssize_t i = 0; i < PyTuple_Size(pointers) + PyTuple_Size(maps); i++) {
         int is_map = i >= PyTuple_Size(pointers);
