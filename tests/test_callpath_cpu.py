@@ -276,6 +276,18 @@ def test_the_compiled_path_leaves_recordings_and_capture_to_python_and_makes_the
     _warm._native.set_driver(0, 0)  # before the fakes go
 
 
+def _recorded_then_warm_twice(world, call, q, between, generic, launches=1):
+    """One call of ``call(q)`` that records, ``between()``, then two warm calls (``launches`` each):
+    their results. Both warm calls were served by the compiled path where it is present, without the
+    Python replay's allocations (``generic`` counts those), or by the Python replay."""
+    call(q)
+    between()
+    results = [call(q) for _ in range(2)]
+    assert world["full"] == 1 and world["compiled"] == (2 * launches if _warm.run is not None else 0)
+    assert len(generic) == (0 if _warm.run is not None else 2)
+    return results
+
+
 @pytest.mark.parametrize("outputs", [1, 2])
 def test_a_replay_that_allocates_makes_the_arrays_the_full_path_made(world, monkeypatch, outputs):
     """A warm call that allocates its result takes its block from `_arrays.alloc.allocate` (reuse
@@ -315,11 +327,7 @@ def test_a_replay_that_allocates_makes_the_arrays_the_full_path_made(world, monk
                         allocates=True)
 
     q = _array(0x10000)
-    call(q)
-    blocks.clear()
-    results = [call(q) for _ in range(2)]
-    assert world["full"] == 1 and world["compiled"] == (2 if _warm.run is not None else 0)
-    assert len(generic) == (0 if _warm.run is not None else 2)
+    results = _recorded_then_warm_twice(world, call, q, blocks.clear, generic)
     assert [b.args for b in blocks] == [(0, 2 * 64 * 4 * 64 * 2, CONSUMER, None, True)] * (2 * outputs)
     assert [x[2] for x in world["launches"][-2:]] == [blocks[outputs - 1].ptr, blocks[2 * outputs - 1].ptr]
     for i, r in enumerate(results):
@@ -329,11 +337,14 @@ def test_a_replay_that_allocates_makes_the_arrays_the_full_path_made(world, monk
                 (q.shape, q.strides, F16, 0, CONSUMER, False)
 
 
-def test_a_replay_with_counters_and_a_workspace_takes_the_streams_own_on_either_path(world, monkeypatch):
+@pytest.mark.parametrize("launches, optional", [(1, True), (2, False)])
+def test_a_replay_with_counters_and_a_workspace_takes_the_streams_own_on_either_path(world, monkeypatch, launches,
+                                                                                     optional):
     """A warm call whose one kernel also needs zeroed counters and a workspace (the causal Hopper
     prefill's tile counters, split-KV decode) takes the stream's kept ones from `_arrays.stream_memory`,
     told that the stream does not capture, with the result's block after them in slot order; the
-    launch gets their addresses (the workspace's slice at its offset). The compiled path does this
+    launch gets their addresses (the workspace's slice at its offset). A call of two launches takes
+    a workspace of its own instead (`_arrays.alloc`, reuse allowed). The compiled path does this
     without the Python replay."""
     from cudattn._arrays import alloc as _alloc
     from cudattn._arrays import array as _arraymod
@@ -374,8 +385,9 @@ def test_a_replay_with_counters_and_a_workspace_takes_the_streams_own_on_either_
             world["full"] += 1
         out = _arraymod.new_array(qa.shape, qa.dtype, qa.device_id, call.consumer, call.keep, None, True)
         ws = [_arraymod.new_array((300,), F16, qa.device_id, call.consumer, call.keep, None, True) for _ in range(2)]
-        ctr = _sm.counters(qa.device_id, call.consumer, 2, call.keep, None, True)
-        _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, call.consumer, _Params(ws[1].ptr, ctr.ptr, 5, 0))
+        ctr = _sm.counters(qa.device_id, call.consumer, 2, call.keep, None, optional)
+        for _ in range(launches):
+            _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, call.consumer, _Params(ws[1].ptr, ctr.ptr, 5, 0))
         return out
 
     def call(q):
@@ -383,15 +395,12 @@ def test_a_replay_with_counters_and_a_workspace_takes_the_streams_own_on_either_
                         allocates=True)
 
     q = _array(0x10000)
-    call(q)
-    asked.clear()
-    results = [call(q) for _ in range(2)]
-    assert world["full"] == 1 and world["compiled"] == (2 if _warm.run is not None else 0)
-    assert len(generic) == (0 if _warm.run is not None else 2)
+    results = _recorded_then_warm_twice(world, call, q, asked.clear, generic, launches)
     nbytes = 2 * 64 * 4 * 64 * 2
-    assert asked == [("workspace", 2 * 768, CONSUMER, False), ("block", nbytes, CONSUMER, True),
-                     ("counters", 2, CONSUMER, False, True)] * 2
-    assert [x[1:3] for x in world["launches"][-2:]] == [(0xA0000 + 768, 0xC0000)] * 2
+    scratch = ("workspace", 2 * 768, CONSUMER, False) if launches == 1 else ("block", 2 * 768, CONSUMER, True)
+    assert asked == [scratch, ("block", nbytes, CONSUMER, True), ("counters", 2, CONSUMER, False, optional)] * 2
+    ws = 0xA0000 if launches == 1 else 0x100000 * (len(asked) // 2 + 1)  # own: the last call's first block
+    assert [x[1:3] for x in world["launches"][-launches:]] == [(ws + 768, 0xC0000)] * launches
     for r in results:
         assert type(r) is DeviceArray and r.ptr == r.owner.ptr and r.shape == q.shape and r.stream_handle == CONSUMER
 

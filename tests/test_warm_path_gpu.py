@@ -25,7 +25,8 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def _trace(fn):
-    """``(modules in the order first entered, edges (caller module, callee module))`` of ``fn()``."""
+    """``(modules in the order first entered, edges (caller module, callee module), calls the compiled
+    warm path served)`` of ``fn()``."""
     order: list[str] = []
     edges: set[tuple[str, str]] = set()
 
@@ -42,12 +43,15 @@ def _trace(fn):
         if caller.startswith("cudattn") and caller != callee:
             edges.add((caller, callee))
 
+    stats = _warm._native.stats if _warm.available() else None  # calls the compiled path served
+    if stats is not None:
+        stats(True)
     sys.setprofile(profile)
     try:
         fn()
     finally:
         sys.setprofile(None)
-    return order, edges
+    return order, edges, (stats(True)[0] if stats is not None else 0)
 
 
 def _rand(shape, dtype, rng):
@@ -67,11 +71,11 @@ def _below(module: str) -> set[str]:
     return seen
 
 
-def _replayed(order) -> bool:
-    """The recorded plan ran: through `_calls.replay` (the Python path), or from the compiled warm
-    path, which `_calls.call` hands the call to and which enters Python only for the call's memory
-    and for argument blocks whose tensor maps it cannot re-address."""
-    return "cudattn._calls.replay" in order or (_warm.available() and "cudattn._calls.call" in order)
+def _replayed(order, served) -> bool:
+    """The recorded plan ran: through `_calls.replay` (the Python path), or served by the compiled
+    warm path, which enters Python only for the call's memory and for argument blocks whose tensor
+    maps need an address it has not seen."""
+    return "cudattn._calls.replay" in order or served == 1
 
 
 def _check_one_direction(order, edges):
@@ -83,9 +87,9 @@ def test_a_warm_attention_call_goes_down_the_layers_once():
     rng = np.random.default_rng(7)
     q, k, v = (_rand((2, 203, 4, 64), BF16, rng) for _ in range(3))
     cudattn.attention(q, k, v, causal=True)  # cold: validates, plans, records
-    order, edges = _trace(lambda: cudattn.attention(q, k, v, causal=True))
+    order, edges, served = _trace(lambda: cudattn.attention(q, k, v, causal=True))
     print("\nattention, warm:", " -> ".join(order))
-    assert order[0] == "cudattn._ops.attention" and _replayed(order), order
+    assert order[0] == "cudattn._ops.attention" and _replayed(order, served), order
     assert not any(m.startswith(("cudattn._spec", "cudattn._numpy")) for m in order), \
         f"a warm call validated or took the NumPy path again: {order}"
     _check_one_direction(order, edges)
@@ -97,8 +101,8 @@ def test_a_warm_kvcache_call_goes_down_the_layers_once():
     kc, vc = (_rand((2, 1024, 2, 128), BF16, rng) for _ in range(2))
     lens = cudattn.to_device(np.array([700, 1013], np.int32))
     cudattn.attention_with_kvcache(q, kc, vc, cache_seqlens=lens)
-    order, edges = _trace(lambda: cudattn.attention_with_kvcache(q, kc, vc, cache_seqlens=lens))
+    order, edges, served = _trace(lambda: cudattn.attention_with_kvcache(q, kc, vc, cache_seqlens=lens))
     print("\nattention_with_kvcache, warm:", " -> ".join(order))
-    assert order[0] == "cudattn._ops.kvcache" and _replayed(order), order
+    assert order[0] == "cudattn._ops.kvcache" and _replayed(order, served), order
     assert not any(m.startswith(("cudattn._spec", "cudattn._numpy")) for m in order), order
     _check_one_direction(order, edges)

@@ -8,7 +8,9 @@
  * operand's facts (a JAX array's as `known_jax.recall` does: what its import found, and a capsule
  * asked of JAX with the call's stream), builds the key, finds the recorded call, makes the per-call
  * address checks, makes the call's allocations (results, the stream's counters and workspace: as the
- * Python replay makes them outside capture), asks for an argument block not built before, launches through
+ * Python replay makes them outside capture; a call given `out=` that still needs a workspace or
+ * counters asks the Python replay), builds an argument block not built before (asking the Python
+ * replay where a tensor map's address is new), launches through
  * the driver's `cuLaunchKernel`, and holds JAX operands until the work is done (`lifetime.hold`, whose
  * event calls go through this module's entry points once bound: `event_record`, `event_query`,
  * `capture_mode`).
@@ -546,7 +548,10 @@ static PyObject *allocate_native(PyObject *native, long device_id, PyObject *str
         PyObject *p = scratch ? PyObject_GetAttr(scratch, s_ptr) : NULL;
         int ok = p != NULL && as_u64(p, &base);
         Py_XDECREF(p);
-        if (!ok) goto fail;
+        if (!ok) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "cudattn: a workspace without an address");
+            goto fail;
+        }
     }
     for (Py_ssize_t i = 0; i < PyTuple_Size(items); i++) {
         PyObject *it = PyTuple_GetItem(items, i), *held = NULL, *ptr = NULL;
@@ -593,7 +598,8 @@ fail:
 /* `_Step.build` for the operands at `ptrs`, where every tensor map's address was re-addressed before
  * (the maps' `seen` caches): the argument block in one bytes object (the kernel-argument array, one
  * pointer to the params, then the params: the template with the addresses written in), published in
- * `built` under `key` as the Python entry is, (argv address, holder, holder). A new reference, or
+ * `built` under `key` as the Python entry is: (argv address, then what holds it; only the address is
+ * read, by either path, and the holders keep the memory while the entry is held). A new reference, or
  * NULL with no exception where a map has not been seen (`_Step.build` asks the driver), or with one. */
 static PyObject *build_entry(PyObject *st, PyObject *ptrs, PyObject *key, PyObject *built) {
     PyObject *tpl = field(st, F_TEMPLATE), *pointers = field(st, F_POINTERS), *maps = field(st, F_MAPS);
@@ -604,15 +610,18 @@ static PyObject *build_entry(PyObject *st, PyObject *ptrs, PyObject *key, PyObje
     if ((buf = PyBytes_FromStringAndSize(NULL, 8 + 63 + n)) == NULL) goto done;
     /* the params 64-byte aligned, as a CUtensorMap in them is declared (the driver copies them) */
     char *d = PyBytes_AsString(buf), *params = (char *)(((uintptr_t)d + 8 + 63) & ~(uintptr_t)63);
+    memset(d, 0, (size_t)(8 + 63 + n));
     memcpy(params, PyBytes_AsString(tpl), (size_t)n);
     for (Py_ssize_t i = 0; i < PyTuple_Size(pointers) + PyTuple_Size(maps); i++) {
         int is_map = i >= PyTuple_Size(pointers);
         PyObject *e = is_map ? PyTuple_GetItem(maps, i - PyTuple_Size(pointers)) : PyTuple_GetItem(pointers, i);
         if (!PyTuple_Check(e) || PyTuple_Size(e) < (is_map ? 5 : 3)) goto bad;
-        long long off = PyLong_AsLongLong(PyTuple_GetItem(e, 0)), delta = PyLong_AsLongLong(PyTuple_GetItem(e, 2));
-        Py_ssize_t slot = PyLong_AsSsize_t(PyTuple_GetItem(e, 1));
+        long long off = PyLong_AsLongLong(PyTuple_GetItem(e, 0)), delta = 0;
+        Py_ssize_t slot = -1;
+        if (PyErr_Occurred() || ((delta = PyLong_AsLongLong(PyTuple_GetItem(e, 2))) == -1 && PyErr_Occurred()) ||
+            ((slot = PyLong_AsSsize_t(PyTuple_GetItem(e, 1))) == -1 && PyErr_Occurred()))
+            goto done;
         unsigned long long base = 0;
-        if (PyErr_Occurred()) goto done;
         if (off < 0 || off + (is_map ? MAP_BYTES : 8) > n || slot < 0 || slot >= PyList_Size(ptrs) ||
             !as_u64(PyList_GetItem(ptrs, slot), &base)) goto bad;
         unsigned long long v = base + (unsigned long long)delta;

@@ -67,8 +67,8 @@ class _Step:
 
     def build(self, ptrs: list, device_id: int) -> tuple:
         """A new entry of ``built`` for the operands at ``ptrs`` (a combination not in it, where
-        `Replay.run` looks first): (address of the ``void*[1]`` kernel-argument array, that array, the
-        params buffer). The caller holds the entry until its launch is queued: another thread may
+        `Replay.run` looks first): (address of the ``void*[1]`` kernel-argument array, then what holds
+        that array and the params buffer; only the address is read). The caller holds the entry until its launch is queued: another thread may
         drop it from ``built`` meanwhile, and the driver reads the buffer during the launch. (The
         compiled warm path builds an entry of the same form itself where every map's address is in
         its ``seen`` cache already, and comes here for the rest.)"""

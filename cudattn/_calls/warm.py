@@ -14,8 +14,9 @@ Python path then does again, and nothing else: made the operands' device current
 stream. What needs Python's own rules is asked of the Python modules from C: the memory blocks of
 a call's results (`_arrays.alloc.allocate`; the arrays around them are made in C, as
 `_arrays.array.new_array` makes them), the stream's counters and workspace (`_arrays.stream_memory`;
-`replay.Replay.native` lists what a call takes), argument blocks not built before
-(`replay._Step.build`) and a JAX array's hold (`lifetime.hold`). A JAX
+`replay.Replay.native` lists what a call takes; a call given ``out=`` that still needs either asks
+`replay.Replay._allocate`), argument blocks whose tensor maps need an address not seen before
+(`replay._Step.build`; the others are built in C) and a JAX array's hold (`lifetime.hold`). A JAX
 array imported before is recalled in C by `known_jax.recall`'s rule, and a call whose first
 operand is one runs on cudattn's stream of its device as `operands.consumer_stream` says, the
 Python functions asked where C finds nothing.
