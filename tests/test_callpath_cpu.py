@@ -116,6 +116,32 @@ def test_a_replay_passes_the_new_addresses(world):
     assert world["compiled"] == (2 if _warm.run is not None else 0), "the warm calls' path"
 
 
+def test_a_torch_stream_object_is_remembered_by_its_type_and_identity_only(world, monkeypatch):
+    """A ``stream=`` object of torch's stream types names one stream for its life: the compiled path
+    may remember the last one's handle. Another object of that type gets its own stream; an object
+    of another type is asked each call (its handle may change), as the Python path asks it."""
+    from cudattn._runtime import stream as _stream
+
+    TorchLike = type("Stream", (), {"__module__": "torch.cuda.streams"})
+    Other = type("Stream", (), {"__module__": "somewhere.else"})
+
+    def stream_of(cls, handle):
+        s = cls()
+        s.cuda_stream = handle
+        return s
+
+    t1, t2, other = stream_of(TorchLike, CONSUMER), stream_of(TorchLike, PRODUCER), stream_of(Other, CONSUMER)
+    for s, at in ((t1, CONSUMER), (t1, CONSUMER), (t2, PRODUCER), (t1, CONSUMER), (other, CONSUMER)):
+        _call(world, _array(0x10000, stream=at), _array(0x90000, stream=at), stream=s)
+        assert world["launches"][-1][0] == at
+    other.cuda_stream = PRODUCER  # a handle that changes: the next call follows it
+    _call(world, _array(0x10000, stream=PRODUCER), _array(0x90000, stream=PRODUCER), stream=other)
+    assert world["launches"][-1][0] == PRODUCER and world["full"] == 1 and not world["waits"]
+    assert world["compiled"] == (5 if _warm.run is not None else 0)
+    assert TorchLike in _stream.FIXED_HANDLE_TYPES and Other not in _stream.FIXED_HANDLE_TYPES
+    _stream.FIXED_HANDLE_TYPES.discard(TorchLike)
+
+
 def test_a_misaligned_address_takes_the_full_path(world):
     _call(world, _array(0x10000), _array(0x90000))
     _call(world, _array(0x10008), _array(0x90000))

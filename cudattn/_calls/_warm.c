@@ -65,6 +65,8 @@ static PyObject *g_jax_seen, *g_default_refs, *g_empty;  /* `known_jax._seen`, `
 static PyObject *g_miss, *g_device_array, *g_recorded_call, *g_call_mod, *g_traits_mod, *g_margin_local,
     *g_shift_local, *g_recording_mod, *g_lifetime_mod, *g_device_mod, *g_accessors_mod, *g_importer_mod,
     *g_as_stream, *g_cupy_stream, *g_launch_failed, *g_bind, *g_bound_hook, *g_object_new;
+static PyObject *g_fixed_types;  /* `stream.FIXED_HANDLE_TYPES` */
+static PyObject *g_fixed_stream, *g_fixed_handle;  /* the last `stream=` object of such a type, and its handle */
 
 /* Interned attribute names. */
 static PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonly, *s_stream_handle, *s_owner,
@@ -864,6 +866,11 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         consumer_o = stream;
         Py_INCREF(Py_None);
         keep = Py_None;
+    } else if (stream == g_fixed_stream) {  /* the stream object seen last, of a type whose handle is fixed */
+        Py_INCREF(g_fixed_handle);
+        consumer_o = g_fixed_handle;
+        Py_INCREF(stream);
+        keep = stream;
     } else {
         PyObject *ref = PyObject_CallFunctionObjArgs(g_as_stream, stream, Py_None, NULL);
         if (ref == NULL) MISS();
@@ -871,6 +878,17 @@ static PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         keep = PyObject_GetAttr(ref, s_obj);
         Py_DECREF(ref);
         if (consumer_o == NULL || keep == NULL) MISS();
+        int fixed = PyLong_CheckExact(consumer_o) && keep == stream ? PySet_Contains(g_fixed_types, (PyObject *)Py_TYPE(stream)) : 0;
+        if (fixed < 0) MISS();
+        if (fixed) {  /* remembered while held here: its address cannot pass to another object meanwhile */
+            PyObject *old_s = g_fixed_stream, *old_h = g_fixed_handle;
+            Py_INCREF(stream);
+            Py_INCREF(consumer_o);
+            g_fixed_stream = stream;
+            g_fixed_handle = consumer_o;
+            Py_XDECREF(old_s);
+            Py_XDECREF(old_h);
+        }
     }
     if (!as_u64(consumer_o, &consumer) || consumer > (unsigned long long)LLONG_MAX) MISS();
     if (stream != Py_None || jax_first) {
@@ -1077,7 +1095,7 @@ static PyObject *configure(PyObject *self, PyObject *d) {
         {"bound_hook", &g_bound_hook}, {"bind", &g_bind}, {"object_new", &g_object_new},
         {"known_jax_module", &g_known_jax_mod}, {"operands_module", &g_operands_mod}, {"jax_seen", &g_jax_seen},
         {"default_stream_refs", &g_default_refs}, {"alloc_module", &g_alloc_mod},
-        {"stream_memory_module", &g_stream_memory_mod},
+        {"stream_memory_module", &g_stream_memory_mod}, {"fixed_handle_types", &g_fixed_types},
     };
     for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
         PyObject *v = PyDict_GetItemString(d, items[i].name);

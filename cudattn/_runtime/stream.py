@@ -69,6 +69,13 @@ class StreamRef:
         return f"StreamRef(handle={self.handle:#x}, obj={type(self.obj).__name__})"
 
 
+# Types whose objects name one stream for their whole life: torch's streams (their handle is read-only,
+# and the CUDA stream behind one from torch's pool is never destroyed). The compiled warm call may
+# remember the handle of the last such object passed as ``stream=`` while it holds that object.
+FIXED_HANDLE_TYPES: set[type] = set()
+_FIXED_HANDLE_MODULES = ("torch.cuda.streams", "torch.cuda")
+
+
 _streams_lock = threading.Lock()
 _default_streams: dict[int, object] = {}  # device id -> cuda.core Stream
 _default_stream_refs: dict[int, StreamRef] = {}  # device id -> StreamRef of that stream
@@ -162,14 +169,20 @@ def as_stream(stream, device) -> StreamRef:
             ) from None
         if version != 0:
             raise TypeError(f"stream: unsupported __cuda_stream__ protocol version {version!r} (expected 0)")
-        return StreamRef(_handle_int(handle, stream), stream)
+        return _object_ref(_handle_int(handle, stream), stream, t)
     handle = getattr(stream, "cuda_stream", None)
     if handle is not None and not isinstance(handle, bool) and isinstance(handle, int):
-        return StreamRef(_handle_int(handle, stream), stream)
+        return _object_ref(_handle_int(handle, stream), stream, t)
     # NumPy integers and other int-likes, last so that the common cases stay fast.
     if isinstance(stream, numbers.Integral):
         return as_stream(operator.index(stream), device)
     raise _type_error(stream)
+
+
+def _object_ref(handle: int, stream, t: type) -> StreamRef:
+    if t.__module__ in _FIXED_HANDLE_MODULES and t not in FIXED_HANDLE_TYPES:
+        FIXED_HANDLE_TYPES.add(t)
+    return StreamRef(handle, stream)
 
 
 def _handle_int(handle, stream) -> int:
