@@ -6,17 +6,22 @@ builds the wheel and checks). ``nvrtc_cache`` (the NVRTC compile cache) stays a 
 it knows nothing of attention and is used by cudattn through its public API only.
 
 One C extension, ``cudattn._calls._warm`` (the warm call path; see cudattn/_calls/warm.py), is
-built against the stable ABI (one build for Python 3.10 and newer) and is optional: where no C
+built against the stable ABI (one build for Python 3.10 and newer) from the files of
+cudattn/_calls/_warm_c/, its symbols hidden but for the module's init, and is optional: where no C
 compiler is found, the build goes on without it and every call takes the Python path. It links
 nothing of CUDA (the driver's entry points are looked up at run time).
 """
 
 from setuptools import Extension, find_packages, setup
 
+_WARM = "cudattn/_calls/_warm_c"  # the extension's sources, one file a role (warm.h says which)
+_WARM_FILES = ("module", "run", "operands", "replay", "driver")
+
 setup(
     packages=[*find_packages(include=["cudattn", "cudattn.*", "nvrtc_cache", "nvrtc_cache.*"]), "cudattn.cu_src"],
     package_dir={"cudattn.cu_src": "cu_src"},
-    ext_modules=[Extension("cudattn._calls._warm", ["cudattn/_calls/_warm.c"], py_limited_api=True, optional=True,
-                           define_macros=[("Py_LIMITED_API", "0x030A0000")], extra_compile_args=["-O2"])],
+    ext_modules=[Extension("cudattn._calls._warm", [f"{_WARM}/{n}.c" for n in _WARM_FILES], py_limited_api=True,
+                           optional=True, depends=[f"{_WARM}/warm.h"], define_macros=[("Py_LIMITED_API", "0x030A0000")],
+                           extra_compile_args=["-O2", "-fvisibility=hidden"])],
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

@@ -124,7 +124,7 @@ class Replay:
                 offset += -(-math.prod(shape) * dtype.itemsize // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
         self.scratch_bytes = offset
         self.counters = any(dtype is COUNTERS or dtype is OPTIONAL_COUNTERS for _, dtype, _, _ in self.allocations)
-        # What the compiled warm call (`_warm.c`) allocates itself on a stream known not to capture,
+        # What the compiled warm call (`_warm_c/replay.c`) allocates itself on a stream known not to capture,
         # as `_allocate` does there: (scratch bytes, whether the stream's kept workspace serves them,
         # per allocation in slot order a result's (shape, dtype, strides, bytes), a counters slot's
         # (count, optional) or a workspace slice's offset). None where a result is empty: `_allocate`.

@@ -1,4 +1,4 @@
-"""The warm call, compiled where the wheel carries it: a recorded call served by C (`_warm.c`).
+"""The warm call, compiled where the wheel carries it: a recorded call served by C (`_warm_c/`).
 
 A warm call in Python spends a few microseconds in bytecode between the caller and
 ``cuLaunchKernel``: the operands read, the signature key built, the plan found, the addresses
