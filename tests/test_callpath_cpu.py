@@ -116,10 +116,11 @@ def test_a_replay_passes_the_new_addresses(world):
     assert world["compiled"] == (2 if _warm.run is not None else 0), "the warm calls' path"
 
 
-def test_a_torch_stream_object_is_remembered_by_its_type_and_identity_only(world, monkeypatch):
-    """A ``stream=`` object of torch's stream types names one stream for its life: the compiled path
-    may remember the last one's handle. Another object of that type gets its own stream; an object
-    of another type is asked each call (its handle may change), as the Python path asks it."""
+def test_a_torch_stream_objects_handle_is_read_from_its_attribute_on_either_path(world):
+    """A ``stream=`` object of torch's stream types gives its handle as its ``cuda_stream`` attribute
+    (noted once `as_stream` has adapted one): the compiled path reads it there, for the same object
+    or a new one each call (``torch.cuda.current_stream()`` makes a new one), and follows it where
+    it changes; an object of another type is adapted by `as_stream` each call."""
     from cudattn._runtime import stream as _stream
 
     TorchLike = type("Stream", (), {"__module__": "torch.cuda.streams"})
@@ -130,16 +131,21 @@ def test_a_torch_stream_object_is_remembered_by_its_type_and_identity_only(world
         s.cuda_stream = handle
         return s
 
-    t1, t2, other = stream_of(TorchLike, CONSUMER), stream_of(TorchLike, PRODUCER), stream_of(Other, CONSUMER)
-    for s, at in ((t1, CONSUMER), (t1, CONSUMER), (t2, PRODUCER), (t1, CONSUMER), (other, CONSUMER)):
-        _call(world, _array(0x10000, stream=at), _array(0x90000, stream=at), stream=s)
-        assert world["launches"][-1][0] == at
-    other.cuda_stream = PRODUCER  # a handle that changes: the next call follows it
-    _call(world, _array(0x10000, stream=PRODUCER), _array(0x90000, stream=PRODUCER), stream=other)
-    assert world["launches"][-1][0] == PRODUCER and world["full"] == 1 and not world["waits"]
-    assert world["compiled"] == (5 if _warm.run is not None else 0)
-    assert TorchLike in _stream.FIXED_HANDLE_TYPES and Other not in _stream.FIXED_HANDLE_TYPES
-    _stream.FIXED_HANDLE_TYPES.discard(TorchLike)
+    t1, other = stream_of(TorchLike, CONSUMER), stream_of(Other, CONSUMER)
+    try:
+        for s, at in ((t1, CONSUMER), (t1, CONSUMER), (stream_of(TorchLike, PRODUCER), PRODUCER),
+                      (stream_of(TorchLike, CONSUMER), CONSUMER), (other, CONSUMER)):
+            _call(world, _array(0x10000, stream=at), _array(0x90000, stream=at), stream=s)
+            assert world["launches"][-1][0] == at
+        for s in (t1, other):  # a handle that changes: the next call follows it
+            s.cuda_stream = PRODUCER
+            _call(world, _array(0x10000, stream=PRODUCER), _array(0x90000, stream=PRODUCER), stream=s)
+            assert world["launches"][-1][0] == PRODUCER
+        assert world["full"] == 1 and not world["waits"]
+        assert world["compiled"] == (6 if _warm.run is not None else 0)
+        assert TorchLike in _stream.HANDLE_ATTR_TYPES and Other not in _stream.HANDLE_ATTR_TYPES
+    finally:
+        _stream.HANDLE_ATTR_TYPES.discard(TorchLike)
 
 
 def test_a_misaligned_address_takes_the_full_path(world):

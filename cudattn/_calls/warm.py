@@ -134,6 +134,6 @@ def configure(call_module, recorded_call: type) -> None:
         "object_new": object.__new__, "replay_class": _replay.Replay, "step_class": _replay._Step,
         "known_jax_module": _known_jax, "operands_module": _operands, "jax_seen": _known_jax._seen,
         "default_stream_refs": _stream._default_stream_refs, "alloc_module": _alloc,
-        "stream_memory_module": _stream_memory, "fixed_handle_types": _stream.FIXED_HANDLE_TYPES,
+        "stream_memory_module": _stream_memory, "handle_attr_types": _stream.HANDLE_ATTR_TYPES,
     })
     run = _native.run

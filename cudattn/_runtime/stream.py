@@ -69,11 +69,11 @@ class StreamRef:
         return f"StreamRef(handle={self.handle:#x}, obj={type(self.obj).__name__})"
 
 
-# Types whose objects name one stream for their whole life: torch's streams (their handle is read-only,
-# and the CUDA stream behind one from torch's pool is never destroyed). The compiled warm call may
-# remember the handle of the last such object passed as ``stream=`` while it holds that object.
-FIXED_HANDLE_TYPES: set[type] = set()
-_FIXED_HANDLE_MODULES = ("torch.cuda.streams", "torch.cuda")
+# Types whose ``cuda_stream`` attribute is the handle this module finds (torch's streams, whose
+# ``__cuda_stream__`` gives the same), noted as they are first adapted: the compiled warm call reads
+# that attribute itself instead of calling `as_stream`.
+HANDLE_ATTR_TYPES: set[type] = set()
+_HANDLE_ATTR_MODULES = ("torch.cuda.streams", "torch.cuda")
 
 
 _streams_lock = threading.Lock()
@@ -180,8 +180,9 @@ def as_stream(stream, device) -> StreamRef:
 
 
 def _object_ref(handle: int, stream, t: type) -> StreamRef:
-    if t.__module__ in _FIXED_HANDLE_MODULES and t not in FIXED_HANDLE_TYPES:
-        FIXED_HANDLE_TYPES.add(t)
+    if t.__module__ in _HANDLE_ATTR_MODULES and t not in HANDLE_ATTR_TYPES and \
+            type(getattr(stream, "cuda_stream", None)) is int and stream.cuda_stream == handle:
+        HANDLE_ATTR_TYPES.add(t)
     return StreamRef(handle, stream)
 
 

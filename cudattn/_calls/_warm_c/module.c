@@ -23,15 +23,15 @@ PyObject *g_jax_seen, *g_default_refs, *g_empty;  /* `known_jax._seen`, `stream.
 PyObject *g_miss, *g_device_array, *g_recorded_call, *g_call_mod, *g_traits_mod, *g_margin_local,
     *g_shift_local, *g_recording_mod, *g_lifetime_mod, *g_device_mod, *g_accessors_mod, *g_importer_mod,
     *g_as_stream, *g_cupy_stream, *g_launch_failed, *g_bind, *g_bound_hook, *g_object_new;
-PyObject *g_fixed_types;  /* `stream.FIXED_HANDLE_TYPES` */
-PyObject *g_fixed_stream, *g_fixed_handle;  /* the last `stream=` object of such a type, and its handle */
+PyObject *g_handle_attr_types;  /* `stream.HANDLE_ATTR_TYPES` */
 
 /* Interned attribute names. */
 PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonly, *s_stream_handle, *s_owner,
     *s_keep, *s_plans, *s_forced, *s_n, *s_active, *s_pending, *s_release_done, *s_restore, *s_torch_plain,
     *s_torch_layouts, *s_cupy_layouts, *s_cupy_types, *s_torch_stream, *s_stride, *s_is_cuda, *s_is_neg,
     *s_data_ptr, *s_get_device, *s_data, *s_handle, *s_obj, *s_allocate, *s_build, *s_get, *s_kinds, *s_recall,
-    *s_consumer_stream, *s_hold, *s_dlpack, *s_stream, *s_allocate_block, *s_counters, *s_workspace;
+    *s_consumer_stream, *s_hold, *s_dlpack, *s_stream, *s_allocate_block, *s_counters, *s_workspace,
+    *s_cuda_stream;
 
 const char *g_field_names[F_COUNT] = {
     "ptr", "shape", "strides", "dtype", "device_id", "readonly", "stream_handle", "owner",
@@ -59,7 +59,7 @@ static PyObject *configure(PyObject *self, PyObject *d) {
         {"bound_hook", &g_bound_hook}, {"bind", &g_bind}, {"object_new", &g_object_new},
         {"known_jax_module", &g_known_jax_mod}, {"operands_module", &g_operands_mod}, {"jax_seen", &g_jax_seen},
         {"default_stream_refs", &g_default_refs}, {"alloc_module", &g_alloc_mod},
-        {"stream_memory_module", &g_stream_memory_mod}, {"fixed_handle_types", &g_fixed_types},
+        {"stream_memory_module", &g_stream_memory_mod}, {"handle_attr_types", &g_handle_attr_types},
     };
     for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
         PyObject *v = PyDict_GetItemString(d, items[i].name);
@@ -168,6 +168,7 @@ PyMODINIT_FUNC PyInit__warm(void) {
     INTERN(s_kinds, "KINDS"); INTERN(s_recall, "recall"); INTERN(s_consumer_stream, "consumer_stream");
     INTERN(s_hold, "hold"); INTERN(s_dlpack, "__dlpack__"); INTERN(s_stream, "stream");
     INTERN(s_allocate_block, "allocate"); INTERN(s_counters, "counters"); INTERN(s_workspace, "workspace");
+    INTERN(s_cuda_stream, "cuda_stream");
     if ((g_empty = PyTuple_New(0)) == NULL) return NULL;
     return PyModule_Create(&module);
 }

@@ -81,28 +81,21 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         consumer_o = stream;
         Py_INCREF(Py_None);
         keep = Py_None;
-    } else if (stream == g_fixed_stream) {  /* the stream object seen last, of a type whose handle is fixed */
-        Py_INCREF(g_fixed_handle);
-        consumer_o = g_fixed_handle;
-        Py_INCREF(stream);
-        keep = stream;
     } else {
-        PyObject *ref = PyObject_CallFunctionObjArgs(g_as_stream, stream, Py_None, NULL);
-        if (ref == NULL) MISS();
-        consumer_o = PyObject_GetAttr(ref, s_handle);
-        keep = PyObject_GetAttr(ref, s_obj);
-        Py_DECREF(ref);
-        if (consumer_o == NULL || keep == NULL) MISS();
-        int fixed = PyLong_CheckExact(consumer_o) && keep == stream ? PySet_Contains(g_fixed_types, (PyObject *)Py_TYPE(stream)) : 0;
-        if (fixed < 0) MISS();
-        if (fixed) {  /* remembered while held here: its address cannot pass to another object meanwhile */
-            PyObject *old_s = g_fixed_stream, *old_h = g_fixed_handle;
+        int attr = PySet_Contains(g_handle_attr_types, (PyObject *)Py_TYPE(stream));
+        if (attr < 0) MISS();
+        if (attr) {  /* torch's streams: `cuda_stream` is the handle `as_stream` would find */
+            consumer_o = PyObject_GetAttr(stream, s_cuda_stream);
+            if (consumer_o == NULL || !PyLong_CheckExact(consumer_o)) MISS();
             Py_INCREF(stream);
-            Py_INCREF(consumer_o);
-            g_fixed_stream = stream;
-            g_fixed_handle = consumer_o;
-            Py_XDECREF(old_s);
-            Py_XDECREF(old_h);
+            keep = stream;
+        } else {
+            PyObject *ref = PyObject_CallFunctionObjArgs(g_as_stream, stream, Py_None, NULL);
+            if (ref == NULL) MISS();
+            consumer_o = PyObject_GetAttr(ref, s_handle);
+            keep = PyObject_GetAttr(ref, s_obj);
+            Py_DECREF(ref);
+            if (consumer_o == NULL || keep == NULL) MISS();
         }
     }
     if (!as_u64(consumer_o, &consumer) || consumer > (unsigned long long)LLONG_MAX) MISS();

@@ -75,15 +75,15 @@ extern PyObject *g_jax_seen, *g_default_refs, *g_empty;  /* `known_jax._seen`, `
 extern PyObject *g_miss, *g_device_array, *g_recorded_call, *g_call_mod, *g_traits_mod, *g_margin_local,
     *g_shift_local, *g_recording_mod, *g_lifetime_mod, *g_device_mod, *g_accessors_mod, *g_importer_mod,
     *g_as_stream, *g_cupy_stream, *g_launch_failed, *g_bind, *g_bound_hook, *g_object_new;
-extern PyObject *g_fixed_types;  /* `stream.FIXED_HANDLE_TYPES` */
-extern PyObject *g_fixed_stream, *g_fixed_handle;  /* the last `stream=` object of such a type, and its handle */
+extern PyObject *g_handle_attr_types;  /* `stream.HANDLE_ATTR_TYPES` */
 
 /* Interned attribute names. */
 extern PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonly, *s_stream_handle, *s_owner,
     *s_keep, *s_plans, *s_forced, *s_n, *s_active, *s_pending, *s_release_done, *s_restore, *s_torch_plain,
     *s_torch_layouts, *s_cupy_layouts, *s_cupy_types, *s_torch_stream, *s_stride, *s_is_cuda, *s_is_neg,
     *s_data_ptr, *s_get_device, *s_data, *s_handle, *s_obj, *s_allocate, *s_build, *s_get, *s_kinds, *s_recall,
-    *s_consumer_stream, *s_hold, *s_dlpack, *s_stream, *s_allocate_block, *s_counters, *s_workspace;
+    *s_consumer_stream, *s_hold, *s_dlpack, *s_stream, *s_allocate_block, *s_counters, *s_workspace,
+    *s_cuda_stream;
 
 typedef struct {
     PyObject *obj;      /* borrowed: the caller's array */
