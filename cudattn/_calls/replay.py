@@ -68,10 +68,10 @@ class _Step:
     def build(self, ptrs: list, device_id: int) -> tuple:
         """A new entry of ``built`` for the operands at ``ptrs`` (a combination not in it, where
         `Replay.run` looks first): (address of the ``void*[1]`` kernel-argument array, then what holds
-        that array and the params buffer; only the address is read). The caller holds the entry until its launch is queued: another thread may
-        drop it from ``built`` meanwhile, and the driver reads the buffer during the launch. (The
-        compiled warm path builds an entry of the same form itself where every map's address is in
-        its ``seen`` cache already, and comes here for the rest.)"""
+        that array and the params buffer; only the address is read). The caller holds the entry until
+        its launch is queued: another thread may drop it from ``built`` meanwhile, and the driver reads
+        the buffer during the launch. (The compiled warm path builds an entry of the same form itself
+        where every map's address is in its ``seen`` cache already, and comes here for the rest.)"""
         return self._build(ptrs, self.slots(ptrs), device_id)
 
     def _build(self, ptrs: list, key, device_id: int) -> tuple:
@@ -124,8 +124,8 @@ class Replay:
                 offset += -(-math.prod(shape) * dtype.itemsize // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
         self.scratch_bytes = offset
         self.counters = any(dtype is COUNTERS or dtype is OPTIONAL_COUNTERS for _, dtype, _, _ in self.allocations)
-        # What the compiled warm call (`_warm_c/replay.c`) allocates itself on a stream known not to capture,
-        # as `_allocate` does there: (scratch bytes, whether the stream's kept workspace serves them,
+        # What the compiled warm call (`_warm_c/replay.c`) allocates itself on a stream known not to
+        # capture, as `_allocate` does there: (scratch bytes, whether the stream's kept workspace serves them,
         # per allocation in slot order a result's (shape, dtype, strides, bytes), a counters slot's
         # (count, optional) or a workspace slice's offset). None where a result is empty: `_allocate`.
         self.native = None

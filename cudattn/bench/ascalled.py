@@ -21,7 +21,7 @@ import statistics
 from .._runtime import launch as _launch
 from .._runtime.device import restores_caller_context
 from .._runtime.spin import spin
-from .timing import ROUNDS, Timing, percentile, refusal, rounds_for, share, turn_order
+from .timing import ROUNDS, Timing, in_turns, percentile, refusal
 
 __all__ = ["BATCH", "ROUNDS", "back_to_back", "interleaved", "measure", "refusal", "samples", "single"]
 
@@ -92,26 +92,15 @@ def interleaved(entries: list, stream_handle: int, *, iters: int = 30, warmup: i
     RuntimeError (refusing the case, out of memory) gets no more turns and returns
     ``{"as_called_error": its first line}``; any other error propagates."""
     tags = tags or [""] * len(entries)
-    refusable = refusable or [False] * len(entries)
-    rounds = rounds_for(len(entries), iters)
     single_ms = [[] for _ in entries]
     b2b_ms = [[] for _ in entries]
-    errors = [None] * len(entries)
-    for r in range(rounds):
-        for j in turn_order(len(entries), r):
-            if errors[j] is not None:
-                continue
-            fn, scope = entries[j]
-            try:
-                with scope():
-                    _settle(stream_handle, device_id)
-                    single_ms[j] += samples(fn, stream_handle, iters=share(iters, rounds, r),
-                                            warmup=warmup if r == 0 else 1, start=len(single_ms[j]))
-                    b2b_ms[j].append(back_to_back(fn, stream_handle, repeats=1, warmup=0))
-            except RuntimeError as e:
-                if not refusable[j]:
-                    raise
-                errors[j] = refusal(e)
+
+    def turn(j, fn, r, count):
+        _settle(stream_handle, device_id)
+        single_ms[j] += samples(fn, stream_handle, iters=count, warmup=warmup if r == 0 else 1, start=len(single_ms[j]))
+        b2b_ms[j].append(back_to_back(fn, stream_handle, repeats=1, warmup=0))
+
+    errors = in_turns(entries, iters, refusable, turn)
     return [{"as_called_error": err} if err is not None else
             {f"as_called{t}_ms": statistics.median(ms), f"as_called{t}_p90_ms": percentile(ms, 90),
              f"back_to_back{t}_ms": statistics.median(b)}

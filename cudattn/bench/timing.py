@@ -70,6 +70,31 @@ def share(iters: int, rounds: int, r: int) -> int:
     return max(1, iters // rounds + (r < iters % rounds))
 
 
+def in_turns(entries: list, iters: int, refusable, turn) -> list:
+    """Calls to be compared with each other, timed in turns: for each of ``entries`` (``(fn, scope)``
+    pairs), `rounds_for` rounds in `turn_order`, ``turn(j, fn, r, count)`` inside ``scope()``, ``count``
+    round ``r``'s share of ``iters`` samples. An entry marked in ``refusable`` (a peer) that raises
+    RuntimeError gets no more turns; any other error propagates. Returns each entry's refusal (its
+    error's first line), or None."""
+    n = len(entries)
+    refusable = refusable or [False] * n
+    rounds = rounds_for(n, iters)
+    errors: list = [None] * n
+    for r in range(rounds):
+        for j in turn_order(n, r):
+            if errors[j] is not None:
+                continue
+            fn, scope = entries[j]
+            try:
+                with scope():
+                    turn(j, fn, r, share(iters, rounds, r))
+            except RuntimeError as e:
+                if not refusable[j]:
+                    raise
+                errors[j] = refusal(e)
+    return errors
+
+
 @restores_caller_context
 def gpu_samples(fn, stream_handle: int, device_id: int, *, iters: int = 30, warmup: int = 5, start: int = 0,
                 host_us_per_call: float = 300.0) -> list[float]:
@@ -108,23 +133,12 @@ def gpu_times(entries: list, stream_handle: int, device_id: int, *, iters: int =
     in `turn_order`, each turn a share of the ``iters`` samples (``warmup`` calls before an entry's
     first turn). Returns a Timing each, or for an entry marked in ``refusable`` (a peer) that raised
     RuntimeError, that error's first line (it gets no more turns); any other error propagates."""
-    n = len(entries)
-    refusable = refusable or [False] * n
-    rounds = rounds_for(n, iters)
     ms: list[list[float]] = [[] for _ in entries]
-    errors: list = [None] * n
-    for r in range(rounds):
-        for j in turn_order(n, r):
-            if errors[j] is not None:
-                continue
-            fn, scope = entries[j]
-            try:
-                with scope():
-                    ms[j] += gpu_samples(fn, stream_handle, device_id, iters=share(iters, rounds, r),
-                                         warmup=warmup if not ms[j] else 0, start=len(ms[j]))
-            except RuntimeError as e:
-                if not refusable[j]:
-                    raise
-                errors[j] = refusal(e)
+
+    def turn(j, fn, r, count):
+        ms[j] += gpu_samples(fn, stream_handle, device_id, iters=count, warmup=warmup if not ms[j] else 0,
+                             start=len(ms[j]))
+
+    errors = in_turns(entries, iters, refusable, turn)
     return [err if err is not None else Timing(statistics.median(m), percentile(m, 90), len(m))
             for m, err in zip(ms, errors)]
