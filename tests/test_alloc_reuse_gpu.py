@@ -58,3 +58,47 @@ def test_an_output_still_read_on_another_stream_is_not_reused(torch):
     for x in later:
         _check_attention(cudattn.to_host(x), q, k, v)
     assert np.isfinite(host_a.astype(np.float32)).all()
+
+
+def test_a_stream_torch_made_keeps_dropped_outputs_and_an_external_one_does_not(torch):
+    """A stream torch made (``torch.cuda.Stream()``, or torch's current stream inside
+    ``torch.cuda.stream``) is never destroyed by torch, so cudattn counts it lasting: a dropped
+    output serves the next call of its size there, as on cudattn's own stream. A stream torch only
+    wraps (``torch.cuda.ExternalStream``) may be destroyed by its owner: never counted lasting."""
+    from cuda.core import Device
+
+    rng = _rng()
+    q, k, v = _qkv(rng, 2, 193, 193, 4, 2, 64)
+    q2, k2, v2 = _qkv(rng, 2, 193, 193, 4, 2, 64)
+    S = torch.cuda.Stream()
+    qd, kd, vd, qd2, kd2, vd2 = (cudattn.to_device(x, stream=S) for x in (q, k, v, q2, k2, v2))
+    cudattn.attention(qd, kd, vd, causal=True, stream=S)  # the full path: recorded
+    assert S.cuda_stream in _stream.LASTING_STREAMS
+    first = cudattn.attention(qd, kd, vd, causal=True, stream=S)
+    ptr, host_first = first.ptr, cudattn.to_host(first)
+    del first
+    second = cudattn.attention(qd2, kd2, vd2, causal=True, stream=S)
+    assert second.ptr == ptr, "a dropped output must serve the next call of its size on a stream torch made"
+    _check_attention(host_first, q, k, v, causal=True)
+    _check_attention(cudattn.to_host(second), q2, k2, v2, causal=True)
+
+    S2 = torch.cuda.Stream()  # torch tensors, no stream=: torch's current stream, asked of torch
+    with torch.cuda.stream(S2):
+        tq, tk, tv = (torch.from_numpy(x).cuda() for x in (q, k, v))
+        for _ in range(2):
+            out = cudattn.attention(tq, tk, tv, causal=True)
+        assert S2.cuda_stream in _stream.LASTING_STREAMS
+        _check_attention(cudattn.to_host(out, stream=S2), q, k, v, causal=True)
+
+    own = Device().create_stream()  # a stream whose owner may destroy it: torch only wraps it
+    try:
+        ext = torch.cuda.ExternalStream(int(own.handle))
+        ed = [cudattn.to_device(x, stream=ext) for x in (q, k, v)]
+        for _ in range(2):
+            o = cudattn.attention(*ed, causal=True, stream=ext)
+        assert int(own.handle) not in _stream.LASTING_STREAMS
+        _check_attention(cudattn.to_host(o, stream=ext), q, k, v, causal=True)
+        del o, ed
+    finally:
+        own.sync()
+        own.close()

@@ -148,6 +148,35 @@ def test_a_torch_stream_objects_handle_is_read_from_its_attribute_on_either_path
         _stream.HANDLE_ATTR_TYPES.discard(TorchLike)
 
 
+def test_a_stream_torch_made_is_noted_lasting_on_either_path(world):
+    """A torch stream object whose ``stream_id`` is odd (a stream torch made: torch never destroys
+    those) puts its handle among the lasting streams, where dropped results are kept for reuse;
+    one whose id is its handle (``torch.cuda.ExternalStream``) does not. On either path: for the
+    first call (the Python path, which notes the type too), and for new objects of that type on
+    warm calls (the compiled path reads their attribute)."""
+    from cudattn._runtime import stream as _stream
+
+    TorchLike = type("Stream", (), {"__module__": "torch.cuda.streams"})
+    made, external, later = 0x7100, 0x7200, 0x7300
+
+    def stream_of(handle, sid):
+        s = TorchLike()
+        s.cuda_stream, s.stream_id = handle, sid
+        return s
+
+    try:
+        for h, sid in ((made, 17), (external, external), (later, 33), (external, external)):
+            _call(world, _array(0x10000, stream=h), _array(0x90000, stream=h), stream=stream_of(h, sid), launch_on=h)
+            assert world["launches"][-1][0] == h
+        assert {made, later} <= _stream.LASTING_STREAMS and external not in _stream.LASTING_STREAMS
+        assert external in _stream._NOT_TORCHS
+        assert world["full"] == 1 and world["compiled"] == (3 if _warm.run is not None else 0)
+    finally:
+        _stream.HANDLE_ATTR_TYPES.discard(TorchLike)
+        _stream.LASTING_STREAMS.difference_update((made, later))
+        _stream._NOT_TORCHS.discard(external)
+
+
 def test_a_misaligned_address_takes_the_full_path(world):
     _call(world, _array(0x10000), _array(0x90000))
     _call(world, _array(0x10008), _array(0x90000))
@@ -369,15 +398,16 @@ def test_a_replay_that_allocates_makes_the_arrays_the_full_path_made(world, monk
                 (q.shape, q.strides, F16, 0, CONSUMER, False)
 
 
-@pytest.mark.parametrize("launches, optional", [(1, True), (2, False)])
+@pytest.mark.parametrize("launches, optional, given_out", [(1, True, False), (2, False, False), (1, True, True),
+                                                         (2, False, True)])
 def test_a_replay_with_counters_and_a_workspace_takes_the_streams_own_on_either_path(world, monkeypatch, launches,
-                                                                                     optional):
+                                                                                     optional, given_out):
     """A warm call whose one kernel also needs zeroed counters and a workspace (the causal Hopper
     prefill's tile counters, split-KV decode) takes the stream's kept ones from `_arrays.stream_memory`,
     told that the stream does not capture, with the result's block after them in slot order; the
     launch gets their addresses (the workspace's slice at its offset). A call of two launches takes
     a workspace of its own instead (`_arrays.alloc`, reuse allowed). The compiled path does this
-    without the Python replay."""
+    without the Python replay, also for a call given `out=` (no result to allocate, the rest alike)."""
     from cudattn._arrays import alloc as _alloc
     from cudattn._arrays import array as _arraymod
     from cudattn._arrays import stream_memory as _sm
@@ -408,21 +438,28 @@ def test_a_replay_with_counters_and_a_workspace_takes_the_streams_own_on_either_
     monkeypatch.setattr(_sm, "counters", counters)
     monkeypatch.setattr(_sm, "workspace", workspace)
     monkeypatch.setattr(_callpath, "is_capturing", lambda s: False)
+    monkeypatch.setattr(_replay._stream, "is_capturing", lambda s: False)  # `_allocate`'s own question (out=)
     generic = []
     real = _replay.Replay._allocate
     monkeypatch.setattr(_replay.Replay, "_allocate", lambda self, *a: generic.append(1) or real(self, *a))
 
-    def full(call, args, qa):
+    def full(call, args, qa, oa=None):
         if _recording.current() is None:
             world["full"] += 1
-        out = _arraymod.new_array(qa.shape, qa.dtype, qa.device_id, call.consumer, call.keep, None, True)
+        out = oa if given_out else _arraymod.new_array(qa.shape, qa.dtype, qa.device_id, call.consumer, call.keep,
+                                                       None, True)
         ws = [_arraymod.new_array((300,), F16, qa.device_id, call.consumer, call.keep, None, True) for _ in range(2)]
         ctr = _sm.counters(qa.device_id, call.consumer, 2, call.keep, None, optional)
         for _ in range(launches):
             _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, call.consumer, _Params(ws[1].ptr, ctr.ptr, 5, 0))
         return out
 
+    o = _array(0x90000)
+
     def call(q):
+        if given_out:
+            return dispatch("scratch_out", [q, o], ("q", "out"), None, (), None, full, None, tensors=2, out_index=1,
+                            allocates=False)
         return dispatch("scratch", [q], ("q",), None, (), None, full, None, tensors=1, out_index=None,
                         allocates=True)
 
@@ -430,11 +467,13 @@ def test_a_replay_with_counters_and_a_workspace_takes_the_streams_own_on_either_
     results = _recorded_then_warm_twice(world, call, q, asked.clear, generic, launches)
     nbytes = 2 * 64 * 4 * 64 * 2
     scratch = ("workspace", 2 * 768, CONSUMER, False) if launches == 1 else ("block", 2 * 768, CONSUMER, True)
-    assert asked == [scratch, ("block", nbytes, CONSUMER, True), ("counters", 2, CONSUMER, False, optional)] * 2
+    result = [] if given_out else [("block", nbytes, CONSUMER, True)]
+    assert asked == [scratch, *result, ("counters", 2, CONSUMER, False, optional)] * 2
     ws = 0xA0000 if launches == 1 else 0x100000 * (len(asked) // 2 + 1)  # own: the last call's first block
     assert [x[1:3] for x in world["launches"][-launches:]] == [(ws + 768, 0xC0000)] * launches
     for r in results:
-        assert type(r) is DeviceArray and r.ptr == r.owner.ptr and r.shape == q.shape and r.stream_handle == CONSUMER
+        assert type(r) is DeviceArray and r.shape == q.shape and r.stream_handle == CONSUMER
+        assert r is o if given_out else r.ptr == r.owner.ptr
 
 
 def test_a_replay_writes_each_tensor_map_re_addressed_for_its_operand(world, monkeypatch):

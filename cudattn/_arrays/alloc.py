@@ -13,8 +13,8 @@ reuses a block on its stream). Stream order makes this as safe as the pool's own
 stream: the new owner's work queues after everything the old owner queued there. Blocks come
 back this way only where the allocation was known to be outside graph capture (``reuse=True``)
 and on streams that stay the same stream for the life of the process
-(`_runtime.stream.LASTING_STREAMS`: the legacy default stream and cudattn's own; another stream
-may be destroyed and its handle given to a new one, which would not be ordered after the old
+(`_runtime.stream.LASTING_STREAMS`: the legacy default stream, cudattn's own, and the streams
+torch made itself, which it never destroys; another stream may be destroyed and its handle given to a new one, which would not be ordered after the old
 work). The kept ones are bounded (``KEEP_PER_SIZE`` a size, ``KEEP_BYTES`` a device), kept under
 a lock (a block dropped while another thread holds it is freed instead), and go back to the pool
 at :func:`release_kept` (`cudattn.empty_cache`, out of memory), except on a stream that captures

@@ -20,7 +20,7 @@ import numpy as np
 from .._arrays import known_jax
 from .._arrays.array import DeviceArray
 from .._arrays.importer import device_id_of, is_device_array_like
-from .._arrays.importer import CUDATTN, JAX, adapt, current_stream_owner, kind_of
+from .._arrays.importer import CUDATTN, JAX, TORCH, adapt, current_stream_owner, kind_of
 from .._runtime import device as _device
 from .._runtime import stream as _stream
 from .._runtime.stream import stream_wait
@@ -63,8 +63,11 @@ def consumer_stream(first, stream):
         return h, getattr(first.owner, "keep", None), first  # the stream that allocated it stays alive
     if kind < JAX:  # torch, CuPy: their current stream
         a = adapt(first, "q", -1)
-        if a.stream_handle is not None:
-            return a.stream_handle, current_stream_owner(kind, a.device_id), a
+        h = a.stream_handle
+        if h is not None:
+            if kind == TORCH and h not in _stream.LASTING_STREAMS:  # one torch made lasts (`note_torch_stream`)
+                _stream.note_torch_stream(None, h, a.device_id)
+            return h, current_stream_owner(kind, a.device_id), a
     dev = known_jax.device_of(first) if kind == JAX else None
     ref = _stream.as_stream(None, device_id_of(first, name="q") if dev is None else dev)
     return ref.handle, ref.obj, None

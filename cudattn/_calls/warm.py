@@ -135,5 +135,6 @@ def configure(call_module, recorded_call: type) -> None:
         "known_jax_module": _known_jax, "operands_module": _operands, "jax_seen": _known_jax._seen,
         "default_stream_refs": _stream._default_stream_refs, "alloc_module": _alloc,
         "stream_memory_module": _stream_memory, "handle_attr_types": _stream.HANDLE_ATTR_TYPES,
+        "lasting_streams": _stream.LASTING_STREAMS, "note_torch_stream": _stream.note_torch_stream,
     })
     run = _native.run

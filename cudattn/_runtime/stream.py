@@ -30,6 +30,7 @@ from __future__ import annotations
 import numbers
 import operator
 import os
+import sys
 
 from cuda.bindings import driver
 
@@ -84,8 +85,36 @@ _default_stream_refs: dict[int, StreamRef] = {}  # device id -> StreamRef of tha
 # (1, and 0 unless cuda-python maps 0 to the per-thread stream) and cudattn's own streams. A handle
 # of any other stream may be destroyed and handed to a new stream (`_arrays.alloc` keeps blocks
 # for reuse on lasting streams only).
+# The streams torch makes itself join them as torch hands them over (`note_torch_stream`).
 LASTING_STREAMS: set[int] = {1} if os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0") \
     else {0, 1}
+_NOT_TORCHS: set[int] = set()  # handles `note_torch_stream` found to be external streams torch wraps
+
+
+def note_torch_stream(stream, handle: int, device_id: int | None = None) -> None:
+    """Note ``handle`` as lasting where it is a stream torch made: torch creates its pooled streams
+    once and never destroys them, so their handles name the same stream for the life of the process.
+    ``stream``: the torch stream object whose ``cuda_stream`` is ``handle``, or None for torch's
+    current stream on ``device_id`` (then asked of torch, once a handle). torch's stream ids tell
+    them apart: a stream torch made has an odd id, an external stream it wraps
+    (``torch.cuda.ExternalStream``) has its handle as id (even), and the default stream 0."""
+    if handle in LASTING_STREAMS or handle in _NOT_TORCHS:
+        return
+    if stream is None:
+        torch = sys.modules.get("torch")
+        try:
+            stream = torch.cuda.current_stream(device_id)
+        except Exception:  # no torch, or it cannot say: not noted, asked again next time
+            return
+    sid = getattr(stream, "stream_id", None)
+    if type(sid) is not int or getattr(stream, "cuda_stream", None) != handle:
+        return
+    if sid & 1:
+        LASTING_STREAMS.add(handle)
+    else:
+        if len(_NOT_TORCHS) >= 1024:  # bounded: forgotten handles are only asked again
+            _NOT_TORCHS.clear()
+        _NOT_TORCHS.add(handle)
 
 
 def default_stream(device=None):
@@ -180,9 +209,11 @@ def as_stream(stream, device) -> StreamRef:
 
 
 def _object_ref(handle: int, stream, t: type) -> StreamRef:
-    if t.__module__ in _HANDLE_ATTR_MODULES and t not in HANDLE_ATTR_TYPES and \
-            type(getattr(stream, "cuda_stream", None)) is int and stream.cuda_stream == handle:
-        HANDLE_ATTR_TYPES.add(t)
+    if t.__module__ in _HANDLE_ATTR_MODULES:
+        if t not in HANDLE_ATTR_TYPES and type(getattr(stream, "cuda_stream", None)) is int and \
+                stream.cuda_stream == handle:
+            HANDLE_ATTR_TYPES.add(t)
+        note_torch_stream(stream, handle)
     return StreamRef(handle, stream)
 
 

@@ -27,6 +27,8 @@ class Session:
         self.peers = peers
         # One stream for everything, so cudattn and its peers queue behind the same spin kernel.
         self.stream_handle = peers.stream_handle if peers else int(_stream.default_stream(self.device_id).handle)
+        if peers:  # the peers' stream is one torch made: known as lasting from the first row on, as a
+            _stream.as_stream(peers.stream, None)  # torch user's first call would make it (`note_torch_stream`)
         self.iters, self.warmup = iters, warmup
         self.rng = np.random.default_rng(seed)
         self.ceilings: dict = {}

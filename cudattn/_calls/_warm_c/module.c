@@ -24,6 +24,7 @@ PyObject *g_miss, *g_device_array, *g_recorded_call, *g_call_mod, *g_traits_mod,
     *g_shift_local, *g_recording_mod, *g_lifetime_mod, *g_device_mod, *g_accessors_mod, *g_importer_mod,
     *g_as_stream, *g_cupy_stream, *g_launch_failed, *g_bind, *g_bound_hook, *g_object_new;
 PyObject *g_handle_attr_types;  /* `stream.HANDLE_ATTR_TYPES` */
+PyObject *g_lasting, *g_note_torch;  /* `stream.LASTING_STREAMS` (a set, never rebound), `stream.note_torch_stream` */
 
 /* Interned attribute names. */
 PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonly, *s_stream_handle, *s_owner,
@@ -60,6 +61,7 @@ static PyObject *configure(PyObject *self, PyObject *d) {
         {"known_jax_module", &g_known_jax_mod}, {"operands_module", &g_operands_mod}, {"jax_seen", &g_jax_seen},
         {"default_stream_refs", &g_default_refs}, {"alloc_module", &g_alloc_mod},
         {"stream_memory_module", &g_stream_memory_mod}, {"handle_attr_types", &g_handle_attr_types},
+        {"lasting_streams", &g_lasting}, {"note_torch_stream", &g_note_torch},
     };
     for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
         PyObject *v = PyDict_GetItemString(d, items[i].name);

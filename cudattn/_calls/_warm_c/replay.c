@@ -136,20 +136,21 @@ done:
     return entry;
 }
 
-/* Launch the recorded steps; returns the result or NULL with an exception. */
+/* Launch the recorded steps; returns the result or NULL with an exception. `outside_capture`: the stream
+ * was found not capturing (the call's memory made here); else the Python replay makes it. */
 PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptrs, long device_id,
-                        unsigned long long consumer, PyObject *consumer_o, PyObject *keep, int allocates) {
+                 unsigned long long consumer, PyObject *consumer_o, PyObject *keep, int outside_capture) {
     PyObject *made = NULL, *result = NULL, *steps = NULL, *results = NULL, *allocations = NULL;
     allocations = field(rep, F_ALLOCATIONS);
     if (allocations == NULL) goto done;
     if (PyObject_IsTrue(allocations)) {
-        PyObject *native = allocates ? field(rep, F_NATIVE) : NULL;  /* known outside capture */
-        if (allocates && native == NULL) goto done;
+        PyObject *native = outside_capture ? field(rep, F_NATIVE) : NULL;
+        if (outside_capture && native == NULL) goto done;
         if (native != NULL && native != Py_None) {
             made = allocate_native(native, device_id, consumer_o, keep, ptrs);
         } else {
             PyObject *dev = PyLong_FromLong(device_id);
-            PyObject *capturing = allocates ? Py_False : Py_None;
+            PyObject *capturing = outside_capture ? Py_False : Py_None;
             made = dev ? PyObject_CallMethodObjArgs(rep, s_allocate, ptrs, dev, consumer_o, keep, capturing, NULL)
                        : NULL;
             Py_XDECREF(dev);

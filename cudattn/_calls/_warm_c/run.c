@@ -99,6 +99,21 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         }
     }
     if (!as_u64(consumer_o, &consumer) || consumer > (unsigned long long)LLONG_MAX) MISS();
+    {  /* a stream torch made lasts (`stream.note_torch_stream`): its memory is kept for reuse */
+        int from_torch = stream == Py_None ? !jax_first && ops[0].kind == K_TORCH
+                                           : keep != NULL && keep != Py_None && keep == stream &&
+                                                 PySet_Contains(g_handle_attr_types, (PyObject *)Py_TYPE(stream)) == 1;
+        int lasting = from_torch ? PySet_Contains(g_lasting, consumer_o) : 1;
+        if (lasting < 0) MISS();
+        if (!lasting) {
+            PyObject *dev = PyLong_FromLong(ops[0].device_id);
+            PyObject *r = dev ? PyObject_CallFunctionObjArgs(g_note_torch, stream == Py_None ? Py_None : stream,
+                                                             consumer_o, dev, NULL) : NULL;
+            Py_XDECREF(dev);
+            if (r == NULL) MISS();
+            Py_DECREF(r);
+        }
+    }
     if (stream != Py_None || jax_first) {
         st = read_operand(first, &ops[0], &cur, (long long)consumer, PyTuple_GetItem(names, 0));
         if (st < 0) goto out_error;
@@ -180,7 +195,19 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         if (r == NULL) goto out_error;
         Py_DECREF(r);
     }
-    if (allocates) {
+    rep = field(rec, F_REPLAY);
+    if (rep == NULL) MISS();
+    /* A call that allocates (its results, or with `out=` still the stream's counters or workspace) asks
+     * whether the stream captures: outside capture it makes its memory here (`Replay.native`); a capturing
+     * stream's memory is the graph's, which the Python path makes */
+    int outside_capture = allocates;
+    if (!allocates) {
+        PyObject *al = field(rep, F_ALLOCATIONS);
+        outside_capture = al == NULL ? -1 : PyObject_IsTrue(al);
+        Py_XDECREF(al);
+        if (outside_capture < 0) MISS();
+    }
+    if (outside_capture) {
         int status = 0;
         int err;
         capturing_fn capturing = g_capturing;
@@ -189,11 +216,9 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         Py_END_ALLOW_THREADS
         if (err || status) MISS();  /* the Python path says why */
     }
-    rep = field(rec, F_REPLAY);
-    if (rep == NULL) MISS();
 
     /* From here on, the call's work: errors are raised */
-    result = replay(rep, ops, n, ptrs, ops[0].device_id, consumer, consumer_o, keep, allocates);
+    result = replay(rep, ops, n, ptrs, ops[0].device_id, consumer, consumer_o, keep, outside_capture);
     if (result == NULL) goto out_error;
     {
         long oi = out_index_o == Py_None ? -1 : PyLong_AsLong(out_index_o);
@@ -225,7 +250,7 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
                 PyTuple_SetItem(held, j++, ops[i].adapted);
             }
             PyObject *r = PyObject_CallMethodObjArgs(g_lifetime_mod, s_hold, consumer_o, held, dev,
-                                                     allocates ? Py_False : Py_None, NULL);
+                                                     outside_capture ? Py_False : Py_None, NULL);
             Py_DECREF(held);
             Py_DECREF(dev);
             if (r == NULL) goto out_error;

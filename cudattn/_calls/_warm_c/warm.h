@@ -7,10 +7,10 @@
  * a stream object; every operand made on the call's stream (nothing to wait for). It reads each
  * operand's facts (a JAX array's as `known_jax.recall` does: what its import found, and a capsule
  * asked of JAX with the call's stream), builds the key, finds the recorded call, makes the per-call
- * address checks, makes the call's allocations (results, the stream's counters and workspace: as the
- * Python replay makes them outside capture; a call given `out=` that still needs a workspace or
- * counters asks the Python replay), builds an argument block not built before (asking the Python
- * replay where a tensor map's address is new), launches through
+ * address checks, makes the call's allocations on a stream found not capturing (results, the stream's
+ * counters and workspace, also for a call given `out=`: as the Python replay makes them outside
+ * capture), builds an argument block not built before (asking the Python replay where a tensor map's
+ * address is new), launches through
  * the driver's `cuLaunchKernel`, and holds JAX operands until the work is done (`lifetime.hold`, whose
  * event calls go through this module's entry points once bound: `event_record`, `event_query`,
  * `capture_mode`).
@@ -76,6 +76,7 @@ extern PyObject *g_miss, *g_device_array, *g_recorded_call, *g_call_mod, *g_trai
     *g_shift_local, *g_recording_mod, *g_lifetime_mod, *g_device_mod, *g_accessors_mod, *g_importer_mod,
     *g_as_stream, *g_cupy_stream, *g_launch_failed, *g_bind, *g_bound_hook, *g_object_new;
 extern PyObject *g_handle_attr_types;  /* `stream.HANDLE_ATTR_TYPES` */
+extern PyObject *g_lasting, *g_note_torch;  /* `stream.LASTING_STREAMS`, `stream.note_torch_stream` */
 
 /* Interned attribute names. */
 extern PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonly, *s_stream_handle, *s_owner,
@@ -179,7 +180,7 @@ PyObject *wrap(const Operand *a);
 
 /* replay.c */
 PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptrs, long device_id,
-                 unsigned long long consumer, PyObject *consumer_o, PyObject *keep, int allocates);
+                 unsigned long long consumer, PyObject *consumer_o, PyObject *keep, int outside_capture);
 
 /* driver.c */
 int bound(void);
