@@ -12,15 +12,16 @@ compiler is found, the build goes on without it and every call takes the Python 
 nothing of CUDA (the driver's entry points are looked up at run time).
 """
 
+import glob
+
 from setuptools import Extension, find_packages, setup
 
 _WARM = "cudattn/_calls/_warm_c"  # the extension's sources, one file a role (warm.h says which)
-_WARM_FILES = ("module", "run", "operands", "replay", "driver")
 
 setup(
     packages=[*find_packages(include=["cudattn", "cudattn.*", "nvrtc_cache", "nvrtc_cache.*"]), "cudattn.cu_src"],
     package_dir={"cudattn.cu_src": "cu_src"},
-    ext_modules=[Extension("cudattn._calls._warm", [f"{_WARM}/{n}.c" for n in _WARM_FILES], py_limited_api=True,
+    ext_modules=[Extension("cudattn._calls._warm", sorted(glob.glob(f"{_WARM}/*.c")), py_limited_api=True,
                            optional=True, depends=[f"{_WARM}/warm.h"], define_macros=[("Py_LIMITED_API", "0x030A0000")],
                            extra_compile_args=["-O2", "-fvisibility=hidden"])],
     options={"bdist_wheel": {"py_limited_api": "cp310"}},

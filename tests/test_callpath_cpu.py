@@ -476,6 +476,103 @@ def test_a_replay_with_counters_and_a_workspace_takes_the_streams_own_on_either_
         assert r is o if given_out else r.ptr == r.owner.ptr
 
 
+@pytest.mark.parametrize("lock_busy", [False, True])
+def test_kept_memory_serves_warm_calls_on_either_path(world, monkeypatch, lock_busy):
+    """With the real `_arrays.alloc` and `_arrays.stream_memory` (the pool's calls faked): a warm call's
+    dropped result is kept and its block serves the next call of its size on its (lasting) stream,
+    with no pool call, as the same Block (stream, owner, device kept); the stream's counters are the
+    same block each call. The compiled path takes both in C (memory.c): the block from `_kept` under
+    the lock without waiting for it (`acquire(False)`), never entering the Python function's `with
+    _kept_lock`, and the counters from the table without `_key`; with the lock held elsewhere it
+    leaves the block to the Python function."""
+    from cudattn._arrays import alloc as _alloc
+    from cudattn._arrays import array as _arraymod
+    from cudattn._arrays import stream_memory as _sm
+    from cudattn._runtime import stream as _stream
+
+    pool = []
+
+    def alloc_async(nbytes, p, stream):
+        pool.append(("alloc", nbytes, stream))
+        return 0, 0x4000000 * len(pool)
+
+    class LockSpy:
+        def __init__(self):
+            self.log, self.inner, self.busy = [], __import__("threading").Lock(), False
+
+        def acquire(self, *args, **kwargs):
+            blocking = args[0] if args else kwargs.get("blocking", True)
+            self.log.append(("acquire", args, tuple(kwargs.items())))
+            return False if self.busy and not blocking else self.inner.acquire(*args, **kwargs)
+
+        def release(self):
+            self.inner.release()
+
+        def __enter__(self):
+            self.log.append(("enter",))
+            self.inner.acquire()
+
+        def __exit__(self, *exc):
+            self.inner.release()
+
+    lock = LockSpy()
+    lasting = {0, 1, CONSUMER}
+    monkeypatch.setattr(_alloc, "_alloc_async", alloc_async)
+    monkeypatch.setattr(_alloc, "_free_async", lambda ptr, stream: pool.append(("free", ptr, stream)) or (0,))
+    monkeypatch.setattr(_alloc, "_pools", {0: "pool"})
+    monkeypatch.setattr(_alloc, "_kept", {})
+    monkeypatch.setattr(_alloc, "_kept_bytes", {})
+    monkeypatch.setattr(_alloc, "_kept_lock", lock)
+    monkeypatch.setattr(_alloc, "LASTING_STREAMS", lasting)
+    monkeypatch.setattr(_stream, "LASTING_STREAMS", lasting)
+    monkeypatch.setattr(_sm, "_blocks", {})
+    monkeypatch.setattr(_sm, "_raw_alloc", lambda device_id, n, stream: pool.append(("raw", n, stream)) or 0xC00000)
+    monkeypatch.setattr(_sm, "_zero", lambda ptr, count, stream: None)
+    monkeypatch.setattr(_callpath, "is_capturing", lambda s: False)
+    monkeypatch.setattr(_stream, "is_capturing", lambda s: False)  # the full path's own question
+    keyed = []  # the Python `counters` looks its block up through `_key`; the compiled path does not
+    real_key = _sm._key
+    monkeypatch.setattr(_sm, "_key", lambda *a: keyed.append(a) or real_key(*a))
+
+    def full(call, args, qa):
+        if _recording.current() is None:
+            world["full"] += 1
+        out = _arraymod.new_array(qa.shape, qa.dtype, qa.device_id, call.consumer, call.keep, None, True)
+        ctr = _sm.counters(qa.device_id, call.consumer, 2, call.keep, None, False)
+        _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, call.consumer, _Params(out.ptr, ctr.ptr, 5, 0))
+        return out
+
+    def call(q):
+        return dispatch("kept", [q], ("q",), None, (), None, full, None, tensors=1, out_index=None, allocates=True)
+
+    q = _array(0x10000)
+    call(q)  # recorded
+    first = call(q)  # warm: the pool's block, the stream's counters made
+    ptr, owner_type = first.ptr, type(first.owner)
+    assert [e[0] for e in pool] == ["alloc", "raw"], pool
+    del first  # kept (Block.__del__: acquire(blocking=False))
+    lock.log.clear()
+    keyed.clear()
+    lock.busy = lock_busy  # another thread holds it now: a non-blocking acquire fails
+    second = call(q)
+    nbytes = 2 * 64 * 4 * 64 * 2
+    assert second.ptr == ptr and [e[0] for e in pool] == ["alloc", "raw"], "the kept block must serve, no pool call"
+    b = second.owner
+    assert type(b) is owner_type and (b.ptr, b.nbytes, b.stream, b.keep, b.device_id) == (ptr, nbytes, CONSUMER,
+                                                                                           None, 0)
+    assert _alloc._kept_bytes[0] == 0 and not _alloc._kept[(0, CONSUMER, nbytes)]
+    assert world["launches"][-1][1:3] == (ptr, 0xC00000) and world["launches"][-2][1:3] == (ptr, 0xC00000)
+    compiled = _warm.run is not None
+    took_in_c = compiled and not lock_busy
+    assert (("enter",) in lock.log) == (not took_in_c)
+    if compiled:
+        assert ("acquire", (False,), ()) in lock.log
+    assert len(keyed) == (0 if compiled else 1), "the stream's counters: found in C on the compiled path"
+    assert world["full"] == 1 and world["compiled"] == (2 if compiled else 0)
+    lock.busy = False
+    del second
+
+
 def test_a_replay_writes_each_tensor_map_re_addressed_for_its_operand(world, monkeypatch):
     """A launch whose params carry a TMA map of an operand gets, for new addresses, the map
     re-addressed (`_kernels.tma.replace_address`, asked once an address) at the map's place, and the

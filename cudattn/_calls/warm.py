@@ -136,5 +136,7 @@ def configure(call_module, recorded_call: type) -> None:
         "default_stream_refs": _stream._default_stream_refs, "alloc_module": _alloc,
         "stream_memory_module": _stream_memory, "handle_attr_types": _stream.HANDLE_ATTR_TYPES,
         "lasting_streams": _stream.LASTING_STREAMS, "note_torch_stream": _stream.note_torch_stream,
+        "alloc_allocate": _alloc.allocate, "stream_memory_counters": _stream_memory.counters,
+        "stream_memory_workspace": _stream_memory.workspace, "block_class": _alloc.Block,
     })
     run = _native.run

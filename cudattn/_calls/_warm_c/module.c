@@ -25,6 +25,7 @@ PyObject *g_miss, *g_device_array, *g_recorded_call, *g_call_mod, *g_traits_mod,
     *g_as_stream, *g_cupy_stream, *g_launch_failed, *g_bind, *g_bound_hook, *g_object_new;
 PyObject *g_handle_attr_types;  /* `stream.HANDLE_ATTR_TYPES` */
 PyObject *g_lasting, *g_note_torch;  /* `stream.LASTING_STREAMS` (a set, never rebound), `stream.note_torch_stream` */
+PyObject *g_alloc_allocate, *g_sm_counters, *g_sm_workspace, *g_block_class, *g_zero;
 
 /* Interned attribute names. */
 PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonly, *s_stream_handle, *s_owner,
@@ -32,13 +33,15 @@ PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonly, *s_s
     *s_torch_layouts, *s_cupy_layouts, *s_cupy_types, *s_torch_stream, *s_stride, *s_is_cuda, *s_is_neg,
     *s_data_ptr, *s_get_device, *s_data, *s_handle, *s_obj, *s_allocate, *s_build, *s_get, *s_kinds, *s_recall,
     *s_consumer_stream, *s_hold, *s_dlpack, *s_stream, *s_allocate_block, *s_counters, *s_workspace,
-    *s_cuda_stream;
+    *s_cuda_stream, *s_kept, *s_kept_bytes, *s_kept_lock, *s_acquire, *s_release, *s_blocks, *s_nbytes,
+    *s_workspace_kept_max, *s_lasting_streams, *s_stream_module;
 
 const char *g_field_names[F_COUNT] = {
     "ptr", "shape", "strides", "dtype", "device_id", "readonly", "stream_handle", "owner",
     "replay", "nonempty", "out_index", "out_span", "inputs", "more",
     "allocations", "steps", "results", "pair", "native",
     "built", "slots", "launch_args", "template", "pointers", "maps",
+    "ptr", "nbytes", "stream", "keep", "ctx", "device_id",
 };
 PyObject *g_fields[F_COUNT];
 descrgetfunc g_member_get;
@@ -62,6 +65,8 @@ static PyObject *configure(PyObject *self, PyObject *d) {
         {"default_stream_refs", &g_default_refs}, {"alloc_module", &g_alloc_mod},
         {"stream_memory_module", &g_stream_memory_mod}, {"handle_attr_types", &g_handle_attr_types},
         {"lasting_streams", &g_lasting}, {"note_torch_stream", &g_note_torch},
+        {"alloc_allocate", &g_alloc_allocate}, {"stream_memory_counters", &g_sm_counters},
+        {"stream_memory_workspace", &g_sm_workspace}, {"block_class", &g_block_class},
     };
     for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
         PyObject *v = PyDict_GetItemString(d, items[i].name);
@@ -74,10 +79,10 @@ static PyObject *configure(PyObject *self, PyObject *d) {
         *items[i].slot = v;
         Py_XDECREF(old);
     }
-    PyObject *owners[4] = {g_device_array, g_recorded_call, PyDict_GetItemString(d, "replay_class"),
-                           PyDict_GetItemString(d, "step_class")};
-    int first[5] = {F_PTR, F_REPLAY, F_ALLOCATIONS, F_BUILT, F_COUNT};
-    for (int c = 0; c < 4; c++) {
+    PyObject *owners[5] = {g_device_array, g_recorded_call, PyDict_GetItemString(d, "replay_class"),
+                           PyDict_GetItemString(d, "step_class"), g_block_class};
+    int first[6] = {F_PTR, F_REPLAY, F_ALLOCATIONS, F_BUILT, F_B_PTR, F_COUNT};
+    for (int c = 0; c < 5; c++) {
         if (owners[c] == NULL) {
             PyErr_SetString(PyExc_KeyError, "configure(): replay_class and step_class missing");
             return NULL;
@@ -170,7 +175,11 @@ PyMODINIT_FUNC PyInit__warm(void) {
     INTERN(s_kinds, "KINDS"); INTERN(s_recall, "recall"); INTERN(s_consumer_stream, "consumer_stream");
     INTERN(s_hold, "hold"); INTERN(s_dlpack, "__dlpack__"); INTERN(s_stream, "stream");
     INTERN(s_allocate_block, "allocate"); INTERN(s_counters, "counters"); INTERN(s_workspace, "workspace");
-    INTERN(s_cuda_stream, "cuda_stream");
+    INTERN(s_cuda_stream, "cuda_stream"); INTERN(s_kept, "_kept"); INTERN(s_kept_bytes, "_kept_bytes");
+    INTERN(s_kept_lock, "_kept_lock"); INTERN(s_acquire, "acquire"); INTERN(s_release, "release");
+    INTERN(s_blocks, "_blocks"); INTERN(s_nbytes, "nbytes"); INTERN(s_workspace_kept_max, "WORKSPACE_KEPT_MAX");
+    INTERN(s_lasting_streams, "LASTING_STREAMS"); INTERN(s_stream_module, "_stream");
     if ((g_empty = PyTuple_New(0)) == NULL) return NULL;
+    if ((g_zero = PyLong_FromLong(0)) == NULL) return NULL;
     return PyModule_Create(&module);
 }

@@ -24,7 +24,8 @@
  * come as addresses from Python (`cuGetProcAddress`, or a test's stand-in): nothing here links CUDA.
  *
  * The extension in files by role: run.c (the call), operands.c (reading operands and the address
- * checks), replay.c (a recorded call's memory, argument blocks and launches), driver.c (the driver's
+ * checks), replay.c (a recorded call's memory, argument blocks and launches), memory.c (memory kept
+ * from earlier calls, served without Python), driver.c (the driver's
  * entry points, the event calls, the benchmarks' stamp), module.c (the state `configure` hands over,
  * the module). Everything but the module's init is hidden from other libraries (-fvisibility=hidden).
  */
@@ -77,6 +78,8 @@ extern PyObject *g_miss, *g_device_array, *g_recorded_call, *g_call_mod, *g_trai
     *g_as_stream, *g_cupy_stream, *g_launch_failed, *g_bind, *g_bound_hook, *g_object_new;
 extern PyObject *g_handle_attr_types;  /* `stream.HANDLE_ATTR_TYPES` */
 extern PyObject *g_lasting, *g_note_torch;  /* `stream.LASTING_STREAMS`, `stream.note_torch_stream` */
+/* the functions memory.c stands in for (a module whose function was replaced is asked instead), Block, 0 */
+extern PyObject *g_alloc_allocate, *g_sm_counters, *g_sm_workspace, *g_block_class, *g_zero;
 
 /* Interned attribute names. */
 extern PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonly, *s_stream_handle, *s_owner,
@@ -84,7 +87,8 @@ extern PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonl
     *s_torch_layouts, *s_cupy_layouts, *s_cupy_types, *s_torch_stream, *s_stride, *s_is_cuda, *s_is_neg,
     *s_data_ptr, *s_get_device, *s_data, *s_handle, *s_obj, *s_allocate, *s_build, *s_get, *s_kinds, *s_recall,
     *s_consumer_stream, *s_hold, *s_dlpack, *s_stream, *s_allocate_block, *s_counters, *s_workspace,
-    *s_cuda_stream;
+    *s_cuda_stream, *s_kept, *s_kept_bytes, *s_kept_lock, *s_acquire, *s_release, *s_blocks, *s_nbytes,
+    *s_workspace_kept_max, *s_lasting_streams, *s_stream_module;
 
 typedef struct {
     PyObject *obj;      /* borrowed: the caller's array */
@@ -152,6 +156,7 @@ enum {
     F_REPLAY, F_NONEMPTY, F_OUT_INDEX, F_OUT_SPAN, F_INPUTS, F_MORE,                         /* RecordedCall */
     F_ALLOCATIONS, F_STEPS, F_RESULTS, F_PAIR, F_NATIVE,                                     /* Replay */
     F_BUILT, F_SLOTS, F_LAUNCH_ARGS, F_TEMPLATE, F_POINTERS, F_MAPS,                         /* _Step */
+    F_B_PTR, F_B_NBYTES, F_B_STREAM, F_B_KEEP, F_B_CTX, F_B_DEVICE_ID,                       /* alloc.Block */
     F_COUNT
 };
 extern const char *g_field_names[F_COUNT];
@@ -177,6 +182,10 @@ int jax_consumer(PyObject *x, PyObject **handle, PyObject **keep);
 int read_operand(PyObject *x, Operand *a, Current *cur, long long consumer, PyObject *name);
 int plain(PyObject *rec, const unsigned long long *ptrs, Py_ssize_t n);
 PyObject *wrap(const Operand *a);
+
+/* memory.c */
+PyObject *kept_block(PyObject *dev, PyObject *nbytes, PyObject *stream, PyObject *keep);
+PyObject *kept_stream_memory(int kind, PyObject *dev, PyObject *stream, PyObject *size, PyObject *keep);
 
 /* replay.c */
 PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptrs, long device_id,

@@ -1,0 +1,124 @@
+/* Memory a warm call finds kept, served without calling into Python: a result's block kept on the host
+ * (`_arrays.alloc`) and a stream's counters or workspace (`_arrays.stream_memory`). Each function does
+ * what the Python function's first branch does, under the same rules, or returns NULL with no exception
+ * where that branch would not serve (nothing kept, a stream that is not lasting, a lock held elsewhere,
+ * or the module's function replaced by a test's stand-in): the caller then calls the Python function. */
+#include "warm.h"
+
+/* Module global `name` of `mod` (borrowed; NULL with no exception where absent). Read each call:
+ * tests rebind some of them. */
+static PyObject *global(PyObject *mod, PyObject *name) {
+    PyObject *v = PyDict_GetItemWithError(PyModule_GetDict(mod), name);
+    if (v == NULL) soft_clear();
+    return v;
+}
+
+/* `alloc.allocate(dev, nbytes, stream, keep, reuse=True)` where a block of that size is kept for
+ * `stream`: the last of `_kept[(dev, stream, nbytes)]`, taken under `_kept_lock` (never waited for,
+ * as `Block.__del__` never waits: held elsewhere, the Python function serves), as a new `Block`. */
+PyObject *kept_block(PyObject *dev, PyObject *nbytes, PyObject *stream, PyObject *keep) {
+    PyObject *lasting = global(g_alloc_mod, s_lasting_streams);  /* the set `allocate` reads */
+    if (global(g_alloc_mod, s_allocate_block) != g_alloc_allocate || lasting == NULL ||
+        PySet_Contains(lasting, stream) != 1) {
+        soft_clear();
+        return NULL;
+    }
+    PyObject *kept = global(g_alloc_mod, s_kept), *kept_bytes = global(g_alloc_mod, s_kept_bytes),
+             *lock = global(g_alloc_mod, s_kept_lock);
+    if (kept == NULL || kept_bytes == NULL || lock == NULL || !PyDict_Check(kept) || !PyDict_Check(kept_bytes))
+        return NULL;
+    PyObject *key = PyTuple_Pack(3, dev, stream, nbytes);
+    PyObject *list = key ? PyDict_GetItemWithError(kept, key) : NULL;  /* borrowed */
+    Py_XDECREF(key);
+    if (list == NULL || !PyList_Check(list) || PyList_Size(list) == 0) {
+        soft_clear();
+        return NULL;
+    }
+    /* the Block first (its address 0 until it takes one: dropped unused, it frees nothing), so that
+     * nothing can fail between taking a kept block and handing it over */
+    PyObject *block = PyObject_CallFunctionObjArgs(g_object_new, g_block_class, NULL);
+    if (block == NULL || set_field(block, F_B_PTR, g_zero)) {
+        Py_XDECREF(block);
+        return NULL;
+    }
+    Py_INCREF(list);
+    PyObject *got = PyObject_CallMethodObjArgs(lock, s_acquire, Py_False, NULL);
+    int locked = got == Py_True;
+    Py_XDECREF(got);
+    PyObject *found = NULL;
+    if (locked) {
+        Py_ssize_t n = PyList_Size(list);
+        PyObject *last = n > 0 ? PyList_GetItem(list, n - 1) : NULL;
+        if (last != NULL && PyTuple_Check(last) && PyTuple_Size(last) == 2) {
+            Py_INCREF(last);
+            if (PyList_SetSlice(list, n - 1, n, NULL) == 0) found = last;
+            else Py_DECREF(last);
+        }
+        if (found != NULL) {  /* `_kept_bytes[dev] -= nbytes` (a bound on what is kept, not on correctness) */
+            PyObject *had = PyDict_GetItemWithError(kept_bytes, dev);
+            PyObject *now = had ? PyNumber_Subtract(had, nbytes) : NULL;
+            if (now != NULL) PyDict_SetItem(kept_bytes, dev, now);
+            Py_XDECREF(now);
+        }
+        Py_XDECREF(PyObject_CallMethodObjArgs(lock, s_release, NULL));
+    }
+    Py_DECREF(list);
+    soft_clear();
+    if (found == NULL) {  /* nothing taken: the Python function serves (or an interrupt is raised) */
+        Py_DECREF(block);
+        return NULL;
+    }
+    /* as `allocate` makes it (device_id set: kept again when dropped); member slots take any object */
+    set_field(block, F_B_NBYTES, nbytes);
+    set_field(block, F_B_STREAM, stream);
+    set_field(block, F_B_KEEP, keep);
+    set_field(block, F_B_CTX, PyTuple_GetItem(found, 1));
+    set_field(block, F_B_DEVICE_ID, dev);
+    set_field(block, F_B_PTR, PyTuple_GetItem(found, 0));
+    Py_DECREF(found);
+    if (PyErr_Occurred()) Py_CLEAR(block);  /* an interrupt meanwhile: raised; the block, dropped, is kept again */
+    return block;
+}
+
+/* `stream_memory.counters(dev, stream, count, keep, capturing=False, optional)` (`kind` 0, `size` the
+ * count) or `.workspace(dev, stream, nbytes, keep, capturing=False)` (`kind` 1, `size` the bytes) where
+ * the stream's block of that kind is in the table and large enough: that block. */
+PyObject *kept_stream_memory(int kind, PyObject *dev, PyObject *stream, PyObject *size, PyObject *keep) {
+    PyObject *fn = global(g_stream_memory_mod, kind ? s_workspace : s_counters);
+    if (fn != (kind ? g_sm_workspace : g_sm_counters)) return NULL;
+    unsigned long long h = 0, want = 0;
+    if (!as_u64(stream, &h) || h == 2 || !as_u64(size, &want)) return NULL;  /* per-thread stream: its own */
+    if (keep == Py_None) {  /* a bare handle of a stream that is not lasting: keyed by the stream's id too */
+        PyObject *mod = global(g_stream_memory_mod, s_stream_module);  /* `_stream.LASTING_STREAMS`, as `_key` */
+        PyObject *lasting = mod ? PyObject_GetAttr(mod, s_lasting_streams) : NULL;
+        int is = lasting ? PySet_Contains(lasting, stream) : -1;
+        Py_XDECREF(lasting);
+        soft_clear();
+        if (is != 1) return NULL;
+    }
+    if (kind) {  /* larger than kept workspaces get: the call's own */
+        PyObject *cap = global(g_stream_memory_mod, s_workspace_kept_max);
+        unsigned long long c = 0;
+        if (cap == NULL || !as_u64(cap, &c) || want > c) return NULL;
+    } else {
+        want *= 4;  /* int32 counters */
+    }
+    PyObject *blocks = global(g_stream_memory_mod, s_blocks);
+    PyObject *k = kind ? PyLong_FromLong(1) : PyLong_FromLong(0);
+    PyObject *key = k ? PyTuple_Pack(3, dev, stream, k) : NULL;
+    Py_XDECREF(k);
+    PyObject *entry = key && blocks && PyDict_Check(blocks) ? PyDict_GetItemWithError(blocks, key) : NULL;
+    Py_XDECREF(key);
+    if (entry == NULL) {
+        soft_clear();
+        return NULL;
+    }
+    PyObject *nb = PyObject_GetAttr(entry, s_nbytes);
+    unsigned long long have = 0;
+    int ok = nb != NULL && as_u64(nb, &have) && have >= want;
+    Py_XDECREF(nb);
+    soft_clear();
+    if (!ok) return NULL;  /* outgrown: the Python function grows it */
+    Py_INCREF(entry);
+    return entry;
+}
