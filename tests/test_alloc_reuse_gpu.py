@@ -63,13 +63,18 @@ def test_an_output_still_read_on_another_stream_is_not_reused(torch):
 def test_a_stream_torch_made_keeps_dropped_outputs_and_an_external_one_does_not(torch):
     """A stream torch made (``torch.cuda.Stream()``, or torch's current stream inside
     ``torch.cuda.stream``) is never destroyed by torch, so cudattn counts it lasting: a dropped
-    output serves the next call of its size there, as on cudattn's own stream. A stream torch only
-    wraps (``torch.cuda.ExternalStream``) may be destroyed by its owner: never counted lasting."""
+    output is kept on the host and serves the next call of its size there, as on cudattn's own
+    stream; a warm call on a new such stream notes it too (the compiled path, where built). A stream
+    torch only wraps (``torch.cuda.ExternalStream``) may be destroyed by its owner: never counted
+    lasting, nothing kept for it."""
     from cuda.core import Device
+
+    from cudattn._calls import warm as _warm
 
     rng = _rng()
     q, k, v = _qkv(rng, 2, 193, 193, 4, 2, 64)
     q2, k2, v2 = _qkv(rng, 2, 193, 193, 4, 2, 64)
+    nbytes = q.nbytes
     S = torch.cuda.Stream()
     qd, kd, vd, qd2, kd2, vd2 = (cudattn.to_device(x, stream=S) for x in (q, k, v, q2, k2, v2))
     cudattn.attention(qd, kd, vd, causal=True, stream=S)  # the full path: recorded
@@ -77,18 +82,28 @@ def test_a_stream_torch_made_keeps_dropped_outputs_and_an_external_one_does_not(
     first = cudattn.attention(qd, kd, vd, causal=True, stream=S)
     ptr, host_first = first.ptr, cudattn.to_host(first)
     del first
+    assert _alloc._kept.get((qd.device_id, S.cuda_stream, nbytes)), "a dropped output must be kept on the host"
     second = cudattn.attention(qd2, kd2, vd2, causal=True, stream=S)
     assert second.ptr == ptr, "a dropped output must serve the next call of its size on a stream torch made"
     _check_attention(host_first, q, k, v, causal=True)
     _check_attention(cudattn.to_host(second), q2, k2, v2, causal=True)
 
-    S2 = torch.cuda.Stream()  # torch tensors, no stream=: torch's current stream, asked of torch
+    tq, tk, tv = (torch.from_numpy(x).cuda() for x in (q, k, v))
+    torch.cuda.synchronize()
+    S2, S3 = torch.cuda.Stream(), torch.cuda.Stream()  # torch tensors, no stream=: torch's current stream
     with torch.cuda.stream(S2):
-        tq, tk, tv = (torch.from_numpy(x).cuda() for x in (q, k, v))
         for _ in range(2):
             out = cudattn.attention(tq, tk, tv, causal=True)
         assert S2.cuda_stream in _stream.LASTING_STREAMS
         _check_attention(cudattn.to_host(out, stream=S2), q, k, v, causal=True)
+    served = _warm._native.stats()[0] if _warm.run is not None else 0
+    with torch.cuda.stream(S3):  # a warm call on a stream not seen before
+        S3.wait_stream(torch.cuda.default_stream())
+        out = cudattn.attention(tq, tk, tv, causal=True)
+        assert S3.cuda_stream in _stream.LASTING_STREAMS
+        if _warm.run is not None:
+            assert _warm._native.stats()[0] == served + 1, "the compiled path must serve (and note) it"
+        _check_attention(cudattn.to_host(out, stream=S3), q, k, v, causal=True)
 
     own = Device().create_stream()  # a stream whose owner may destroy it: torch only wraps it
     try:
@@ -97,8 +112,11 @@ def test_a_stream_torch_made_keeps_dropped_outputs_and_an_external_one_does_not(
         for _ in range(2):
             o = cudattn.attention(*ed, causal=True, stream=ext)
         assert int(own.handle) not in _stream.LASTING_STREAMS
+        assert int(own.handle) in _stream.TORCH_EXTERNAL
         _check_attention(cudattn.to_host(o, stream=ext), q, k, v, causal=True)
         del o, ed
+        assert not any(key[1] == int(own.handle) and blocks for key, blocks in _alloc._kept.items())
     finally:
         own.sync()
+        cudattn.empty_cache()  # nothing of the stream's left in the tables once it is gone
         own.close()

@@ -58,7 +58,8 @@ def world(request, monkeypatch):
     """Faked launch (logs stream and params), stream waits and holds; no device needed. Run twice:
     warm calls on the Python path, and on the compiled one (`_calls.warm`, its driver entry points
     faked alike), which must launch the same and leave to the Python path what it does not take."""
-    log = {"launches": [], "waits": [], "holds": [], "full": 0, "compiled": 0, "params": [], "params_bytes": 0}
+    log = {"launches": [], "waits": [], "holds": [], "full": 0, "compiled": 0, "params": [], "params_bytes": 0,
+           "capturing": False}  # what the compiled path's capture query answers
 
     def launch(function, gx, gy, gz, bx, by, bz, smem, stream, argv, extra):
         params = _Params.from_address(ctypes.c_void_p.from_address(argv).value)
@@ -77,7 +78,7 @@ def world(request, monkeypatch):
             return launch(function, gx, gy, gz, bx, by, bz, smem, stream or 0, argv, extra)[0]
 
         def capturing(stream, status):
-            status[0] = 0
+            status[0] = 1 if log["capturing"] else 0
             return 0
 
         fakes = (_LAUNCH(native_launch), _CAPTURING(capturing))
@@ -169,12 +170,12 @@ def test_a_stream_torch_made_is_noted_lasting_on_either_path(world):
             _call(world, _array(0x10000, stream=h), _array(0x90000, stream=h), stream=stream_of(h, sid), launch_on=h)
             assert world["launches"][-1][0] == h
         assert {made, later} <= _stream.LASTING_STREAMS and external not in _stream.LASTING_STREAMS
-        assert external in _stream._NOT_TORCHS
+        assert external in _stream.TORCH_EXTERNAL
         assert world["full"] == 1 and world["compiled"] == (3 if _warm.run is not None else 0)
     finally:
         _stream.HANDLE_ATTR_TYPES.discard(TorchLike)
         _stream.LASTING_STREAMS.difference_update((made, later))
-        _stream._NOT_TORCHS.discard(external)
+        _stream.TORCH_EXTERNAL.discard(external)
 
 
 def test_a_misaligned_address_takes_the_full_path(world):
@@ -476,33 +477,48 @@ def test_a_replay_with_counters_and_a_workspace_takes_the_streams_own_on_either_
         assert r is o if given_out else r.ptr == r.owner.ptr
 
 
-@pytest.mark.parametrize("lock_busy", [False, True])
-def test_kept_memory_serves_warm_calls_on_either_path(world, monkeypatch, lock_busy):
+@pytest.mark.parametrize("meanwhile", ["nothing", "lock held", "released"])
+def test_kept_memory_serves_warm_calls_on_either_path(world, monkeypatch, meanwhile):
     """With the real `_arrays.alloc` and `_arrays.stream_memory` (the pool's calls faked): a warm call's
     dropped result is kept and its block serves the next call of its size on its (lasting) stream,
     with no pool call, as the same Block (stream, owner, device kept); the stream's counters are the
     same block each call. The compiled path takes both in C (memory.c): the block from `_kept` under
     the lock without waiting for it (`acquire(False)`), never entering the Python function's `with
-    _kept_lock`, and the counters from the table without `_key`; with the lock held elsewhere it
-    leaves the block to the Python function."""
+    _kept_lock`, and the counters from the table without `_key`. With the lock held elsewhere it
+    leaves the block to the Python function; where another thread gave the kept blocks back
+    (`release_kept`) while the call made its Block, it looks the list up again under the lock and
+    takes a new block from the pool, never one given back."""
     from cudattn._arrays import alloc as _alloc
     from cudattn._arrays import array as _arraymod
     from cudattn._arrays import stream_memory as _sm
     from cudattn._runtime import stream as _stream
 
     pool = []
+    nbytes = 2 * 64 * 4 * 64 * 2
 
     def alloc_async(nbytes, p, stream):
         pool.append(("alloc", nbytes, stream))
         return 0, 0x4000000 * len(pool)
 
     class LockSpy:
+        """`_kept_lock`, logging how it is taken; ``busy``: held by another thread (a non-blocking
+        acquire fails); ``release_first``: another thread's `release_kept` ran just before it."""
+
         def __init__(self):
-            self.log, self.inner, self.busy = [], __import__("threading").Lock(), False
+            self.log, self.inner, self.busy, self.release_first = [], __import__("threading").Lock(), False, False
+
+        def _release_kept(self):
+            if self.release_first:
+                self.release_first = False
+                for ptr, ctx in _alloc._kept.pop((0, CONSUMER, nbytes), []):
+                    _alloc._kept_bytes[0] -= nbytes
+                    pool.append(("free", ptr, CONSUMER))
 
         def acquire(self, *args, **kwargs):
             blocking = args[0] if args else kwargs.get("blocking", True)
             self.log.append(("acquire", args, tuple(kwargs.items())))
+            if args == (False,):  # the compiled path's
+                self._release_kept()
             return False if self.busy and not blocking else self.inner.acquire(*args, **kwargs)
 
         def release(self):
@@ -510,6 +526,7 @@ def test_kept_memory_serves_warm_calls_on_either_path(world, monkeypatch, lock_b
 
         def __enter__(self):
             self.log.append(("enter",))
+            self._release_kept()
             self.inner.acquire()
 
         def __exit__(self, *exc):
@@ -553,17 +570,20 @@ def test_kept_memory_serves_warm_calls_on_either_path(world, monkeypatch, lock_b
     del first  # kept (Block.__del__: acquire(blocking=False))
     lock.log.clear()
     keyed.clear()
-    lock.busy = lock_busy  # another thread holds it now: a non-blocking acquire fails
+    lock.busy = meanwhile == "lock held"  # another thread holds it now: a non-blocking acquire fails
+    lock.release_first = meanwhile == "released"
     second = call(q)
-    nbytes = 2 * 64 * 4 * 64 * 2
-    assert second.ptr == ptr and [e[0] for e in pool] == ["alloc", "raw"], "the kept block must serve, no pool call"
-    b = second.owner
-    assert type(b) is owner_type and (b.ptr, b.nbytes, b.stream, b.keep, b.device_id) == (ptr, nbytes, CONSUMER,
-                                                                                           None, 0)
-    assert _alloc._kept_bytes[0] == 0 and not _alloc._kept[(0, CONSUMER, nbytes)]
-    assert world["launches"][-1][1:3] == (ptr, 0xC00000) and world["launches"][-2][1:3] == (ptr, 0xC00000)
     compiled = _warm.run is not None
-    took_in_c = compiled and not lock_busy
+    b = second.owner
+    if meanwhile == "released":  # given back to the pool meanwhile: never handed out as well
+        assert pool[2:] == [("free", ptr, CONSUMER), ("alloc", nbytes, CONSUMER)] and second.ptr != ptr
+    else:
+        assert second.ptr == ptr and [e[0] for e in pool] == ["alloc", "raw"], "the kept block must serve"
+        assert _alloc._kept_bytes[0] == 0 and not _alloc._kept[(0, CONSUMER, nbytes)]
+    assert type(b) is owner_type and (b.ptr, b.nbytes, b.stream, b.keep, b.device_id) == (second.ptr, nbytes,
+                                                                                           CONSUMER, None, 0)
+    assert world["launches"][-1][1:3] == (second.ptr, 0xC00000) and world["launches"][-2][1:3] == (ptr, 0xC00000)
+    took_in_c = compiled and meanwhile != "lock held"
     assert (("enter",) in lock.log) == (not took_in_c)
     if compiled:
         assert ("acquire", (False,), ()) in lock.log
@@ -571,6 +591,54 @@ def test_kept_memory_serves_warm_calls_on_either_path(world, monkeypatch, lock_b
     assert world["full"] == 1 and world["compiled"] == (2 if compiled else 0)
     lock.busy = False
     del second
+
+
+def test_a_call_given_out_on_a_capturing_stream_leaves_its_memory_to_the_python_path(world, monkeypatch):
+    """A call given ``out=`` that still needs the stream's counters asks whether its stream captures a
+    graph before making them: capturing, the compiled path sends it back (nothing made), and the
+    Python replay gives it the graph's counters (here optional ones: none)."""
+    from cudattn._arrays import stream_memory as _sm
+    from cudattn._runtime import stream as _stream
+
+    class Counters:
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+    asked = []
+    real_counters = _sm.counters
+
+    def counters(device_id, stream, count, keep=None, capturing=None, optional=False):
+        if _recording.active and _recording.current() is not None:  # the recording's placeholder
+            return real_counters(device_id, stream, count, keep, capturing, optional)
+        asked.append(capturing)
+        return Counters(0 if capturing else 0xC0000)
+
+    monkeypatch.setattr(_callpath, "is_capturing", lambda s: world["capturing"])
+    monkeypatch.setattr(_stream, "is_capturing", lambda s: world["capturing"])
+    monkeypatch.setattr(_sm, "counters", counters)
+
+    def full(call, args, qa, oa):
+        if _recording.current() is None:
+            world["full"] += 1
+        ctr = _sm.counters(qa.device_id, call.consumer, 2, call.keep, None, True)
+        _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, call.consumer, _Params(oa.ptr, ctr.ptr, 5, 0))
+        return oa
+
+    q, o = _array(0x10000), _array(0x90000)
+
+    def call():
+        return dispatch("out_capture", [q, o], ("q", "out"), None, (), None, full, None, tensors=2, out_index=1,
+                        allocates=False)
+
+    call()  # recorded
+    call()  # warm, not capturing
+    served = world["compiled"]
+    assert served == (1 if _warm.run is not None else 0) and world["launches"][-1][2] == 0xC0000
+    asked.clear()
+    world["capturing"] = True
+    assert call() is o
+    assert world["compiled"] == served, "a capturing stream's call must not be served by the compiled path"
+    assert asked == [True] and not world["launches"][-1][2], "the graph's counters: none (optional)"
 
 
 def test_a_replay_writes_each_tensor_map_re_addressed_for_its_operand(world, monkeypatch):

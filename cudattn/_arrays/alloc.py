@@ -14,11 +14,12 @@ stream: the new owner's work queues after everything the old owner queued there.
 back this way only where the allocation was known to be outside graph capture (``reuse=True``)
 and on streams that stay the same stream for the life of the process
 (`_runtime.stream.LASTING_STREAMS`: the legacy default stream, cudattn's own, and the streams
-torch made itself, which it never destroys; another stream may be destroyed and its handle given to a new one, which would not be ordered after the old
-work). The kept ones are bounded (``KEEP_PER_SIZE`` a size, ``KEEP_BYTES`` a device), kept under
-a lock (a block dropped while another thread holds it is freed instead), and go back to the pool
-at :func:`release_kept` (`cudattn.empty_cache`, out of memory), except on a stream that captures
-a graph at that moment. With a busy stream the pool's calls cost several microseconds each.
+torch made itself, which it never destroys, once seen as torch's; another stream may be destroyed
+and its handle given to a new one, which would not be ordered after the old work). The kept ones
+are bounded (``KEEP_PER_SIZE`` a size, ``KEEP_BYTES`` a device), kept under a lock (a block
+dropped while another thread holds it is freed instead), and go back to the pool at
+:func:`release_kept` (`cudattn.empty_cache`, out of memory), except on a stream that captures a
+graph at that moment. With a busy stream the pool's calls cost several microseconds each.
 
 No call here synchronises the host on the normal path. Out of memory, the pool is trimmed and the
 allocation tried again; then, unless the stream is capturing a CUDA graph, the allocating stream

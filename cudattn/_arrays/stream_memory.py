@@ -23,7 +23,9 @@ have read the block for a launch it has not queued yet. Outgrown blocks, and tho
 the table is full, are retired; `empty_cache` frees them all after synchronising the device, on
 cudattn's own stream (:func:`release`); at exit they are left to the driver. A stream with an
 owner object (a cuda.core or CuPy stream) keeps its owner alive while its blocks are in the
-table, so its handle cannot pass to another stream meanwhile (a retired block lets it go).
+table, so its handle cannot pass to another stream meanwhile (a retired block lets it go); a
+torch object that only wraps a stream owned elsewhere (``torch.cuda.ExternalStream``) is keyed
+by the stream's id, as a bare handle is.
 
 While a stream captures a CUDA graph (asked of the driver at each call), both are the graph's
 own: graph memory nodes (the counters zeroed by a memset node), so that replays of the graph
@@ -138,12 +140,13 @@ def workspace(device_id: int, stream: int, nbytes: int, keep: object = None, cap
 
 def _key(device_id: int, stream: int, kind: int, keep: object) -> tuple:
     """The table's key for ``stream``'s block of ``kind``. A bare handle (no owner object here) of
-    a stream that is not lasting may be destroyed while its kernels run and handed to a new stream,
+    a stream that is not lasting, or one a torch object only wraps (`_stream.TORCH_EXTERNAL`: its
+    owner is elsewhere), may be destroyed while its kernels run and handed to a new stream,
     and the handle 0 is a different stream in each thread where cuda-python maps it to the
     per-thread stream: such handles are told apart by the driver's stream id as well, which no
     other stream of the process ever gets, so that two streams never share counters or a
     workspace (one driver query a call)."""
-    if keep is None and stream not in _stream.LASTING_STREAMS:
+    if (keep is None or stream in _stream.TORCH_EXTERNAL) and stream not in _stream.LASTING_STREAMS:
         return (device_id, stream, kind, check(driver.cuStreamGetId(stream), "cuStreamGetId"))
     return (device_id, stream, kind)
 

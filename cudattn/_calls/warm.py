@@ -14,8 +14,8 @@ Python path then does again, and nothing else: made the operands' device current
 stream. What needs Python's own rules is asked of the Python modules from C: the memory blocks of
 a call's results (`_arrays.alloc.allocate`; the arrays around them are made in C, as
 `_arrays.array.new_array` makes them), the stream's counters and workspace (`_arrays.stream_memory`;
-`replay.Replay.native` lists what a call takes; a call given ``out=`` that still needs either asks
-`replay.Replay._allocate`), argument blocks whose tensor maps need an address not seen before
+`replay.Replay.native` lists what a call takes, with ``out=`` given too), each taken in C where an
+earlier call left it kept (`_warm_c/memory.c`), argument blocks whose tensor maps need an address not seen before
 (`replay._Step.build`; the others are built in C) and a JAX array's hold (`lifetime.hold`). A JAX
 array imported before is recalled in C by `known_jax.recall`'s rule, and a call whose first
 operand is one runs on cudattn's stream of its device as `operands.consumer_stream` says, the
@@ -135,7 +135,7 @@ def configure(call_module, recorded_call: type) -> None:
         "known_jax_module": _known_jax, "operands_module": _operands, "jax_seen": _known_jax._seen,
         "default_stream_refs": _stream._default_stream_refs, "alloc_module": _alloc,
         "stream_memory_module": _stream_memory, "handle_attr_types": _stream.HANDLE_ATTR_TYPES,
-        "lasting_streams": _stream.LASTING_STREAMS, "note_torch_stream": _stream.note_torch_stream,
+        "stream_module": _stream, "note_torch_stream": _stream.note_torch_stream,
         "alloc_allocate": _alloc.allocate, "stream_memory_counters": _stream_memory.counters,
         "stream_memory_workspace": _stream_memory.workspace, "block_class": _alloc.Block,
     })

@@ -88,19 +88,26 @@ _default_stream_refs: dict[int, StreamRef] = {}  # device id -> StreamRef of tha
 # The streams torch makes itself join them as torch hands them over (`note_torch_stream`).
 LASTING_STREAMS: set[int] = {1} if os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0") \
     else {0, 1}
-_NOT_TORCHS: set[int] = set()  # handles `note_torch_stream` found to be external streams torch wraps
+# Handles of streams torch wraps but did not make (``torch.cuda.ExternalStream``): their owner may
+# destroy them, whatever holds the torch object (`note_torch_stream` fills it; `_arrays.stream_memory`
+# keys their blocks by the stream's id as for a bare handle).
+TORCH_EXTERNAL: set[int] = set()
 
 
 def note_torch_stream(stream, handle: int, device_id: int | None = None) -> None:
-    """Note ``handle`` as lasting where it is a stream torch made: torch creates its pooled streams
-    once and never destroys them, so their handles name the same stream for the life of the process.
-    ``stream``: the torch stream object whose ``cuda_stream`` is ``handle``, or None for torch's
-    current stream on ``device_id`` (then asked of torch, once a handle). torch's stream ids tell
-    them apart: a stream torch made has an odd id, an external stream it wraps
-    (``torch.cuda.ExternalStream``) has its handle as id (even), and the default stream 0."""
-    if handle in LASTING_STREAMS or handle in _NOT_TORCHS:
+    """Note ``handle`` as lasting where it is a stream torch made, or as external where torch only
+    wraps it. torch creates its pooled streams once and never destroys them, so their handles name
+    the same stream for the life of the process. ``stream``: the torch stream object whose
+    ``cuda_stream`` is ``handle``, or None for torch's current stream on ``device_id`` (asked of
+    torch, once a handle). torch's note on stream ids (c10/cuda/CUDAStream.cpp, "StreamId
+    assignment") tells them apart: a stream torch made has an odd id, an external stream its handle
+    (even), the default stream 0; torch keeps the right to renumber, so anything else is left
+    alone (neither noted)."""
+    if handle in LASTING_STREAMS or handle <= 2:
         return
     if stream is None:
+        if handle in TORCH_EXTERNAL:
+            return
         torch = sys.modules.get("torch")
         try:
             stream = torch.cuda.current_stream(device_id)
@@ -109,12 +116,13 @@ def note_torch_stream(stream, handle: int, device_id: int | None = None) -> None
     sid = getattr(stream, "stream_id", None)
     if type(sid) is not int or getattr(stream, "cuda_stream", None) != handle:
         return
-    if sid & 1:
+    if sid & 1 and sid != handle:
         LASTING_STREAMS.add(handle)
-    else:
-        if len(_NOT_TORCHS) >= 1024:  # bounded: forgotten handles are only asked again
-            _NOT_TORCHS.clear()
-        _NOT_TORCHS.add(handle)
+        TORCH_EXTERNAL.discard(handle)
+    elif sid == handle:
+        if len(TORCH_EXTERNAL) >= 4096:  # bounded: a handle left out is noted again at its next call
+            TORCH_EXTERNAL.clear()
+        TORCH_EXTERNAL.add(handle)
 
 
 def default_stream(device=None):

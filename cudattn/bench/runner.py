@@ -27,8 +27,11 @@ class Session:
         self.peers = peers
         # One stream for everything, so cudattn and its peers queue behind the same spin kernel.
         self.stream_handle = peers.stream_handle if peers else int(_stream.default_stream(self.device_id).handle)
-        if peers:  # the peers' stream is one torch made: known as lasting from the first row on, as a
-            _stream.as_stream(peers.stream, None)  # torch user's first call would make it (`note_torch_stream`)
+        if peers:
+            # The peers' stream is one torch made, known as lasting once seen as torch's (as a torch
+            # user's first call shows it): from the first row on, so that cudattn's rows, which pass
+            # its handle as an int, are timed alike in every row.
+            _stream.as_stream(peers.stream, None)
         self.iters, self.warmup = iters, warmup
         self.rng = np.random.default_rng(seed)
         self.ceilings: dict = {}

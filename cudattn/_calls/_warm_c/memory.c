@@ -28,44 +28,50 @@ PyObject *kept_block(PyObject *dev, PyObject *nbytes, PyObject *stream, PyObject
     if (kept == NULL || kept_bytes == NULL || lock == NULL || !PyDict_Check(kept) || !PyDict_Check(kept_bytes))
         return NULL;
     PyObject *key = PyTuple_Pack(3, dev, stream, nbytes);
-    PyObject *list = key ? PyDict_GetItemWithError(kept, key) : NULL;  /* borrowed */
-    Py_XDECREF(key);
-    if (list == NULL || !PyList_Check(list) || PyList_Size(list) == 0) {
+    if (key == NULL) return NULL;
+    PyObject *seen = PyDict_GetItemWithError(kept, key);  /* borrowed: only asked whether anything is kept */
+    if (seen == NULL || !PyList_Check(seen) || PyList_Size(seen) == 0) {
+        Py_DECREF(key);
         soft_clear();
         return NULL;
     }
-    /* the Block first (its address 0 until it takes one: dropped unused, it frees nothing), so that
-     * nothing can fail between taking a kept block and handing it over */
-    PyObject *block = PyObject_CallFunctionObjArgs(g_object_new, g_block_class, NULL);
-    if (block == NULL || set_field(block, F_B_PTR, g_zero)) {
-        Py_XDECREF(block);
-        return NULL;
-    }
-    Py_INCREF(list);
-    PyObject *got = PyObject_CallMethodObjArgs(lock, s_acquire, Py_False, NULL);
-    int locked = got == Py_True;
-    Py_XDECREF(got);
-    PyObject *found = NULL;
-    if (locked) {
-        Py_ssize_t n = PyList_Size(list);
-        PyObject *last = n > 0 ? PyList_GetItem(list, n - 1) : NULL;
-        if (last != NULL && PyTuple_Check(last) && PyTuple_Size(last) == 2) {
-            Py_INCREF(last);
-            if (PyList_SetSlice(list, n - 1, n, NULL) == 0) found = last;
-            else Py_DECREF(last);
+    Py_INCREF(kept);
+    Py_INCREF(kept_bytes);
+    Py_INCREF(lock);
+    /* The Block first (its address 0 until it takes one: dropped unused, it frees nothing), so that
+     * nothing can fail between taking a kept block and handing it over. Making it may run a collection,
+     * and other threads with it: the list is looked up again under the lock, as `allocate` does
+     * (`release_kept` may have taken it out of `_kept` and freed its blocks meanwhile). */
+    PyObject *block = PyObject_CallFunctionObjArgs(g_object_new, g_block_class, NULL), *found = NULL;
+    if (block != NULL && set_field(block, F_B_PTR, g_zero) == 0) {
+        PyObject *got = PyObject_CallMethodObjArgs(lock, s_acquire, Py_False, NULL);
+        int locked = got == Py_True;
+        Py_XDECREF(got);
+        if (locked) {
+            PyObject *list = PyDict_GetItemWithError(kept, key);  /* borrowed; nothing below runs Python */
+            Py_ssize_t n = list != NULL && PyList_Check(list) ? PyList_Size(list) : 0;
+            PyObject *last = n > 0 ? PyList_GetItem(list, n - 1) : NULL;
+            if (last != NULL && PyTuple_Check(last) && PyTuple_Size(last) == 2) {
+                Py_INCREF(last);
+                if (PyList_SetSlice(list, n - 1, n, NULL) == 0) found = last;
+                else Py_DECREF(last);
+            }
+            if (found != NULL) {  /* `_kept_bytes[dev] -= nbytes` (a bound on what is kept, not on correctness) */
+                PyObject *had = PyDict_GetItemWithError(kept_bytes, dev);
+                PyObject *now = had ? PyNumber_Subtract(had, nbytes) : NULL;
+                if (now != NULL) PyDict_SetItem(kept_bytes, dev, now);
+                Py_XDECREF(now);
+            }
+            Py_XDECREF(PyObject_CallMethodObjArgs(lock, s_release, NULL));
         }
-        if (found != NULL) {  /* `_kept_bytes[dev] -= nbytes` (a bound on what is kept, not on correctness) */
-            PyObject *had = PyDict_GetItemWithError(kept_bytes, dev);
-            PyObject *now = had ? PyNumber_Subtract(had, nbytes) : NULL;
-            if (now != NULL) PyDict_SetItem(kept_bytes, dev, now);
-            Py_XDECREF(now);
-        }
-        Py_XDECREF(PyObject_CallMethodObjArgs(lock, s_release, NULL));
     }
-    Py_DECREF(list);
+    Py_DECREF(key);
+    Py_DECREF(kept);
+    Py_DECREF(kept_bytes);
+    Py_DECREF(lock);
     soft_clear();
     if (found == NULL) {  /* nothing taken: the Python function serves (or an interrupt is raised) */
-        Py_DECREF(block);
+        Py_XDECREF(block);
         return NULL;
     }
     /* as `allocate` makes it (device_id set: kept again when dropped); member slots take any object */
@@ -88,13 +94,17 @@ PyObject *kept_stream_memory(int kind, PyObject *dev, PyObject *stream, PyObject
     if (fn != (kind ? g_sm_workspace : g_sm_counters)) return NULL;
     unsigned long long h = 0, want = 0;
     if (!as_u64(stream, &h) || h == 2 || !as_u64(size, &want)) return NULL;  /* per-thread stream: its own */
-    if (keep == Py_None) {  /* a bare handle of a stream that is not lasting: keyed by the stream's id too */
-        PyObject *mod = global(g_stream_memory_mod, s_stream_module);  /* `_stream.LASTING_STREAMS`, as `_key` */
+    {  /* `_key`: a bare handle, or one torch only wraps, of a stream that is not lasting is keyed by the
+        * stream's id too (a driver query): the Python function's */
+        PyObject *mod = global(g_stream_memory_mod, s_stream_module);
         PyObject *lasting = mod ? PyObject_GetAttr(mod, s_lasting_streams) : NULL;
-        int is = lasting ? PySet_Contains(lasting, stream) : -1;
+        PyObject *external = lasting ? PyObject_GetAttr(mod, s_torch_external) : NULL;
+        int by_id = external == NULL ? -1 : keep == Py_None ? 1 : PySet_Contains(external, stream);
+        if (by_id == 1) by_id = PySet_Contains(lasting, stream) == 1 ? 0 : 1;
         Py_XDECREF(lasting);
+        Py_XDECREF(external);
         soft_clear();
-        if (is != 1) return NULL;
+        if (by_id != 0) return NULL;
     }
     if (kind) {  /* larger than kept workspaces get: the call's own */
         PyObject *cap = global(g_stream_memory_mod, s_workspace_kept_max);
@@ -113,12 +123,12 @@ PyObject *kept_stream_memory(int kind, PyObject *dev, PyObject *stream, PyObject
         soft_clear();
         return NULL;
     }
+    Py_INCREF(entry);
     PyObject *nb = PyObject_GetAttr(entry, s_nbytes);
     unsigned long long have = 0;
     int ok = nb != NULL && as_u64(nb, &have) && have >= want;
     Py_XDECREF(nb);
     soft_clear();
-    if (!ok) return NULL;  /* outgrown: the Python function grows it */
-    Py_INCREF(entry);
+    if (!ok) Py_CLEAR(entry);  /* outgrown: the Python function grows it */
     return entry;
 }

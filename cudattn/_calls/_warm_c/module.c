@@ -24,7 +24,7 @@ PyObject *g_miss, *g_device_array, *g_recorded_call, *g_call_mod, *g_traits_mod,
     *g_shift_local, *g_recording_mod, *g_lifetime_mod, *g_device_mod, *g_accessors_mod, *g_importer_mod,
     *g_as_stream, *g_cupy_stream, *g_launch_failed, *g_bind, *g_bound_hook, *g_object_new;
 PyObject *g_handle_attr_types;  /* `stream.HANDLE_ATTR_TYPES` */
-PyObject *g_lasting, *g_note_torch;  /* `stream.LASTING_STREAMS` (a set, never rebound), `stream.note_torch_stream` */
+PyObject *g_stream_mod, *g_note_torch;  /* `_runtime.stream` (its sets read each call), `.note_torch_stream` */
 PyObject *g_alloc_allocate, *g_sm_counters, *g_sm_workspace, *g_block_class, *g_zero;
 
 /* Interned attribute names. */
@@ -34,7 +34,7 @@ PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonly, *s_s
     *s_data_ptr, *s_get_device, *s_data, *s_handle, *s_obj, *s_allocate, *s_build, *s_get, *s_kinds, *s_recall,
     *s_consumer_stream, *s_hold, *s_dlpack, *s_stream, *s_allocate_block, *s_counters, *s_workspace,
     *s_cuda_stream, *s_kept, *s_kept_bytes, *s_kept_lock, *s_acquire, *s_release, *s_blocks, *s_nbytes,
-    *s_workspace_kept_max, *s_lasting_streams, *s_stream_module;
+    *s_workspace_kept_max, *s_lasting_streams, *s_stream_module, *s_torch_external;
 
 const char *g_field_names[F_COUNT] = {
     "ptr", "shape", "strides", "dtype", "device_id", "readonly", "stream_handle", "owner",
@@ -64,7 +64,7 @@ static PyObject *configure(PyObject *self, PyObject *d) {
         {"known_jax_module", &g_known_jax_mod}, {"operands_module", &g_operands_mod}, {"jax_seen", &g_jax_seen},
         {"default_stream_refs", &g_default_refs}, {"alloc_module", &g_alloc_mod},
         {"stream_memory_module", &g_stream_memory_mod}, {"handle_attr_types", &g_handle_attr_types},
-        {"lasting_streams", &g_lasting}, {"note_torch_stream", &g_note_torch},
+        {"stream_module", &g_stream_mod}, {"note_torch_stream", &g_note_torch},
         {"alloc_allocate", &g_alloc_allocate}, {"stream_memory_counters", &g_sm_counters},
         {"stream_memory_workspace", &g_sm_workspace}, {"block_class", &g_block_class},
     };
@@ -179,6 +179,7 @@ PyMODINIT_FUNC PyInit__warm(void) {
     INTERN(s_kept_lock, "_kept_lock"); INTERN(s_acquire, "acquire"); INTERN(s_release, "release");
     INTERN(s_blocks, "_blocks"); INTERN(s_nbytes, "nbytes"); INTERN(s_workspace_kept_max, "WORKSPACE_KEPT_MAX");
     INTERN(s_lasting_streams, "LASTING_STREAMS"); INTERN(s_stream_module, "_stream");
+    INTERN(s_torch_external, "TORCH_EXTERNAL");
     if ((g_empty = PyTuple_New(0)) == NULL) return NULL;
     if ((g_zero = PyLong_FromLong(0)) == NULL) return NULL;
     return PyModule_Create(&module);

@@ -145,26 +145,26 @@ done:
     return entry;
 }
 
-/* Launch the recorded steps; returns the result or NULL with an exception. `outside_capture`: the stream
- * was found not capturing (the call's memory made here); else the Python replay makes it. */
+/* Launch the recorded steps; returns the result or NULL with an exception. A call with allocations comes
+ * here only on a stream found not capturing (`run`): its memory is made here (`Replay.native`), or by the
+ * Python replay told so where no native form was recorded (an empty result). */
 PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptrs, long device_id,
-                 unsigned long long consumer, PyObject *consumer_o, PyObject *keep, int outside_capture) {
+                 unsigned long long consumer, PyObject *consumer_o, PyObject *keep) {
     PyObject *made = NULL, *result = NULL, *steps = NULL, *results = NULL, *allocations = NULL;
     allocations = field(rep, F_ALLOCATIONS);
     if (allocations == NULL) goto done;
     if (PyObject_IsTrue(allocations)) {
-        PyObject *native = outside_capture ? field(rep, F_NATIVE) : NULL;
-        if (outside_capture && native == NULL) goto done;
-        if (native != NULL && native != Py_None) {
+        PyObject *native = field(rep, F_NATIVE);
+        if (native == NULL) goto done;
+        if (native != Py_None) {
             made = allocate_native(native, device_id, consumer_o, keep, ptrs);
         } else {
             PyObject *dev = PyLong_FromLong(device_id);
-            PyObject *capturing = outside_capture ? Py_False : Py_None;
-            made = dev ? PyObject_CallMethodObjArgs(rep, s_allocate, ptrs, dev, consumer_o, keep, capturing, NULL)
+            made = dev ? PyObject_CallMethodObjArgs(rep, s_allocate, ptrs, dev, consumer_o, keep, Py_False, NULL)
                        : NULL;
             Py_XDECREF(dev);
         }
-        Py_XDECREF(native);
+        Py_DECREF(native);
         if (made == NULL) goto done;
     }
     steps = field(rep, F_STEPS);

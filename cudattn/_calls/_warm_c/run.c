@@ -37,7 +37,7 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *keep = NULL, *consumer_o = NULL, *key = NULL, *sig = NULL, *types = NULL, *rec = NULL, *rep = NULL,
              *ptrs = NULL, *result = NULL;
     unsigned long long consumer = 0;
-    int st, miss_line = 0;
+    int st, miss_line = 0, torch_obj = 0;
 
     /* The consumer stream (`operands.consumer_stream`) */
     PyObject *first = is_list ? PyList_GetItem(objs, 0) : PyTuple_GetItem(objs, 0);
@@ -84,6 +84,7 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     } else {
         int attr = PySet_Contains(g_handle_attr_types, (PyObject *)Py_TYPE(stream));
         if (attr < 0) MISS();
+        torch_obj = attr;
         if (attr) {  /* torch's streams: `cuda_stream` is the handle `as_stream` would find */
             consumer_o = PyObject_GetAttr(stream, s_cuda_stream);
             if (consumer_o == NULL || !PyLong_CheckExact(consumer_o)) MISS();
@@ -99,16 +100,19 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         }
     }
     if (!as_u64(consumer_o, &consumer) || consumer > (unsigned long long)LLONG_MAX) MISS();
-    {  /* a stream torch made lasts (`stream.note_torch_stream`): its memory is kept for reuse */
-        int from_torch = stream == Py_None ? !jax_first && ops[0].kind == K_TORCH
-                                           : keep != NULL && keep != Py_None && keep == stream &&
-                                                 PySet_Contains(g_handle_attr_types, (PyObject *)Py_TYPE(stream)) == 1;
-        int lasting = from_torch ? PySet_Contains(g_lasting, consumer_o) : 1;
-        if (lasting < 0) MISS();
-        if (!lasting) {
-            PyObject *dev = PyLong_FromLong(ops[0].device_id);
-            PyObject *r = dev ? PyObject_CallFunctionObjArgs(g_note_torch, stream == Py_None ? Py_None : stream,
-                                                             consumer_o, dev, NULL) : NULL;
+    if (consumer > 2 && (stream == Py_None ? !jax_first && ops[0].kind == K_TORCH : torch_obj)) {
+        /* a stream torch made lasts, one it only wraps is external (`stream.note_torch_stream`, asked once
+         * a handle, and for each call of a stream object whose handle neither set holds yet) */
+        PyObject *lasting = PyObject_GetAttr(g_stream_mod, s_lasting_streams);
+        PyObject *external = lasting ? PyObject_GetAttr(g_stream_mod, s_torch_external) : NULL;
+        int known = external == NULL ? -1 : PySet_Contains(lasting, consumer_o);
+        if (known == 0) known = PySet_Contains(external, consumer_o);
+        Py_XDECREF(lasting);
+        Py_XDECREF(external);
+        if (known < 0) MISS();
+        if (!known) {
+            PyObject *dev = stream == Py_None ? PyLong_FromLong(ops[0].device_id) : Py_NewRef(Py_None);
+            PyObject *r = dev ? PyObject_CallFunctionObjArgs(g_note_torch, stream, consumer_o, dev, NULL) : NULL;
             Py_XDECREF(dev);
             if (r == NULL) MISS();
             Py_DECREF(r);
@@ -218,7 +222,7 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     }
 
     /* From here on, the call's work: errors are raised */
-    result = replay(rep, ops, n, ptrs, ops[0].device_id, consumer, consumer_o, keep, outside_capture);
+    result = replay(rep, ops, n, ptrs, ops[0].device_id, consumer, consumer_o, keep);
     if (result == NULL) goto out_error;
     {
         long oi = out_index_o == Py_None ? -1 : PyLong_AsLong(out_index_o);

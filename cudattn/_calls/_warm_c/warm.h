@@ -77,7 +77,7 @@ extern PyObject *g_miss, *g_device_array, *g_recorded_call, *g_call_mod, *g_trai
     *g_shift_local, *g_recording_mod, *g_lifetime_mod, *g_device_mod, *g_accessors_mod, *g_importer_mod,
     *g_as_stream, *g_cupy_stream, *g_launch_failed, *g_bind, *g_bound_hook, *g_object_new;
 extern PyObject *g_handle_attr_types;  /* `stream.HANDLE_ATTR_TYPES` */
-extern PyObject *g_lasting, *g_note_torch;  /* `stream.LASTING_STREAMS`, `stream.note_torch_stream` */
+extern PyObject *g_stream_mod, *g_note_torch;  /* `_runtime.stream`, `.note_torch_stream` */
 /* the functions memory.c stands in for (a module whose function was replaced is asked instead), Block, 0 */
 extern PyObject *g_alloc_allocate, *g_sm_counters, *g_sm_workspace, *g_block_class, *g_zero;
 
@@ -88,7 +88,7 @@ extern PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonl
     *s_data_ptr, *s_get_device, *s_data, *s_handle, *s_obj, *s_allocate, *s_build, *s_get, *s_kinds, *s_recall,
     *s_consumer_stream, *s_hold, *s_dlpack, *s_stream, *s_allocate_block, *s_counters, *s_workspace,
     *s_cuda_stream, *s_kept, *s_kept_bytes, *s_kept_lock, *s_acquire, *s_release, *s_blocks, *s_nbytes,
-    *s_workspace_kept_max, *s_lasting_streams, *s_stream_module;
+    *s_workspace_kept_max, *s_lasting_streams, *s_stream_module, *s_torch_external;
 
 typedef struct {
     PyObject *obj;      /* borrowed: the caller's array */
@@ -189,7 +189,7 @@ PyObject *kept_stream_memory(int kind, PyObject *dev, PyObject *stream, PyObject
 
 /* replay.c */
 PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptrs, long device_id,
-                 unsigned long long consumer, PyObject *consumer_o, PyObject *keep, int outside_capture);
+                 unsigned long long consumer, PyObject *consumer_o, PyObject *keep);
 
 /* driver.c */
 int bound(void);
