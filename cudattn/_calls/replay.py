@@ -107,7 +107,8 @@ class Replay:
     waits for them). Arrival counters (dtype COUNTERS) are the stream's too, or the graph's while
     the stream captures one."""
 
-    __slots__ = ("n_operands", "allocations", "steps", "results", "pair", "scratch_bytes", "counters", "native")
+    __slots__ = ("n_operands", "allocations", "steps", "results", "pair", "scratch_bytes", "kept_scratch", "counters",
+                 "native")
 
     def __init__(self, n_operands, allocations, steps, results, pair):
         self.n_operands = n_operands
@@ -123,6 +124,8 @@ class Replay:
                 self.allocations.append((shape, dtype, strides, offset))
                 offset += -(-math.prod(shape) * dtype.itemsize // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
         self.scratch_bytes = offset
+        # one kernel writes and reads the scratch: the stream's kept workspace serves it (`_allocate`)
+        self.kept_scratch = bool(offset) and len(steps) == 1
         self.counters = any(dtype is COUNTERS or dtype is OPTIONAL_COUNTERS for _, dtype, _, _ in self.allocations)
         # What the compiled warm call (`_warm_c/replay.c`) allocates itself on a stream known not to
         # capture, as `_allocate` does there: (scratch bytes, whether the stream's kept workspace serves them,
@@ -141,7 +144,7 @@ class Replay:
             else:
                 break
         else:
-            self.native = (self.scratch_bytes, bool(self.scratch_bytes) and len(steps) == 1, tuple(items))
+            self.native = (self.scratch_bytes, self.kept_scratch, tuple(items))
 
     def run(self, operands: list, ptrs: list, device_id: int, stream: int, keep: object,
             capturing: bool | None = None):
@@ -172,7 +175,7 @@ class Replay:
         when the stream's kept memory is wanted)."""
         made = []
         scratch = None
-        kept = self.scratch_bytes and len(self.steps) == 1
+        kept = self.kept_scratch
         if capturing is None and (kept or self.counters):
             capturing = _stream.is_capturing(stream)
         reuse = capturing is False  # known outside capture: blocks kept on the host may serve (`_arrays.alloc`)

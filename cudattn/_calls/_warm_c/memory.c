@@ -97,12 +97,18 @@ PyObject *kept_stream_memory(int kind, PyObject *dev, PyObject *stream, PyObject
     {  /* `_key`: a bare handle, or one torch only wraps, of a stream that is not lasting is keyed by the
         * stream's id too (a driver query): the Python function's */
         PyObject *mod = global(g_stream_memory_mod, s_stream_module);
-        PyObject *lasting = mod ? PyObject_GetAttr(mod, s_lasting_streams) : NULL;
-        PyObject *external = lasting ? PyObject_GetAttr(mod, s_torch_external) : NULL;
-        int by_id = external == NULL ? -1 : keep == Py_None ? 1 : PySet_Contains(external, stream);
-        if (by_id == 1) by_id = PySet_Contains(lasting, stream) == 1 ? 0 : 1;
-        Py_XDECREF(lasting);
-        Py_XDECREF(external);
+        if (mod == NULL) return NULL;
+        int by_id = 1;  /* the sets are read only where they decide (the usual call: an owner, not external) */
+        if (keep != Py_None) {
+            PyObject *external = PyObject_GetAttr(mod, s_torch_external);
+            by_id = external ? PySet_Contains(external, stream) : -1;
+            Py_XDECREF(external);
+        }
+        if (by_id == 1) {
+            PyObject *lasting = PyObject_GetAttr(mod, s_lasting_streams);
+            by_id = lasting ? (PySet_Contains(lasting, stream) == 1 ? 0 : 1) : -1;
+            Py_XDECREF(lasting);
+        }
         soft_clear();
         if (by_id != 0) return NULL;
     }

@@ -104,11 +104,13 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         /* a stream torch made lasts, one it only wraps is external (`stream.note_torch_stream`, asked once
          * a handle, and for each call of a stream object whose handle neither set holds yet) */
         PyObject *lasting = PyObject_GetAttr(g_stream_mod, s_lasting_streams);
-        PyObject *external = lasting ? PyObject_GetAttr(g_stream_mod, s_torch_external) : NULL;
-        int known = external == NULL ? -1 : PySet_Contains(lasting, consumer_o);
-        if (known == 0) known = PySet_Contains(external, consumer_o);
+        int known = lasting ? PySet_Contains(lasting, consumer_o) : -1;
         Py_XDECREF(lasting);
-        Py_XDECREF(external);
+        if (known == 0) {  /* the external set read only where the lasting one does not hold it */
+            PyObject *external = PyObject_GetAttr(g_stream_mod, s_torch_external);
+            known = external ? PySet_Contains(external, consumer_o) : -1;
+            Py_XDECREF(external);
+        }
         if (known < 0) MISS();
         if (!known) {
             PyObject *dev = stream == Py_None ? PyLong_FromLong(ops[0].device_id) : Py_NewRef(Py_None);
