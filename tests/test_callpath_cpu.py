@@ -829,6 +829,91 @@ def test_jax_arrays_imported_before_are_recalled_with_a_capsule_for_the_calls_st
     assert len(world["launches"]) == n
 
 
+def test_jax_arrays_are_exported_through_jaxs_own_function_of_their_shard(world, monkeypatch):
+    """Where `known_jax._export` names JAX's export function for the array's type, a warm call (on
+    either path) asks it for the capsule of the array's shard with the call's stream, as the array's
+    ``__dlpack__`` would, and skips ``__dlpack__``; where that function refuses, ``__dlpack__`` is
+    asked, and its refusal is what the call reports, naming the operand."""
+    from cudattn._arrays import known_jax as _known_jax
+    from cudattn._runtime import stream as _stream
+
+    class Arr:  # a type of the package "jax", as `kind_of` sees it
+        __module__ = "jax._src.array"
+
+        def __init__(self, ptr):
+            self.ptr, self.deleted, self.dlpack_asked = ptr, False, []
+            self.shard = ("shard", ptr)
+
+        def _fully_replicated_shard(self):
+            return self.shard
+
+        def __dlpack__(self, stream=None):
+            if self.deleted:
+                raise RuntimeError("Array has been deleted")
+            self.dlpack_asked.append(stream)
+            return f"slow capsule {self.ptr:#x}"
+
+        def is_deleted(self):
+            return self.deleted
+
+    exported, refusing = [], set()
+
+    def export(shard, stream=None):
+        if shard[1] in refusing:
+            raise RuntimeError("refused")
+        exported.append((shard, stream))
+        return f"capsule {shard[1]:#x}"
+
+    monkeypatch.setattr(_known_jax, "_export", (export, Arr))
+    monkeypatch.setitem(_stream._default_stream_refs, 0, _stream.StreamRef(CONSUMER, "cudattn's stream"))
+    q, o = Arr(0x10000), Arr(0x90000)
+    for x in (q, o):
+        _known_jax.remember(x, _array(x.ptr, stream=None))
+    assert _known_jax._export == (export, Arr), "remember keeps an export already found"
+    for _ in range(3):
+        _call(world, q, o)
+    assert world["full"] == 1 and world["compiled"] == (2 if _warm.run is not None else 0)
+    assert exported == [(q.shard, CONSUMER), (o.shard, CONSUMER)] * 3
+    assert q.dlpack_asked == o.dlpack_asked == []
+    assert [[a.owner[1] for a in refs] for _, refs, _, _ in world["holds"]] == \
+        [[f"capsule {0x10000:#x}", f"capsule {0x90000:#x}"]] * 3
+    refusing.add(o.ptr)  # refused by the export, given by the method: the call runs
+    _call(world, q, o)
+    assert o.dlpack_asked == [CONSUMER] and [a.owner[1] for a in world["holds"][-1][1]] == \
+        [f"capsule {0x10000:#x}", f"slow capsule {0x90000:#x}"]
+    n = len(world["launches"])
+    o.deleted = True  # refused by both: the method's refusal, named
+    with pytest.raises(ValueError, match="out: the JAX array has been deleted or donated.*Array has been deleted"):
+        _call(world, q, o)
+    assert len(world["launches"]) == n
+
+
+def test_jaxs_export_function_is_found_where_jax_has_it(monkeypatch):
+    """`known_jax._find_export`: JAX's ``buffer_to_dlpack_managed_tensor`` (as ``jax._src.dlpack``
+    imports it) with the array's type where the type has ``_fully_replicated_shard``; False otherwise."""
+    import sys
+    import types
+
+    from cudattn._arrays import known_jax as _known_jax
+
+    class Arr:
+        def _fully_replicated_shard(self):
+            return self
+
+    def fn(shard, stream=None):
+        return None
+
+    mod = types.ModuleType("jax._src.dlpack")
+    mod._jax = types.SimpleNamespace(buffer_to_dlpack_managed_tensor=fn)
+    monkeypatch.setitem(sys.modules, "jax._src.dlpack", mod)
+    assert _known_jax._find_export(Arr()) == (fn, Arr)
+    assert _known_jax._find_export(object()) is False  # no shard method
+    mod._jax = types.SimpleNamespace()
+    assert _known_jax._find_export(Arr()) is False  # no such function
+    monkeypatch.delitem(sys.modules, "jax._src.dlpack")
+    assert _known_jax._find_export(Arr()) is False
+
+
 @pytest.mark.parametrize("per_thread", ["", "0", "1"])
 def test_the_compiled_launch_takes_stream_0_as_cuda_bindings_does(per_thread, monkeypatch):
     """Handle 0 is the legacy default stream, or the per-thread one where cuda-python is told so

@@ -10,6 +10,11 @@ before that stream on the GPU, and the capsule, held with the call's operands (`
 a later cudattn call finds their work done, is the external reference that keeps JAX from
 freeing or donating the buffer meanwhile (so until then a donation may copy or be refused).
 A deleted or donated array refuses the capsule, and the call raises, naming the operand.
+
+The capsule is asked of the function JAX's ``__dlpack__`` ends in, with the object that method
+hands it (the array's one shard, `_export`): the same capsule, the same ordering, without the
+Python checks around it, which cost nearly as much as the export itself (2.5 of 5.9 us an operand on
+an H200 host). Where JAX has no such function, or it refuses, ``__dlpack__`` is asked as before.
 """
 
 from __future__ import annotations
@@ -18,10 +23,39 @@ import weakref
 
 from .array import DeviceArray
 
-__all__ = ["device_of", "recall", "remember"]
+__all__ = ["device_of", "export", "recall", "remember"]
 
 _MAX = 4096  # entries leave with their arrays; past this many live ones, forget all (cheaper than an LRU)
 _seen: dict = {}  # id(array) -> (weak reference, (ptr, shape, strides, dtype, device, readonly))
+# (export, array type): JAX's ``buffer_to_dlpack_managed_tensor`` (what ``jax.Array.__dlpack__`` calls
+# with the array's shard, ``_fully_replicated_shard()``) and the array type it serves; None until a
+# JAX array is remembered, False where this JAX has no such function. The compiled warm path reads it.
+_export = None
+
+
+def _find_export(obj):
+    """(export, type(obj)) where ``obj``'s JAX exports through ``buffer_to_dlpack_managed_tensor`` of the
+    array's one shard, as its ``__dlpack__`` does (jaxlib 0.4.31 to 0.11 at least); else False."""
+    import sys
+
+    mod = sys.modules.get("jax._src.dlpack")
+    fn = getattr(getattr(mod, "_jax", None), "buffer_to_dlpack_managed_tensor", None)
+    t = type(obj)
+    if not callable(fn) or not callable(getattr(t, "_fully_replicated_shard", None)):
+        return False
+    return fn, t
+
+
+def export(obj, sync: int):
+    """A DLPack capsule of JAX array ``obj`` (one device) for stream ``sync``, which waits for the
+    array's pending writes: through `_export` where it serves, else ``__dlpack__``."""
+    e = _export
+    if e and type(obj) is e[1]:
+        try:
+            return e[0](obj._fully_replicated_shard(), stream=sync)
+        except Exception:  # deleted, donated, or a JAX that changed: its own method says what is wrong
+            pass
+    return obj.__dlpack__(stream=sync)
 
 
 def remember(obj, a: DeviceArray) -> None:
@@ -36,6 +70,9 @@ def remember(obj, a: DeviceArray) -> None:
         ref = weakref.ref(obj, forget)
     except TypeError:
         return
+    global _export
+    if _export is None:
+        _export = _find_export(obj)
     if len(_seen) >= _MAX:
         _seen.clear()
     _seen[key] = (ref, (a.ptr, a.shape, a.strides, a.dtype, a.device_id, a.readonly))
@@ -50,7 +87,7 @@ def recall(obj, consumer: int, sync: int, name: str) -> DeviceArray | None:
     if e is None or e[0]() is not obj:
         return None
     try:
-        capsule = obj.__dlpack__(stream=sync)
+        capsule = export(obj, sync)
     except Exception as exc:
         if _deleted(obj):
             raise ValueError(f"{name}: the JAX array has been deleted or donated ({exc}); it cannot be read") from exc

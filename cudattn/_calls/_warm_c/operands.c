@@ -138,11 +138,25 @@ static PyObject *jax_facts(PyObject *x) {
 static int jax_recall(PyObject *x, long long consumer, Operand *a) {
     PyObject *f = jax_facts(x);
     if (f == NULL) return PyErr_Occurred() ? -1 : 0;
-    PyObject *meth = PyObject_GetAttr(x, s_dlpack), *kw = PyDict_New(),
-             *sync = PyLong_FromLongLong(consumer == 0 ? 1 : consumer), *cap = NULL;
-    if (meth && kw && sync && PyDict_SetItem(kw, s_stream, sync) == 0)
-        cap = PyObject_Call(meth, g_empty, kw);  /* JAX orders its writes before the stream */
-    Py_XDECREF(meth);
+    PyObject *kw = PyDict_New(), *sync = PyLong_FromLongLong(consumer == 0 ? 1 : consumer), *cap = NULL;
+    if (kw && sync && PyDict_SetItem(kw, s_stream, sync) == 0) {  /* JAX orders its writes before the stream */
+        /* `known_jax.export`: JAX's own export of the array's shard where `_export` names it for this type */
+        PyObject *e = PyObject_GetAttr(g_known_jax_mod, s_export);
+        if (e && PyTuple_Check(e) && PyTuple_Size(e) == 2 && PyTuple_GetItem(e, 1) == (PyObject *)Py_TYPE(x)) {
+            PyObject *shard = PyObject_CallMethodObjArgs(x, s_fully_replicated_shard, NULL);
+            PyObject *args = shard ? PyTuple_Pack(1, shard) : NULL;
+            cap = args ? PyObject_Call(PyTuple_GetItem(e, 0), args, kw) : NULL;
+            Py_XDECREF(shard);
+            Py_XDECREF(args);
+        }
+        Py_XDECREF(e);
+        if (cap == NULL) {  /* not served so, or refused: JAX's method (which says what is wrong) */
+            soft_clear();
+            PyObject *meth = PyErr_Occurred() ? NULL : PyObject_GetAttr(x, s_dlpack);
+            cap = meth ? PyObject_Call(meth, g_empty, kw) : NULL;
+            Py_XDECREF(meth);
+        }
+    }
     Py_XDECREF(kw);
     Py_XDECREF(sync);
     PyObject *owner = cap ? PyTuple_Pack(2, x, cap) : NULL, *c = owner ? PyLong_FromLongLong(consumer) : NULL;
