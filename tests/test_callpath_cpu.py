@@ -198,6 +198,7 @@ def test_an_input_from_another_stream_orders_the_call_and_out_takes_its_stream(w
     q = _array(0x10000)
     _call(world, q, o)
     assert world["waits"] == [(CONSUMER, PRODUCER)] and world["full"] == 1
+    assert world["compiled"] == (1 if _warm.run is not None else 0), "the compiled path waits itself"
     assert world["holds"] and world["holds"][-1][0] == CONSUMER
     assert o.stream_handle == CONSUMER, "out must remember the stream its contents are now written on"
 
@@ -212,9 +213,12 @@ def test_a_replayed_foreign_operand_makes_its_device_current_before_the_wait(wor
     _call(world, _array(0x10000), _array(0x90000))  # recorded with every operand on the call's stream
     events.clear()
     o = _array(0x90000, stream=PRODUCER)  # (q sets the call's stream)
-    _call(world, _array(0x10000), o)
+    p2 = _array(0x20000, stream=PRODUCER)  # a second operand of the same producer: one wait
+    _call(world, p2, o, stream=CONSUMER)
     assert events == [("device", 0), ("wait", CONSUMER, PRODUCER)]
-    assert world["holds"][-1] == (CONSUMER, (o,), 0, None)
+    assert world["holds"][-1] == (CONSUMER, (p2, o), 0, None)
+    assert world["launches"][-1] == (CONSUMER, 0x20000, 0x90000, 5)
+    assert world["compiled"] == (1 if _warm.run is not None else 0), "the compiled path waits itself"
     events.clear()
     _call(world, _array(0x10000), _array(0x90000))  # nothing foreign: no device switch, no wait
     assert events == []

@@ -141,6 +141,51 @@ def test_explicit_stream_waits_for_device_array_producer(torch):
     torch.cuda.synchronize()
 
 
+@pytest.mark.parametrize("kind", ["DeviceArray", "torch"])
+def test_warm_calls_on_another_stream_wait_for_the_producer_each_time(torch, kind):
+    """Warm calls whose operands are written on stream A (DeviceArrays whose stream_handle is A, or
+    torch tensors while A is torch's current stream) and run on stream B: each call is served by the
+    compiled warm path where the wheel has it (not sent back to Python), and B waits for A's latest
+    writes every time. Each round A writes NaN, spins 0.1 s, then writes new values; a call that did
+    not wait would read NaN or the last round's values."""
+    from cudattn._calls import warm as _warm
+
+    rng = _rng()
+    A, B = torch.cuda.Stream(), torch.cuda.Stream()
+    shapes = _qkv(rng, 2, 203, 203, 8, 2, 128)
+    if kind == "DeviceArray":
+        ops = [_nan_device(x.shape, x.dtype, stream=A.cuda_stream) for x in shapes]
+        views = [torch.from_dlpack(d) for d in ops]
+    else:
+        with torch.cuda.stream(A):
+            ops = views = [_to_torch(torch, x) for x in shapes]
+    with torch.cuda.stream(A):
+        cudattn.attention(*ops, causal=True, stream=B.cuda_stream)  # recorded
+        cudattn.attention(*ops, causal=True, stream=B.cuda_stream)  # warm
+    torch.cuda.synchronize()
+    stats = _warm._native.stats if _warm.available() else None
+    if stats is not None:
+        stats(True)
+    for _ in range(3):
+        q, k, v = _qkv(rng, 2, 203, 203, 8, 2, 128)
+        fresh = [_to_torch(torch, x) for x in (q, k, v)]
+        torch.cuda.synchronize()  # (a copy from pageable memory on A would wait for the spin)
+        with torch.cuda.stream(A):
+            for t in views:
+                t.fill_(float("nan"))
+            torch.cuda._sleep(SPIN)
+            for t, x in zip(views, fresh):
+                t.copy_(x)
+            out = cudattn.attention(*ops, causal=True, stream=B.cuda_stream)
+            busy = not A.query()
+        assert busy, "the producer stream finished before the call returned: the call synchronized the host"
+        assert out.stream_handle == B.cuda_stream
+        _check_attention(cudattn.to_host(out), q, k, v, causal=True)
+    if stats is not None:
+        assert stats(True)[0] == 3, "warm calls on another stream than their operands' are the compiled path's"
+    torch.cuda.synchronize()
+
+
 # ---------------------------------------------------------------------------- 3. lifetimes
 
 
@@ -179,6 +224,7 @@ def test_earlier_holds_are_released_after_the_launch(torch, monkeypatch):
     stream) are let go by a later call only after its kernel is launched, so that the event queries
     add nothing to the call's latency; the held arrays do go, and the results stay right."""
     from cudattn._arrays import lifetime
+    from cudattn._calls import warm as _warm
     from cudattn._runtime import launch
 
     rng = _rng()
@@ -193,26 +239,34 @@ def test_earlier_holds_are_released_after_the_launch(torch, monkeypatch):
         torch.cuda._sleep(SPIN)  # the holds below stay pending while the calls run
     cudattn.attention(qd, kd, vd, stream=hs)
     assert lifetime.pending, "the call held nothing: the case does not exercise the release"
-    events = []
+    events, python_launches = [], []
     real_launch, real_hold, real_release = launch._cuLaunchKernel, lifetime.hold, lifetime.release_done
 
+    def launches():  # launches so far: the Python path's (its binding) and the compiled path's (its count)
+        return len(python_launches) + _warm.take_stamp()[1]
+
     def launched(*args):
-        events.append("launch")
+        python_launches.append(args)
         return real_launch(*args)
 
     def held(*args, **kwargs):
-        events.append("hold")
+        events.append(("hold", launches()))
         real_hold(*args, **kwargs)
 
     def released():
-        events.append("release")
+        events.append(("release", launches()))
         real_release()
 
     monkeypatch.setattr(launch, "_cuLaunchKernel", launched)
     monkeypatch.setattr(lifetime, "hold", held)
     monkeypatch.setattr(lifetime, "release_done", released)
-    out = cudattn.attention(qd, kd, vd, stream=hs)
-    assert events == ["launch", "hold", "release"], events  # the call's own operands held before the release
+    _warm.stamp_launches(True)
+    try:
+        out = cudattn.attention(qd, kd, vd, stream=hs)
+    finally:
+        _warm.stamp_launches(False)
+    # after the call's one launch: its own operands held, then the completed holds released
+    assert events == [("hold", 1), ("release", 1)], events
     torch.cuda.synchronize()
     assert len(lifetime.pending) >= 1
     cudattn.attention(qd, kd, vd, stream=hs)  # holds its operands, then lets the completed holds go

@@ -4,19 +4,20 @@ A warm call in Python spends a few microseconds in bytecode between the caller a
 ``cuLaunchKernel``: the operands read, the signature key built, the plan found, the addresses
 checked, the recorded launch passed to the driver. `_warm.run` does the same steps in C for the
 common case (operands that are DeviceArrays, plain CUDA torch tensors, CuPy arrays or JAX arrays
-imported before, all made on the call's stream; a recorded plan; addresses that pass the checks)
-and builds the same key, so the plans the Python path records serve it. Whatever it does not take
-(a first call, a producer stream to wait for, a graph capture that would allocate, an address the
-checks send to the full path) comes back as :data:`MISS`, and `call.dispatch` runs the Python
-path, which gives every error its message. Before a MISS the compiled path may have done what the
-Python path then does again, and nothing else: made the operands' device current (stream handles
-0-2), created cudattn's stream for a JAX call, asked JAX arrays for capsules with the call's
-stream. What needs Python's own rules is asked of the Python modules from C: the memory blocks of
+imported before; a recorded plan; addresses that pass the checks) and builds the same key, so the
+plans the Python path records serve it. Whatever it does not take (a first call, a graph capture
+that would allocate, an address the checks send to the full path) comes back as :data:`MISS`, and
+`call.dispatch` runs the Python path, which gives every error its message. Before a MISS the
+compiled path may have done what the Python path then does again, and nothing else: made the
+operands' device current (stream handles 0-2), created cudattn's stream for a JAX call, asked JAX
+arrays for capsules with the call's stream. Operands made on another stream than the call's are
+waited for as `operands.order_and_hold` waits (its ``stream_wait``, once a producer, the operands'
+device made current first) and held with the call's work (`lifetime.hold`). What needs Python's own rules is asked of the Python modules from C: the memory blocks of
 a call's results (`_arrays.alloc.allocate`; the arrays around them are made in C, as
 `_arrays.array.new_array` makes them), the stream's counters and workspace (`_arrays.stream_memory`;
 `replay.Replay.native` lists what a call takes, with ``out=`` given too), each taken in C where an
 earlier call left it kept (`_warm_c/memory.c`), argument blocks whose tensor maps need an address not seen before
-(`replay._Step.build`; the others are built in C) and a JAX array's hold (`lifetime.hold`). A JAX
+(`replay._Step.build`; the others are built in C) and the holds (`lifetime.hold`). A JAX
 array imported before is recalled in C by `known_jax.recall`'s rule, and a call whose first
 operand is one runs on cudattn's stream of its device as `operands.consumer_stream` says, the
 Python functions asked where C finds nothing.

@@ -126,7 +126,9 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         if (st == 0 || ops[0].kind == K_ABSENT) MISS();
     }
 
-    /* The operands, their part of the signature; every one made on the call's stream */
+    /* The operands, their part of the signature; those made on another stream are waited for before
+     * the launch and held after it (`operands.order_and_hold`) */
+    int foreign = 0;
     sig = PyTuple_New(n);
     if (sig == NULL) goto out_error;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -144,7 +146,9 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         }
         if (a->stream != Py_None) {
             unsigned long long h;
-            if (!as_u64(a->stream, &h) || h != consumer) MISS();  /* a producer to wait for: Python */
+            if (!as_u64(a->stream, &h)) MISS();
+            a->foreign = h != consumer;
+            foreign |= a->foreign;
         }
         PyObject *dev = PyLong_FromLong(a->device_id);
         PyObject *e = dev ? PyTuple_Pack(6, (PyObject *)Py_TYPE(a->obj), a->shape, a->strides, a->dtype, dev,
@@ -224,6 +228,24 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     }
 
     /* From here on, the call's work: errors are raised */
+    if (foreign) {  /* each producer's queued work before the call's (an event recorded on the producer: the
+                     * operands' device current, given back at the end as for any call) */
+        PyObject *dev = PyLong_FromLong(ops[0].device_id);
+        PyObject *r = dev ? PyObject_CallMethodObjArgs(g_device_mod, s_get_device, dev, NULL) : NULL;
+        Py_XDECREF(dev);
+        if (r == NULL) goto out_error;
+        Py_DECREF(r);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (!ops[i].foreign) continue;
+            int seen = 0;
+            for (Py_ssize_t j = 0; j < i && !seen; j++)
+                seen = ops[j].foreign && PyObject_RichCompareBool(ops[j].stream, ops[i].stream, Py_EQ) == 1;
+            if (seen) continue;
+            r = PyObject_CallMethodObjArgs(g_operands_mod, s_stream_wait, consumer_o, ops[i].stream, NULL);
+            if (r == NULL) goto out_error;
+            Py_DECREF(r);
+        }
+    }
     result = replay(rep, ops, n, ptrs, ops[0].device_id, consumer, consumer_o, keep);
     if (result == NULL) goto out_error;
     {
@@ -240,9 +262,10 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         /* a foreign `out` is returned wrapped: the wrapper carries the call's stream (set in `wrap` from the
          * operand's stream, the consumer's) */
     }
-    {  /* JAX arrays (their capsules) held until the call's work is done (`operands.order_and_hold`) */
+    {  /* JAX arrays (their capsules) and operands made on another stream held until the call's work is
+        * done (`operands.order_and_hold`) */
         Py_ssize_t nh = 0;
-        for (Py_ssize_t i = 0; i < n; i++) nh += ops[i].kind == K_JAX;
+        for (Py_ssize_t i = 0; i < n; i++) nh += ops[i].kind == K_JAX || ops[i].foreign;
         if (nh) {
             PyObject *held = PyTuple_New(nh), *dev = PyLong_FromLong(ops[0].device_id);
             if (held == NULL || dev == NULL) {
@@ -251,9 +274,10 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
                 goto out_error;
             }
             for (Py_ssize_t i = 0, j = 0; i < n; i++) {
-                if (ops[i].kind != K_JAX) continue;
-                Py_INCREF(ops[i].adapted);
-                PyTuple_SetItem(held, j++, ops[i].adapted);
+                if (ops[i].kind != K_JAX && !ops[i].foreign) continue;
+                PyObject *ref = ops[i].kind == K_JAX ? ops[i].adapted : ops[i].obj;
+                Py_INCREF(ref);
+                PyTuple_SetItem(held, j++, ref);
             }
             PyObject *r = PyObject_CallMethodObjArgs(g_lifetime_mod, s_hold, consumer_o, held, dev,
                                                      outside_capture ? Py_False : Py_None, NULL);

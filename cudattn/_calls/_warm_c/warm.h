@@ -89,12 +89,13 @@ extern PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonl
     *s_consumer_stream, *s_hold, *s_dlpack, *s_stream, *s_allocate_block, *s_counters, *s_workspace,
     *s_cuda_stream, *s_kept, *s_kept_bytes, *s_kept_lock, *s_acquire, *s_release, *s_blocks, *s_nbytes,
     *s_workspace_kept_max, *s_lasting_streams, *s_stream_module, *s_torch_external, *s_export,
-    *s_fully_replicated_shard;
+    *s_fully_replicated_shard, *s_stream_wait;
 
 typedef struct {
     PyObject *obj;      /* borrowed: the caller's array */
     PyObject *adapted;  /* a JAX array's DeviceArray (`known_jax.recall`: its capsule for the call's stream) */
     int kind;
+    int foreign;        /* made on another stream than the call's: waited for, and held */
     unsigned long long ptr;
     long device_id;
     PyObject *shape, *strides, *dtype, *readonly, *stream;  /* new references (stream: None or int) */
