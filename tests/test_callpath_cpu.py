@@ -597,6 +597,55 @@ def test_kept_memory_serves_warm_calls_on_either_path(world, monkeypatch, meanwh
     del second
 
 
+def test_a_new_stream_object_for_a_handle_gets_the_old_block_only_for_the_same_stream(world, monkeypatch):
+    """Calls given a stream object cudattn cannot tell owns its stream (its protocol only), on a
+    handle that does not last: the stream's counters are made once with the stream's id noted, and
+    serve the same object's later calls with no driver query (in C on the compiled path). Another
+    object for that handle gets them where the driver gives the same id, and gets blocks of its own
+    where the handle names a new stream now (the old ones retired)."""
+    from cudattn._arrays import stream_memory as _sm
+    from cudattn._runtime import stream as _stream
+
+    handle = 0x7100
+
+    class Stream:  # a wrapper of a stream it may not own (`Stream.from_handle`, CuPy's ExternalStream)
+        def __cuda_stream__(self):
+            return (0, handle)
+
+    ids, queried, made = {handle: 1}, [], []
+    monkeypatch.setattr(_sm, "_blocks", {})
+    monkeypatch.setattr(_sm, "_retired", [])
+    monkeypatch.setattr(_sm, "_stream_id", lambda s: queried.append(s) or ids[s])
+    monkeypatch.setattr(_sm, "_raw_alloc", lambda device_id, n, stream: made.append(stream) or 0xC00000 * len(made))
+    monkeypatch.setattr(_sm, "_zero", lambda ptr, count, stream: None)
+    monkeypatch.setattr(_callpath, "is_capturing", lambda s: False)
+    monkeypatch.setattr(_stream, "is_capturing", lambda s: False)
+    assert handle not in _stream.LASTING_STREAMS
+
+    def full(call, args, qa, oa):
+        if _recording.current() is None:
+            world["full"] += 1
+        ctr = _sm.counters(qa.device_id, call.consumer, 2, call.keep, None, False)
+        _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, call.consumer, _Params(oa.ptr, ctr.ptr, 5, 0))
+        return oa
+
+    q, o = _array(0x10000, stream=handle), _array(0x90000, stream=handle)
+
+    def call(s):
+        dispatch("sid", [q, o], ("q", "out"), s, (), None, full, None, tensors=2, out_index=1, allocates=False)
+        return world["launches"][-1][2]  # the counters' address the launch got
+
+    first = Stream()
+    call(first)  # recorded
+    assert call(first) == 0xC00000 and queried == [handle], "made once, its stream's id noted"
+    assert call(first) == 0xC00000 and queried == [handle], "the same object: no query"
+    assert call(Stream()) == 0xC00000 and queried == [handle] * 2, "another object, the same stream: its block"
+    ids[handle] = 2  # the stream destroyed, the handle given to a new one
+    assert call(Stream()) == 0xC00000 * 2 and len(made) == 2, "a new stream: a block of its own"
+    assert [b.ptr for b in _sm._retired] == [0xC00000], "the old stream's block retired (its kernels may run)"
+    assert world["full"] == 1 and world["compiled"] == (4 if _warm.run is not None else 0)
+
+
 def test_a_call_given_out_on_a_capturing_stream_leaves_its_memory_to_the_python_path(world, monkeypatch):
     """A call given ``out=`` that still needs the stream's counters asks whether its stream captures a
     graph before making them: capturing, the compiled path sends it back (nothing made), and the

@@ -186,6 +186,54 @@ def test_warm_calls_on_another_stream_wait_for_the_producer_each_time(torch, kin
     torch.cuda.synchronize()
 
 
+def test_a_stream_wrapped_anew_each_call_keeps_its_counters_and_a_new_stream_at_its_handle_does_not():
+    """Causal prefill (the Hopper kernel's tile counters, or the decode's) on a stream cudattn did not
+    make, passed as a new cuda.core ``Stream.from_handle`` each call: right results, and one kept
+    counters block for the handle, noted with the stream's id. After the stream is destroyed and a
+    new one made (the driver often hands out the same handle), the new stream's calls get a block of
+    their own."""
+    from cuda.bindings import driver
+    from cuda.core import Stream
+
+    from cudattn._arrays import stream_memory as _sm
+
+    rng = _rng()
+    q, k, v = _qkv(rng, 2, 300, 300, 4, 2, 64)
+    qd, kd, vd = (cudattn.to_device(x) for x in (q, k, v))
+    cudattn.to_host(qd)  # made on cudattn's stream, which the calls below wait for
+
+    def make():
+        err, h = driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING.value)
+        assert err == 0
+        return int(h)
+
+    def counters_of(h):
+        return [(key, b) for key, b in _sm._blocks.items() if key[1] == h and key[2] == 0]
+
+    h1 = make()
+    for _ in range(3):
+        out = cudattn.attention(qd, kd, vd, causal=True, stream=Stream.from_handle(h1))
+        _check_attention(cudattn.to_host(out), q, k, v, causal=True)
+    blocks = counters_of(h1)
+    if not blocks:
+        pytest.skip("these calls take no counters here (not the Hopper kernel)")
+    (_, b1), = blocks
+    assert b1.sid == _sm._stream_id(h1)
+    assert driver.cuStreamSynchronize(h1)[0] == 0 and driver.cuStreamDestroy(h1)[0] == 0
+    h2 = make()
+    try:
+        for _ in range(2):
+            out = cudattn.attention(qd, kd, vd, causal=True, stream=Stream.from_handle(h2))
+            _check_attention(cudattn.to_host(out), q, k, v, causal=True)
+        (_, b2), = counters_of(h2)
+        assert b2.sid == _sm._stream_id(h2) != b1.sid
+        if h2 == h1:  # the handle reused: the old stream's block retired, not handed over
+            assert b2 is not b1 and b1 in _sm._retired
+    finally:
+        driver.cuStreamSynchronize(h2)
+        driver.cuStreamDestroy(h2)
+
+
 # ---------------------------------------------------------------------------- 3. lifetimes
 
 

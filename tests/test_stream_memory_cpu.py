@@ -261,10 +261,42 @@ def test_a_bare_handle_is_told_apart_by_its_stream_id(fake):
     assert not sm._retired, "the old stream's blocks stay its own (its kernels may still run)"
 
 
-def test_a_handle_with_an_owner_or_a_lasting_one_asks_no_id(fake):
+def test_a_handle_with_an_owner_asks_its_id_once_and_a_lasting_one_never(fake):
     owner = object()
-    sm.counters(0, 0x5000, 10, owner)  # the owner keeps its stream (and handle) alive
+    a = sm.counters(0, 0x5000, 10, owner)  # its id noted once, with the block
+    for _ in range(3):
+        assert sm.counters(0, 0x5000, 10, owner) is a  # the same owner: no more queries
     sm.counters(0, CALL_STREAM, 10)
+    assert [x for x in fake.drv.log if x[0] == "id"] == [("id", 0x5000)]
+
+
+def test_a_stream_object_that_may_not_own_its_stream_is_checked_when_another_object_comes(fake):
+    """A stream given with an object keeps its handle's blocks with that object (no id asked while
+    the same object comes back). Another object for the same handle (a new `Stream.from_handle`, a
+    new CuPy `ExternalStream`) gets them only where the driver gives the stream's id of their
+    making: the same stream. A new stream at the handle (another id) gets blocks of its own, and
+    the old ones are retired (its kernels may still run), not handed over."""
+    h = 0x6000  # not lasting
+    first, second, third = object(), object(), object()
+    a = sm.counters(0, h, 10, first)
+    w = sm.workspace(0, h, 1000, first)
+    made = len([x for x in fake.drv.log if x[0] == "id"])
+    assert made >= 1, "the stream's id is noted when its block is made"
+    assert sm.counters(0, h, 10, first) is a and sm.workspace(0, h, 1000, first) is w
+    assert len([x for x in fake.drv.log if x[0] == "id"]) == made, "the same object: no query"
+    assert sm.counters(0, h, 10, second) is a and sm.workspace(0, h, 1000, second) is w  # same id: same stream
+    fake.drv.ids[h] = 99999  # destroyed; the handle now names a new stream
+    b = sm.counters(0, h, 10, third)
+    v = sm.workspace(0, h, 1000, third)
+    assert b is not a and b.ptr != a.ptr and v is not w
+    assert ("memset", b.ptr, 0, b.count, h) in fake.drv.log
+    assert a in sm._retired and w in sm._retired and a.keep is None, "the old blocks retired, their owner let go"
+    assert sm.counters(0, h, 10, third) is b
+
+
+def test_a_lasting_streams_block_asks_no_id_whatever_object_brings_it(fake):
+    a = sm.counters(0, CALL_STREAM, 10, object())
+    assert a.sid is None and sm.counters(0, CALL_STREAM, 10, object()) is a
     assert not [x for x in fake.drv.log if x[0] == "id"]
 
 

@@ -17,6 +17,14 @@ one that would take the device's kept workspaces (retired ones included) past
 `WORKSPACE_BUDGET`, is the call's own (allocated and freed stream-ordered, as other arrays), so
 the memory that no array shows stays bounded.
 
+A stream given with an object (a cuda.core, CuPy or torch stream) is keyed by its handle, and its
+block holds the object; where the object is one cudattn cannot tell owns its stream (a cuda.core
+`Stream.from_handle`, a CuPy `ExternalStream`), its stream may still be destroyed and the handle
+handed to a new stream while the object lives. So a block made for an object on a stream that does
+not last notes the stream's id (`_Kept.sid`), and a later call that brings another object for the
+same handle gets that block only where the driver gives the same id (one query, only when the
+object changes): a new stream at an old handle gets a block of its own.
+
 A block is never freed on its stream: a stream named by a bare handle may be destroyed by its
 owner at any time (a free queued on it afterwards crashed the process), and another thread may
 have read the block for a launch it has not queued yet. Outgrown blocks, and those dropped when
@@ -58,12 +66,13 @@ _PER_THREAD = 2  # CU_STREAM_PER_THREAD: one handle, a different stream in each 
 
 class _Kept:
     """``nbytes`` of pool memory of ``device_id`` at ``ptr``, kept for one stream (``keep``: its
-    owner, or None). ``count``: the int32 counters it holds (counter blocks)."""
+    owner, or None; ``sid``: the stream's id where an object named a stream that does not last, else
+    None). ``count``: the int32 counters it holds (counter blocks)."""
 
-    __slots__ = ("ptr", "nbytes", "device_id", "keep")
+    __slots__ = ("ptr", "nbytes", "device_id", "keep", "sid")
 
-    def __init__(self, ptr: int, nbytes: int, device_id: int, keep: object):
-        self.ptr, self.nbytes, self.device_id, self.keep = ptr, nbytes, device_id, keep
+    def __init__(self, ptr: int, nbytes: int, device_id: int, keep: object, sid: int | None = None):
+        self.ptr, self.nbytes, self.device_id, self.keep, self.sid = ptr, nbytes, device_id, keep, sid
 
     @property
     def count(self) -> int:
@@ -106,6 +115,8 @@ def counters(device_id: int, stream: int, count: int, keep: object = None, captu
         return block
     key = _key(device_id, stream, _COUNTERS, keep)
     entry = _blocks.get(key)
+    if entry is not None and entry.sid is not None and entry.keep is not keep:
+        entry = _same_stream(entry, stream)
     if entry is None or entry.nbytes < 4 * count:
         n = max(count, _MIN_COUNTERS, 0 if entry is None else 2 * entry.count)
         entry = _grow(key, device_id, stream, 4 * n, keep)
@@ -122,6 +133,8 @@ def workspace(device_id: int, stream: int, nbytes: int, keep: object = None, cap
         return _alloc.allocate(device_id, nbytes, stream, keep)  # the call's own (in a graph: a node)
     key = _key(device_id, stream, _WORKSPACE, keep)
     entry = _blocks.get(key)
+    if entry is not None and entry.sid is not None and entry.keep is not keep:
+        entry = _same_stream(entry, stream)
     if entry is None or entry.nbytes < nbytes:
         n = max(-(-nbytes // _MIN_WORKSPACE) * _MIN_WORKSPACE, 0 if entry is None else 2 * entry.nbytes)
         n = min(n, WORKSPACE_KEPT_MAX)  # whole units of the least size (the cap is one too)
@@ -147,14 +160,27 @@ def _key(device_id: int, stream: int, kind: int, keep: object) -> tuple:
     other stream of the process ever gets, so that two streams never share counters or a
     workspace (one driver query a call)."""
     if (keep is None or stream in _stream.TORCH_EXTERNAL) and stream not in _stream.LASTING_STREAMS:
-        return (device_id, stream, kind, check(driver.cuStreamGetId(stream), "cuStreamGetId"))
+        return (device_id, stream, kind, _stream_id(stream))
     return (device_id, stream, kind)
+
+
+def _stream_id(stream: int) -> int:
+    """The driver's id of ``stream``: unique among the process's streams, never reused."""
+    return check(driver.cuStreamGetId(stream), "cuStreamGetId")
+
+
+def _same_stream(entry: _Kept, stream: int) -> _Kept | None:
+    """``entry``, made for another object naming ``stream``'s handle, where it is the same stream
+    still (the same id); None where the handle now names a new stream (the caller grows a block in
+    its place: the old one is retired, its stream's kernels may still run)."""
+    return entry if _stream_id(stream) == entry.sid else None
 
 
 def _grow(key: tuple, device_id: int, stream: int, n: int, keep) -> _Kept:
     """A new block of ``n`` bytes for ``stream`` under ``key`` (`_key`), in the table in place of
     the one it outgrows."""
-    fresh = _Kept(_raw_alloc(device_id, n, stream), n, device_id, keep)
+    sid = None if len(key) == 4 or keep is None or stream in _stream.LASTING_STREAMS else _stream_id(stream)
+    fresh = _Kept(_raw_alloc(device_id, n, stream), n, device_id, keep, sid)
     if key[2] == _COUNTERS:
         try:
             _zero(fresh.ptr, n // 4, stream)

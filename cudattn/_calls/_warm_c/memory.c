@@ -134,6 +134,13 @@ PyObject *kept_stream_memory(int kind, PyObject *dev, PyObject *stream, PyObject
     unsigned long long have = 0;
     int ok = nb != NULL && as_u64(nb, &have) && have >= want;
     Py_XDECREF(nb);
+    if (ok) {  /* made for another object naming a stream that does not last: the Python function asks
+                * the driver whether it is the same stream still (`_same_stream`) */
+        PyObject *sid = PyObject_GetAttr(entry, s_sid), *owner = sid ? PyObject_GetAttr(entry, s_keep) : NULL;
+        ok = owner != NULL && (sid == Py_None || owner == keep);
+        Py_XDECREF(sid);
+        Py_XDECREF(owner);
+    }
     soft_clear();
     if (!ok) Py_CLEAR(entry);  /* outgrown: the Python function grows it */
     return entry;

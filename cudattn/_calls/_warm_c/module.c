@@ -35,7 +35,7 @@ PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonly, *s_s
     *s_consumer_stream, *s_hold, *s_dlpack, *s_stream, *s_allocate_block, *s_counters, *s_workspace,
     *s_cuda_stream, *s_kept, *s_kept_bytes, *s_kept_lock, *s_acquire, *s_release, *s_blocks, *s_nbytes,
     *s_workspace_kept_max, *s_lasting_streams, *s_stream_module, *s_torch_external, *s_export,
-    *s_fully_replicated_shard, *s_stream_wait;
+    *s_fully_replicated_shard, *s_stream_wait, *s_sid;
 
 const char *g_field_names[F_COUNT] = {
     "ptr", "shape", "strides", "dtype", "device_id", "readonly", "stream_handle", "owner",
@@ -182,6 +182,7 @@ PyMODINIT_FUNC PyInit__warm(void) {
     INTERN(s_lasting_streams, "LASTING_STREAMS"); INTERN(s_stream_module, "_stream");
     INTERN(s_torch_external, "TORCH_EXTERNAL"); INTERN(s_export, "_export");
     INTERN(s_fully_replicated_shard, "_fully_replicated_shard"); INTERN(s_stream_wait, "stream_wait");
+    INTERN(s_sid, "sid");
     if ((g_empty = PyTuple_New(0)) == NULL) return NULL;
     if ((g_zero = PyLong_FromLong(0)) == NULL) return NULL;
     return PyModule_Create(&module);

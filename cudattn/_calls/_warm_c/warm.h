@@ -89,7 +89,7 @@ extern PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonl
     *s_consumer_stream, *s_hold, *s_dlpack, *s_stream, *s_allocate_block, *s_counters, *s_workspace,
     *s_cuda_stream, *s_kept, *s_kept_bytes, *s_kept_lock, *s_acquire, *s_release, *s_blocks, *s_nbytes,
     *s_workspace_kept_max, *s_lasting_streams, *s_stream_module, *s_torch_external, *s_export,
-    *s_fully_replicated_shard, *s_stream_wait;
+    *s_fully_replicated_shard, *s_stream_wait, *s_sid;
 
 typedef struct {
     PyObject *obj;      /* borrowed: the caller's array */
