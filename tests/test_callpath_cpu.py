@@ -214,14 +214,63 @@ def test_a_replayed_foreign_operand_makes_its_device_current_before_the_wait(wor
     events.clear()
     o = _array(0x90000, stream=PRODUCER)  # (q sets the call's stream)
     p2 = _array(0x20000, stream=PRODUCER)  # a second operand of the same producer: one wait
+
+    class Launches(list):  # the launches, noted in `events` too
+        def append(self, x):
+            events.append(("launch",))
+            super().append(x)
+
+    monkeypatch.setitem(world, "launches", Launches(world["launches"]))
     _call(world, p2, o, stream=CONSUMER)
-    assert events == [("device", 0), ("wait", CONSUMER, PRODUCER)]
+    assert events == [("device", 0), ("wait", CONSUMER, PRODUCER), ("launch",)], "waits before the launch"
     assert world["holds"][-1] == (CONSUMER, (p2, o), 0, None)
     assert world["launches"][-1] == (CONSUMER, 0x20000, 0x90000, 5)
-    assert world["compiled"] == (1 if _warm.run is not None else 0), "the compiled path waits itself"
+    events.clear()
+    assert o.stream_handle == CONSUMER  # out written on the call's stream now
+    p3, o = _array(0x30000, stream=PRODUCER + 0x100), _array(0x90000, stream=PRODUCER)
+    _call(world, p3, o, stream=CONSUMER)  # two producers: a wait for each, once
+    assert events == [("device", 0), ("wait", CONSUMER, PRODUCER + 0x100), ("wait", CONSUMER, PRODUCER),
+                      ("launch",)]
+    assert world["compiled"] == (2 if _warm.run is not None else 0), "the compiled path waits itself"
     events.clear()
     _call(world, _array(0x10000), _array(0x90000))  # nothing foreign: no device switch, no wait
-    assert events == []
+    assert events == [("launch",)]
+
+
+def test_a_foreign_out_of_another_package_is_returned_on_the_calls_stream(world, monkeypatch):
+    """A CuPy-like ``out`` made on its package's current stream (not the call's) and a DeviceArray
+    q of the call's stream, called with ``stream=``: the call waits for out's producer, and the
+    DeviceArray it returns for out carries the call's stream (its contents are written there now), on
+    either path, so that a later call reading it is ordered after this one."""
+    import sys
+    import types
+
+    from cudattn._arrays import accessors as _accessors
+    from cudattn._arrays import importer as _importer
+
+    cupy = types.ModuleType("cupy")
+
+    class ndarray:
+        __module__ = "cupy._core.core"
+
+        def __init__(self, ptr):
+            self.dtype, self.shape, self.strides = F16, (2, 64, 4, 64), (32768, 512, 128, 2)
+            self.data = types.SimpleNamespace(ptr=ptr, device_id=0)
+
+    cupy.ndarray = ndarray
+    current = types.SimpleNamespace(ptr=PRODUCER)
+    cupy.cuda = types.SimpleNamespace(get_current_stream=lambda d=None: current)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setattr(_accessors, "_cupy_types", ())
+    monkeypatch.setitem(_importer.KINDS, ndarray, _importer.CUPY)
+    results = []
+    for _ in range(3):
+        o = ndarray(0x90000)
+        results.append(_call(world, _array(0x10000), o, stream=CONSUMER))
+        assert world["holds"][-1][0] == CONSUMER
+    assert world["waits"] == [(CONSUMER, PRODUCER)] * 3
+    assert [(type(r), r.stream_handle, r.ptr) for r in results] == [(DeviceArray, CONSUMER, 0x90000)] * 3
+    assert world["full"] == 1 and world["compiled"] == (2 if _warm.run is not None else 0)
 
 
 def test_a_packages_current_stream_is_asked_once_per_call_not_per_operand(monkeypatch):
@@ -961,7 +1010,10 @@ def test_jaxs_export_function_is_found_where_jax_has_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "jax._src.dlpack", mod)
     assert _known_jax._find_export(Arr()) == (fn, Arr)
     assert _known_jax._find_export(object()) is False  # no shard method
-    mod._jax = types.SimpleNamespace()
+    del mod._jax  # JAX before 0.8: reached through xla_client._xla
+    mod.xla_client = types.SimpleNamespace(_xla=types.SimpleNamespace(buffer_to_dlpack_managed_tensor=fn))
+    assert _known_jax._find_export(Arr()) == (fn, Arr)
+    mod._jax, mod.xla_client = types.SimpleNamespace(), types.SimpleNamespace()
     assert _known_jax._find_export(Arr()) is False  # no such function
     monkeypatch.delitem(sys.modules, "jax._src.dlpack")
     assert _known_jax._find_export(Arr()) is False

@@ -219,6 +219,7 @@ def test_a_stream_wrapped_anew_each_call_keeps_its_counters_and_a_new_stream_at_
         pytest.skip("these calls take no counters here (not the Hopper kernel)")
     (_, b1), = blocks
     assert b1.sid == _sm._stream_id(h1)
+    del out  # a result made on a stream is freed on it: dropped before the stream goes
     assert driver.cuStreamSynchronize(h1)[0] == 0 and driver.cuStreamDestroy(h1)[0] == 0
     h2 = make()
     try:
@@ -229,6 +230,7 @@ def test_a_stream_wrapped_anew_each_call_keeps_its_counters_and_a_new_stream_at_
         assert b2.sid == _sm._stream_id(h2) != b1.sid
         if h2 == h1:  # the handle reused: the old stream's block retired, not handed over
             assert b2 is not b1 and b1 in _sm._retired
+        del out
     finally:
         driver.cuStreamSynchronize(h2)
         driver.cuStreamDestroy(h2)

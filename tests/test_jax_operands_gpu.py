@@ -83,7 +83,9 @@ def test_a_pending_jax_array_recalled_on_another_stream_is_ordered_there_too(jax
     rng = _rng()
     q, k, v = _qkv(rng, 1, 257, 257, 2, 2, 64)
     qj, kj, vj = (_put(jax, x) for x in (q, k, v))
-    streams = [Device().create_stream() for _ in range(2)]
+    dev = Device()
+    dev.set_current()  # cuda.core asks it of each thread before its first stream
+    streams = [dev.create_stream() for _ in range(2)]
     cudattn.attention(slow_copy(qj).block_until_ready(), kj, vj, stream=streams[0])  # compiled, recorded
     for scale in (2.0, 4.0):  # powers of two: q * scale is exact
         pending = slow_copy(qj * scale)

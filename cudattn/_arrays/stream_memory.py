@@ -23,17 +23,19 @@ block holds the object; where the object is one cudattn cannot tell owns its str
 handed to a new stream while the object lives. So a block made for an object on a stream that does
 not last notes the stream's id (`_Kept.sid`), and a later call that brings another object for the
 same handle gets that block only where the driver gives the same id (one query, only when the
-object changes): a new stream at an old handle gets a block of its own.
+object changes): a new stream at an old handle gets a block of its own. One object is taken to
+name one stream for its life (the same object brought back after its stream was destroyed would
+name a stream that no longer exists).
 
 A block is never freed on its stream: a stream named by a bare handle may be destroyed by its
 owner at any time (a free queued on it afterwards crashed the process), and another thread may
 have read the block for a launch it has not queued yet. Outgrown blocks, and those dropped when
 the table is full, are retired; `empty_cache` frees them all after synchronising the device, on
-cudattn's own stream (:func:`release`); at exit they are left to the driver. A stream with an
-owner object (a cuda.core or CuPy stream) keeps its owner alive while its blocks are in the
-table, so its handle cannot pass to another stream meanwhile (a retired block lets it go); a
-torch object that only wraps a stream owned elsewhere (``torch.cuda.ExternalStream``) is keyed
-by the stream's id, as a bare handle is.
+cudattn's own stream (:func:`release`); at exit they are left to the driver. A block holds the
+object its stream was given with (a retired block lets it go), which keeps a stream that object
+owns alive; one it only wraps is told apart by its id as above; a torch object that only wraps a
+stream owned elsewhere (``torch.cuda.ExternalStream``) is keyed by the stream's id, as a bare
+handle is.
 
 While a stream captures a CUDA graph (asked of the driver at each call), both are the graph's
 own: graph memory nodes (the counters zeroed by a memset node), so that replays of the graph

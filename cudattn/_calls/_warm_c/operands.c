@@ -334,10 +334,11 @@ done:
     return r;
 }
 
-/* A DeviceArray for a foreign operand that the call returns (`out`): what the Python path returns. */
-PyObject *wrap(const Operand *a) {
+/* A DeviceArray for a foreign operand that the call returns (`out`), on `stream` (the call's, which its
+ * contents are now written on): what the Python path returns. */
+PyObject *wrap(const Operand *a, PyObject *stream) {
     PyObject *ptr = PyLong_FromUnsignedLongLong(a->ptr), *dev = PyLong_FromLong(a->device_id);
-    PyObject *w = ptr && dev ? device_array(ptr, a->shape, a->strides, a->dtype, dev, a->readonly, a->obj, a->stream)
+    PyObject *w = ptr && dev ? device_array(ptr, a->shape, a->strides, a->dtype, dev, a->readonly, a->obj, stream)
                              : NULL;
     Py_XDECREF(ptr);
     Py_XDECREF(dev);

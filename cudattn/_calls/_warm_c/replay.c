@@ -244,7 +244,7 @@ PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptrs, long
                 r = ops[slot].kind == K_JAX ? ops[slot].adapted : ops[slot].obj;
                 Py_INCREF(r);
             } else if (ops[slot].kind != K_ABSENT) {
-                r = wrap(&ops[slot]);
+                r = wrap(&ops[slot], consumer_o);
             }
         } else if (slot >= n && made != NULL && PyList_Check(made) && slot - n < PyList_Size(made)) {
             r = PyList_GetItem(made, slot - n);

@@ -239,7 +239,8 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             if (!ops[i].foreign) continue;
             int seen = 0;
             for (Py_ssize_t j = 0; j < i && !seen; j++)
-                seen = ops[j].foreign && PyObject_RichCompareBool(ops[j].stream, ops[i].stream, Py_EQ) == 1;
+                seen = ops[j].foreign ? PyObject_RichCompareBool(ops[j].stream, ops[i].stream, Py_EQ) : 0;
+            if (seen < 0) goto out_error;
             if (seen) continue;
             r = PyObject_CallMethodObjArgs(g_operands_mod, s_stream_wait, consumer_o, ops[i].stream, NULL);
             if (r == NULL) goto out_error;
@@ -259,8 +260,7 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
                 PyObject_SetAttr(ops[i].kind == K_JAX ? ops[i].adapted : ops[i].obj, s_stream_handle, consumer_o) < 0)
                 goto out_error;
         }
-        /* a foreign `out` is returned wrapped: the wrapper carries the call's stream (set in `wrap` from the
-         * operand's stream, the consumer's) */
+        /* a foreign `out` is returned wrapped: the wrapper carries the call's stream (`wrap`) */
     }
     {  /* JAX arrays (their capsules) and operands made on another stream held until the call's work is
         * done (`operands.order_and_hold`) */

@@ -4,14 +4,16 @@
  * order and building the same signature key, so plans recorded by the Python path serve it:
  * operands that are cudattn DeviceArrays, plain CUDA torch tensors, CuPy arrays, or JAX arrays
  * imported before; a stream given as None (the operands' package's current stream), an int handle or
- * a stream object; every operand made on the call's stream (nothing to wait for). It reads each
+ * a stream object; operands made on another stream are waited for (`operands.stream_wait`, once a
+ * producer, before the launch) and held with the call's work. It reads each
  * operand's facts (a JAX array's as `known_jax.recall` does: what its import found, and a capsule
  * asked of JAX with the call's stream), builds the key, finds the recorded call, makes the per-call
  * address checks, makes the call's allocations on a stream found not capturing (results, the stream's
  * counters and workspace, also for a call given `out=`: as the Python replay makes them outside
  * capture), builds an argument block not built before (asking the Python replay where a tensor map's
  * address is new), launches through
- * the driver's `cuLaunchKernel`, and holds JAX operands until the work is done (`lifetime.hold`, whose
+ * the driver's `cuLaunchKernel`, and holds JAX operands and those of another stream until the work is
+ * done (`lifetime.hold`, whose
  * event calls go through this module's entry points once bound: `event_record`, `event_query`,
  * `capture_mode`).
  * Anything else returns the MISS sentinel before any launch or allocation, having done at most what
@@ -183,7 +185,7 @@ int kind_of(PyObject *x);
 int jax_consumer(PyObject *x, PyObject **handle, PyObject **keep);
 int read_operand(PyObject *x, Operand *a, Current *cur, long long consumer, PyObject *name);
 int plain(PyObject *rec, const unsigned long long *ptrs, Py_ssize_t n);
-PyObject *wrap(const Operand *a);
+PyObject *wrap(const Operand *a, PyObject *stream);
 
 /* memory.c */
 PyObject *kept_block(PyObject *dev, PyObject *nbytes, PyObject *stream, PyObject *keep);
