@@ -37,6 +37,31 @@ class _Kernel:
     function, name, smem_limit = 7, "fake", 1 << 20
 
 
+def _jax_like_type():
+    """A new type of the package "jax", as `kind_of` sees it (new, so that no earlier test's calls
+    have told the call path its kind): ``__dlpack__`` logs the streams it is asked for; a deleted
+    array refuses (an interrupt where ``deleted == "interrupt"``)."""
+
+    class Arr:
+        __module__ = "jax._src.array"
+
+        def __init__(self, ptr):
+            self.ptr, self.deleted, self.asked = ptr, False, []
+
+        def __dlpack__(self, stream=None):
+            if self.deleted == "interrupt":
+                raise KeyboardInterrupt
+            if self.deleted:
+                raise RuntimeError("Array has been deleted")
+            self.asked.append(stream)
+            return f"capsule {self.ptr:#x} {len(self.asked)}"
+
+        def is_deleted(self):
+            return self.deleted
+
+    return Arr
+
+
 def _array(ptr, shape=(2, 64, 4, 64), stream=CONSUMER):
     a = object.__new__(DeviceArray)
     a.ptr, a.shape, a.dtype, a.device_id, a.owner, a.readonly = ptr, shape, F16, 0, None, False
@@ -103,6 +128,22 @@ def _call(log, q, o, *, stream=None, launch_on=CONSUMER):
 
     return dispatch("fake", [q, o], ("q", "out"), stream, (), None, full, None, tensors=2, out_index=1,
                     allocates=False)
+
+
+def _full_with_counters(log, optional):
+    """A fake entry's full path (``q``, ``out``) that takes the stream's counters from
+    `_arrays.stream_memory` (``optional`` as the causal prefill takes them) and launches with their
+    address in the params' second slot."""
+    from cudattn._arrays import stream_memory as _sm
+
+    def full(call, args, qa, oa):
+        if _recording.current() is None:
+            log["full"] += 1
+        ctr = _sm.counters(qa.device_id, call.consumer, 2, call.keep, None, optional)
+        _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, call.consumer, _Params(oa.ptr, ctr.ptr, 5, 0))
+        return oa
+
+    return full
 
 
 def test_a_replay_passes_the_new_addresses(world):
@@ -671,12 +712,7 @@ def test_a_new_stream_object_for_a_handle_gets_the_old_block_only_for_the_same_s
     monkeypatch.setattr(_stream, "is_capturing", lambda s: False)
     assert handle not in _stream.LASTING_STREAMS
 
-    def full(call, args, qa, oa):
-        if _recording.current() is None:
-            world["full"] += 1
-        ctr = _sm.counters(qa.device_id, call.consumer, 2, call.keep, None, False)
-        _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, call.consumer, _Params(oa.ptr, ctr.ptr, 5, 0))
-        return oa
+    full = _full_with_counters(world, optional=False)
 
     q, o = _array(0x10000, stream=handle), _array(0x90000, stream=handle)
 
@@ -719,12 +755,7 @@ def test_a_call_given_out_on_a_capturing_stream_leaves_its_memory_to_the_python_
     monkeypatch.setattr(_stream, "is_capturing", lambda s: world["capturing"])
     monkeypatch.setattr(_sm, "counters", counters)
 
-    def full(call, args, qa, oa):
-        if _recording.current() is None:
-            world["full"] += 1
-        ctr = _sm.counters(qa.device_id, call.consumer, 2, call.keep, None, True)
-        _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, call.consumer, _Params(oa.ptr, ctr.ptr, 5, 0))
-        return oa
+    full = _full_with_counters(world, optional=True)
 
     q, o = _array(0x10000), _array(0x90000)
 
@@ -879,23 +910,7 @@ def test_jax_arrays_imported_before_are_recalled_with_a_capsule_for_the_calls_st
     from cudattn._arrays import known_jax as _known_jax
     from cudattn._runtime import stream as _stream
 
-    class Arr:  # a type of the package "jax", as `kind_of` sees it
-        __module__ = "jax._src.array"
-
-        def __init__(self, ptr):
-            self.ptr, self.deleted, self.asked = ptr, False, []
-
-        def __dlpack__(self, stream=None):
-            if self.deleted == "interrupt":
-                raise KeyboardInterrupt
-            if self.deleted:
-                raise RuntimeError("Array has been deleted")
-            self.asked.append(stream)
-            return f"capsule {self.ptr:#x} {len(self.asked)}"
-
-        def is_deleted(self):
-            return self.deleted
-
+    Arr = _jax_like_type()
     monkeypatch.setitem(_stream._default_stream_refs, 0, _stream.StreamRef(consumer, "cudattn's stream"))
     q, o = Arr(0x10000), Arr(0x90000)
     for x in (q, o):
@@ -939,24 +954,11 @@ def test_jax_arrays_are_exported_through_jaxs_own_function_of_their_shard(world,
     from cudattn._arrays import known_jax as _known_jax
     from cudattn._runtime import stream as _stream
 
-    class Arr:  # a type of the package "jax", as `kind_of` sees it
+    class Arr(_jax_like_type()):
         __module__ = "jax._src.array"
 
-        def __init__(self, ptr):
-            self.ptr, self.deleted, self.dlpack_asked = ptr, False, []
-            self.shard = ("shard", ptr)
-
         def _fully_replicated_shard(self):
-            return self.shard
-
-        def __dlpack__(self, stream=None):
-            if self.deleted:
-                raise RuntimeError("Array has been deleted")
-            self.dlpack_asked.append(stream)
-            return f"slow capsule {self.ptr:#x}"
-
-        def is_deleted(self):
-            return self.deleted
+            return ("shard", self.ptr)
 
     exported, refusing = [], set()
 
@@ -975,14 +977,14 @@ def test_jax_arrays_are_exported_through_jaxs_own_function_of_their_shard(world,
     for _ in range(3):
         _call(world, q, o)
     assert world["full"] == 1 and world["compiled"] == (2 if _warm.run is not None else 0)
-    assert exported == [(q.shard, CONSUMER), (o.shard, CONSUMER)] * 3
-    assert q.dlpack_asked == o.dlpack_asked == []
+    assert exported == [(("shard", q.ptr), CONSUMER), (("shard", o.ptr), CONSUMER)] * 3
+    assert q.asked == o.asked == []
     assert [[a.owner[1] for a in refs] for _, refs, _, _ in world["holds"]] == \
         [[f"capsule {0x10000:#x}", f"capsule {0x90000:#x}"]] * 3
     refusing.add(o.ptr)  # refused by the export, given by the method: the call runs
     _call(world, q, o)
-    assert o.dlpack_asked == [CONSUMER] and [a.owner[1] for a in world["holds"][-1][1]] == \
-        [f"capsule {0x10000:#x}", f"slow capsule {0x90000:#x}"]
+    assert o.asked == [CONSUMER] and [a.owner[1] for a in world["holds"][-1][1]] == \
+        [f"capsule {0x10000:#x}", f"capsule {0x90000:#x} 1"]
     n = len(world["launches"])
     o.deleted = True  # refused by both: the method's refusal, named
     with pytest.raises(ValueError, match="out: the JAX array has been deleted or donated.*Array has been deleted"):
