@@ -116,9 +116,7 @@ def counters(device_id: int, stream: int, count: int, keep: object = None, captu
         _zero(block.ptr, count, stream)
         return block
     key = _key(device_id, stream, _COUNTERS, keep)
-    entry = _blocks.get(key)
-    if entry is not None and entry.sid is not None and entry.keep is not keep:
-        entry = _same_stream(entry, stream)
+    entry = _lookup(key, stream, keep)
     if entry is None or entry.nbytes < 4 * count:
         n = max(count, _MIN_COUNTERS, 0 if entry is None else 2 * entry.count)
         entry = _grow(key, device_id, stream, 4 * n, keep)
@@ -134,9 +132,7 @@ def workspace(device_id: int, stream: int, nbytes: int, keep: object = None, cap
     if nbytes > WORKSPACE_KEPT_MAX or stream == _PER_THREAD or capturing:
         return _alloc.allocate(device_id, nbytes, stream, keep)  # the call's own (in a graph: a node)
     key = _key(device_id, stream, _WORKSPACE, keep)
-    entry = _blocks.get(key)
-    if entry is not None and entry.sid is not None and entry.keep is not keep:
-        entry = _same_stream(entry, stream)
+    entry = _lookup(key, stream, keep)
     if entry is None or entry.nbytes < nbytes:
         n = max(-(-nbytes // _MIN_WORKSPACE) * _MIN_WORKSPACE, 0 if entry is None else 2 * entry.nbytes)
         n = min(n, WORKSPACE_KEPT_MAX)  # whole units of the least size (the cap is one too)
@@ -171,11 +167,15 @@ def _stream_id(stream: int) -> int:
     return check(driver.cuStreamGetId(stream), "cuStreamGetId")
 
 
-def _same_stream(entry: _Kept, stream: int) -> _Kept | None:
-    """``entry``, made for another object naming ``stream``'s handle, where it is the same stream
-    still (the same id); None where the handle now names a new stream (the caller grows a block in
-    its place: the old one is retired, its stream's kernels may still run)."""
-    return entry if _stream_id(stream) == entry.sid else None
+def _lookup(key: tuple, stream: int, keep: object) -> _Kept | None:
+    """The table's block under ``key``; one made for another object naming ``stream``'s handle only
+    where it is the same stream still (the same id: one query). None where there is none, or the
+    handle now names a new stream (the caller grows a block in its place: the old one is retired,
+    its stream's kernels may still run)."""
+    entry = _blocks.get(key)
+    if entry is not None and entry.sid is not None and entry.keep is not keep and _stream_id(stream) != entry.sid:
+        return None
+    return entry
 
 
 def _grow(key: tuple, device_id: int, stream: int, n: int, keep) -> _Kept:

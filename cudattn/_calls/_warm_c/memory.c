@@ -1,8 +1,9 @@
 /* Memory a warm call finds kept, served without calling into Python: a result's block kept on the host
- * (`_arrays.alloc`) and a stream's counters or workspace (`_arrays.stream_memory`). Each function does
- * what the Python function's first branch does, under the same rules, or returns NULL with no exception
- * where that branch would not serve (nothing kept, a stream that is not lasting, a lock held elsewhere,
- * or the module's function replaced by a test's stand-in): the caller then calls the Python function. */
+ * (`_arrays.alloc`) and a stream's counters or workspace (`_arrays.stream_memory`). `kept_block` and
+ * `kept_stream_memory` do what the Python function's first branch does, under the same rules, or return
+ * NULL with no exception where that branch would not serve (nothing kept, a stream that is not lasting,
+ * a lock held elsewhere, or the module's function replaced by a test's stand-in); `take_block` and
+ * `take_stream_memory` then call the Python function. */
 #include "warm.h"
 
 /* Module global `name` of `mod` (borrowed; NULL with no exception where absent). Read each call:
@@ -16,7 +17,7 @@ static PyObject *global(PyObject *mod, PyObject *name) {
 /* `alloc.allocate(dev, nbytes, stream, keep, reuse=True)` where a block of that size is kept for
  * `stream`: the last of `_kept[(dev, stream, nbytes)]`, taken under `_kept_lock` (never waited for,
  * as `Block.__del__` never waits: held elsewhere, the Python function serves), as a new `Block`. */
-PyObject *kept_block(PyObject *dev, PyObject *nbytes, PyObject *stream, PyObject *keep) {
+static PyObject *kept_block(PyObject *dev, PyObject *nbytes, PyObject *stream, PyObject *keep) {
     PyObject *lasting = global(g_alloc_mod, s_lasting_streams);  /* the set `allocate` reads */
     if (global(g_alloc_mod, s_allocate_block) != g_alloc_allocate || lasting == NULL ||
         PySet_Contains(lasting, stream) != 1) {
@@ -89,7 +90,7 @@ PyObject *kept_block(PyObject *dev, PyObject *nbytes, PyObject *stream, PyObject
 /* `stream_memory.counters(dev, stream, count, keep, capturing=False, optional)` (`kind` 0, `size` the
  * count) or `.workspace(dev, stream, nbytes, keep, capturing=False)` (`kind` 1, `size` the bytes) where
  * the stream's block of that kind is in the table and large enough: that block. */
-PyObject *kept_stream_memory(int kind, PyObject *dev, PyObject *stream, PyObject *size, PyObject *keep) {
+static PyObject *kept_stream_memory(int kind, PyObject *dev, PyObject *stream, PyObject *size, PyObject *keep) {
     PyObject *fn = global(g_stream_memory_mod, kind ? s_workspace : s_counters);
     if (fn != (kind ? g_sm_workspace : g_sm_counters)) return NULL;
     unsigned long long h = 0, want = 0;
@@ -135,13 +136,35 @@ PyObject *kept_stream_memory(int kind, PyObject *dev, PyObject *stream, PyObject
     int ok = nb != NULL && as_u64(nb, &have) && have >= want;
     Py_XDECREF(nb);
     if (ok) {  /* made for another object naming a stream that does not last: the Python function asks
-                * the driver whether it is the same stream still (`_same_stream`) */
-        PyObject *sid = PyObject_GetAttr(entry, s_sid), *owner = sid ? PyObject_GetAttr(entry, s_keep) : NULL;
-        ok = owner != NULL && (sid == Py_None || owner == keep);
+                * the driver whether it is the same stream still (`_lookup`) */
+        PyObject *sid = PyObject_GetAttr(entry, s_sid);
+        PyObject *owner = sid != NULL && sid != Py_None ? PyObject_GetAttr(entry, s_keep) : NULL;
+        ok = sid == Py_None || (owner != NULL && owner == keep);
         Py_XDECREF(sid);
         Py_XDECREF(owner);
     }
     soft_clear();
     if (!ok) Py_CLEAR(entry);  /* outgrown: the Python function grows it */
     return entry;
+}
+
+/* A block of `nbytes` for `stream`, as `alloc.allocate(dev, nbytes, stream, keep, reuse=True)` gives it:
+ * a kept one taken here, else the Python function's. NULL with an exception. */
+PyObject *take_block(PyObject *dev, PyObject *nbytes, PyObject *stream, PyObject *keep) {
+    PyObject *block = kept_block(dev, nbytes, stream, keep);
+    if (block == NULL && !PyErr_Occurred())
+        block = PyObject_CallMethodObjArgs(g_alloc_mod, s_allocate_block, dev, nbytes, stream, keep, Py_True, NULL);
+    return block;
+}
+
+/* The stream's counters (`kind` 0: `size` of them, `optional` as `counters` takes it) or workspace
+ * (`kind` 1: `size` bytes) on a stream known not to capture: the kept block taken here, else the
+ * Python function's. NULL with an exception. */
+PyObject *take_stream_memory(int kind, PyObject *dev, PyObject *stream, PyObject *size, PyObject *keep,
+                             PyObject *optional) {
+    PyObject *got = kept_stream_memory(kind, dev, stream, size, keep);
+    if (got != NULL || PyErr_Occurred()) return got;
+    return kind ? PyObject_CallMethodObjArgs(g_stream_memory_mod, s_workspace, dev, stream, size, keep, Py_False, NULL)
+                : PyObject_CallMethodObjArgs(g_stream_memory_mod, s_counters, dev, stream, size, keep, Py_False,
+                                             optional, NULL);
 }

@@ -19,15 +19,9 @@ static PyObject *allocate_native(PyObject *native, long device_id, PyObject *str
     int has_scratch = made ? PyObject_IsTrue(scratch_bytes) : -1;
     if (has_scratch < 0) goto fail;
     if (has_scratch) {  /* one kernel: the stream's kept workspace; more: the call's own (`_allocate`) */
-        int streams = PyTuple_GetItem(native, 1) == Py_True;
-        scratch = streams ? kept_stream_memory(1, dev, stream, scratch_bytes, keep)
-                          : kept_block(dev, scratch_bytes, stream, keep);
-        if (scratch == NULL && !PyErr_Occurred())
-            scratch = streams
-                ? PyObject_CallMethodObjArgs(g_stream_memory_mod, s_workspace, dev, stream, scratch_bytes, keep,
-                                             Py_False, NULL)
-                : PyObject_CallMethodObjArgs(g_alloc_mod, s_allocate_block, dev, scratch_bytes, stream, keep, Py_True,
-                                             NULL);
+        scratch = PyTuple_GetItem(native, 1) == Py_True
+            ? take_stream_memory(1, dev, stream, scratch_bytes, keep, NULL)
+            : take_block(dev, scratch_bytes, stream, keep);
         PyObject *p = scratch ? PyObject_GetAttr(scratch, s_ptr) : NULL;
         int ok = p != NULL && as_u64(p, &base);
         Py_XDECREF(p);
@@ -46,16 +40,10 @@ static PyObject *allocate_native(PyObject *native, long device_id, PyObject *str
                 Py_INCREF(held);
             }
         } else if (PyTuple_Check(it) && PyTuple_Size(it) == 2) {  /* the stream's counters: (count, optional) */
-            held = kept_stream_memory(0, dev, stream, PyTuple_GetItem(it, 0), keep);
-            if (held == NULL && !PyErr_Occurred())
-                held = PyObject_CallMethodObjArgs(g_stream_memory_mod, s_counters, dev, stream, PyTuple_GetItem(it, 0),
-                                                  keep, Py_False, PyTuple_GetItem(it, 1), NULL);
+            held = take_stream_memory(0, dev, stream, PyTuple_GetItem(it, 0), keep, PyTuple_GetItem(it, 1));
             ptr = held ? PyObject_GetAttr(held, s_ptr) : NULL;
         } else if (PyTuple_Check(it) && PyTuple_Size(it) == 4) {  /* a result: (shape, dtype, strides, bytes) */
-            PyObject *block = kept_block(dev, PyTuple_GetItem(it, 3), stream, keep);
-            if (block == NULL && !PyErr_Occurred())
-                block = PyObject_CallMethodObjArgs(g_alloc_mod, s_allocate_block, dev, PyTuple_GetItem(it, 3), stream,
-                                                   keep, Py_True, NULL);
+            PyObject *block = take_block(dev, PyTuple_GetItem(it, 3), stream, keep);
             ptr = block ? PyObject_GetAttr(block, s_ptr) : NULL;
             held = ptr ? device_array(ptr, PyTuple_GetItem(it, 0), PyTuple_GetItem(it, 2), PyTuple_GetItem(it, 1), dev,
                                       Py_False, block, stream) : NULL;

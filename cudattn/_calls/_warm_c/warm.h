@@ -188,8 +188,9 @@ int plain(PyObject *rec, const unsigned long long *ptrs, Py_ssize_t n);
 PyObject *wrap(const Operand *a, PyObject *stream);
 
 /* memory.c */
-PyObject *kept_block(PyObject *dev, PyObject *nbytes, PyObject *stream, PyObject *keep);
-PyObject *kept_stream_memory(int kind, PyObject *dev, PyObject *stream, PyObject *size, PyObject *keep);
+PyObject *take_block(PyObject *dev, PyObject *nbytes, PyObject *stream, PyObject *keep);
+PyObject *take_stream_memory(int kind, PyObject *dev, PyObject *stream, PyObject *size, PyObject *keep,
+                             PyObject *optional);
 
 /* replay.c */
 PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptrs, long device_id,
