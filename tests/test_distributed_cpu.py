@@ -7,6 +7,7 @@ the reference's attention on the whole sequence."""
 from __future__ import annotations
 
 import itertools
+import types
 
 import numpy as np
 import pytest
@@ -969,40 +970,177 @@ def test_place_refuses_arrays_whose_axes_do_not_fold_into_rows():
         copies.place(_HostBytes(every_other), _HostBytes(np.zeros((2, 3, 12), np.float32)[:, :2, ::2]), 0)
 
 
-def test_settle_waits_for_a_non_blocking_communicator_and_times_out(monkeypatch):
-    """`agree.settle` after each NCCL call: one query on a blocking communicator; on a non-blocking
-    one, queries until NCCL has taken the call; TimeoutError when it never does (a peer that never
-    joins), and NCCL's own error named."""
+def _nccl_states(states):
+    """A stand-in for nccl4py's bindings whose `comm_get_async_error` answers ``states`` in turn (the
+    last one from then on); returns it and the handles it was asked about."""
     import enum
     import types
 
+    class Result(enum.IntEnum):
+        Success, SystemError, RemoteError, InProgress = 0, 2, 6, 7
+
+    seen = []
+
+    def query(handle):
+        seen.append(handle)
+        return states.pop(0) if len(states) > 1 else states[0]
+
+    return types.SimpleNamespace(comm_get_async_error=query, Result=Result, Comm=lambda p: p), seen
+
+
+def test_settle_waits_for_a_non_blocking_communicator_and_times_out(monkeypatch):
+    """`watch.settle` after each NCCL call: one query on a blocking communicator; on a non-blocking
+    one, queries until NCCL has taken the call; TimeoutError when it never does (a peer that never
+    joins) after CUDATTN_NCCL_TIMEOUT seconds, and NCCL's own error named."""
+    from cudattn.distributed import watch
+
+    nb, seen = _nccl_states([0])
+    watch.settle(nb, 5, "x")
+    assert seen == [5]
+    nb, seen = _nccl_states([7, 7, 7, 0])
+    watch.settle(nb, 5, "x")
+    assert len(seen) == 4
+    monkeypatch.setenv("CUDATTN_NCCL_TIMEOUT", "0.05")
+    nb, _ = _nccl_states([7])
+    with pytest.raises(TimeoutError, match=r"ring_attention: NCCL had not taken the call after 0.05 s"):
+        watch.settle(nb, 5, "ring_attention")
+    nb, _ = _nccl_states([7, 6])
+    with pytest.raises(RuntimeError, match=r"ring_attention: NCCL reported RemoteError \(6\); abort"):
+        watch.settle(nb, 5, "ring_attention")
+    nb, _ = _nccl_states([2])
+    with pytest.raises(RuntimeError, match=r"NCCL reported SystemError \(2\)"):
+        watch.settle(nb, 5, "ring_attention")
+
+
+def test_an_error_nccl_raises_from_a_call_names_the_call():
+    """`watch.nccl_call`: nccl4py's NCCLError from a call (a peer NCCL saw exit while connecting)
+    comes out as RuntimeError naming the operation; other errors pass as they are; a call that goes
+    through is settled after."""
+    from cudattn.distributed import watch
+
+    class NCCLError(Exception):
+        pass
+
+    nb, seen = _nccl_states([0])
+    nb.NCCLError = NCCLError
+    with pytest.raises(RuntimeError, match=r"^ring_attention: NCCL reported RemoteError \(6\): remote process "
+                                           r"exited; abort the communicator$") as e:
+        with watch.nccl_call(nb, 3, "ring_attention"):
+            raise NCCLError("RemoteError (6): remote process exited")
+    assert isinstance(e.value.__cause__, NCCLError) and seen == []
+    with pytest.raises(KeyError):
+        with watch.nccl_call(nb, 3, "ring_attention"):
+            raise KeyError("not NCCL's")
+    with watch.nccl_call(nb, 3, "ring_attention"):
+        pass
+    assert seen == [3]
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "soon", "nan"])
+def test_a_bad_nccl_timeout_is_named(monkeypatch, text):
+    from cudattn.distributed import watch
+
+    monkeypatch.setenv("CUDATTN_NCCL_TIMEOUT", text)
+    with pytest.raises(ValueError, match=r"CUDATTN_NCCL_TIMEOUT must be a positive number of seconds; got"):
+        watch.timeout_s()
+    monkeypatch.setenv("CUDATTN_NCCL_TIMEOUT", "2.5")
+    assert watch.timeout_s() == 2.5
+    monkeypatch.delenv("CUDATTN_NCCL_TIMEOUT")
+    assert watch.timeout_s() == 600.0
+
+
+def _fake_events(monkeypatch, polls_until_done: int | None) -> list:
+    """`watch.Event` and `watch.event_done` stood in for: the event is done after ``polls_until_done``
+    queries (None: never); returns the streams events were recorded on."""
+    from cudattn.distributed import watch
+
+    recorded, polls = [], [0]
+
+    class Event:
+        def __init__(self, stream):
+            self.stream = stream
+
+        def record(self, stream):
+            recorded.append(stream)
+            return self
+
+    def done(ev):
+        polls[0] += 1
+        return polls_until_done is not None and polls[0] > polls_until_done
+
+    monkeypatch.setattr(watch, "Event", Event)
+    monkeypatch.setattr(watch, "event_done", done)
+    return recorded
+
+
+def test_wait_ends_when_the_stream_is_done_or_nccl_fails_or_time_runs_out(monkeypatch):
+    """`watch.wait` (the first call's all-gather, `synchronize`): returns once an event recorded on the
+    stream is done; raises NCCL's error as soon as it is reported (a peer NCCL saw fail), and
+    TimeoutError at the deadline (a peer that died with its transfers queued), never waiting for ever."""
+    import time
+
+    from cudattn.distributed import watch
+
+    recorded = _fake_events(monkeypatch, 3)
+    nb, seen = _nccl_states([0])
+    watch.wait(nb, 9, 42, "ring_attention")
+    assert recorded == [42] and seen == [9, 9, 9]
+    _fake_events(monkeypatch, None)
+    nb, _ = _nccl_states([0, 0, 6])
+    with pytest.raises(RuntimeError, match=r"ring_attention: NCCL reported RemoteError \(6\); abort the comm"):
+        watch.wait(nb, 9, 42, "ring_attention")
+    nb, _ = _nccl_states([0])
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"ring_attention: the stream's work had not finished after 0.05 s "
+                                           r"\(a rank that never joined, or one that failed\); abort the comm"):
+        watch.wait(nb, 9, 42, "ring_attention", timeout=0.05)
+    assert time.monotonic() - start < 5
+
+
+def test_first_call_check_waits_with_a_deadline(monkeypatch):
+    """The first call's all-gather of the ranks' fields is waited for by `watch.wait` before its copy
+    to the host: a peer that joined and died makes that call raise instead of hanging."""
     from cudattn.distributed import agree
 
-    class Result(enum.IntEnum):
-        Success, RemoteError, InProgress = 0, 6, 7
+    order = []
+    monkeypatch.setattr(agree, "to_device", lambda a, device, stream: _HostMem(np.ascontiguousarray(a)))
+    monkeypatch.setattr(agree, "new_array", lambda shape, dtype, dev, st: _HostMem(np.zeros(shape, dtype)))
+    monkeypatch.setattr(agree, "to_host", lambda x, stream: order.append("to_host") or x.a.copy())
 
-    def comm(states):
-        seen = []
+    def wait(nb, handle, stream, what):
+        order.append(("wait", handle, stream, what))
+        raise TimeoutError(f"{what}: the stream's work had not finished")
 
-        def query(handle):
-            seen.append(handle)
-            return states.pop(0) if len(states) > 1 else states[0]
+    monkeypatch.setattr(agree, "wait", wait)
+    nb = types.SimpleNamespace(all_gather=lambda *a: order.append("all_gather"),
+                               comm_get_async_error=lambda h: order.append("settle") or 0)
+    with pytest.raises(TimeoutError, match="ring_attention: the stream's work had not finished"):
+        agree.all_gather_rows(nb, 3, 1, 2, np.zeros(4, np.int64), 0, 77, "ring_attention")
+    assert order == ["all_gather", "settle", ("wait", 3, 77, "ring_attention")]
 
-        return types.SimpleNamespace(comm_get_async_error=query, Result=Result), seen
 
-    nb, seen = comm([0])
-    agree.settle(nb, 5, "x")
-    assert seen == [5]
-    nb, seen = comm([7, 7, 7, 0])
-    agree.settle(nb, 5, "x")
-    assert len(seen) == 4
-    monkeypatch.setattr(agree, "TIMEOUT_S", 0.05)
-    nb, _ = comm([7])
-    with pytest.raises(TimeoutError, match=r"ring_attention: NCCL had not taken the call after 0.05 s"):
-        agree.settle(nb, 5, "ring_attention")
-    nb, _ = comm([7, 6])
-    with pytest.raises(RuntimeError, match=r"ring_attention: NCCL reported RemoteError \(6\); abort"):
-        agree.settle(nb, 5, "ring_attention")
+@pytest.mark.parametrize("abort", [True, False])
+def test_synchronize_aborts_the_communicator_when_its_wait_fails(monkeypatch, abort):
+    """`synchronize`'s wait, once its stream is known: a timeout or an NCCL error aborts the
+    communicator before it goes on (``abort=False``: left to the caller), and says which; a wait that
+    ends well aborts nothing."""
+    from cudattn.distributed import watch
+
+    aborted = []
+    comm = types.SimpleNamespace(ptr=11, abort=lambda: aborted.append(True))
+    _fake_events(monkeypatch, 1)
+    nb, seen = _nccl_states([0])
+    watch.wait_or_abort(nb, comm, 5, 1.0, abort)
+    assert not aborted and seen == [11]
+    _fake_events(monkeypatch, None)
+    then = "the communicator was aborted" if abort else "abort the communicator"
+    with pytest.raises(TimeoutError, match=f"synchronize: the stream's work had not finished after 0.02 s .*; {then}"):
+        watch.wait_or_abort(nb, comm, 5, 0.02, abort)
+    assert aborted == ([True] if abort else [])
+    nb, _ = _nccl_states([6])
+    with pytest.raises(RuntimeError, match=f"synchronize: NCCL reported RemoteError \\(6\\); {then}"):
+        watch.wait_or_abort(nb, comm, 5, 1.0, abort)
+    assert aborted == ([True, True] if abort else [])
 
 
 class _StreamSim:
@@ -1299,6 +1437,7 @@ def test_first_call_check_gathers_every_ranks_fields_and_names_the_difference(mo
     monkeypatch.setattr(agree, "to_device", lambda a, device, stream: _HostMem(np.ascontiguousarray(a)))
     monkeypatch.setattr(agree, "new_array", lambda shape, dtype, dev, st: _HostMem(np.zeros(shape, dtype)))
     monkeypatch.setattr(agree, "to_host", lambda x, stream: x.a.copy())
+    monkeypatch.setattr(agree, "wait", lambda nb, handle, stream, what: None)  # the host gather is done at once
 
     class Comm:
         nranks = world

@@ -356,6 +356,98 @@ def test_a_failing_rank_stops_the_others():
     assert e.value.rank == 1
 
 
+_PEER_TIMEOUT_S = 5  # CUDATTN_NCCL_TIMEOUT in the ranks of the tests below
+
+
+def _rank_whose_peer_dies(rank: int, uid: bytes, when: str, blocking: bool, results, peer_gone) -> None:
+    """A rank of two processes joined by their own communicator (no `launch.run`, which would stop the
+    survivor itself). Rank 1 leaves without a word to NCCL (``os._exit``), before any call (``when ==
+    "before the first call"``) or after a first ring call (``"mid-ring"``). Rank 0 then calls the ring
+    and `synchronize`: it must raise within the timeout, and its stream must be free after the abort
+    (a plain call on it completes). Reports (rank, what happened, message, seconds) on ``results``."""
+    import time
+
+    os.environ["CUDATTN_NCCL_TIMEOUT"] = str(_PEER_TIMEOUT_S)
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    import nccl.core as nccl
+
+    import cudattn
+    from cudattn._runtime import device as dev_
+    from cudattn.distributed import ring_attention, synchronize
+
+    dev_.get_device(rank)
+    config = None if blocking else nccl.NCCLConfig(blocking=False)
+    comm = nccl.Communicator.init(2, rank, nccl.UniqueId.from_bytes(uid), config=config)
+    deadline = time.monotonic() + 60
+    while comm.get_async_error() == 7:  # a non-blocking communicator joins in the background
+        assert time.monotonic() < deadline, "the communicator never finished joining"
+        time.sleep(0.001)
+    rng = np.random.default_rng(4910 + rank)
+    x = cudattn.to_device(rng.standard_normal((1, 256, 2, 64)).astype(BF16), device=rank)
+    if when == "mid-ring":
+        ring_attention(x, x, x, comm, causal=True)
+        synchronize(comm)
+    if rank == 1:
+        results.put((1, "left", "", 0.0))
+        os._exit(0)
+    peer_gone.wait(120)
+    start = time.monotonic()
+    try:
+        ring_attention(x, x, x, comm, causal=True)
+        synchronize(comm)
+    except (TimeoutError, RuntimeError) as e:
+        took = time.monotonic() - start
+        if not str(e).startswith("synchronize"):  # raised by the call itself: aborting is the caller's part
+            comm.abort()
+        after = cudattn.to_host(cudattn.attention(x, x, x))  # the stream runs again
+        results.put((0, type(e).__name__, f"{e} | finite after: {bool(np.isfinite(after.astype(np.float32)).all())}",
+                     took))
+        return
+    results.put((0, "finished", "the ring finished without its peer", time.monotonic() - start))
+
+
+# Not tested: a blocking communicator whose peer exited before the first call. NCCL's own call then
+# holds the host while it connects, until NCCL gives up (RemoteError after 59.5 s on 2 H200s), and no
+# deadline of cudattn's applies inside it.
+@pytest.mark.parametrize("when,blocking", [("before the first call", False), ("mid-ring", True),
+                                           ("mid-ring", False)])
+def test_a_rank_whose_peer_died_raises_instead_of_hanging(when, blocking):
+    """Without the launcher: a peer that died leaves this rank's NCCL work waiting for ever; the first
+    call's check of the ranks' problems and `synchronize` wait with a deadline (CUDATTN_NCCL_TIMEOUT)
+    and raise, `synchronize` aborting the communicator so that the stream runs again."""
+    _need(2)
+    nccl = pytest.importorskip("nccl.core")
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    results, peer_gone = ctx.Queue(), ctx.Event()
+    uid = bytes(nccl.get_unique_id())
+    procs = [ctx.Process(target=_rank_whose_peer_dies, args=(r, uid, when, blocking, results, peer_gone),
+                         daemon=True) for r in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        procs[1].join(120)
+        assert procs[1].exitcode == 0, f"rank 1 ended with {procs[1].exitcode}"
+        peer_gone.set()
+        got = {}
+        while 0 not in got:
+            rank, what, message, took = results.get(timeout=_PEER_TIMEOUT_S + 90)
+            got[rank] = (what, message, took)
+        procs[0].join(60)
+        assert procs[0].exitcode == 0, f"rank 0 did not end cleanly ({procs[0].exitcode})"
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+    what, message, took = got[0]
+    print(f"{when}, blocking={blocking}: {what} after {took:.1f} s: {message}")
+    assert what in ("TimeoutError", "RuntimeError"), message
+    assert message.startswith("ring_attention" if when == "before the first call" else ("ring_attention",
+                                                                                          "synchronize")), message
+    assert took < _PEER_TIMEOUT_S + 30 and "finite after: True" in message
+
+
 def _ulysses_case(rng, world: int, mods: dict, with_dout: bool = False):
     """q, k, v (B=2, 8 query and 4 key heads, D=64, 160 tokens a rank), dout if asked, then sinks and
     ALiBi slopes where ``mods`` asks for them, drawn in that order."""

@@ -11,10 +11,8 @@ checking each call would hold the host until the GPU reaches the check.
 
 from __future__ import annotations
 
-import os
 import struct
 import threading
-import time
 import weakref
 import zlib
 
@@ -24,6 +22,8 @@ from .._arrays.array import DeviceArray, new_array
 from .._arrays.host_io import to_device, to_host
 from .._runtime.device import get_device
 from .._runtime.stream import StreamRef, as_stream
+from .nccl_lib import nccl
+from .watch import nccl_call, wait
 
 _lock = threading.Lock()
 _checked: weakref.WeakSet = weakref.WeakSet()  # communicators whose first call agreed (a freed one's
@@ -74,11 +74,13 @@ def agree(comm, nb, handle, fields: dict, device: int, stream: int, u8: int, wha
 
 def all_gather_rows(nb, handle, u8: int, world: int, row: np.ndarray, device: int, stream: int, what: str) -> np.ndarray:
     """Every rank's ``row`` (a 1-D array of one dtype and length on every rank), ``(world, len)`` on the
-    host, through an NCCL all-gather on ``stream``; the host waits for it."""
+    host, through an NCCL all-gather on ``stream``; the host waits for it, up to the deadline
+    (`watch.wait`)."""
     src = to_device(row, device=device, stream=stream)
     everyone = new_array((world, row.size), row.dtype, device, stream)
-    nb.all_gather(src.ptr, everyone.ptr, row.nbytes, u8, handle, stream)
-    settle(nb, handle, what)
+    with nccl_call(nb, handle, what):
+        nb.all_gather(src.ptr, everyone.ptr, row.nbytes, u8, handle, stream)
+    wait(nb, handle, stream, what)  # a peer that died after joining would hold a plain synchronisation forever
     return to_host(everyone, stream=stream)
 
 
@@ -88,45 +90,6 @@ def _show(word: int, like) -> str:
     if isinstance(like, float):
         return repr(struct.unpack("<d", struct.pack("<q", int(word)))[0])
     return str(int(word))
-
-
-#: Seconds `settle` waits for a non-blocking communicator to take an NCCL call (a peer that never
-#: joins leaves it in progress); the environment's CUDATTN_NCCL_TIMEOUT sets it.
-TIMEOUT_S = float(os.environ.get("CUDATTN_NCCL_TIMEOUT", "600"))
-_IN_PROGRESS = 7  # ncclInProgress
-
-
-def settle(nb, handle, what: str) -> None:
-    """After an NCCL call (a group's end, a collective): on a non-blocking communicator, wait on the
-    host until NCCL has taken it, as NCCL requires before the next NCCL call or any work on its
-    streams. A blocking communicator has always taken it (one query). Raises TimeoutError after
-    `TIMEOUT_S`, or RuntimeError for an error NCCL reports; either way the communicator must then
-    be aborted (``comm.abort()``; `launch.run` does it), as nothing it had queued can be trusted."""
-    state = int(nb.comm_get_async_error(handle))
-    if state == 0:
-        return
-    deadline = time.monotonic() + TIMEOUT_S
-    pause = 1e-5
-    while state == _IN_PROGRESS:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: NCCL had not taken the call after {TIMEOUT_S:g} s (a rank that never "
-                               "joined, or one that failed); abort the communicator")
-        time.sleep(pause)
-        pause = min(pause * 2, 1e-3)
-        state = int(nb.comm_get_async_error(handle))
-    if state != 0:
-        name = getattr(nb.Result(state), "name", state) if hasattr(nb, "Result") else state
-        raise RuntimeError(f"{what}: NCCL reported {name} ({state}); abort the communicator")
-
-
-def nccl():
-    """nccl4py's ``(nccl.core, nccl.bindings.nccl)``; ImportError naming the extra without it."""
-    try:
-        import nccl.bindings.nccl as bindings
-        import nccl.core as core
-    except ImportError as e:  # the optional extra
-        raise ImportError('cudattn.distributed needs nccl4py: pip install "cudattn[distributed]"') from e
-    return core, bindings
 
 
 def begin(comm, fields: dict, error: Exception | None, ref, what: str):

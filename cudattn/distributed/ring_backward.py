@@ -23,11 +23,12 @@ from .._ops.backward import attention_backward
 from .._runtime.device import restores_caller_context
 from .._runtime.stream import stream_wait
 from .._spec.modifiers import parse_modifiers
-from .agree import begin, call_stream, check_slopes, nccl, settle
+from .agree import begin, call_stream, check_slopes, nccl
 from .agree import code as _code
 from .copies import place
 from .ring import _check, _comm_stream, alibi_context, ring_plan
 from .schedule import band, chunks_of
+from .watch import nccl_call
 
 _FIELDS = ("backward", "shard length", "batch", "query heads", "key/value heads", "head dim", "dtype", "causal",
            "zigzag", "layout", "window", "softcap", "scale", "sinks", "alibi")
@@ -176,17 +177,17 @@ def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = Fal
         return dq, dk, dv
     if world > 1:  # every rank's rows: summed over the ranks
         core, _ = nccl()
-        nb.all_reduce(dsinks.ptr, dsinks.ptr, dsinks.size, int(core.FLOAT32), int(core.SUM), handle, s_main)
-        settle(nb, handle, "ring_attention_backward")
+        with nccl_call(nb, handle, "ring_attention_backward"):
+            nb.all_reduce(dsinks.ptr, dsinks.ptr, dsinks.size, int(core.FLOAT32), int(core.SUM), handle, s_main)
     return dq, dk, dv, dsinks
 
 
 def _exchange(nb, handle, u8: int, stream: int, send, recv, to: int, frm: int) -> None:
     """``send``'s arrays to rank ``to`` and ``recv``'s from rank ``frm``, one NCCL group."""
-    nb.group_start()
-    for x in send:
-        nb.send(x.ptr, x.nbytes, u8, to, handle, stream)
-    for x in recv:
-        nb.recv(x.ptr, x.nbytes, u8, frm, handle, stream)
-    nb.group_end()
-    settle(nb, handle, "ring_attention_backward")
+    with nccl_call(nb, handle, "ring_attention_backward"):
+        nb.group_start()
+        for x in send:
+            nb.send(x.ptr, x.nbytes, u8, to, handle, stream)
+        for x in recv:
+            nb.recv(x.ptr, x.nbytes, u8, frm, handle, stream)
+        nb.group_end()

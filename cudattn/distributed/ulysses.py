@@ -18,7 +18,8 @@ from .._ops.backward import attention_backward
 from .._runtime.device import restores_caller_context
 from .._runtime.stream import stream_wait
 from . import copies
-from .agree import begin, call_stream, check_shards, code as _code, settle
+from .agree import begin, call_stream, check_shards, code as _code
+from .watch import nccl_call
 
 
 _FIELDS = ("shard length", "batch", "query heads", "key/value heads", "head dim", "dtype", "causal", "softcap",
@@ -59,12 +60,12 @@ def _check(q, k, v, comm):
 def _all_to_all(nb, handle, send: DeviceArray, recv: DeviceArray, world: int, u8: int, stream: int) -> None:
     """Block j of ``send`` (leading axis) to rank j, block j of ``recv`` from rank j: one NCCL group."""
     n = send.nbytes // world
-    nb.group_start()
-    for j in range(world):
-        nb.send(send.ptr + j * n, n, u8, j, handle, stream)
-        nb.recv(recv.ptr + j * n, n, u8, j, handle, stream)
-    nb.group_end()
-    settle(nb, handle, "ulysses_attention (all-to-all)")
+    with nccl_call(nb, handle, "ulysses_attention (all-to-all)"):
+        nb.group_start()
+        for j in range(world):
+            nb.send(send.ptr + j * n, n, u8, j, handle, stream)
+            nb.recv(recv.ptr + j * n, n, u8, j, handle, stream)
+        nb.group_end()
 
 
 @restores_caller_context
@@ -161,8 +162,8 @@ def ulysses_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = 
     if sinks is None:
         return res
     dsinks = new_array((Hq,), np.dtype(np.float32), dev, st, ref.obj)  # every rank's heads, in rank order
-    nb.all_gather(grads[3].ptr, dsinks.ptr, grads[3].nbytes, u8, handle, st)
-    settle(nb, handle, "ulysses_attention_backward")
+    with nccl_call(nb, handle, "ulysses_attention_backward"):
+        nb.all_gather(grads[3].ptr, dsinks.ptr, grads[3].nbytes, u8, handle, st)
     return (*res, dsinks)
 
 

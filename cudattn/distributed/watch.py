@@ -1,0 +1,152 @@
+"""Host waits on NCCL work that always end. A peer that died or hangs leaves a communicator that
+never takes a call (:func:`settle`), or a stream whose NCCL kernels never finish (:func:`wait`,
+and the public :func:`synchronize`): a plain synchronisation would wait forever. Each wait here
+polls with a deadline (``CUDATTN_NCCL_TIMEOUT`` seconds, default 600), watches NCCL's own error
+state while it waits, and raises naming the call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+
+from cuda.bindings import driver
+
+from .._runtime.device import get_device, restores_caller_context
+from .._runtime.errors import check
+from .._runtime.launch import Event
+from .._runtime.stream import as_stream
+from .nccl_lib import nccl
+
+TIMEOUT_ENV = "CUDATTN_NCCL_TIMEOUT"
+_IN_PROGRESS = 7  # ncclInProgress
+_NOT_READY = driver.CUresult.CUDA_ERROR_NOT_READY
+_ABORT = "abort the communicator"  # what a caller must do after a failed wait
+
+
+def timeout_s() -> float:
+    """The deadline of every wait here, in seconds: ``CUDATTN_NCCL_TIMEOUT`` (read at each wait, so a
+    program may set it late), default 600; ValueError naming the variable when it is not a positive number."""
+    text = os.environ.get(TIMEOUT_ENV)
+    if text is None or not text.strip():
+        return 600.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:  # NaN too
+        raise ValueError(f"{TIMEOUT_ENV} must be a positive number of seconds; got {text!r}")
+    return value
+
+
+def _nccl_error(nb, state: int, what: str, then: str = _ABORT) -> RuntimeError:
+    name = getattr(nb.Result(state), "name", state) if hasattr(nb, "Result") else state
+    return RuntimeError(f"{what}: NCCL reported {name} ({state}); {then}")
+
+
+def _poll(done: Callable[[], bool], nb, handle, what: str, waiting_for: str, timeout: float | None,
+          then: str = _ABORT) -> None:
+    """Poll ``done()`` and NCCL's state of ``handle`` until ``done()`` holds; RuntimeError for an
+    error NCCL reports, TimeoutError after ``timeout`` seconds (default :func:`timeout_s`); ``then``
+    ends their messages (what the caller must do next)."""
+    limit = timeout_s() if timeout is None else float(timeout)
+    deadline = time.monotonic() + limit
+    pause = 1e-5
+    while not done():
+        state = int(nb.comm_get_async_error(handle))
+        if state not in (0, _IN_PROGRESS):
+            raise _nccl_error(nb, state, what, then)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: {waiting_for} after {limit:g} s (a rank that never joined, or one that "
+                               f"failed); {then}")
+        time.sleep(pause)
+        pause = min(pause * 2, 1e-3)
+
+
+def settle(nb, handle, what: str, timeout: float | None = None) -> None:
+    """After an NCCL call (a group's end, a collective): on a non-blocking communicator, wait on the
+    host until NCCL has taken it, as NCCL requires before the next NCCL call or any work on its
+    streams. A blocking communicator has always taken it (one query). Raises TimeoutError after the
+    deadline, or RuntimeError for an error NCCL reports; either way the communicator must then be
+    aborted (``comm.abort()``; `launch.run` does it), as nothing it had queued can be trusted."""
+    state = [int(nb.comm_get_async_error(handle))]
+    if state[0] == 0:
+        return
+    if state[0] != _IN_PROGRESS:
+        raise _nccl_error(nb, state[0], what)
+
+    def taken() -> bool:
+        state[0] = int(nb.comm_get_async_error(handle))
+        return state[0] != _IN_PROGRESS
+
+    _poll(taken, nb, handle, what, "NCCL had not taken the call", timeout)
+    if state[0] != 0:
+        raise _nccl_error(nb, state[0], what)
+
+
+@contextlib.contextmanager
+def nccl_call(nb, handle, what: str):
+    """Around the NCCL calls of one operation (a collective, or a group's calls up to its end): an
+    error NCCL reports from a call (nccl4py's ``NCCLError``: a peer NCCL saw exit, say) raised as
+    RuntimeError naming ``what``, and the operation settled after (`settle`)."""
+    try:
+        yield
+    except Exception as e:
+        kind = getattr(nb, "NCCLError", None)
+        if isinstance(kind, type) and isinstance(e, kind):
+            raise RuntimeError(f"{what}: NCCL reported {e}; {_ABORT}") from e
+        raise
+    settle(nb, handle, what)
+
+
+def event_done(event: Event) -> bool:
+    """Whether the work before ``event`` has finished (a failed one raises CudaError)."""
+    err = driver.cuEventQuery(event.handle)
+    err = err[0] if type(err) is tuple else err
+    if err == _NOT_READY:
+        return False
+    check(err, "cuEventQuery")
+    return True
+
+
+def wait(nb, handle, stream: int, what: str, timeout: float | None = None, then: str = _ABORT) -> None:
+    """Wait on the host for the work queued on ``stream`` so far, NCCL's included, as a stream
+    synchronisation would, but ending: TimeoutError after the deadline, RuntimeError as soon as NCCL
+    reports an error (the communicator must then be aborted; its kernels hold the stream until then)."""
+    ev = Event(stream).record(stream)
+    _poll(lambda: event_done(ev), nb, handle, what, "the stream's work had not finished", timeout, then)
+
+
+@restores_caller_context
+def synchronize(comm, stream=None, *, timeout: float | None = None, abort: bool = True) -> None:
+    """Wait on the host until the work queued on ``stream`` has finished, for at most ``timeout``
+    seconds (default ``CUDATTN_NCCL_TIMEOUT``, else 600).
+
+    Use it in place of a stream synchronisation after the calls of this package when a rank may
+    fail: a stream that waits for a peer that died never finishes, and a plain synchronisation
+    would wait forever. ``stream``: anything the calls take as their ``stream`` (a cuda.core
+    stream, a torch or CuPy stream, a handle); default the device's own, the stream of calls made
+    without one. While it waits it watches ``comm``'s error state, so an error NCCL reports (a peer
+    it saw fail) ends the wait at once.
+
+    On a timeout (TimeoutError) or an NCCL error (RuntimeError) it aborts ``comm`` first
+    (``comm.abort()``: its kernels end, the stream's later work can run, and the communicator can
+    no longer be used), unless ``abort=False``, which leaves that to you.
+    """
+    _, nb = nccl()
+    dev = int(comm.device.device_id)
+    get_device(dev)
+    wait_or_abort(nb, comm, as_stream(stream, dev).handle, timeout, abort)
+
+
+def wait_or_abort(nb, comm, stream: int, timeout: float | None, abort: bool) -> None:
+    """`synchronize` once the stream is known: `wait`, and ``comm.abort()`` before its error goes on."""
+    try:
+        wait(nb, nb.Comm(int(comm.ptr)), stream, "synchronize", timeout,
+             "the communicator was aborted" if abort else _ABORT)
+    except (TimeoutError, RuntimeError):
+        if abort:
+            comm.abort()
+        raise
