@@ -1119,6 +1119,14 @@ def test_first_call_check_waits_with_a_deadline(monkeypatch):
     assert order == ["all_gather", "settle", ("wait", 3, 77, "ring_attention")]
 
 
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan"), "5", True])
+def test_synchronize_refuses_a_timeout_that_is_not_a_positive_number(timeout):
+    from cudattn.distributed import synchronize
+
+    with pytest.raises(ValueError, match=r"synchronize: timeout must be a positive number of seconds \(or None\); got"):
+        synchronize(types.SimpleNamespace(), timeout=timeout)
+
+
 @pytest.mark.parametrize("abort", [True, False])
 def test_synchronize_aborts_the_communicator_when_its_wait_fails(monkeypatch, abort):
     """`synchronize`'s wait, once its stream is known: a timeout or an NCCL error aborts the
