@@ -109,3 +109,94 @@ def test_the_compiled_path_hands_over_its_own_entry_points(monkeypatch):
     assert lifetime._record is lifetime._bindings_record and lifetime._query is lifetime._bindings_query
     with pytest.raises(TypeError, match="once bound"):
         native.event_query(0x11)  # the stand-ins are no longer reachable
+
+
+@pytest.fixture
+def compiled_holds(monkeypatch):
+    """The compiled warm path bound to fake event entry points (record, query, exchange: event 12's
+    work never finishes, 13's query fails, recording 14 fails), `lifetime`'s state fresh with events
+    11 and 12 free on device 0; yields (the extension, the log of driver calls)."""
+    from cudattn._calls import call as _call
+    from cudattn._calls import warm
+
+    if not warm.available():
+        pytest.skip("cudattn was built without its compiled warm path")
+    native = warm._native
+    log = []
+    rec = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(
+        lambda e, s: log.append(("record", e, s)) or (999 if e == 14 else 0))
+    qry = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(
+        lambda e: log.append(("query", e)) or {12: NOT_READY, 13: 999}.get(e, 0))
+    mode = [GLOBAL]
+
+    def exchange(mode_p):
+        log.append(("exchange", mode_p[0]))
+        mode[0], mode_p[0] = mode_p[0], mode[0]
+        return 0
+
+    exc = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int))(exchange)
+    keep = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 0)
+    addresses = [ctypes.cast(f, ctypes.c_void_p).value for f in (keep, keep, rec, qry, exc)]
+    monkeypatch.setattr(warm, "_bind", lambda: tuple(addresses))
+    monkeypatch.setattr(lifetime, "_held", type(lifetime._held)())
+    monkeypatch.setattr(lifetime, "pending", lifetime._held)
+    monkeypatch.setitem(lifetime._free_events, 0, [12, 11])
+    warm.configure(_call, _call.RecordedCall)
+    native.set_driver(0, 0)
+    try:
+        assert native.bind(), "the entry points were not taken"
+        yield native, log
+    finally:
+        monkeypatch.undo()
+        warm.configure(_call, _call.RecordedCall)  # the real `_bind` asked again at the next warm call
+
+
+def test_the_compiled_path_holds_and_releases_as_lifetime_does(compiled_holds):
+    """A warm call's holds made in C: an event taken from the device's free list and recorded on the
+    call's stream, the hold appended to `lifetime._held`; the release queries oldest first with the
+    capture mode relaxed, gives finished events back, drops their references, and stops at one
+    still running."""
+    import gc
+    import weakref
+
+    native, log = compiled_holds
+
+    class Ref:
+        pass
+
+    a, b = Ref(), Ref()
+    gone = weakref.ref(a)
+    native.hold(0x7000, (a,), 0, True)  # takes event 11
+    native.hold(0x7000, (b,), 0, True)  # takes event 12, whose work stays queued
+    assert log == [("record", 11, 0x7000), ("record", 12, 0x7000)]
+    assert [(ev, refs) for ev, _, refs in lifetime._held] == [(11, (a,)), (12, (b,))]
+    assert lifetime._free_events[0] == []
+    del a
+    native.release_holds()
+    gc.collect()
+    assert gone() is None, "the finished hold's reference was kept"
+    assert [refs for _, _, refs in lifetime._held] == [(b,)] and lifetime._free_events[0] == [11]
+    assert log[2:] == [("exchange", RELAXED), ("query", 11), ("query", 12), ("exchange", GLOBAL)]
+
+
+def test_the_compiled_path_leaves_to_lifetime_what_it_does_not_do(compiled_holds, monkeypatch):
+    """Where the stream may capture, or `lifetime.hold` was replaced, C calls the Python function; a
+    query or record that fails is named by it (CudaError), the event of a failed record back on the
+    free list first."""
+    native, log = compiled_holds
+    seen = []
+    real_hold = lifetime.hold
+    monkeypatch.setattr(lifetime, "hold", lambda *args: seen.append(args))
+    native.hold(0x7000, ("x",), 0, False)
+    native.hold(0x7000, ("y",), 0, True)
+    assert seen == [(0x7000, ("x",), 0, None), (0x7000, ("y",), 0, False)] and log == []
+    monkeypatch.setattr(lifetime, "hold", real_hold)
+    lifetime._free_events[0] = [14]
+    with pytest.raises(CudaError, match=r"cuEventRecord\(keep operands alive\) failed"):
+        native.hold(0x7000, ("z",), 0, True)
+    assert not lifetime._held
+    lifetime._free_events[0] = [13]
+    native.hold(0x7000, ("w",), 0, True)
+    with pytest.raises(CudaError, match=r"cuEventQuery\(keep operands alive\) failed"):
+        native.release_holds()
+    assert [refs for _, _, refs in lifetime._held] == [("w",)]

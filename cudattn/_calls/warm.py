@@ -138,6 +138,7 @@ def configure(call_module, recorded_call: type) -> None:
         "stream_memory_module": _stream_memory, "handle_attr_types": _stream.HANDLE_ATTR_TYPES,
         "stream_module": _stream, "note_torch_stream": _stream.note_torch_stream,
         "alloc_allocate": _alloc.allocate, "stream_memory_counters": _stream_memory.counters,
+        "lifetime_hold": _lifetime.hold, "lifetime_release_done": _lifetime.release_done,
         "stream_memory_workspace": _stream_memory.workspace, "block_class": _alloc.Block,
     })
     run = _native.run

@@ -6,26 +6,18 @@
  * `take_stream_memory` then call the Python function. */
 #include "warm.h"
 
-/* Module global `name` of `mod` (borrowed; NULL with no exception where absent). Read each call:
- * tests rebind some of them. */
-static PyObject *global(PyObject *mod, PyObject *name) {
-    PyObject *v = PyDict_GetItemWithError(PyModule_GetDict(mod), name);
-    if (v == NULL) soft_clear();
-    return v;
-}
-
 /* `alloc.allocate(dev, nbytes, stream, keep, reuse=True)` where a block of that size is kept for
  * `stream`: the last of `_kept[(dev, stream, nbytes)]`, taken under `_kept_lock` (never waited for,
  * as `Block.__del__` never waits: held elsewhere, the Python function serves), as a new `Block`. */
 static PyObject *kept_block(PyObject *dev, PyObject *nbytes, PyObject *stream, PyObject *keep) {
-    PyObject *lasting = global(g_alloc_mod, s_lasting_streams);  /* the set `allocate` reads */
-    if (global(g_alloc_mod, s_allocate_block) != g_alloc_allocate || lasting == NULL ||
+    PyObject *lasting = module_global(g_alloc_mod, s_lasting_streams);  /* the set `allocate` reads */
+    if (module_global(g_alloc_mod, s_allocate_block) != g_alloc_allocate || lasting == NULL ||
         PySet_Contains(lasting, stream) != 1) {
         soft_clear();
         return NULL;
     }
-    PyObject *kept = global(g_alloc_mod, s_kept), *kept_bytes = global(g_alloc_mod, s_kept_bytes),
-             *lock = global(g_alloc_mod, s_kept_lock);
+    PyObject *kept = module_global(g_alloc_mod, s_kept), *kept_bytes = module_global(g_alloc_mod, s_kept_bytes),
+             *lock = module_global(g_alloc_mod, s_kept_lock);
     if (kept == NULL || kept_bytes == NULL || lock == NULL || !PyDict_Check(kept) || !PyDict_Check(kept_bytes))
         return NULL;
     PyObject *key = PyTuple_Pack(3, dev, stream, nbytes);
@@ -91,13 +83,13 @@ static PyObject *kept_block(PyObject *dev, PyObject *nbytes, PyObject *stream, P
  * count) or `.workspace(dev, stream, nbytes, keep, capturing=False)` (`kind` 1, `size` the bytes) where
  * the stream's block of that kind is in the table and large enough: that block. */
 static PyObject *kept_stream_memory(int kind, PyObject *dev, PyObject *stream, PyObject *size, PyObject *keep) {
-    PyObject *fn = global(g_stream_memory_mod, kind ? s_workspace : s_counters);
+    PyObject *fn = module_global(g_stream_memory_mod, kind ? s_workspace : s_counters);
     if (fn != (kind ? g_sm_workspace : g_sm_counters)) return NULL;
     unsigned long long h = 0, want = 0;
     if (!as_u64(stream, &h) || h == 2 || !as_u64(size, &want)) return NULL;  /* per-thread stream: its own */
     {  /* `_key`: a bare handle, or one torch only wraps, of a stream that is not lasting is keyed by the
         * stream's id too (a driver query): the Python function's */
-        PyObject *mod = global(g_stream_memory_mod, s_stream_module);
+        PyObject *mod = module_global(g_stream_memory_mod, s_stream_module);
         if (mod == NULL) return NULL;
         int by_id = 1;  /* the sets are read only where they decide (the usual call: an owner, not external) */
         if (keep != Py_None) {
@@ -114,13 +106,13 @@ static PyObject *kept_stream_memory(int kind, PyObject *dev, PyObject *stream, P
         if (by_id != 0) return NULL;
     }
     if (kind) {  /* larger than kept workspaces get: the call's own */
-        PyObject *cap = global(g_stream_memory_mod, s_workspace_kept_max);
+        PyObject *cap = module_global(g_stream_memory_mod, s_workspace_kept_max);
         unsigned long long c = 0;
         if (cap == NULL || !as_u64(cap, &c) || want > c) return NULL;
     } else {
         want *= 4;  /* int32 counters */
     }
-    PyObject *blocks = global(g_stream_memory_mod, s_blocks);
+    PyObject *blocks = module_global(g_stream_memory_mod, s_blocks);
     PyObject *k = kind ? PyLong_FromLong(1) : PyLong_FromLong(0);
     PyObject *key = k ? PyTuple_Pack(3, dev, stream, k) : NULL;
     Py_XDECREF(k);

@@ -26,6 +26,7 @@ PyObject *g_miss, *g_device_array, *g_recorded_call, *g_call_mod, *g_traits_mod,
 PyObject *g_handle_attr_types;  /* `stream.HANDLE_ATTR_TYPES` */
 PyObject *g_stream_mod, *g_note_torch;  /* `_runtime.stream` (its sets read each call), `.note_torch_stream` */
 PyObject *g_alloc_allocate, *g_sm_counters, *g_sm_workspace, *g_block_class, *g_zero;
+PyObject *g_lifetime_hold, *g_lifetime_release;
 
 /* Interned attribute names. */
 PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonly, *s_stream_handle, *s_owner,
@@ -35,7 +36,7 @@ PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonly, *s_s
     *s_consumer_stream, *s_hold, *s_dlpack, *s_stream, *s_allocate_block, *s_counters, *s_workspace,
     *s_cuda_stream, *s_kept, *s_kept_bytes, *s_kept_lock, *s_acquire, *s_release, *s_blocks, *s_nbytes,
     *s_workspace_kept_max, *s_lasting_streams, *s_stream_module, *s_torch_external, *s_export,
-    *s_fully_replicated_shard, *s_stream_wait, *s_sid;
+    *s_fully_replicated_shard, *s_stream_wait, *s_sid, *s_free_events, *s_held, *s_lock, *s_append, *s_popleft;
 
 const char *g_field_names[F_COUNT] = {
     "ptr", "shape", "strides", "dtype", "device_id", "readonly", "stream_handle", "owner",
@@ -68,6 +69,7 @@ static PyObject *configure(PyObject *self, PyObject *d) {
         {"stream_module", &g_stream_mod}, {"note_torch_stream", &g_note_torch},
         {"alloc_allocate", &g_alloc_allocate}, {"stream_memory_counters", &g_sm_counters},
         {"stream_memory_workspace", &g_sm_workspace}, {"block_class", &g_block_class},
+        {"lifetime_hold", &g_lifetime_hold}, {"lifetime_release_done", &g_lifetime_release},
     };
     for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
         PyObject *v = PyDict_GetItemString(d, items[i].name);
@@ -154,6 +156,9 @@ static PyMethodDef methods[] = {
     {"capture_mode", capture_mode, METH_O,
      "capture_mode(mode) -> (CUresult, the thread's mode before) of cuThreadExchangeStreamCaptureMode"},
     {"set_driver", (PyCFunction)(void (*)(void))set_driver, METH_FASTCALL, "set_driver(launch, is_capturing)"},
+    {"hold", (PyCFunction)(void (*)(void))hold_py, METH_FASTCALL,
+     "hold(consumer, refs, device, outside_capture): lifetime.hold as a warm call makes it (tests)"},
+    {"release_holds", release_py, METH_NOARGS, "release_holds(): lifetime.release_done as a warm call makes it (tests)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -182,7 +187,8 @@ PyMODINIT_FUNC PyInit__warm(void) {
     INTERN(s_lasting_streams, "LASTING_STREAMS"); INTERN(s_stream_module, "_stream");
     INTERN(s_torch_external, "TORCH_EXTERNAL"); INTERN(s_export, "_export");
     INTERN(s_fully_replicated_shard, "_fully_replicated_shard"); INTERN(s_stream_wait, "stream_wait");
-    INTERN(s_sid, "sid");
+    INTERN(s_sid, "sid"); INTERN(s_free_events, "_free_events"); INTERN(s_held, "_held"); INTERN(s_lock, "_lock");
+    INTERN(s_append, "append"); INTERN(s_popleft, "popleft");
     if ((g_empty = PyTuple_New(0)) == NULL) return NULL;
     if ((g_zero = PyLong_FromLong(0)) == NULL) return NULL;
     return PyModule_Create(&module);

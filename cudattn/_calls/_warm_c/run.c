@@ -279,22 +279,16 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
                 Py_INCREF(ref);
                 PyTuple_SetItem(held, j++, ref);
             }
-            PyObject *r = PyObject_CallMethodObjArgs(g_lifetime_mod, s_hold, consumer_o, held, dev,
-                                                     outside_capture ? Py_False : Py_None, NULL);
+            int r = hold_refs(consumer_o, consumer, held, dev, outside_capture);
             Py_DECREF(held);
             Py_DECREF(dev);
-            if (r == NULL) goto out_error;
-            Py_DECREF(r);
+            if (r < 0) goto out_error;
         }
     }
     {
         int pending = attr_true(g_lifetime_mod, s_pending);
         if (pending < 0) goto out_error;
-        if (pending) {
-            PyObject *r = PyObject_CallMethodObjArgs(g_lifetime_mod, s_release_done, NULL);
-            if (r == NULL) goto out_error;
-            Py_DECREF(r);
-        }
+        if (pending && release_holds() < 0) goto out_error;
     }
     g_served++;
     goto out;

@@ -27,7 +27,7 @@
  *
  * The extension in files by role: run.c (the call), operands.c (reading operands and the address
  * checks), replay.c (a recorded call's memory, argument blocks and launches), memory.c (memory kept
- * from earlier calls, served without Python), driver.c (the driver's
+ * from earlier calls, served without Python), lifetime.c (the keep-alive holds), driver.c (the driver's
  * entry points, the event calls, the benchmarks' stamp), module.c (the state `configure` hands over,
  * the module). Everything but the module's init is hidden from other libraries (-fvisibility=hidden).
  */
@@ -82,6 +82,7 @@ extern PyObject *g_handle_attr_types;  /* `stream.HANDLE_ATTR_TYPES` */
 extern PyObject *g_stream_mod, *g_note_torch;  /* `_runtime.stream`, `.note_torch_stream` */
 /* the functions memory.c stands in for (a module whose function was replaced is asked instead), Block, 0 */
 extern PyObject *g_alloc_allocate, *g_sm_counters, *g_sm_workspace, *g_block_class, *g_zero;
+extern PyObject *g_lifetime_hold, *g_lifetime_release;  /* and lifetime.c: `lifetime.hold`, `.release_done` */
 
 /* Interned attribute names. */
 extern PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonly, *s_stream_handle, *s_owner,
@@ -91,7 +92,7 @@ extern PyObject *s_ptr, *s_shape, *s_strides, *s_dtype, *s_device_id, *s_readonl
     *s_consumer_stream, *s_hold, *s_dlpack, *s_stream, *s_allocate_block, *s_counters, *s_workspace,
     *s_cuda_stream, *s_kept, *s_kept_bytes, *s_kept_lock, *s_acquire, *s_release, *s_blocks, *s_nbytes,
     *s_workspace_kept_max, *s_lasting_streams, *s_stream_module, *s_torch_external, *s_export,
-    *s_fully_replicated_shard, *s_stream_wait, *s_sid;
+    *s_fully_replicated_shard, *s_stream_wait, *s_sid, *s_free_events, *s_held, *s_lock, *s_append, *s_popleft;
 
 typedef struct {
     PyObject *obj;      /* borrowed: the caller's array */
@@ -138,6 +139,14 @@ static inline int as_u64(PyObject *v, unsigned long long *out) {
  * KeyboardInterrupt, SystemExit or other BaseException set, for `miss` to raise. */
 static inline void soft_clear(void) {
     if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception)) PyErr_Clear();
+}
+
+/* Module global `name` of `mod` (borrowed; NULL with no exception where absent). Read each call:
+ * tests rebind some of them. */
+static inline PyObject *module_global(PyObject *mod, PyObject *name) {
+    PyObject *v = PyDict_GetItemWithError(PyModule_GetDict(mod), name);
+    if (v == NULL) soft_clear();
+    return v;
 }
 
 
@@ -191,6 +200,12 @@ PyObject *wrap(const Operand *a, PyObject *stream);
 PyObject *take_block(PyObject *dev, PyObject *nbytes, PyObject *stream, PyObject *keep);
 PyObject *take_stream_memory(int kind, PyObject *dev, PyObject *stream, PyObject *size, PyObject *keep,
                              PyObject *optional);
+
+/* lifetime.c */
+int hold_refs(PyObject *consumer_o, unsigned long long consumer, PyObject *refs, PyObject *dev, int outside_capture);
+int release_holds(void);
+PyObject *hold_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *release_py(PyObject *self, PyObject *unused);
 
 /* replay.c */
 PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptrs, long device_id,
