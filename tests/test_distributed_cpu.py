@@ -1035,6 +1035,16 @@ def test_an_error_nccl_raises_from_a_call_names_the_call():
         pass
     assert seen == [3]
 
+    def failing_query(handle):
+        raise NCCLError("InvalidUsage (5): the communicator was aborted")
+
+    nb.comm_get_async_error = failing_query  # the state query itself fails: named too
+    with pytest.raises(RuntimeError, match=r"^ulysses_attention: NCCL reported InvalidUsage \(5\)"):
+        watch.settle(nb, 3, "ulysses_attention")
+    nb, _ = _nccl_states([99])  # a code NCCL's enum does not know
+    with pytest.raises(RuntimeError, match=r"^x: NCCL reported an error \(99\); abort the communicator$"):
+        watch.settle(nb, 3, "x")
+
 
 @pytest.mark.parametrize("text", ["0", "-3", "soon", "nan"])
 def test_a_bad_nccl_timeout_is_named(monkeypatch, text):

@@ -23,7 +23,7 @@ from .._arrays.host_io import to_device, to_host
 from .._runtime.device import get_device
 from .._runtime.stream import StreamRef, as_stream
 from .nccl_lib import nccl
-from .watch import nccl_call, wait
+from .watch import nccl_call, timeout_s, wait
 
 _lock = threading.Lock()
 _checked: weakref.WeakSet = weakref.WeakSet()  # communicators whose first call agreed (a freed one's
@@ -102,6 +102,7 @@ def begin(comm, fields: dict, error: Exception | None, ref, what: str):
         if error is not None:  # no NCCL, so no peer can be waiting: this rank's own error
             raise error from None
         raise
+    timeout_s()  # a bad CUDATTN_NCCL_TIMEOUT refused before any NCCL call, not in the middle of one
     dev = int(comm.device.device_id)
     get_device(dev)
     stream = (ref or as_stream(None, dev)).handle

@@ -45,8 +45,27 @@ def timeout_s() -> float:
 
 
 def _nccl_error(nb, state: int, what: str, then: str = _ABORT) -> RuntimeError:
-    name = getattr(nb.Result(state), "name", state) if hasattr(nb, "Result") else state
+    try:
+        name = nb.Result(state).name
+    except Exception:  # no enum, or a code it does not know
+        name = "an error"
     return RuntimeError(f"{what}: NCCL reported {name} ({state}); {then}")
+
+
+def _state(nb, handle, what: str, then: str = _ABORT) -> int:
+    """NCCL's state of the communicator (0, ncclInProgress or an error code); an error of the query
+    itself (nccl4py's NCCLError) as RuntimeError naming ``what``."""
+    try:
+        return int(nb.comm_get_async_error(handle))
+    except Exception as e:
+        if _is_nccl_error(nb, e):
+            raise RuntimeError(f"{what}: NCCL reported {e}; {then}") from e
+        raise
+
+
+def _is_nccl_error(nb, e: BaseException) -> bool:
+    kind = getattr(nb, "NCCLError", None)
+    return isinstance(kind, type) and isinstance(e, kind)
 
 
 def _poll(done: Callable[[], bool], nb, handle, what: str, waiting_for: str, timeout: float | None,
@@ -58,7 +77,7 @@ def _poll(done: Callable[[], bool], nb, handle, what: str, waiting_for: str, tim
     deadline = time.monotonic() + limit
     pause = 1e-5
     while not done():
-        state = int(nb.comm_get_async_error(handle))
+        state = _state(nb, handle, what, then)
         if state not in (0, _IN_PROGRESS):
             raise _nccl_error(nb, state, what, then)
         if time.monotonic() > deadline:
@@ -74,14 +93,14 @@ def settle(nb, handle, what: str, timeout: float | None = None) -> None:
     streams. A blocking communicator has always taken it (one query). Raises TimeoutError after the
     deadline, or RuntimeError for an error NCCL reports; either way the communicator must then be
     aborted (``comm.abort()``; `launch.run` does it), as nothing it had queued can be trusted."""
-    state = [int(nb.comm_get_async_error(handle))]
+    state = [_state(nb, handle, what)]
     if state[0] == 0:
         return
     if state[0] != _IN_PROGRESS:
         raise _nccl_error(nb, state[0], what)
 
     def taken() -> bool:
-        state[0] = int(nb.comm_get_async_error(handle))
+        state[0] = _state(nb, handle, what)
         return state[0] != _IN_PROGRESS
 
     _poll(taken, nb, handle, what, "NCCL had not taken the call", timeout)
@@ -97,8 +116,7 @@ def nccl_call(nb, handle, what: str):
     try:
         yield
     except Exception as e:
-        kind = getattr(nb, "NCCLError", None)
-        if isinstance(kind, type) and isinstance(e, kind):
+        if _is_nccl_error(nb, e):
             raise RuntimeError(f"{what}: NCCL reported {e}; {_ABORT}") from e
         raise
     settle(nb, handle, what)
@@ -129,14 +147,17 @@ def synchronize(comm, stream=None, *, timeout: float | None = None, abort: bool 
 
     Use it in place of a stream synchronisation after the calls of this package when a rank may
     fail: a stream that waits for a peer that died never finishes, and a plain synchronisation
-    would wait forever. ``stream``: anything the calls take as their ``stream`` (a cuda.core
-    stream, a torch or CuPy stream, a handle); default the device's own, the stream of calls made
-    without one. While it waits it watches ``comm``'s error state, so an error NCCL reports (a peer
+    would wait forever. ``stream``: the stream the calls ran on (their ``stream``, or q's), as
+    anything they take (a cuda.core stream, a torch or CuPy stream, a handle); default the device's
+    own stream. The deadline covers all the work queued on the stream, so it must exceed what that
+    work takes. While it waits it watches ``comm``'s error state, so an error NCCL reports (a peer
     it saw fail) ends the wait at once.
 
-    On a timeout (TimeoutError) or an NCCL error (RuntimeError) it aborts ``comm`` first
-    (``comm.abort()``: its kernels end, the stream's later work can run, and the communicator can
-    no longer be used), unless ``abort=False``, which leaves that to you.
+    On a timeout (TimeoutError) or an error (RuntimeError: NCCL's, or the driver's) it aborts
+    ``comm`` first (``comm.abort()``: its kernels end, the stream's later work can run, and the
+    communicator can no longer be used), unless ``abort=False``, which leaves that to you. A ring
+    with ``transport="copy"`` waits on flags in the ranks' memory, not in NCCL: after a peer's
+    failure no abort releases those waits, and the stream stays blocked until the process ends.
     """
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0):
         raise ValueError(f"synchronize: timeout must be a positive number of seconds (or None); got {timeout!r}")
@@ -147,11 +168,12 @@ def synchronize(comm, stream=None, *, timeout: float | None = None, abort: bool 
 
 
 def wait_or_abort(nb, comm, stream: int, timeout: float | None, abort: bool) -> None:
-    """`synchronize` once the stream is known: `wait`, and ``comm.abort()`` before its error goes on."""
+    """`synchronize` once the stream is known: `wait`, and ``comm.abort()`` before its error goes on
+    (an error of the abort itself is raised instead, this one as its context)."""
     try:
         wait(nb, nb.Comm(int(comm.ptr)), stream, "synchronize", timeout,
              "the communicator was aborted" if abort else _ABORT)
-    except (TimeoutError, RuntimeError):
+    except (TimeoutError, RuntimeError):  # the driver's CudaError too
         if abort:
             comm.abort()
         raise
