@@ -129,10 +129,14 @@ def compiled_holds(monkeypatch):
         lambda e: log.append(("query", e)) or {12: NOT_READY, 13: 999}.get(e, 0))
     mode = [GLOBAL]
 
-    def exchange(mode_p):
+    def exchange(mode_p):  # fails where the test says: the thread's mode then stays
         log.append(("exchange", mode_p[0]))
+        if fail_exchange and fail_exchange.pop(0):
+            return 999
         mode[0], mode_p[0] = mode_p[0], mode[0]
         return 0
+
+    fail_exchange: list = []  # the next exchanges' failures, in turn (True: that one fails)
 
     exc = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int))(exchange)
     keep = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 0)
@@ -145,7 +149,7 @@ def compiled_holds(monkeypatch):
     native.set_driver(0, 0)
     try:
         assert native.bind(), "the entry points were not taken"
-        yield native, log
+        yield native, log, fail_exchange
     finally:
         monkeypatch.undo()
         warm.configure(_call, _call.RecordedCall)  # the real `_bind` asked again at the next warm call
@@ -159,7 +163,7 @@ def test_the_compiled_path_holds_and_releases_as_lifetime_does(compiled_holds):
     import gc
     import weakref
 
-    native, log = compiled_holds
+    native, log, _ = compiled_holds
 
     class Ref:
         pass
@@ -183,7 +187,7 @@ def test_the_compiled_path_leaves_to_lifetime_what_it_does_not_do(compiled_holds
     """Where the stream may capture, or `lifetime.hold` was replaced, C calls the Python function; a
     query or record that fails is named by it (CudaError), the event of a failed record back on the
     free list first."""
-    native, log = compiled_holds
+    native, log, _ = compiled_holds
     seen = []
     real_hold = lifetime.hold
     monkeypatch.setattr(lifetime, "hold", lambda *args: seen.append(args))
@@ -200,3 +204,36 @@ def test_the_compiled_path_leaves_to_lifetime_what_it_does_not_do(compiled_holds
     with pytest.raises(CudaError, match=r"cuEventQuery\(keep operands alive\) failed"):
         native.release_holds()
     assert [refs for _, _, refs in lifetime._held] == [("w",)]
+
+
+def test_the_compiled_release_never_waits_and_names_a_mode_it_cannot_restore(compiled_holds):
+    """A release that finds `lifetime._lock` held elsewhere releases nothing and touches no mode (a
+    later call releases); a capture mode the driver will not restore raises, named as the Python
+    path names it, the finished hold released all the same."""
+    native, log, fail_exchange = compiled_holds
+    native.hold(0x7000, ("a",), 0, True)  # event 11: done
+    del log[:]
+    with lifetime._lock:
+        native.release_holds()
+    assert log == [] and [refs for _, _, refs in lifetime._held] == [("a",)]
+    fail_exchange[:] = [False, True]  # relaxed, then the restore fails
+    with pytest.raises(CudaError, match=r"cuThreadExchangeStreamCaptureMode failed"):
+        native.release_holds()
+    assert not lifetime._held and lifetime._free_events[0] == [12, 11]
+
+
+def test_an_error_inside_the_compiled_hold_is_raised_as_itself(compiled_holds, monkeypatch):
+    """An append to `_held` that fails (an error inside the lock) comes out as that error, the lock
+    let go (not a SystemError from releasing it with the error set)."""
+    native, _, _ = compiled_holds
+
+    class Refusing(type(lifetime._held)):
+        def append(self, x):
+            raise ValueError("no room")
+
+    monkeypatch.setattr(lifetime, "_held", Refusing())
+    with pytest.raises(ValueError, match="no room"):
+        native.hold(0x7000, ("a",), 0, True)
+    assert lifetime._lock.acquire(False), "the lock was left held"
+    lifetime._lock.release()
+

@@ -1,9 +1,11 @@
 /* The keep-alive holds of a warm call (`_arrays.lifetime.hold` and `.release_done`), made on the
  * module's own state without its Python frames: `_free_events` (per device, events to reuse), `_held`
- * (a deque of (event, its free list, refs), oldest first) and `_lock`. Where the module's function was
- * replaced (a test's stand-in), the driver's event calls are not bound, the call's stream may capture,
- * no event is free to reuse, the lock is held elsewhere, or the driver reports an error, the Python
- * function is called instead: it does the rest under the same rules, and names any error. */
+ * (a deque of (event, its free list, refs), oldest first) and `_lock`, through this module's bound
+ * event entry points (whatever `lifetime._record` and `_query` are). Where the module's function was
+ * replaced (a test's stand-in), the entry points are not bound, the call's stream may capture, no
+ * event is free to reuse, or a record or query fails, the Python function is called instead: it does
+ * the rest under the same rules, and names any error. A release that finds the lock held elsewhere
+ * releases nothing (a later call does), as it never waits. */
 #include "warm.h"
 
 #define CUDA_ERROR_NOT_READY 600
@@ -18,9 +20,27 @@ static int acquire(PyObject *lock, int blocking) {
     return taken;
 }
 
-static void unlock(PyObject *lock) {
+/* `lock.release()`, an exception already set kept (the call's own error then dropped): 0, or -1 with
+ * an exception set. */
+static int unlock(PyObject *lock) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
     PyObject *r = PyObject_CallMethodObjArgs(lock, s_release, NULL);
     Py_XDECREF(r);
+    if (type != NULL) {
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return -1;
+    }
+    return r != NULL ? 0 : -1;
+}
+
+/* `lifetime.check(err, what)`: the driver's error raised as the Python path names it. -1. */
+static int raise_driver_error(int err, const char *what) {
+    PyObject *r = PyObject_CallMethod(g_lifetime_mod, "check", "is", err, what);
+    Py_XDECREF(r);
+    if (!PyErr_Occurred()) PyErr_Format(PyExc_RuntimeError, "%s failed (%d)", what, err);
+    return -1;
 }
 
 /* `hold(consumer, refs, dev, capturing=False)`, the stream known not to capture where
@@ -58,7 +78,7 @@ int hold_refs(PyObject *consumer_o, unsigned long long consumer, PyObject *refs,
     PyObject *r = taken == 1 ? PyObject_CallMethodObjArgs(held, s_append, entry, NULL) : NULL;
     int appended = r != NULL;
     Py_XDECREF(r);
-    if (taken == 1) unlock(lock);
+    if (taken == 1 && unlock(lock) < 0) appended = 0;
     Py_XDECREF(entry);
     Py_DECREF(ev_o);
     Py_DECREF(free);
@@ -83,18 +103,19 @@ int release_holds(void) {
     if (fn != g_lifetime_release || g_query == NULL || g_exchange == NULL || held == NULL || lock == NULL)
         goto python;
     Py_ssize_t n = PyObject_Length(held);
-    if (n <= 0) {
-        soft_clear();
-        return n < 0 && PyErr_Occurred() ? -1 : 0;
-    }
-    int prev = CAPTURE_MODE_RELAXED;  /* event queries never invalidate a capture on another stream */
-    if (g_exchange(&prev)) goto python;
+    if (n <= 0) return n < 0 ? -1 : 0;
     Py_INCREF(held);
     Py_INCREF(lock);
-    PyObject *done = PyList_New(0);
-    int failed = done == NULL, taken = failed ? 0 : acquire(lock, 0);  /* held elsewhere: a later call releases */
-    if (taken < 0) failed = 1;
-    while (taken == 1 && !failed && PyObject_Length(held) > 0) {
+    int taken = acquire(lock, 0);  /* held elsewhere: a later call releases (never waited for) */
+    if (taken <= 0) {
+        Py_DECREF(held);
+        Py_DECREF(lock);
+        return taken < 0 ? -1 : 0;
+    }
+    int prev = CAPTURE_MODE_RELAXED;  /* event queries never invalidate a capture on another stream */
+    int exchange_err = g_exchange(&prev), failed = 0;
+    PyObject *done = exchange_err ? NULL : PyList_New(0);
+    while (done != NULL && !failed && PyObject_Length(held) > 0) {
         PyObject *entry = PySequence_GetItem(held, 0);
         PyObject *ev_o = entry != NULL && PyTuple_Check(entry) && PyTuple_Size(entry) == 3 ? PyTuple_GetItem(entry, 0)
                                                                                           : NULL;
@@ -105,25 +126,32 @@ int release_holds(void) {
             break;
         }
         int err = g_query((void *)(uintptr_t)ev);
-        if (err == CUDA_ERROR_NOT_READY || err) {
+        if (err) {  /* still running; or failed, and the Python function queries again and names the error */
             Py_DECREF(entry);
-            failed = err != CUDA_ERROR_NOT_READY;  /* the Python function queries again and names the error */
+            failed = err != CUDA_ERROR_NOT_READY;
             break;
         }
-        PyObject *left = PyObject_CallMethodObjArgs(held, s_popleft, NULL);
-        Py_XDECREF(left);
-        failed = left == NULL || PyList_Append(PyTuple_GetItem(entry, 1), ev_o) < 0 ||
+        PyObject *left = PyObject_CallMethodObjArgs(held, s_popleft, NULL);  /* the entry read: `_held`
+                                                                              * changes only under the lock */
+        failed = left != entry || PyList_Append(PyTuple_GetItem(entry, 1), ev_o) < 0 ||
                  PyList_Append(done, PyTuple_GetItem(entry, 2)) < 0;
+        Py_XDECREF(left);
         Py_DECREF(entry);
     }
-    if (taken == 1) unlock(lock);
-    int mode = prev;
-    int restored = g_exchange(&mode) == 0;
+    if (done == NULL && !exchange_err) failed = 1;  /* no list: an exception set */
+    unlock(lock);
+    int restore_err = 0;
+    if (!exchange_err) {
+        int mode = prev;
+        restore_err = g_exchange(&mode);
+    }
     Py_DECREF(lock);
     Py_DECREF(held);
     Py_XDECREF(done);  /* the finished holds' references, outside the lock */
     if (PyErr_Occurred()) return -1;
-    if (!failed && restored) return 0;
+    if (exchange_err) return raise_driver_error(exchange_err, "cuThreadExchangeStreamCaptureMode");
+    if (restore_err) return raise_driver_error(restore_err, "cuThreadExchangeStreamCaptureMode");
+    if (!failed) return 0;
 python:;
     PyObject *r = PyObject_CallMethodObjArgs(g_lifetime_mod, s_release_done, NULL);
     if (r == NULL) return -1;
@@ -135,6 +163,10 @@ python:;
  * them after its launch, for tests (the event entry points a test's stand-ins). */
 PyObject *hold_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
+    if (g_lifetime_mod == NULL) {
+        PyErr_SetString(PyExc_TypeError, "hold() after configure()");
+        return NULL;
+    }
     unsigned long long consumer;
     int outside = nargs == 4 ? PyObject_IsTrue(args[3]) : -1;
     if (nargs != 4 || !as_u64(args[0], &consumer) || !PyTuple_Check(args[1]) || !PyLong_Check(args[2]) ||
@@ -152,6 +184,10 @@ PyObject *hold_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 PyObject *release_py(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
+    if (g_lifetime_mod == NULL) {
+        PyErr_SetString(PyExc_TypeError, "release_holds() after configure()");
+        return NULL;
+    }
     if (release_holds() < 0) return NULL;
     Py_RETURN_NONE;
 }
