@@ -17,7 +17,8 @@ a call's results (`_arrays.alloc.allocate`; the arrays around them are made in C
 `_arrays.array.new_array` makes them), the stream's counters and workspace (`_arrays.stream_memory`;
 `replay.Replay.native` lists what a call takes, with ``out=`` given too), each taken in C where an
 earlier call left it kept (`_warm_c/memory.c`), argument blocks whose tensor maps need an address not seen before
-(`replay._Step.build`; the others are built in C) and the holds (`lifetime.hold`). A JAX
+(`replay._Step.build`; the others are built in C), and the holds and their release where C does not
+make them on `lifetime`'s own state (`_warm_c/lifetime.c`: no event free to reuse, say). A JAX
 array imported before is recalled in C by `known_jax.recall`'s rule, and a call whose first
 operand is one runs on cudattn's stream of its device as `operands.consumer_stream` says, the
 Python functions asked where C finds nothing.

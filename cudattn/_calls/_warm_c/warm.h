@@ -11,11 +11,10 @@
  * address checks, makes the call's allocations on a stream found not capturing (results, the stream's
  * counters and workspace, also for a call given `out=`: as the Python replay makes them outside
  * capture), builds an argument block not built before (asking the Python replay where a tensor map's
- * address is new), launches through
- * the driver's `cuLaunchKernel`, and holds JAX operands and those of another stream until the work is
- * done (`lifetime.hold`, whose
- * event calls go through this module's entry points once bound: `event_record`, `event_query`,
- * `capture_mode`).
+ * address is new), launches through the driver's `cuLaunchKernel`, and holds JAX operands and those
+ * of another stream until the work is done, then releases earlier holds (lifetime.c, on
+ * `_arrays.lifetime`'s state; `lifetime`'s own event calls go through this module's entry points once
+ * bound: `event_record`, `event_query`, `capture_mode`).
  * Anything else returns the MISS sentinel before any launch or allocation, having done at most what
  * the Python path then does again (the operands' device made current for stream handles 0-2,
  * cudattn's stream made for a JAX call, JAX capsules exported for the call's stream), and the caller
