@@ -12,7 +12,8 @@ compiled path may have done what the Python path then does again, and nothing el
 operands' device current (stream handles 0-2), created cudattn's stream for a JAX call, asked JAX
 arrays for capsules with the call's stream. Operands made on another stream than the call's are
 waited for as `operands.order_and_hold` waits (its ``stream_wait``, once a producer, the operands'
-device made current first) and held with the call's work (`lifetime.hold`). What needs Python's own rules is asked of the Python modules from C: the memory blocks of
+device made current first) and held with the call's work (`_warm_c/lifetime.c`, as `lifetime.hold`
+holds them). What needs Python's own rules is asked of the Python modules from C: the memory blocks of
 a call's results (`_arrays.alloc.allocate`; the arrays around them are made in C, as
 `_arrays.array.new_array` makes them), the stream's counters and workspace (`_arrays.stream_memory`;
 `replay.Replay.native` lists what a call takes, with ``out=`` given too), each taken in C where an
