@@ -1046,6 +1046,47 @@ def test_an_error_nccl_raises_from_a_call_names_the_call():
         watch.settle(nb, 3, "x")
 
 
+def test_a_group_whose_call_fails_is_ended_and_the_first_error_raised():
+    """`watch.nccl_group`: NCCL's group depth is the thread's, so a group left open by a failing
+    send would take in every later NCCL call of the thread. The group is ended either way, the
+    call's own error raised (named), an error of the group's end after it not in its place, and a
+    group that goes through ended once and settled."""
+    from cudattn.distributed import watch
+
+    class NCCLError(Exception):
+        pass
+
+    nb, seen = _nccl_states([0])
+    nb.NCCLError = NCCLError
+    calls = []
+    nb.group_start = lambda: calls.append("start")
+
+    def group_end():
+        calls.append("end")
+        if fail_end:
+            raise NCCLError("RemoteError (6): the group's end too")
+
+    nb.group_end = group_end
+    for fail_end in (False, True):
+        calls.clear()
+        with pytest.raises(RuntimeError, match=r"^ring_attention: NCCL reported RemoteError \(6\): remote process "
+                                               r"exited; abort the communicator$"):
+            with watch.nccl_group(nb, 3, "ring_attention"):
+                calls.append("send")
+                raise NCCLError("RemoteError (6): remote process exited")
+        assert calls == ["start", "send", "end"] and seen == []
+    fail_end = False
+    calls.clear()
+    with pytest.raises(KeyError):  # not NCCL's error: the group ended all the same
+        with watch.nccl_group(nb, 3, "ring_attention"):
+            raise KeyError("a bad shard")
+    assert calls == ["start", "end"]
+    calls.clear()
+    with watch.nccl_group(nb, 3, "ring_attention"):
+        calls.append("send")
+    assert calls == ["start", "send", "end"] and seen == [3]
+
+
 @pytest.mark.parametrize("text", ["0", "-3", "soon", "nan"])
 def test_a_bad_nccl_timeout_is_named(monkeypatch, text):
     from cudattn.distributed import watch

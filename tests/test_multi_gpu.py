@@ -322,6 +322,37 @@ def test_ring_equals_attention_on_the_whole_sequence(world, causal, mods):
     assert ok, f"ring of {world}: off by {err:.3g} > {bound:.3g}"
 
 
+def test_a_call_nccl_refuses_inside_a_group_leaves_no_group_open():
+    """A point-to-point call NCCL refuses inside a group (a peer the communicator does not have)
+    raises naming the operation, and the group is ended: NCCL's group depth is the thread's, so
+    otherwise the thread's next NCCL calls (a new communicator after the abort, an all-reduce on
+    it) would wait in that group instead of running."""
+    _need(1)
+    nccl = pytest.importorskip("nccl.core")
+    from cudattn.distributed import watch
+    from cudattn.distributed.nccl_lib import nccl as nccl_lib
+
+    core, nb = nccl_lib()
+    x = cudattn.to_device(np.random.default_rng(7).standard_normal(1000).astype(np.float32), device=0)
+    stream = x.stream_handle
+    comm = nccl.Communicator.init_all(1)[0]
+    handle = nb.Comm(int(comm.ptr))
+    with pytest.raises(RuntimeError, match=r"^probe: NCCL reported .*; abort the communicator$"):
+        with watch.nccl_group(nb, handle, "probe"):
+            nb.send(x.ptr, x.nbytes, int(core.UINT8), 5, handle, stream)  # rank 5 of a world of 1
+    comm.abort()
+    comm = nccl.Communicator.init_all(1)[0]
+    try:
+        handle = nb.Comm(int(comm.ptr))
+        y = cudattn.to_device(np.full(1000, np.nan, np.float32), device=0)  # poison: the sum must land
+        with watch.nccl_call(nb, handle, "probe"):
+            nb.all_reduce(x.ptr, y.ptr, 1000, int(core.FLOAT32), int(core.SUM), handle, stream)
+        watch.wait(nb, handle, stream, "probe", timeout=60)
+        np.testing.assert_array_equal(cudattn.to_host(y), cudattn.to_host(x))
+    finally:
+        comm.destroy()
+
+
 def test_launcher_ring_in_processes_matches_the_reference():
     """`cudattn.distributed.scaling.measure`: one process a GPU, NCCL's unique id passed by the launcher."""
     _need(2)

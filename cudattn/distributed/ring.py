@@ -32,7 +32,7 @@ from .agree import begin, call_stream, check_shards, check_slopes, code as _code
 from . import peer_copy as _peer_copy
 from .copies import place
 from .schedule import band, chunks_of, last_step, ring_steps
-from .watch import nccl_call
+from .watch import nccl_group
 
 # communicator -> the ring's NCCL stream (cuda.core Stream) on its device: one a communicator, so that
 # rings on two communicators never share a stream (their ranks could queue them in different orders);
@@ -187,13 +187,11 @@ def _ring(q, k, v, comm, *, causal, scale, layout, zigzag, softcap, sinks, windo
                     bufs[(s + 1) % 2] = tuple(new_array(k.shape, k.dtype, dev, s_comm) for _ in range(2))
                 nxt = bufs[(s + 1) % 2]
                 stream_wait(s_comm, s_main)  # the calls of step s-1 read nxt: done before it is overwritten
-                with nccl_call(nb, handle, "ring_attention"):
-                    nb.group_start()
+                with nccl_group(nb, handle, "ring_attention"):
                     for x in (cur_k, cur_v):
                         nb.send(x.ptr, x.nbytes, u8, (rank + 1) % world, handle, s_comm)
                     for x in nxt:
                         nb.recv(x.ptr, x.nbytes, u8, (rank - 1) % world, handle, s_comm)
-                    nb.group_end()
             for qc, blk, ki in calls:
                 qi = mine.index(qc)
                 o_slot, l_slot = outs[qc][used[qc]], lses[qc][used[qc]]

@@ -28,7 +28,7 @@ from .agree import code as _code
 from .copies import place
 from .ring import _check, _comm_stream, alibi_context, ring_plan
 from .schedule import band, chunks_of
-from .watch import nccl_call
+from .watch import nccl_call, nccl_group
 
 _FIELDS = ("backward", "shard length", "batch", "query heads", "key/value heads", "head dim", "dtype", "causal",
            "zigzag", "layout", "window", "softcap", "scale", "sinks", "alibi")
@@ -184,10 +184,8 @@ def ring_attention_backward(dout, q, k, v, out, lse, comm, *, causal: bool = Fal
 
 def _exchange(nb, handle, u8: int, stream: int, send, recv, to: int, frm: int) -> None:
     """``send``'s arrays to rank ``to`` and ``recv``'s from rank ``frm``, one NCCL group."""
-    with nccl_call(nb, handle, "ring_attention_backward"):
-        nb.group_start()
+    with nccl_group(nb, handle, "ring_attention_backward"):
         for x in send:
             nb.send(x.ptr, x.nbytes, u8, to, handle, stream)
         for x in recv:
             nb.recv(x.ptr, x.nbytes, u8, frm, handle, stream)
-        nb.group_end()

@@ -19,7 +19,7 @@ from .._runtime.device import restores_caller_context
 from .._runtime.stream import stream_wait
 from . import copies
 from .agree import begin, call_stream, check_shards, code as _code
-from .watch import nccl_call
+from .watch import nccl_call, nccl_group
 
 
 _FIELDS = ("shard length", "batch", "query heads", "key/value heads", "head dim", "dtype", "causal", "softcap",
@@ -60,12 +60,10 @@ def _check(q, k, v, comm):
 def _all_to_all(nb, handle, send: DeviceArray, recv: DeviceArray, world: int, u8: int, stream: int) -> None:
     """Block j of ``send`` (leading axis) to rank j, block j of ``recv`` from rank j: one NCCL group."""
     n = send.nbytes // world
-    with nccl_call(nb, handle, "ulysses_attention (all-to-all)"):
-        nb.group_start()
+    with nccl_group(nb, handle, "ulysses_attention (all-to-all)"):
         for j in range(world):
             nb.send(send.ptr + j * n, n, u8, j, handle, stream)
             nb.recv(recv.ptr + j * n, n, u8, j, handle, stream)
-        nb.group_end()
 
 
 @restores_caller_context

@@ -122,6 +122,24 @@ def nccl_call(nb, handle, what: str):
     settle(nb, handle, what)
 
 
+@contextlib.contextmanager
+def nccl_group(nb, handle, what: str):
+    """One NCCL group (``group_start`` ... ``group_end``) around the point-to-point calls of one
+    operation, inside :func:`nccl_call`. The group is ended even when a call in it fails: NCCL's
+    group depth belongs to the thread, and a group left open would swallow every later NCCL call
+    the thread makes (on any communicator, a new one after an abort included). The first error is
+    the one raised; ``group_end`` also clears NCCL's record of it."""
+    with nccl_call(nb, handle, what):
+        nb.group_start()
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(Exception):
+                nb.group_end()
+            raise
+        nb.group_end()
+
+
 def event_done(event: Event) -> bool:
     """Whether the work before ``event`` has finished (a failed one raises CudaError)."""
     err = driver.cuEventQuery(event.handle)
