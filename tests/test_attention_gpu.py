@@ -128,8 +128,8 @@ def test_default_tiles_on_small_problems(B, Sq, Sk, Hq, Hkv, causal, layout, D, 
     assert _plan._plans, "the call was planned afresh"
     if next(iter(_plan._plans.values())).variant.family == "sm90":
         rows = {p.variant.tiles.block_m for p in _plan._plans.values()}
-        two_ctas = D <= 64 and causal and 512 < Sq <= 2048 and Sk <= Sq  # 64-row tiles, two CTAs an SM (tile_tables)
-        assert rows == ({64} if two_ctas else {128} if D > 64 or causal and Sq <= 2048 else {192})
+        two_ctas = D <= 64 and causal and 512 < Sq <= 1024 and Sk <= Sq  # 64-row tiles, two CTAs an SM (tile_tables)
+        assert rows == ({64} if two_ctas else {128} if D > 64 or causal and Sq <= 128 else {192})
 
 
 # (Sq, Sk, Hq, Hkv, D, causal, query rows a tile on a GPU of 114 to 132 SMs)
@@ -166,15 +166,17 @@ def test_small_grid_tiles(Sq, Sk, Hq, Hkv, D, causal, rows, dtype, monkeypatch, 
 
 
 # Causal grids too large for the small-grid rule, by query rows a sequence: (B, Sq, Sk, Hq, Hkv, D,
-# the build's query rows a tile, CTAs an SM): head dim 64 from 513 to 2048 rows with no more keys
-# than rows in 64-row tiles two to an SM, 512 rows and fewer (or more keys) in the short causal
-# rows' 128; head dim 256 up to 512 rows in 128x64.
+# the build's query rows a tile, CTAs an SM): head dim 64 from 513 to 1024 rows with no more keys
+# than rows in 64-row tiles two to an SM, else (more keys too) in 192-row tiles whose consumers skip
+# the keys their rows do not see; head dim 256 up to 512 rows in 128x64.
 CAUSAL_ROWS = [
     (4, 600, 600, 16, 4, 64, 64, 2),
-    (4, 600, 900, 16, 4, 64, 128, 1),
-    (2, 1500, 1499, 8, 8, 64, 64, 2),
-    (3, 2048, 2048, 6, 2, 64, 64, 2),
-    (8, 512, 700, 8, 8, 64, 128, 1),
+    (4, 600, 900, 16, 4, 64, 192, 1),
+    (4, 1000, 999, 8, 8, 64, 64, 2),
+    (2, 1500, 1499, 8, 8, 64, 192, 1),
+    (3, 2048, 2048, 6, 2, 64, 192, 1),
+    (8, 512, 700, 8, 8, 64, 192, 1),
+    (8, 100, 300, 20, 4, 64, 128, 1),
     (8, 500, 500, 8, 8, 256, 128, 1),
     (6, 513, 513, 8, 2, 256, 128, 1),
 ]

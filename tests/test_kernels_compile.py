@@ -192,13 +192,14 @@ def test_decode_params_structs_match_header():
 
 
 @pytest.mark.parametrize("seqlen_q,causal,block_m,per_sm", [
-    (None, True, 192, 1), (512, True, 128, 1), (513, True, 64, 2), (2048, True, 64, 2), (2049, True, 192, 1),
-    (1, True, 128, 1), (512, False, 192, 1), (1024, False, 192, 1), (None, False, 192, 1)])
+    (None, True, 192, 1), (512, True, 192, 1), (513, True, 64, 2), (1024, True, 64, 2), (1025, True, 192, 1),
+    (2048, True, 192, 1), (128, True, 128, 1), (1, True, 128, 1), (512, False, 192, 1), (1024, False, 192, 1),
+    (None, False, 192, 1)])
 def test_hopper_head_dim_64_tiles_follow_the_query_length(seqlen_q, causal, block_m, per_sm):
-    """Head dim 64 runs three consumer warpgroups (BM = 192), except causal calls of at most 2048
-    query rows a sequence, where the diagonal tiles of fewer rows waste less: 128 rows up to 512,
-    then 64-row tiles of one consumer, two CTAs an SM (their build is told so: CUDATTN_MIN_BLOCKS),
-    each with the same 128-key tiles."""
+    """Head dim 64 runs three consumer warpgroups (BM = 192; causal, each skips the key tiles its
+    rows do not see), except causal calls of at most 128 query rows a sequence (one 128-row tile) and
+    of 513 to 1024 rows: 64-row tiles of one consumer, two CTAs an SM (their build is told so:
+    CUDATTN_MIN_BLOCKS), each with the same 128-key tiles."""
     for dt in ("float16", "bfloat16"):
         v = _traits.select(dt, 64, causal, 232448, "sm90", seqlen_q=seqlen_q, two_ctas=True)
         d = v.defines()
@@ -206,9 +207,9 @@ def test_hopper_head_dim_64_tiles_follow_the_query_length(seqlen_q, causal, bloc
         assert (v.tiles.min_blocks, d.get("CUDATTN_MIN_BLOCKS", 1), v.tiles.block_n) == (per_sm, per_sm, 128)
         if per_sm == 2:  # two CTAs' shared memory (and the driver's 1 KiB each) in one SM's 228 KiB
             assert 2 * (v.smem_bytes + 1024 + 1024) <= 233472
-            # without two_ctas (the C launcher's choice, whose grids are one CTA an SM): the 128-row build
+            # without two_ctas (the C launcher's choice, whose grids are one CTA an SM): the 192-row build
             launcher = _traits.select(dt, 64, causal, 232448, "sm90", seqlen_q=seqlen_q)
-            assert (launcher.tiles.block_m, launcher.tiles.block_n, launcher.tiles.min_blocks) == (128, 128, 1)
+            assert (launcher.tiles.block_m, launcher.tiles.block_n, launcher.tiles.min_blocks) == (192, 128, 1)
 
 
 def test_hopper_head_dim_256_causal_short_rows_take_64_key_tiles():

@@ -54,7 +54,7 @@ def _plan(B, S, H, D, dtype=F16, causal=False, props=H200, window=None):
     (1, 512, 8, 64, True, 64),  # 64 tiles: one wave
     (1, 4096, 5, 64, True, 192),  # 320 tiles of 64, 160 of 128
     (8, 1024, 16, 64, True, 64),  # past the small grids: 64-row tiles of one consumer, two CTAs an SM
-    (8, 512, 16, 64, True, 128),  # ... but the short causal rows' 128 up to 512 rows
+    (8, 512, 16, 64, True, 192),  # ... but three consumers at 512 rows (each skips the keys its rows do not see)
     (1, 512, 8, 128, False, 64),
     (1, 512, 16, 128, False, 64),  # 128 tiles of 64 rows
     (2, 1024, 8, 128, False, 128),  # 256 tiles of 64 rows: two waves, not causal
@@ -130,7 +130,7 @@ def test_the_small_grid_builds_are_listed_for_warming_and_compile_checks():
 
 
 def test_two_ctas_only_for_causal_self_attention_outside_a_margin():
-    """The two-CTA tiles (64 rows, two CTAs an SM) serve causal calls at head dim 64 of 513-2048
+    """The two-CTA tiles (64 rows, two CTAs an SM) serve causal calls at head dim 64 of 513-1024
     rows with no more keys than rows; not with a window, inside an SM margin (the spare CTAs would
     leave halves of SMs), nor with more keys than rows (chunked prefill: not measured)."""
     from cudattn._kernels import sm_margin
@@ -140,10 +140,11 @@ def test_two_ctas_only_for_causal_self_attention_outside_a_margin():
     assert _plan(8, 1024, 16, 64, causal=True, window=(256, 0)).variant.tiles.min_blocks == 1
     with sm_margin.leave_free(8):
         p = _plan(8, 1024, 16, 64, causal=True)
-    assert (p.variant.tiles.block_m, p.variant.tiles.min_blocks, p.grid[0]) == (128, 1, H200.sm_count - 8)
+    assert (p.variant.tiles.block_m, p.variant.tiles.min_blocks, p.grid[0]) == (192, 1, H200.sm_count - 8)
     q = _array((8, 1024, 16, 64), F16, 0x10000000)
     k, v = (_array((8, 1500, 16, 64), F16, 0x10000000 * (i + 2)) for i in range(2))
     plan._plans.clear()
     p = plan.make_plan(validate(q, k, v, causal=True, host=False), H200)
-    assert (p.variant.tiles.block_m, p.variant.tiles.min_blocks) == (128, 1)
+    assert (p.variant.tiles.block_m, p.variant.tiles.min_blocks) == (192, 1)
+    assert _plan(8, 2048, 16, 64, causal=True).variant.tiles.block_m == 192  # past the two-CTA rows
 

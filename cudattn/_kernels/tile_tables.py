@@ -52,7 +52,9 @@ _MODS_CANDIDATES = {64: Tiles(64, 64, 4, 2, 2), 128: Tiles(64, 64, 4, 2, 2)}
 SM90_TILE_DIMS = (64, 128, 192, 256)
 _SM90_TILES = {
     # Head dim 64: three consumer warpgroups (BM = 192, 16 warps); against two, +6-7 % non-causal and
-    # causal +13 % at S = 8192, but causal -3 % at 512 and -11 % at 1024: see _SM90_SHORT_CAUSAL
+    # causal +13 % at S = 8192. Causal, each consumer skips the key tiles above its own rows'
+    # diagonal (fwd_sm90.cuh, SKIP_UNSEEN), which makes them faster than the 128-row tiles at 512
+    # rows too (+5 %) and at 2048 (+9 %; without the skip, -3 % and -11 % at 512 and 1024)
     (64, False): Tiles(192, 128, 16, 2, 1, True, 2),
     (64, True): Tiles(192, 128, 16, 2, 1, True, 2),
     (128, False): Tiles(128, 128, 12, 2, 1, True, 2),
@@ -62,12 +64,13 @@ _SM90_TILES = {
     (256, False): Tiles(128, 80, 12, 2, 1, True, 1),  # two Q stages do not fit next to 2 x 2 K/V tiles
     (256, True): Tiles(128, 80, 12, 2, 1, True, 1),
 }
-# Causal calls with at most this many query rows a sequence use these tiles instead: with short
-# rows, most query tiles are diagonal ones, and 192-row tiles mask more of their work than 128; at
-# head dim 256, 80-key tiles cross the diagonal with more masked keys than 64-key ones (a 512-row
-# sequence's 128-row tiles read 1,440 keys in 80s against 1,280 in 64s): +2.5 % at 512 rows on an
-# H200, even at 1024, -3 % at 2048 (benchmarks/NOTES.md).
-_SM90_SHORT_CAUSAL = {64: (2048, Tiles(128, 128, 12, 3, 1, True, 2)),
+# Causal calls with at most this many query rows a sequence use these tiles instead: at head dim
+# 64, rows that one 128-row tile covers (a 192-row tile would leave a consumer idle), and windowed
+# calls (the plan asks for these tiles: three consumers take no window); at head dim 256, 80-key
+# tiles cross the diagonal with more masked keys than 64-key ones (a 512-row sequence's 128-row
+# tiles read 1,440 keys in 80s against 1,280 in 64s): +2.5 % at 512 rows on an H200, even at 1024,
+# -3 % at 2048 (benchmarks/NOTES.md).
+_SM90_SHORT_CAUSAL = {64: (128, Tiles(128, 128, 12, 3, 1, True, 2)),
                       256: (512, Tiles(128, 64, 12, 2, 1, True, 1))}
 
 
@@ -80,13 +83,14 @@ class RowRange(NamedTuple):
 # Causal self-attention (no more keys than query rows) of a row range a sequence: 64-row tiles of one
 # consumer, two CTAs an SM (128 x 24 + 128 x 232 registers each; min_blocks = 2), each CTA on tiles of
 # its own, so that one's first loads and last store run under the other's products where two
-# consumers of one 128-row tile wait together. On an H200 at head dim 64 against the short causal
-# rows' 128x128 build: +2-3 % at 1024 rows, +1-2 % at 2048, -5 % at 512 (K and V read once a 64-row
-# tile, twice as often); not kept at head dim 128 (-1 to -16 %) or without a mask (-8 to -10 %). The
-# same key tile as the 128-row build, so the same bits as the C launcher's, which runs that one (it
-# sizes its grids one CTA an SM); `_plan` takes it only outside an SM margin, without a window and
-# with no more keys than rows (the shapes measured).
-_SM90_TWO_CTAS = {64: RowRange(512, 2048, Tiles(64, 128, 8, 2, 2, False, 2))}
+# consumers of one 128-row tile wait together. On an H200 at head dim 64 against the 128x128 build:
+# +2-3 % at 1024 rows, +1-2 % at 2048, -5 % at 512 (K and V read once a 64-row tile, twice as
+# often); against the 192-row tiles whose consumers skip the keys they do not see, +2 % at 1024
+# but -5 % at 2048, hence up to 1024; not kept at head dim 128 (-1 to -16 %) or without a mask (-8 to
+# -10 %). The same key tile as the 192-row build, so the same bits as the C launcher's, which runs
+# that one (it sizes its grids one CTA an SM); `_plan` takes it only outside an SM margin, without a
+# window and with no more keys than rows (the shapes measured).
+_SM90_TWO_CTAS = {64: RowRange(512, 1024, Tiles(64, 128, 8, 2, 2, False, 2))}
 # Small grids. A problem whose tiles all fit in one wave of the persistent grid (one a CTA) takes
 # the call's time from each CTA's chain of key tiles, not from the SMs' shared throughput: there
 # fewer consumer warpgroups a CTA (fewer query rows a tile, more CTAs) run shorter chains. On an

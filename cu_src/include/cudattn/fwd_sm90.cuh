@@ -99,6 +99,11 @@ struct FwdSm90 {
     // masks spill: the host sends windowed calls to a build of one or two, _plan); FP8 builds
     // only where MODS has MOD_WINDOW, so that plain FP8 calls keep their leaner code.
     static constexpr bool WINDOW = CONSUMERS <= 2 && (!FP8 || (MODS & MOD_WINDOW) != 0);
+    // Causal tiles of more query rows than keys a key tile: a consumer's 64 rows may see fewer key
+    // tiles at the top than the tile's last rows (TileMsg::unseen); it skips them. Elsewhere (the
+    // tile's rows and key tiles aligned, or no mask) no consumer skips any in self-attention, and
+    // the check alone cost 1.5-2 % on short rows (H200), so those builds leave it out.
+    static constexpr bool SKIP_UNSEEN = CAUSAL && CONSUMERS > 1 && BM > BN;
     static_assert(D * EB % SW == 0 && D <= 256, "head-dim tile: whole swizzle rows, at most 256");
     static_assert(BN % 16 == 0 && BN <= 256, "key tile: a multiple of 16 up to 256");
     static_assert(STAGES >= 2, "the K/V ring needs at least two stages");
@@ -106,7 +111,7 @@ struct FwdSm90 {
     struct Barriers {
         unsigned long long q_full[Q_STAGES], q_empty[Q_STAGES];
         unsigned long long k_full[STAGES], k_empty[STAGES], v_full[STAGES], v_empty[STAGES];
-        TileMsg tile[Q_STAGES];  // the tile whose Q each Q stage holds (tile_scheduler.cuh)
+        typename TileMsgOf<SKIP_UNSEEN>::type tile[Q_STAGES];  // the tile whose Q each Q stage holds (tile_scheduler.cuh)
     };
 
     static __device__ __forceinline__ void run(const FwdSm90Params& P) {

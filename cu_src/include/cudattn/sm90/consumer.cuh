@@ -28,7 +28,7 @@ struct Sm90Consumer {
     static constexpr int BAR_TURN = 1;  // named barriers 1..CONSUMERS: the ping-pong turns of each consumer
     static constexpr int BAR_ZERO = 8;  // named barriers 8..: one consumer warpgroup (zero_v_tail)
     static constexpr int BAR_STORE = 12;  // named barriers 12..: one consumer warpgroup (its O buffer)
-    static constexpr bool STAGE_O = K::STAGE_O;
+    static constexpr bool STAGE_O = K::STAGE_O, SKIP_UNSEEN = K::SKIP_UNSEEN;
     // The tile's row normalisation computed under its last P V, and with two Q stages the next
     // tile's state (consume); not the normalisation in the FP8 build of 256-key tiles with a
     // softcap, nor the state with three consumers (160 registers): there they spill.
@@ -116,6 +116,7 @@ struct Sm90Consumer {
         SeqSpan sq;
         int n_tiles;
         int first_tile;  // the lowest key tile visited (a window's left edge), n_tiles of them
+        int unseen;  // the top key tiles none of this warpgroup's rows sees (TileMsg)
         float scale_log2, out_scale;
         float softcap_pre;  // softcap builds: the raw scores' scale inside the tanh (mods.cuh)
         float alibi;  // ALiBi builds: this head's coefficient (mods.cuh)
@@ -125,14 +126,19 @@ struct Sm90Consumer {
 
     // The state of the tile whose Q is in stage n of the Q ring, as the producer named it (waits
     // for the stage). The producer names no query block past its sequence's end.
-    static __device__ __forceinline__ Tile next_tile(const FwdSm90Params& P, Barriers& bars, int n) {
+    static __device__ __forceinline__ Tile next_tile(const FwdSm90Params& P, Barriers& bars, int n, int cw) {
         const FwdParams& p = P.p;
         mbar_wait(&bars.q_full[n % Q_STAGES], q_phase(n));
-        const TileMsg m = bars.tile[n % Q_STAGES];
+        const auto m = bars.tile[n % Q_STAGES];
         Tile x;
         x.c = TileCoord{m.b, m.h, m.m_block};
         x.n_tiles = m.count;
         x.first_tile = m.first;
+        // Through a shuffle: ptxas then keeps what follows from it (the ring's stage, the
+        // descriptors) uniform, though it depends on the warpgroup.
+        x.unseen = 0;
+        if constexpr (SKIP_UNSEEN)  // from shared memory: a local copy indexed by cw would go to the stack
+            x.unseen = __shfl_sync(0xffffffffu, bars.tile[n % Q_STAGES].unseen[cw], 0);
         const bool valid = m.count >= 0;
         x.sq = seq_span(p, valid ? x.c.b : 0);
         x.scale_log2 = p.scale_log2;
@@ -228,11 +234,31 @@ struct Sm90Consumer {
         int n = 0;   // tiles with a Q load (the Q ring's stage and phase), as in produce() (producer.cuh)
         // The producer names each tile with its Q stage (TileMsg); where NEXT_UNDER_TAIL holds, the
         // next tile's name is read, and its state computed, under this tile's last P V.
-        Tile ahead = NEXT_UNDER_TAIL ? next_tile(P, bars, 0) : Tile{};  // tile n's, read during tile n-1
+        Tile ahead = NEXT_UNDER_TAIL ? next_tile(P, bars, 0, cw) : Tile{};  // tile n's, read during tile n-1
         for (;;) {
-            const Tile cur = NEXT_UNDER_TAIL ? ahead : next_tile(P, bars, n);
+            Tile cur = NEXT_UNDER_TAIL ? ahead : next_tile(P, bars, n, cw);
             if (cur.n_tiles < 0) break;
             softmax.init();
+            // The top key tiles this warpgroup's rows do not see: their stages handed back unread and
+            // their ping-pong turns passed without products (every consumer takes each stage and the
+            // same number of turns: a tile's key tiles and one), then the tile as if it had fewer.
+            const int unseen = cur.unseen;
+            if (SKIP_UNSEEN && unseen > 0) {
+                for (int j = 0; j < unseen; ++j) {
+                    mbar_wait(&bars.k_full[stage(it + j)], phase(it + j));
+                    release(&bars.k_empty[stage(it + j)], lane);
+                    mbar_wait(&bars.v_full[stage(it + j)], phase(it + j));
+                    release(&bars.v_empty[stage(it + j)], lane);
+                    turn_begin(cw);
+                    turn_end(cw);
+                }
+                if (unseen == cur.n_tiles) {
+                    turn_begin(cw);
+                    turn_end(cw);
+                }
+                it += unseen;
+                cur.n_tiles -= unseen;
+            }
             if (cur.n_tiles == 0) {  // sees no key: O = 0, LSE = -inf
                 release(&bars.q_empty[n % Q_STAGES], lane);
 #pragma unroll
@@ -243,7 +269,7 @@ struct Sm90Consumer {
                 softmax.finish(inv, lse, sink_log2_of(p.sinks, cur.c.h));
                 Epilogue::template store_tile<true>(p, o, inv, lse, cur.c, cur.sq, cw, ltid);
                 ++n;
-                if (NEXT_UNDER_TAIL) ahead = next_tile(P, bars, n);
+                if (NEXT_UNDER_TAIL) ahead = next_tile(P, bars, n, cw);
                 continue;
             }
             mbar_wait(&bars.k_full[stage(it)], phase(it));
@@ -293,7 +319,7 @@ struct Sm90Consumer {
             issue_pv(o, pk, v_desc(iv), cur.n_tiles > 1);
             turn_end(cw);
             if constexpr (OVERLAP_TAIL) finish_rows(softmax, inv, lse, cur, p);  // under the last P V
-            if constexpr (NEXT_UNDER_TAIL) ahead = next_tile(P, bars, n + 1);
+            if constexpr (NEXT_UNDER_TAIL) ahead = next_tile(P, bars, n + 1, cw);
             wgmma_wait<0>();
             fence_operands(flat<D>(o));
             release(&bars.v_empty[stage(iv)], lane);

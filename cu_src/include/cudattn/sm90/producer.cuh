@@ -17,6 +17,8 @@ struct Sm90Producer {
     typedef typename K::Barriers Barriers;
     static constexpr bool FP8 = K::FP8, CAUSAL = K::CAUSAL, WINDOW = K::WINDOW;
     static constexpr int BM = K::BM, BN = K::BN, STAGES = K::STAGES, Q_STAGES = K::Q_STAGES, SW = K::SW;
+    static constexpr int CONSUMERS = K::CONSUMERS;
+    static constexpr bool SKIP_UNSEEN = K::SKIP_UNSEEN;
     static constexpr int KB = K::KB, BOX_COLS = K::BOX_COLS, Q_BOX = K::Q_BOX, KV_BOX = K::KV_BOX;
     static constexpr int VT_BOX = K::VT_BOX, VT_BOXES = K::VT_BOXES;
     static constexpr int Q_BYTES = K::Q_BYTES, KV_BYTES = K::KV_BYTES, V_BYTES = K::V_BYTES;
@@ -52,7 +54,17 @@ struct Sm90Producer {
             if (nq >= Q_STAGES) mbar_wait(&bars.q_empty[qs], ((nq / Q_STAGES) - 1) & 1);
             ++nq;
             if (leader) {
-                bars.tile[qs] = TileMsg{c.b, c.h, c.m_block, tiles.first, tiles.count};  // seen once q_full completes
+                auto& m = bars.tile[qs];  // seen once q_full completes
+                static_cast<TileMsg&>(m) = TileMsg{c.b, c.h, c.m_block, tiles.first, tiles.count};
+                if constexpr (SKIP_UNSEEN) {  // each consumer's own key range (its 64 rows'), at the top
+#pragma unroll
+                    for (int w = 0; w < CONSUMERS; ++w) {
+                        const int row0 = m_start + 64 * w;
+                        const TileRange mine = row0 < sq.seqlen_q
+                            ? key_tiles<BN, CAUSAL, WINDOW>(p, sq, row0, min(64, sq.seqlen_q - row0)) : TileRange{0, 0};
+                        m.unseen[w] = mine.count > 0 ? tiles.first + tiles.count - (mine.first + mine.count) : tiles.count;
+                    }
+                }
                 mbar_arrive_expect_tx(&bars.q_full[qs], Q_BYTES);
 #pragma unroll
                 for (int kb = 0; kb < KB; ++kb)
@@ -95,7 +107,7 @@ struct Sm90Producer {
         const int qs = nq % Q_STAGES;
         if (nq >= Q_STAGES) mbar_wait(&bars.q_empty[qs], ((nq / Q_STAGES) - 1) & 1);
         if (leader) {
-            bars.tile[qs] = TileMsg{0, 0, 0, 0, -1};
+            static_cast<TileMsg&>(bars.tile[qs]) = TileMsg{0, 0, 0, 0, -1};
             mbar_arrive(&bars.q_full[qs]);
             if (counter != nullptr) tiles_taken(counter);
         }

@@ -21,6 +21,20 @@ struct TileMsg {
     int b, h, m_block;
     int first, count;  // key tiles first .. first + count - 1 (key_tiles, mask.cuh)
 };
+// Builds whose consumers skip the key tiles their rows do not see (fwd_sm90.cuh's SKIP_UNSEEN):
+// unseen[w], the top key tiles (visited first) that none of consumer w's 64 rows sees, all of them
+// for rows past the sequence's end. Other builds keep the plain message (and their code).
+struct TileMsgUnseen : TileMsg {
+    int unseen[3];
+};
+template <bool UNSEEN>
+struct TileMsgOf {
+    typedef TileMsg type;
+};
+template <>
+struct TileMsgOf<true> {
+    typedef TileMsgUnseen type;
+};
 
 // Round r's tile of this CTA (may be >= the tile count in the last round).
 template <bool CAUSAL>
