@@ -97,7 +97,7 @@ def test_warm_covers_every_kernel_the_api_can_select(arch):
                 for causal in (False, True):
                     outs = list(_traits.FP8_OUT_CODES) if dt == "float8_e4m3fn" else [None]
                     for out in outs:
-                        for seqlen_q in (None, 1, 2048, 2049):
+                        for seqlen_q in (None, 1, 128, 129, 1024, 1025, 2048, 2049):
                             v = _traits.select(dt, d, causal, limit, fam, out, seqlen_q)
                             assert (v.source, tuple(sorted(v.defines().items()))) in builds, v.describe()
     for dt in ("float16", "bfloat16"):  # the backward: its four entry points share the build

@@ -1048,9 +1048,10 @@ def test_an_error_nccl_raises_from_a_call_names_the_call():
 
 def test_a_group_whose_call_fails_is_ended_and_the_first_error_raised():
     """`watch.nccl_group`: NCCL's group depth is the thread's, so a group left open by a failing
-    send would take in every later NCCL call of the thread. The group is ended either way, the
-    call's own error raised (named), an error of the group's end after it not in its place, and a
-    group that goes through ended once and settled."""
+    send would take in every later NCCL call of the thread. The group is ended either way: the
+    call's own error raised (named), an error of the group's end after it not in its place; an
+    error not NCCL's named with the abort it calls for, an interrupt as it is; an error of the end
+    alone named; a group that goes through ended once and settled."""
     from cudattn.distributed import watch
 
     class NCCLError(Exception):
@@ -1077,10 +1078,23 @@ def test_a_group_whose_call_fails_is_ended_and_the_first_error_raised():
         assert calls == ["start", "send", "end"] and seen == []
     fail_end = False
     calls.clear()
-    with pytest.raises(KeyError):  # not NCCL's error: the group ended all the same
-        with watch.nccl_group(nb, 3, "ring_attention"):
+    with pytest.raises(RuntimeError, match=r"^ring_attention: KeyError inside an NCCL group, whose calls so far "
+                                           r"were queued; abort the communicator$") as e:
+        with watch.nccl_group(nb, 3, "ring_attention"):  # not NCCL's error: the group ended all the same
             raise KeyError("a bad shard")
-    assert calls == ["start", "end"]
+    assert isinstance(e.value.__cause__, KeyError) and calls == ["start", "end"] and seen == []
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):  # passes as it is
+        with watch.nccl_group(nb, 3, "ring_attention"):
+            raise KeyboardInterrupt
+    assert calls == ["start", "end"] and seen == []
+    calls.clear()
+    fail_end = True  # the calls went through, NCCL refused the group's end: named, not settled
+    with pytest.raises(RuntimeError, match=r"^ring_attention: NCCL reported RemoteError \(6\): the group's end too"):
+        with watch.nccl_group(nb, 3, "ring_attention"):
+            calls.append("send")
+    assert calls == ["start", "send", "end"] and seen == []
+    fail_end = False
     calls.clear()
     with watch.nccl_group(nb, 3, "ring_attention"):
         calls.append("send")

@@ -92,7 +92,7 @@ def test_selection_table_picks_what_python_picks(exported, arch):
             for d in _traits.SUPPORTED_HEAD_DIMS:
                 tile = min(t for t in dims if t >= d)
                 for causal in (False, True):
-                    for seqlen in (1, 512, 513, 2048, 2049, None):
+                    for seqlen in (1, 128, 129, 512, 513, 1024, 1025, 2048, 2049, None):
                         spec = _traits.select(dt, d, causal, limit, fam, seqlen_q=seqlen)
                         rows = [r for r in entry["selection"] if r["kind"] == "prefill" and r["family"] == fam
                                 and r["dtype"] == dt and r["tile_dim"] == tile and r["causal"] == causal]
@@ -265,11 +265,11 @@ def test_c_selection_and_splits_are_the_python_ones(exported, tmp_path):
 int main(void) {
     cudattn_handle h;
     int fam, dt, out, d, c, sq, i;
-    static const int fams[2] = {80, 90}, dts[3] = {1, 2, 3}, sqs[6] = {1, 512, 513, 2048, 2049, 100000};
+    static const int fams[2] = {80, 90}, dts[3] = {1, 2, 3}, sqs[10] = {1, 128, 129, 512, 513, 1024, 1025, 2048, 2049, 100000};
     memset(&h, 0, sizeof h);
     strcpy(h.arch, "sm_90a");
     for (fam = 0; fam < 2; ++fam) for (dt = 0; dt < 3; ++dt) for (out = -1; out < 3; ++out)
-        for (d = 8; d <= 256; d += 8) for (c = 0; c < 2; ++c) for (i = 0; i < 6; ++i) {
+        for (d = 8; d <= 256; d += 8) for (c = 0; c < 2; ++c) for (i = 0; i < 10; ++i) {
             int row;
             if ((dts[dt] == 3) != (out >= 0) || (dts[dt] == 3 && out == 3)) continue;
             if (dts[dt] == 3 && d % 16) continue;

@@ -67,7 +67,7 @@ def test_example_passes_its_float64_check(program, args):
 
 
 # (dtype, B, Sq, Sk, Hq, Hkv, D, causal, family): odd lengths, GQA, both families, the three-warpgroup
-# head-dim-64 tiles past 2048 query rows, FP8 with scalar descales. Small problems take other tiles
+# head-dim-64 tiles (causal from 129 query rows), FP8 with scalar descales. Small problems take other tiles
 # in Python (the small-grid builds of one or two consumers) than in the launcher: the same results
 # bit for bit.
 BIT_CASES = [

@@ -53,8 +53,9 @@ SM90_TILE_DIMS = (64, 128, 192, 256)
 _SM90_TILES = {
     # Head dim 64: three consumer warpgroups (BM = 192, 16 warps); against two, +6-7 % non-causal and
     # causal +13 % at S = 8192. Causal, each consumer skips the key tiles above its own rows'
-    # diagonal (fwd_sm90.cuh, SKIP_UNSEEN), which makes them faster than the 128-row tiles at 512
-    # rows too (+5 %) and at 2048 (+9 %; without the skip, -3 % and -11 % at 512 and 1024)
+    # diagonal (fwd_sm90.cuh, SKIP_UNSEEN), which makes them as fast as the 128-row tiles at 512
+    # rows (+1 %; slower by 3 % without the skip) and faster at 1500-2048 (5-10 % against the
+    # two-CTA tiles, 9 % against the 128-row ones)
     (64, False): Tiles(192, 128, 16, 2, 1, True, 2),
     (64, True): Tiles(192, 128, 16, 2, 1, True, 2),
     (128, False): Tiles(128, 128, 12, 2, 1, True, 2),

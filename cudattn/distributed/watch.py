@@ -128,14 +128,20 @@ def nccl_group(nb, handle, what: str):
     operation, inside :func:`nccl_call`. The group is ended even when a call in it fails: NCCL's
     group depth belongs to the thread, and a group left open would swallow every later NCCL call
     the thread makes (on any communicator, a new one after an abort included). The first error is
-    the one raised; ``group_end`` also clears NCCL's record of it."""
+    the one raised; ``group_end`` also clears NCCL's record of it. An error that is not NCCL's (an
+    interrupt between two calls) leaves NCCL nothing to refuse: ending the group queues its calls
+    so far, half an exchange that peers may wait on, so it comes out as RuntimeError saying to
+    abort the communicator (KeyboardInterrupt and other BaseExceptions pass as they are)."""
     with nccl_call(nb, handle, what):
         nb.group_start()
         try:
             yield
-        except BaseException:
+        except BaseException as e:
             with contextlib.suppress(Exception):
                 nb.group_end()
+            if isinstance(e, Exception) and not _is_nccl_error(nb, e):
+                raise RuntimeError(f"{what}: {type(e).__name__} inside an NCCL group, whose calls so far were "
+                                   f"queued; {_ABORT}") from e
             raise
         nb.group_end()
 

@@ -99,8 +99,9 @@ struct FwdSm90 {
     // masks spill: the host sends windowed calls to a build of one or two, _plan); FP8 builds
     // only where MODS has MOD_WINDOW, so that plain FP8 calls keep their leaner code.
     static constexpr bool WINDOW = CONSUMERS <= 2 && (!FP8 || (MODS & MOD_WINDOW) != 0);
-    // Causal tiles of more query rows than keys a key tile: a consumer's 64 rows may see fewer key
-    // tiles at the top than the tile's last rows (TileMsg::unseen); it skips them. Elsewhere (the
+    // Causal tiles of more query rows than keys a key tile (head dim 64 in 192-row tiles, 192 and 256
+    // in 128-row tiles of 64 or 80 keys, FP8 with narrow key tiles): a consumer's 64 rows may see
+    // fewer key tiles at the top than the tile's last rows (TileMsg::unseen); it skips them. Elsewhere (the
     // tile's rows and key tiles aligned, or no mask) no consumer skips any in self-attention, and
     // the check alone cost 1.5-2 % on short rows (H200), so those builds leave it out.
     static constexpr bool SKIP_UNSEEN = CAUSAL && CONSUMERS > 1 && BM > BN;

@@ -96,7 +96,9 @@ struct Sm90Consumer {
     }
 
     // Ping-pong: wait for this warpgroup's turn to issue products; then hand the turn to the next.
-    // Every consumer of a CTA walks the same tiles, so all take the same number of turns.
+    // Every consumer of a CTA walks the same tiles and takes a tile's key tiles and one turns (one
+    // that skips key tiles its rows do not see takes their turns without products), so all take
+    // the same number.
     static __device__ __forceinline__ void turn_begin(int cw) {
         if (PINGPONG) named_sync(BAR_TURN + cw, 256);
     }
