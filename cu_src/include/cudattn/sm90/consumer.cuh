@@ -247,12 +247,12 @@ struct Sm90Consumer {
             const int unseen = cur.unseen;
             if (SKIP_UNSEEN && unseen > 0) {
                 for (int j = 0; j < unseen; ++j) {
+                    turn_begin(cw);  // first: the other consumers' products need not wait for this stage's V
+                    turn_end(cw);
                     mbar_wait(&bars.k_full[stage(it + j)], phase(it + j));
                     release(&bars.k_empty[stage(it + j)], lane);
                     mbar_wait(&bars.v_full[stage(it + j)], phase(it + j));
                     release(&bars.v_empty[stage(it + j)], lane);
-                    turn_begin(cw);
-                    turn_end(cw);
                 }
                 if (unseen == cur.n_tiles) {
                     turn_begin(cw);
