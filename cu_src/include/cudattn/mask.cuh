@@ -85,6 +85,24 @@ __device__ __forceinline__ void apply_mask(float (&s)[MF][NF][4], int row0, int 
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int mf = 0; mf < MF; ++mf) {
+        // Causal, where no row of the fragment has its limit at the key tail (every row of a causal
+        // self-attention inside its sequence): element (nf, h, j) is visible iff
+        // 8 * (nf - h) + j < lim, with lim the first row's limit less this thread's first column,
+        // so the second row's elements take the first row's comparisons one fragment to the left:
+        // one comparison for two elements (half the ISETPs of the diagonal tile; warp-uniform test).
+        // One fragment a warp only (the Hopper consumers): the portable kernel's two at head dim 128
+        // had no registers for both paths (40 bytes of spills on sm_90a).
+        if (CAUSAL && MF == 1 && row0 + mf * 16 + 15 + causal_offset + 1 <= seqlen_k) {
+            const int lim = row0 + mf * 16 + g + causal_offset + 1 - (col0 + 2 * t);
+#pragma unroll
+            for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                    for (int j = 0; j < 2; ++j)
+                        if (8 * (nf - h) + j >= lim) s[mf][nf][2 * h + j] = masked;
+            continue;
+        }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = row0 + mf * 16 + g + 8 * h;
