@@ -90,8 +90,9 @@ __device__ __forceinline__ void apply_mask(float (&s)[MF][NF][4], int row0, int 
         // 8 * (nf - h) + j < lim, with lim the first row's limit less this thread's first column,
         // so the second row's elements take the first row's comparisons one fragment to the left:
         // one comparison for two elements (half the ISETPs of the diagonal tile; warp-uniform test).
-        // One fragment a warp only (the Hopper consumers): the portable kernel's two at head dim 128
-        // had no registers for both paths (40 bytes of spills on sm_90a).
+        // Builds of one fragment a warp only (every Hopper consumer, and the portable kernel's tiles
+        // of 16 rows a warp): the portable kernel's two fragments at head dim 128 had no registers
+        // for both paths (40 bytes of spills on sm_90a).
         if (CAUSAL && MF == 1 && row0 + mf * 16 + 15 + causal_offset + 1 <= seqlen_k) {
             const int lim = row0 + mf * 16 + g + causal_offset + 1 - (col0 + 2 * t);
 #pragma unroll
