@@ -346,11 +346,15 @@ def _stream_counters_read_zero() -> int:
     return len(blocks)
 
 
-def test_causal_tiles_taken_dynamically_equal_the_fixed_rounds(monkeypatch, kernel_family):
-    """Hopper causal calls take their tiles from a counter of the stream (the dynamic order); the
-    kernel zeroes it again for the next call. Calls back to back on one stream, each into a
-    poisoned output, must all be the fixed rounds' result bit for bit (a tile's arithmetic does
-    not depend on which CTA takes it), and the stream's counters read zero afterwards."""
+@pytest.mark.parametrize("causal,B,S,D", [(True, 3, 1500, 64), (False, 6, 1000, 64), (False, 6, 900, 128)],
+                         ids=["causal", "full-192-row-tiles", "full-128-row-tiles"])
+def test_tiles_taken_dynamically_equal_the_fixed_rounds(monkeypatch, kernel_family, causal, B, S, D):
+    """Hopper calls whose tiles differ in length (causal ones; not causal, sequences whose last
+    query block leaves whole consumers past the end: 1000 rows in 192-row tiles, 900 in 128) take
+    their tiles from a counter of the stream (the dynamic order); the kernel zeroes it again for
+    the next call. Calls back to back on one stream, each into a poisoned output, must all be the
+    fixed rounds' result bit for bit (a tile's arithmetic does not depend on which CTA takes it),
+    and the stream's counters read zero afterwards."""
     from cudattn._arrays import stream_memory as _stream_memory
     from cudattn._calls import call as _call
     from cudattn._kernels import attention as _attention
@@ -370,12 +374,12 @@ def test_causal_tiles_taken_dynamically_equal_the_fixed_rounds(monkeypatch, kern
 
     monkeypatch.setattr(_stream_memory, "counters", spy)
     rng = np.random.default_rng(next(_seed))
-    qs, ks = _shapes(3, 1500, 1500, 8, 2, 64, "bshd")  # 12 query blocks x 24 heads: over twice the SMs
+    qs, ks = _shapes(B, S, S, 8, 2, D, "bshd")  # over twice the SMs' tiles
     q, k, v = (cudattn.to_device(_rand(rng, s, ml_dtypes.bfloat16)) for s in (qs, ks, ks))
 
     def run():
         out = _poisoned_out(qs, ml_dtypes.bfloat16)
-        cudattn.attention(q, k, v, causal=True, out=out)
+        cudattn.attention(q, k, v, causal=causal, out=out)
         return cudattn.to_host(out)
 
     dynamic = [run() for _ in range(3)]
@@ -394,7 +398,7 @@ def test_causal_tiles_taken_dynamically_equal_the_fixed_rounds(monkeypatch, kern
     assert not np.isnan(rounds.astype(np.float32)).any()
     for d in dynamic:
         assert np.array_equal(d.view(np.uint16), rounds.view(np.uint16))
-    ref = reference.attention(*(cudattn.to_host(x) for x in (q, k, v)), causal=True)
-    naive = reference.attention_naive(*(cudattn.to_host(x) for x in (q, k, v)), causal=True, dtype=ml_dtypes.bfloat16)
+    ref = reference.attention(*(cudattn.to_host(x) for x in (q, k, v)), causal=causal)
+    naive = reference.attention_naive(*(cudattn.to_host(x) for x in (q, k, v)), causal=causal, dtype=ml_dtypes.bfloat16)
     ok, err, bound = reference.check_close(rounds.astype(np.float64), ref, naive)
     assert ok, (err, bound)

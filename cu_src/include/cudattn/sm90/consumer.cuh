@@ -29,6 +29,11 @@ struct Sm90Consumer {
     static constexpr int BAR_ZERO = 8;  // named barriers 8..: one consumer warpgroup (zero_v_tail)
     static constexpr int BAR_STORE = 12;  // named barriers 12..: one consumer warpgroup (its O buffer)
     static constexpr bool STAGE_O = K::STAGE_O, SKIP_UNSEEN = K::SKIP_UNSEEN;
+    // A consumer whose 64 rows all lie past the sequence's end (a tile's last consumers where the
+    // rows overrun it: 512 rows in 192-row tiles) sees no key either. Where the producer names no
+    // unseen tiles (SKIP_UNSEEN), the consumer finds these rows itself, and skips their products:
+    // they would hold the tensor cores the other consumers' products are waiting for.
+    static constexpr bool SKIP_PAST_END = !SKIP_UNSEEN && CONSUMERS > 1;
     // The tile's row normalisation computed under its last P V, and with two Q stages the next
     // tile's state (consume); not the normalisation in the FP8 build of 256-key tiles with a
     // softcap, nor the state with three consumers (160 registers): there they spill.
@@ -112,6 +117,19 @@ struct Sm90Consumer {
         if (lane == 0) mbar_arrive(bar);
     }
 
+    // Key tiles it..it+count-1 passed unread: each stage waited for and handed back, and each
+    // ping-pong turn taken without products.
+    static __device__ __forceinline__ void pass_key_tiles(Barriers& bars, int it, int count, int cw, int lane) {
+        for (int j = 0; j < count; ++j) {
+            turn_begin(cw);  // first: the other consumers' products need not wait for this stage's V
+            turn_end(cw);
+            mbar_wait(&bars.k_full[stage(it + j)], phase(it + j));
+            release(&bars.k_empty[stage(it + j)], lane);
+            mbar_wait(&bars.v_full[stage(it + j)], phase(it + j));
+            release(&bars.v_empty[stage(it + j)], lane);
+        }
+    }
+
     // What a consumer knows of one of its CTA's tiles. n_tiles < 0: past the CTA's last tile.
     struct Tile {
         TileCoord c;
@@ -143,6 +161,8 @@ struct Sm90Consumer {
             x.unseen = __shfl_sync(0xffffffffu, bars.tile[n % Q_STAGES].unseen[cw], 0);
         const bool valid = m.count >= 0;
         x.sq = seq_span(p, valid ? x.c.b : 0);
+        if constexpr (SKIP_PAST_END)  // all of them, or none (through a shuffle too)
+            x.unseen = __shfl_sync(0xffffffffu, valid && x.m_start() + cw * 64 >= x.sq.seqlen_q ? m.count : 0, 0);
         x.scale_log2 = p.scale_log2;
         x.out_scale = 1.f;
         x.softcap_pre = p.softcap_pre;
@@ -245,15 +265,18 @@ struct Sm90Consumer {
             // their ping-pong turns passed without products (every consumer takes each stage and the
             // same number of turns: a tile's key tiles and one), then the tile as if it had fewer.
             const int unseen = cur.unseen;
+            if (SKIP_PAST_END && unseen > 0) {  // rows past the end: nothing to store either
+                pass_key_tiles(bars, it, unseen, cw, lane);
+                turn_begin(cw);
+                turn_end(cw);
+                release(&bars.q_empty[n % Q_STAGES], lane);
+                it += unseen;
+                ++n;
+                if (NEXT_UNDER_TAIL) ahead = next_tile(P, bars, n, cw);
+                continue;
+            }
             if (SKIP_UNSEEN && unseen > 0) {
-                for (int j = 0; j < unseen; ++j) {
-                    turn_begin(cw);  // first: the other consumers' products need not wait for this stage's V
-                    turn_end(cw);
-                    mbar_wait(&bars.k_full[stage(it + j)], phase(it + j));
-                    release(&bars.k_empty[stage(it + j)], lane);
-                    mbar_wait(&bars.v_full[stage(it + j)], phase(it + j));
-                    release(&bars.v_empty[stage(it + j)], lane);
-                }
+                pass_key_tiles(bars, it, unseen, cw, lane);
                 if (unseen == cur.n_tiles) {
                     turn_begin(cw);
                     turn_end(cw);

@@ -71,12 +71,17 @@ __device__ __forceinline__ TileCoord tile_at(int t, const FwdParams& p, int sect
     return c;
 }
 
-// Dynamic order (causal calls given a tile counter; the C export gives none and keeps the rounds):
+// Dynamic order (calls given a tile counter: causal ones, and those whose tiles overrun the
+// sequence with whole consumers, which skip their products; the C export gives none and keeps
+// the rounds):
 // a CTA's first tile is its own (blockIdx.x), every later one the next tile of the order above
 // that no CTA has taken yet, taken once the CTA's producer has issued its previous tile's loads.
-// The order comes longest first, so a CTA that drew shorter tiles, or met a warmer L2, takes
-// more, and the last tiles taken are the shortest. In fixed rounds the CTAs of a short causal call
-// ended 5 us apart on average (a per-CTA timeline, 16x16x512x64 causal: 12 % of the call).
+// Causal, the order comes longest first, so a CTA that drew shorter tiles, or met a warmer L2,
+// takes more, and the last tiles taken are the shortest. In fixed rounds the CTAs of a short
+// causal call ended 5 us apart on average (a per-CTA timeline, 16x16x512x64 causal: 12 % of the
+// call). Full, a head's last query block is the short one where a consumer skips; in fixed rounds
+// a grid that is a multiple of the blocks a head (132 CTAs: 3, 6, 11 or 22 blocks) gives each CTA
+// the same block of every head, so all the short ones would fall to the same CTAs.
 // counter[0]: takes past the first round (each CTA's last one finds no tile left); counter[1]:
 // CTAs that have taken their last. The last CTA to finish taking zeroes both for the next kernel
 // on the stream (the stream's counters are handed out zeroed: cudattn/_arrays/stream_memory.py).
