@@ -78,15 +78,16 @@ def _launch_prefill(problem, plan, kernel, params, props, sref) -> None:
 
 
 def _uneven_tiles(problem, plan) -> bool:
-    """Whether a Hopper call's tiles differ in length: causal ones, and in a padded batch the last
-    query block of each sequence where whole consumer warpgroups (64 rows each) lie past its end:
-    they skip their products (sm90/consumer.cuh). (Packed batches keep the fixed rounds.)"""
+    """Whether a Hopper call's tiles differ in length: causal ones; packed batches (sequences of
+    different lengths, whose tiles past a shorter one's end the producer skips); and in a padded
+    batch, the last query block of each sequence where whole consumer warpgroups (64 rows each)
+    lie past its end: they skip their products (sm90/consumer.cuh)."""
     if plan.variant.family != "sm90":
         return False
-    if plan.variant.causal:
+    if plan.variant.causal or problem.varlen is not None:
         return True
     bm = plan.variant.tiles.block_m
-    return problem.varlen is None and 0 < problem.seqlen_q % bm <= bm - 64
+    return 0 < problem.seqlen_q % bm <= bm - 64
 
 
 def _run_empty(problem, oa, device, sref):
