@@ -148,3 +148,27 @@ def test_two_ctas_only_for_causal_self_attention_outside_a_margin():
     assert (p.variant.tiles.block_m, p.variant.tiles.min_blocks) == (192, 1)
     assert _plan(8, 2048, 16, 64, causal=True).variant.tiles.block_m == 192  # past the two-CTA rows
 
+
+
+@pytest.mark.parametrize("B,S,H,D,causal,counter", [
+    (16, 512, 16, 64, False, True),  # 192-row tiles: the last holds 128 rows, its third consumer none
+    (8, 1024, 16, 64, False, True),  # 1024 = 5 x 192 + 64: two consumers past the end
+    (8, 960, 16, 64, False, False),  # 960 = 5 x 192: every tile whole
+    (8, 1100, 16, 64, False, False),  # 1100 = 5 x 192 + 140: three consumers have rows
+    (4, 4096, 16, 128, False, False),  # 128-row tiles, 4096 = 32 x 128
+    (8, 900, 16, 128, False, True),  # 900 = 7 x 128 + 4: the second consumer past the end
+    (8, 1000, 16, 128, False, False),  # 1000 = 7 x 128 + 104: both consumers have rows
+    (1, 512, 8, 64, False, False),  # one consumer a tile (the small grid): never past the end
+    (8, 1024, 16, 128, True, True),  # causal: always
+])
+def test_tiles_of_uneven_lengths_take_the_counter(B, S, H, D, causal, counter):
+    """The Hopper calls whose tiles differ in length take their tiles from the stream's counter
+    (`_kernels.attention._uneven_tiles`): causal ones, and padded batches whose last query block
+    leaves whole 64-row consumers past the end, which skip their products (sm90/consumer.cuh)."""
+    from cudattn._kernels import attention as _attention
+
+    q, k, v = (_array((B, S, H, D), BF16, 0x10000000 * (i + 1)) for i in range(3))
+    problem = validate(q, k, v, causal=causal, host=False)
+    plan._plans.clear()
+    p = plan.make_plan(problem, H200)
+    assert _attention._uneven_tiles(problem, p) is counter, p.variant.tiles

@@ -269,3 +269,34 @@ def test_device_offsets_with_no_sequence():
     o, lse = cudattn.attention(*(cudattn.to_device(x) for x in (q, q, q)), cu_seqlens_q=c, cu_seqlens_k=c,
                                max_seqlen_q=4, max_seqlen_k=4, return_lse=True)
     assert np.all(cudattn.to_host(o) == 0) and np.all(cudattn.to_host(lse) == -np.inf)
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_packed_tiles_from_the_counter_equal_the_fixed_rounds(monkeypatch, D):
+    """Packed batches take their Hopper tiles from the stream's counter (mixed lengths: tiles past
+    a shorter sequence's end are skipped, and whole consumers past a sequence's end skip theirs).
+    Calls back to back, each into a poisoned out, give the fixed rounds' result bit for bit, and
+    that result passes the reference."""
+    from cudattn._kernels import attention as _attention
+    from cudattn._kernels import plan as _plan
+    from cudattn._calls import call as _call
+
+    if _device.device_properties(0).arch not in _traits.HOPPER_ARCHS:
+        pytest.skip("the dynamic tile order is the Hopper kernel's")
+    rng = np.random.default_rng(next(_seed))
+    lens = [1, 1000, 300, 77, 2049, 640, 129, 1500]  # over twice the SMs' tiles at 8 heads
+    q, k, v, cq, ck = _inputs(rng, lens, lens, 8, 2, D, BF16)
+    dynamic = [_run(q, k, v, cq, ck, causal=False) for _ in range(3)]
+
+    class _NoCounters:  # a null counter: the kernel takes its tiles in fixed rounds
+        @staticmethod
+        def counters(*args, **kwargs):
+            return type("Null", (), {"ptr": 0})()
+
+    monkeypatch.setattr(_call, "_plans", {})
+    monkeypatch.setattr(_plan, "_plans", {})
+    monkeypatch.setattr(_attention, "_stream_memory", _NoCounters)
+    o, lse = _run(q, k, v, cq, ck, causal=False)
+    for do, dl in dynamic:
+        assert np.array_equal(do.view(np.uint16), o.view(np.uint16)) and np.array_equal(dl, lse)
+    _check(q, k, v, cq, ck, False, o, lse)

@@ -732,7 +732,7 @@ static inline cudattn_status cudattn_prefill(cudattn_handle* h, const cudattn_pr
         if (tiles >= (1LL << 31))
             return cudattn__fail(h, CUDATTN_ERROR_NOT_SUPPORTED, "%lld tiles exceed the kernel's 32-bit tile index; "
                                  "split the call", tiles);
-        /* tile_counter null: causal tiles in fixed rounds (no per-stream counters here); o_tma 0: O stored from
+        /* tile_counter null: tiles in fixed rounds (no per-stream counters here); o_tma 0: O stored from
            registers (no map of O is made here) */
         memset(&P, 0, sizeof P);
         P.p = p;

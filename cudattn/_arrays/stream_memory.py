@@ -1,7 +1,7 @@
 """Device memory a stream keeps between calls: zeroed arrival counters and a workspace.
 
 Kernels that count among their blocks (the split-KV decode's merge, whose last block finishes the
-work; the Hopper prefill's causal tiles, taken from a counter) need int32 counters that are zero
+work; the Hopper prefill's tiles of uneven lengths, taken from a counter) need int32 counters that are zero
 at their launch, and leave them at zero; split-KV calls also need a workspace for their
 partial results, overwritten by each call. Both serve one kernel: it writes and reads them, and
 kernels on one stream run one after another on the GPU, so each (device, stream) keeps one block
@@ -39,8 +39,8 @@ handle is.
 
 While a stream captures a CUDA graph (asked of the driver at each call), both are the graph's
 own: graph memory nodes (the counters zeroed by a memset node), so that replays of the graph
-share nothing with eager calls; counters a kernel can do without (the Hopper prefill's causal tile
-order) are then none at all.
+share nothing with eager calls; counters a kernel can do without (the Hopper prefill's tile order)
+are then none at all.
 """
 
 from __future__ import annotations

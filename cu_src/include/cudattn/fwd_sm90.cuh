@@ -104,7 +104,9 @@ struct FwdSm90 {
     // in 128-row tiles of 64 or 80 keys, FP8 with narrow key tiles): a consumer's 64 rows may see
     // fewer key tiles at the top than the tile's last rows (TileMsg::unseen); it skips them. Elsewhere (the
     // tile's rows and key tiles aligned, or no mask) no consumer skips any in self-attention, and
-    // the check alone cost 1.5-2 % on short rows (H200), so those builds leave it out.
+    // the producer's per-consumer ranges alone cost 1.5-2 % on short rows (H200), so those builds
+    // leave them out; their consumers only skip tiles whose 64 rows all lie past the sequence's end
+    // (consumer.cuh, SKIP_PAST_END: one comparison a tile).
     static constexpr bool SKIP_UNSEEN = CAUSAL && CONSUMERS > 1 && BM > BN;
     static_assert(D * EB % SW == 0 && D <= 256, "head-dim tile: whole swizzle rows, at most 256");
     static_assert(BN % 16 == 0 && BN <= 256, "key tile: a multiple of 16 up to 256");

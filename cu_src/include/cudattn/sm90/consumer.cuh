@@ -136,7 +136,7 @@ struct Sm90Consumer {
         SeqSpan sq;
         int n_tiles;
         int first_tile;  // the lowest key tile visited (a window's left edge), n_tiles of them
-        int unseen;  // the top key tiles none of this warpgroup's rows sees (TileMsg)
+        int unseen;  // the top key tiles none of this warpgroup's rows sees (TileMsg; SKIP_PAST_END: all or none)
         float scale_log2, out_scale;
         float softcap_pre;  // softcap builds: the raw scores' scale inside the tanh (mods.cuh)
         float alibi;  // ALiBi builds: this head's coefficient (mods.cuh)
@@ -263,7 +263,8 @@ struct Sm90Consumer {
             softmax.init();
             // The top key tiles this warpgroup's rows do not see: their stages handed back unread and
             // their ping-pong turns passed without products (every consumer takes each stage and the
-            // same number of turns: a tile's key tiles and one), then the tile as if it had fewer.
+            // same number of turns: a tile's key tiles and one); then, rows past the end, the next
+            // tile, and SKIP_UNSEEN, the tile as if it had fewer.
             const int unseen = cur.unseen;
             if (SKIP_PAST_END && unseen > 0) {  // rows past the end: nothing to store either
                 pass_key_tiles(bars, it, unseen, cw, lane);

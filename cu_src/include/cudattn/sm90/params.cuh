@@ -12,5 +12,5 @@ struct alignas(64) FwdSm90Params {
     FwdParams p;
     int l2_section;  // causal tile order: (batch, head) pairs per L2-sized section (sm90/tile_scheduler.cuh)
     int o_tma;  // 1: O leaves through tma_o from shared memory in builds that stage it (sm90/epilogue.cuh)
-    int* tile_counter;  // causal: two zeroed ints for the dynamic tile order (tile_scheduler.cuh); null: rounds
+    int* tile_counter;  // two zeroed ints for the dynamic tile order (tile_scheduler.cuh); null: rounds
 };

@@ -1,6 +1,6 @@
 // The Hopper forward kernel's tile scheduler (fwd_sm90.cuh): which (batch, head, query block) tile
 // each CTA of the persistent grid takes next. The CTA's producer computes it (from the round
-// number, or causal from a tile counter) and names each tile to the consumers with its Q stage
+// number, or from a tile counter where the host gives one) and names each tile to the consumers with its Q stage
 // (TileMsg).
 #pragma once
 #include "cudattn/params.cuh"
@@ -23,7 +23,8 @@ struct TileMsg {
 };
 // Builds whose consumers skip the key tiles their rows do not see (fwd_sm90.cuh's SKIP_UNSEEN):
 // unseen[w], the top key tiles (visited first) that none of consumer w's 64 rows sees, all of them
-// for rows past the sequence's end. Other builds keep the plain message (and their code).
+// for rows past the sequence's end. Other builds keep the plain message (their consumers find
+// rows past the end themselves: consumer.cuh, SKIP_PAST_END).
 struct TileMsgUnseen : TileMsg {
     int unseen[3];
 };
