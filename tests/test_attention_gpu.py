@@ -16,6 +16,7 @@ import pytest
 
 import cudattn
 from cudattn import reference
+from _tile_order import fixed_rounds
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("kernel_family")]
 
@@ -356,9 +357,6 @@ def test_tiles_taken_dynamically_equal_the_fixed_rounds(monkeypatch, kernel_fami
     fixed rounds' result bit for bit (a tile's arithmetic does not depend on which CTA takes it),
     and the stream's counters read zero afterwards."""
     from cudattn._arrays import stream_memory as _stream_memory
-    from cudattn._calls import call as _call
-    from cudattn._kernels import attention as _attention
-    from cudattn._kernels import plan as _plan
     from cudattn._kernels import traits as _traits
     from cudattn._runtime import device as _device
 
@@ -386,14 +384,7 @@ def test_tiles_taken_dynamically_equal_the_fixed_rounds(monkeypatch, kernel_fami
     assert len(taken) >= 3 and all(taken), "the calls took no tile counters"
     assert _stream_counters_read_zero() >= 1
 
-    class _NoCounters:  # a null counter: the kernel takes its tiles in fixed rounds
-        @staticmethod
-        def counters(*args, **kwargs):
-            return type("Null", (), {"ptr": 0})()
-
-    monkeypatch.setattr(_call, "_plans", {})
-    monkeypatch.setattr(_plan, "_plans", {})
-    monkeypatch.setattr(_attention, "_stream_memory", _NoCounters)
+    fixed_rounds(monkeypatch)
     rounds = run()
     assert not np.isnan(rounds.astype(np.float32)).any()
     for d in dynamic:

@@ -20,6 +20,7 @@ import cudattn
 from cudattn import reference
 from cudattn._runtime import device as _device
 from cudattn._kernels import traits as _traits
+from _tile_order import fixed_rounds
 
 pytestmark = pytest.mark.gpu
 
@@ -277,10 +278,6 @@ def test_packed_tiles_from_the_counter_equal_the_fixed_rounds(monkeypatch, D):
     a shorter sequence's end are skipped, and whole consumers past a sequence's end skip theirs).
     Calls back to back, each into a poisoned out, give the fixed rounds' result bit for bit, and
     that result passes the reference."""
-    from cudattn._kernels import attention as _attention
-    from cudattn._kernels import plan as _plan
-    from cudattn._calls import call as _call
-
     if _device.device_properties(0).arch not in _traits.HOPPER_ARCHS:
         pytest.skip("the dynamic tile order is the Hopper kernel's")
     rng = np.random.default_rng(next(_seed))
@@ -288,14 +285,7 @@ def test_packed_tiles_from_the_counter_equal_the_fixed_rounds(monkeypatch, D):
     q, k, v, cq, ck = _inputs(rng, lens, lens, 8, 2, D, BF16)
     dynamic = [_run(q, k, v, cq, ck, causal=False) for _ in range(3)]
 
-    class _NoCounters:  # a null counter: the kernel takes its tiles in fixed rounds
-        @staticmethod
-        def counters(*args, **kwargs):
-            return type("Null", (), {"ptr": 0})()
-
-    monkeypatch.setattr(_call, "_plans", {})
-    monkeypatch.setattr(_plan, "_plans", {})
-    monkeypatch.setattr(_attention, "_stream_memory", _NoCounters)
+    fixed_rounds(monkeypatch)
     o, lse = _run(q, k, v, cq, ck, causal=False)
     for do, dl in dynamic:
         assert np.array_equal(do.view(np.uint16), o.view(np.uint16)) and np.array_equal(dl, lse)
