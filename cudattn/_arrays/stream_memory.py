@@ -1,8 +1,8 @@
 """Device memory a stream keeps between calls: zeroed arrival counters and a workspace.
 
 Kernels that count among their blocks (the split-KV decode's merge, whose last block finishes the
-work; the Hopper prefill's tiles of uneven lengths, taken from a counter) need int32 counters that are zero
-at their launch, and leave them at zero; split-KV calls also need a workspace for their
+work; the Hopper prefill's tiles of uneven lengths, taken from a counter) need int32 counters that
+are zero at their launch, and leave them at zero; split-KV calls also need a workspace for their
 partial results, overwritten by each call. Both serve one kernel: it writes and reads them, and
 kernels on one stream run one after another on the GPU, so each (device, stream) keeps one block
 of each kind from the device's pool, taken on that stream when first needed (counters zeroed

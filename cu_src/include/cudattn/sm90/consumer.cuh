@@ -136,7 +136,7 @@ struct Sm90Consumer {
         SeqSpan sq;
         int n_tiles;
         int first_tile;  // the lowest key tile visited (a window's left edge), n_tiles of them
-        int unseen;  // the top key tiles none of this warpgroup's rows sees (TileMsg; SKIP_PAST_END: all or none)
+        int unseen;  // the top key tiles none of this warpgroup's rows sees (TileMsg; SKIP_PAST_END: all, or 0)
         float scale_log2, out_scale;
         float softcap_pre;  // softcap builds: the raw scores' scale inside the tanh (mods.cuh)
         float alibi;  // ALiBi builds: this head's coefficient (mods.cuh)

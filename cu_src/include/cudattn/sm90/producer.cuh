@@ -36,7 +36,7 @@ struct Sm90Producer {
         const int page_rows = paged ? paged_box_rows(p.kv.page_size) : BN;
         int it = 0;  // K/V tiles loaded so far by this CTA: ring stage and phase
         int nq = 0;  // tiles whose Q was loaded (the Q ring's stage and phase)
-        int* const counter = P.tile_counter;  // given: the dynamic order (the host gives it where tiles differ)
+        int* const counter = P.tile_counter;  // given (tiles of uneven lengths): the dynamic order
         int t = blockIdx.x;  // (either order: a CTA's first tile is its own)
         for (int n = 0;; ++n) {
             if (counter == nullptr)

@@ -1,7 +1,7 @@
 // The Hopper forward kernel's tile scheduler (fwd_sm90.cuh): which (batch, head, query block) tile
 // each CTA of the persistent grid takes next. The CTA's producer computes it (from the round
-// number, or from a tile counter where the host gives one) and names each tile to the consumers with its Q stage
-// (TileMsg).
+// number, or from a tile counter where the host gives one) and names each tile to the consumers
+// with its Q stage (TileMsg).
 #pragma once
 #include "cudattn/params.cuh"
 
