@@ -163,12 +163,10 @@ def test_two_ctas_only_for_causal_self_attention_outside_a_margin():
 ])
 def test_tiles_of_uneven_lengths_take_the_counter(B, S, H, D, causal, counter):
     """The Hopper calls whose tiles differ in length take their tiles from the stream's counter
-    (`_kernels.attention._uneven_tiles`): causal ones, and padded batches whose last query block
-    leaves whole 64-row consumers past the end, which skip their products (sm90/consumer.cuh)."""
-    from cudattn._kernels import attention as _attention
-
+    (`Plan.dynamic_order`): causal ones, and padded batches whose last query block leaves whole
+    64-row consumers past the end, which skip their products (sm90/consumer.cuh)."""
     q, k, v = (_array((B, S, H, D), BF16, 0x10000000 * (i + 1)) for i in range(3))
     problem = validate(q, k, v, causal=causal, host=False)
     plan._plans.clear()
     p = plan.make_plan(problem, H200)
-    assert _attention._uneven_tiles(problem, p) is counter, p.variant.tiles
+    assert p.dynamic_order is counter, p.variant.tiles

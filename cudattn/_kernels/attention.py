@@ -60,34 +60,21 @@ def run_device(problem, qa, ka, va, oa, device, device_id, sref):
         vt = _fp8.transpose_v(problem, va.ptr, props, device, sref) if fp8_v else None
         params = _plan.make_params(problem, plan, qa.ptr, ka.ptr, va.ptr if vt is None else vt.ptr, oa.ptr, lse_ptr,
                                    o_geom)
-        _launch_prefill(problem, plan, kernel, params, props, sref)
+        _launch_prefill(plan, kernel, params, props, sref)
         del vt
     return (oa, lse) if problem.return_lse else oa
 
 
-def _launch_prefill(problem, plan, kernel, params, props, sref) -> None:
-    """Queue the prefill kernel. A Hopper call whose tiles differ in length takes them in the
-    dynamic order (sm90/tile_scheduler.cuh): from two of the stream's zeroed counters, which it
-    leaves zeroed (none while the stream captures a graph: the fixed rounds)."""
+def _launch_prefill(plan, kernel, params, props, sref) -> None:
+    """Queue the prefill kernel. A Hopper call whose tiles differ in length (`plan.dynamic_order`)
+    takes them in the dynamic order (sm90/tile_scheduler.cuh): from two of the stream's zeroed
+    counters, which it leaves zeroed (none while the stream captures a graph: the fixed rounds)."""
     counters = None
-    if _uneven_tiles(problem, plan):
+    if plan.dynamic_order:
         counters = _stream_memory.counters(props.device_id, sref.handle, 2, sref.obj, optional=True)
         params.tile_counter = counters.ptr
     _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)
     del counters  # held until the launch is queued
-
-
-def _uneven_tiles(problem, plan) -> bool:
-    """Whether a Hopper call's tiles differ in length: causal ones; packed batches (sequences of
-    different lengths, whose tiles past a shorter one's end the producer skips); and in a padded
-    batch, the last query block of each sequence where whole consumer warpgroups (64 rows each)
-    lie past its end: they skip their products (sm90/consumer.cuh)."""
-    if plan.variant.family != "sm90":
-        return False
-    if plan.variant.causal or problem.varlen is not None:
-        return True
-    bm = plan.variant.tiles.block_m
-    return 0 < problem.seqlen_q % bm <= bm - 64
 
 
 def _run_empty(problem, oa, device, sref):
@@ -139,6 +126,6 @@ def run_varlen(problem, qa, ka, va, oa, cu_q, cu_k, device, device_id, sref):
         vt = _fp8.transpose_v(problem, va.ptr, props, device, sref) if fp8_v else None
         params = _plan.make_params(problem, plan, qa.ptr, ka.ptr, va.ptr if vt is None else vt.ptr, oa.ptr,
                                    0 if lse is None else lse.ptr, o_geom)
-        _launch_prefill(problem, plan, kernel, params, props, sref)
+        _launch_prefill(plan, kernel, params, props, sref)
         del vt
     return (oa, lse) if problem.return_lse else oa

@@ -31,9 +31,22 @@ class Plan:
     smem: int
     num_m_blocks: int
     l2_section: int = 0  # sm90 causal: (batch, head) pairs per L2-sized section of the tile order
+    dynamic_order: bool = False  # sm90: tiles taken from the stream's counter (`_uneven_tiles`)
 
 
 _plans: dict = {}
+
+
+def _uneven_tiles(problem: Problem, bm: int) -> bool:
+    """Whether a Hopper call's tiles (of ``bm`` query rows) differ in length, so that its CTAs take
+    them from the stream's counter (the dynamic order, sm90/tile_scheduler.cuh): causal ones;
+    packed batches (sequences of different lengths, whose tiles past a shorter one's end the
+    producer skips); and in a padded batch, the last query block of each sequence where whole
+    consumer warpgroups (64 rows each) lie past its end: they skip their products
+    (sm90/consumer.cuh)."""
+    if problem.causal or problem.varlen is not None:
+        return True
+    return 0 < problem.seqlen_q % bm <= bm - 64
 
 
 def make_plan(problem: Problem, props) -> Plan:
@@ -138,7 +151,8 @@ def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, 
             raise ValueError(f"{tiles} tiles of {bm} query rows exceed the kernel's 32-bit tile index; split the call")
         ctas = min(tiles, sm_count * variant.tiles.min_blocks)
         section = _l2_section(problem, l2_bytes, ctas)
-        return Plan(variant, (ctas, 1, 1), (variant.threads, 1, 1), variant.smem_bytes, num_m, section)
+        return Plan(variant, (ctas, 1, 1), (variant.threads, 1, 1), variant.smem_bytes, num_m, section,
+                    _uneven_tiles(problem, bm))
     # Must match the kernel's reading of blockIdx (fwd_sm80.cuh): causal puts m last (longest first).
     grid = (problem.heads_q, problem.batch, num_m) if problem.causal else (num_m, problem.heads_q, problem.batch)
     if grid[1] > _MAX_GRID_YZ or grid[2] > _MAX_GRID_YZ:
