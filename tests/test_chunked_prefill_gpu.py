@@ -13,6 +13,7 @@ import pytest
 import cudattn
 from cudattn import reference
 from cudattn._kernels import decode as _decode
+from _tile_order import fixed_rounds
 from test_decode_gpu import BF16, F16, _check, _paged, _rand, kvcache_case
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("kernel_family")]
@@ -138,3 +139,53 @@ def test_gathered_copy_sized_by_known_lengths(host_lengths, monkeypatch):
     kvcache_case(2, 64, 4096, 4, 2, 64, [300, 17], page_size=16, causal=True, table_on_device=not host_lengths)
     # the first call of a signature runs its full path twice (once recorded for the replay)
     assert seen and set(seen) == {300 if host_lengths else None}
+
+
+@pytest.mark.parametrize("page_size", [None, 256])
+def test_cached_lengths_take_tiles_from_the_counter(monkeypatch, kernel_family, page_size):
+    """A non-causal chunk against caches of different lengths: each sequence's tiles read its own
+    number of keys, so the Hopper kernel takes them from the stream's counter (the dynamic order).
+    Calls back to back, each into a poisoned out, give the fixed rounds' result bit for bit, and
+    that result passes the reference."""
+    from cudattn._arrays import stream_memory as _stream_memory
+    from cudattn._kernels import traits as _traits
+    from cudattn._runtime import device as _device
+
+    if kernel_family == "portable" or _device.device_properties(0).arch not in _traits.HOPPER_ARCHS:
+        pytest.skip("the dynamic tile order is the Hopper kernel's")
+    taken = []  # the counters each call was given
+    real = _stream_memory.counters
+
+    def spy(*args, **kwargs):
+        c = real(*args, **kwargs)
+        taken.append(c.ptr)
+        return c
+
+    monkeypatch.setattr(_stream_memory, "counters", spy)
+    rng = np.random.default_rng(4242 + (page_size or 0))
+    B, Sq, cap, Hq, Hkv, D = 6, 768, 3000, 8, 2, 128  # 6 x 8 x 6 whole tiles: over twice the SMs'
+    lens = np.array([3000, 1, 1200, 2049, 0, 640], np.int32)
+    q = _rand(rng, (B, Sq, Hq, D), BF16)
+    k, v = _rand(rng, (B, cap, Hkv, D), BF16), _rand(rng, (B, cap, Hkv, D), BF16)
+    kc, vc, table = (k, v, None) if not page_size else _paged(k, v, page_size, rng)
+    dev = cudattn.to_device
+    args = (dev(q), dev(kc), dev(vc))
+    kw = dict(cache_seqlens=dev(lens), block_table=None if table is None else dev(table), causal=False,
+              return_lse=True)
+
+    def run():
+        out = cudattn._arrays.array.empty(q.shape, BF16)
+        out.fill_nan()
+        o, lse = cudattn.attention_with_kvcache(*args, out=out, **kw)
+        return cudattn.to_host(o), cudattn.to_host(lse)
+
+    dynamic = [run() for _ in range(3)]
+    assert len(taken) >= 3 and all(taken), "the calls took no tile counters"
+    fixed_rounds(monkeypatch)
+    o, lse = run()
+    for do, dl in dynamic:
+        assert np.array_equal(do.view(np.uint16), o.view(np.uint16)) and np.array_equal(dl, lse)
+    one = dict(cache_seqlens=lens, causal=False)
+    ref, ref_lse = reference.attention_with_kvcache(q, k, v, **one, return_lse=True)
+    naive = reference.attention_with_kvcache_naive(q, k, v, **one)
+    _check(o, lse, ref, ref_lse, naive)

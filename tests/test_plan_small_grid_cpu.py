@@ -170,3 +170,22 @@ def test_tiles_of_uneven_lengths_take_the_counter(B, S, H, D, causal, counter):
     plan._plans.clear()
     p = plan.make_plan(problem, H200)
     assert p.dynamic_order is counter, p.variant.tiles
+
+
+@pytest.mark.parametrize("B,seqlens,counter", [(4, True, True), (4, False, False), (1, True, False)],
+                         ids=["own-lengths", "full-caches", "one-sequence"])
+def test_caches_of_their_own_lengths_take_the_counter(B, seqlens, counter):
+    """A chunk against a KV cache (not causal, whole 128-row tiles): where each of several
+    sequences has its own cached length, their tiles read different numbers of keys, and the
+    call takes its tiles from the stream's counter; full caches, or one sequence, keep the
+    fixed rounds."""
+    from dataclasses import replace
+
+    from cudattn._spec.problem import KvCache
+
+    q, k, v = (_array((B, 1024, 16, 128), BF16, 0x10000000 * (i + 1)) for i in range(3))
+    problem = validate(q, k, v, causal=False, host=False)
+    kv = KvCache(False, 1024, 1, B, seqlens_ptr=0x50000000 if seqlens else 0)
+    plan._plans.clear()
+    p = plan.make_plan(replace(problem, kv_cache=kv), H200)
+    assert p.variant.tiles.block_m == 128 and p.dynamic_order is counter

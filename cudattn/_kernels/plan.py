@@ -41,10 +41,14 @@ def _uneven_tiles(problem: Problem, bm: int) -> bool:
     """Whether a Hopper call's tiles (of ``bm`` query rows) differ in length, so that its CTAs take
     them from the stream's counter (the dynamic order, sm90/tile_scheduler.cuh): causal ones;
     packed batches (sequences of different lengths, whose tiles past a shorter one's end the
-    producer skips); and in a padded batch, the last query block of each sequence where whole
-    consumer warpgroups (64 rows each) lie past its end: they skip their products
-    (sm90/consumer.cuh)."""
+    producer skips); KV caches of more than one sequence with their own lengths (each sequence's
+    tiles read its own number of keys); and in a padded batch, the last query block of each
+    sequence where whole consumer warpgroups (64 rows each) lie past its end: they skip their
+    products (sm90/consumer.cuh)."""
     if problem.causal or problem.varlen is not None:
+        return True
+    kv = problem.kv_cache
+    if kv is not None and kv.seqlens_ptr and problem.batch > 1:
         return True
     return 0 < problem.seqlen_q % bm <= bm - 64
 
@@ -60,7 +64,8 @@ def make_plan(problem: Problem, props) -> Plan:
     key = (problem.dtype, problem.out_dtype, problem.head_dim, problem.causal, problem.seqlen_q, problem.seqlen_k, problem.heads_q,
            problem.heads_kv, problem.batch, props.max_shared_memory_per_block_optin, props.sm_count,
            props.l2_cache_size, family, problem.varlen is not None,
-           problem.kv_cache is not None and problem.kv_cache.paged, problem.window is not None,
+           problem.kv_cache is not None and problem.kv_cache.paged,
+           problem.kv_cache is not None and bool(problem.kv_cache.seqlens_ptr), problem.window is not None,
            problem.mods.bits if problem.mods is not None else 0, _sm_margin.local.n)
     plan = _plans.get(key)
     if plan is None:
