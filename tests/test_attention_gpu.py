@@ -16,7 +16,7 @@ import pytest
 
 import cudattn
 from cudattn import reference
-from _tile_order import fixed_rounds
+from _tile_order import counters_taken, fixed_rounds
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("kernel_family")]
 
@@ -356,21 +356,7 @@ def test_tiles_taken_dynamically_equal_the_fixed_rounds(monkeypatch, kernel_fami
     the next call. Calls back to back on one stream, each into a poisoned output, must all be the
     fixed rounds' result bit for bit (a tile's arithmetic does not depend on which CTA takes it),
     and the stream's counters read zero afterwards."""
-    from cudattn._arrays import stream_memory as _stream_memory
-    from cudattn._kernels import traits as _traits
-    from cudattn._runtime import device as _device
-
-    if kernel_family == "portable" or _device.device_properties(0).arch not in _traits.HOPPER_ARCHS:
-        pytest.skip("the dynamic tile order is the Hopper kernel's")
-    taken = []  # the counters each call was given (recorded calls: at each replay)
-    real = _stream_memory.counters
-
-    def spy(*args, **kwargs):
-        c = real(*args, **kwargs)
-        taken.append(c.ptr)
-        return c
-
-    monkeypatch.setattr(_stream_memory, "counters", spy)
+    taken = counters_taken(monkeypatch, kernel_family)
     rng = np.random.default_rng(next(_seed))
     qs, ks = _shapes(B, S, S, 8, 2, D, "bshd")  # over twice the SMs' tiles
     q, k, v = (cudattn.to_device(_rand(rng, s, ml_dtypes.bfloat16)) for s in (qs, ks, ks))

@@ -13,7 +13,7 @@ import pytest
 import cudattn
 from cudattn import reference
 from cudattn._kernels import decode as _decode
-from _tile_order import fixed_rounds
+from _tile_order import counters_taken, fixed_rounds
 from test_decode_gpu import BF16, F16, _check, _paged, _rand, kvcache_case
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("kernel_family")]
@@ -147,21 +147,7 @@ def test_cached_lengths_take_tiles_from_the_counter(monkeypatch, kernel_family, 
     number of keys, so the Hopper kernel takes them from the stream's counter (the dynamic order).
     Calls back to back, each into a poisoned out, give the fixed rounds' result bit for bit, and
     that result passes the reference."""
-    from cudattn._arrays import stream_memory as _stream_memory
-    from cudattn._kernels import traits as _traits
-    from cudattn._runtime import device as _device
-
-    if kernel_family == "portable" or _device.device_properties(0).arch not in _traits.HOPPER_ARCHS:
-        pytest.skip("the dynamic tile order is the Hopper kernel's")
-    taken = []  # the counters each call was given
-    real = _stream_memory.counters
-
-    def spy(*args, **kwargs):
-        c = real(*args, **kwargs)
-        taken.append(c.ptr)
-        return c
-
-    monkeypatch.setattr(_stream_memory, "counters", spy)
+    taken = counters_taken(monkeypatch, kernel_family)
     rng = np.random.default_rng(4242 + (page_size or 0))
     B, Sq, cap, Hq, Hkv, D = 6, 768, 3000, 8, 2, 128  # 6 x 8 x 6 whole tiles: over twice the SMs'
     lens = np.array([3000, 1, 1200, 2049, 0, 640], np.int32)
