@@ -3,6 +3,8 @@ tiles in fixed rounds (no counter from the stream), the order the dynamic one mu
 
 from __future__ import annotations
 
+import numpy as np
+
 
 class _NoCounters:
     """Stands in for `_arrays.stream_memory` in `_kernels.attention`: a null counter."""
@@ -15,7 +17,8 @@ class _NoCounters:
 def counters_taken(monkeypatch, kernel_family) -> list:
     """Skips the test where the dynamic tile order does not exist (the portable kernel, a GPU before
     Hopper); else a list that collects the address of every tile counter a prefill call takes from
-    here on (recorded calls: at each replay)."""
+    here on through the Python path (a call's first run; recorded calls replayed by the compiled
+    warm path take the stream's kept counters in C, unseen here)."""
     import pytest
 
     from cudattn._arrays import stream_memory as _stream_memory
@@ -29,7 +32,8 @@ def counters_taken(monkeypatch, kernel_family) -> list:
 
     def spy(*args, **kwargs):
         c = real(*args, **kwargs)
-        taken.append(c.ptr)
+        if c is _stream_memory._NULL or not isinstance(c, _stream_memory._Placeholder):  # not a recording's
+            taken.append(c.ptr)
         return c
 
     monkeypatch.setattr(_stream_memory, "counters", spy)
@@ -46,3 +50,21 @@ def fixed_rounds(monkeypatch) -> None:
     monkeypatch.setattr(_call, "_plans", {})
     monkeypatch.setattr(_plan, "_plans", {})
     monkeypatch.setattr(_attention, "_stream_memory", _NoCounters)
+
+
+def stream_counters_read_zero() -> int:
+    """Every stream's kept arrival counters, read back after the device is idle: how many blocks
+    (each must read all zeros, as the kernels leave them; asserted here)."""
+    from cuda.bindings import driver
+
+    from cudattn._arrays import stream_memory as _stream_memory
+    from cudattn._runtime import device as _device
+
+    _device.get_device(0)
+    assert driver.cuCtxSynchronize()[0] == driver.CUresult.CUDA_SUCCESS
+    blocks = [b for key, b in _stream_memory._blocks.items() if key[2] == _stream_memory._COUNTERS]
+    for b in blocks:
+        host = np.full(b.count, -1, np.int32)
+        assert driver.cuMemcpyDtoH(host.ctypes.data, b.ptr, b.nbytes)[0] == driver.CUresult.CUDA_SUCCESS
+        assert not host.any(), f"a stream's counters left at {host[host != 0][:8]}"
+    return len(blocks)

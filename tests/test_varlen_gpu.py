@@ -20,7 +20,7 @@ import cudattn
 from cudattn import reference
 from cudattn._runtime import device as _device
 from cudattn._kernels import traits as _traits
-from _tile_order import fixed_rounds
+from _tile_order import counters_taken, fixed_rounds, stream_counters_read_zero
 
 pytestmark = pytest.mark.gpu
 
@@ -273,17 +273,18 @@ def test_device_offsets_with_no_sequence():
 
 
 @pytest.mark.parametrize("D", [64, 128])
-def test_packed_tiles_from_the_counter_equal_the_fixed_rounds(monkeypatch, D):
+def test_packed_tiles_from_the_counter_equal_the_fixed_rounds(monkeypatch, kernel_family, D):
     """Packed batches take their Hopper tiles from the stream's counter (mixed lengths: tiles past
     a shorter sequence's end are skipped, and whole consumers past a sequence's end skip theirs).
     Calls back to back, each into a poisoned out, give the fixed rounds' result bit for bit, and
     that result passes the reference."""
-    if _device.device_properties(0).arch not in _traits.HOPPER_ARCHS:
-        pytest.skip("the dynamic tile order is the Hopper kernel's")
+    taken = counters_taken(monkeypatch, kernel_family)
     rng = np.random.default_rng(next(_seed))
     lens = [1, 1000, 300, 77, 2049, 640, 129, 1500]  # over twice the SMs' tiles at 8 heads
     q, k, v, cq, ck = _inputs(rng, lens, lens, 8, 2, D, BF16)
     dynamic = [_run(q, k, v, cq, ck, causal=False) for _ in range(3)]
+    assert taken and all(taken), "the calls took no tile counters"
+    assert stream_counters_read_zero() >= 1
 
     fixed_rounds(monkeypatch)
     o, lse = _run(q, k, v, cq, ck, causal=False)

@@ -41,8 +41,9 @@ def _uneven_tiles(problem: Problem, bm: int) -> bool:
     """Whether a Hopper call's tiles (of ``bm`` query rows) differ in length, so that its CTAs take
     them from the stream's counter (the dynamic order, sm90/tile_scheduler.cuh): causal ones;
     packed batches (sequences of different lengths, whose tiles past a shorter one's end the
-    producer skips); KV caches of more than one sequence with their own lengths (each sequence's
-    tiles read its own number of keys); and in a padded batch, the last query block of each
+    producer skips); KV caches of more than one sequence given per-sequence lengths (each
+    sequence's tiles read its own number of keys; equal lengths cost nothing measurable, and
+    device lengths are not read); and in a padded batch, the last query block of each
     sequence where whole consumer warpgroups (64 rows each) lie past its end: they skip their
     products (sm90/consumer.cuh)."""
     if problem.causal or problem.varlen is not None:
