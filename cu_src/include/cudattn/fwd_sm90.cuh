@@ -16,9 +16,9 @@
 // The grid is persistent: in round r, CTA c takes tile r * gridDim.x + c. Causal tiles come
 // longest first (bottom row blocks of every head before any shorter one) and odd rounds go
 // right to left (a snake), so that the CTAs' sums of tile lengths come out nearly equal; given a
-// tile counter (the package's calls, where tiles differ in length: causal ones, packed batches,
-// and those whose last consumers' rows lie past the sequence's end), CTAs take their tiles from
-// it instead, in the same order (sm90/tile_scheduler.cuh).
+// tile counter (the package's calls whose tiles differ in length: the host's rule,
+// cudattn/_kernels/plan.py's _uneven_tiles), CTAs take their tiles from it instead, in the same
+// order (sm90/tile_scheduler.cuh).
 // Tails: the maps are 4-D over (head dim, seq, head, batch), so TMA zero-fills rows past each
 // sequence's end and columns past the head dim on load; O is stored from registers, predicated, or
 // at head dim 128 through a shared-memory buffer and a TMA store (sm90/epilogue.cuh).

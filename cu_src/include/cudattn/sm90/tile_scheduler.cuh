@@ -72,9 +72,8 @@ __device__ __forceinline__ TileCoord tile_at(int t, const FwdParams& p, int sect
     return c;
 }
 
-// Dynamic order (calls given a tile counter: causal ones, packed batches, KV caches of several
-// sequences given per-sequence lengths, and those whose tiles overrun the sequence with whole
-// consumers, which skip their products; the C export gives none and keeps the rounds):
+// Dynamic order (calls given a tile counter, those whose tiles differ in length by the host's rule,
+// cudattn/_kernels/plan.py's _uneven_tiles; the C export gives none and keeps the rounds):
 // a CTA's first tile is its own (blockIdx.x), every later one the next tile of the order above
 // that no CTA has taken yet, taken once the CTA's producer has issued its previous tile's loads.
 // Causal, the order comes longest first, so a CTA that drew shorter tiles, or met a warmer L2,
