@@ -6,6 +6,7 @@ the reference's attention on the whole sequence."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import types
 
@@ -1197,22 +1198,22 @@ def test_synchronize_aborts_the_communicator_when_its_wait_fails(monkeypatch, ab
     """`synchronize`'s wait, once its stream is known: a timeout or an NCCL error aborts the
     communicator before it goes on (``abort=False``: left to the caller), and says which; a wait that
     ends well aborts nothing."""
-    from cudattn.distributed import watch
+    from cudattn.distributed import recover
 
     aborted = []
     comm = types.SimpleNamespace(ptr=11, abort=lambda: aborted.append(True))
     _fake_events(monkeypatch, 1)
     nb, seen = _nccl_states([0])
-    watch.wait_or_abort(nb, comm, 5, 1.0, abort)
+    recover.wait_or_abort(nb, comm, 5, 1.0, abort)
     assert not aborted and seen == [11]
     _fake_events(monkeypatch, None)
     then = "the communicator was aborted" if abort else "abort the communicator"
     with pytest.raises(TimeoutError, match=f"synchronize: the stream's work had not finished after 0.02 s .*; {then}"):
-        watch.wait_or_abort(nb, comm, 5, 0.02, abort)
+        recover.wait_or_abort(nb, comm, 5, 0.02, abort)
     assert aborted == ([True] if abort else [])
     nb, _ = _nccl_states([6])
     with pytest.raises(RuntimeError, match=f"synchronize: NCCL reported RemoteError \\(6\\); {then}"):
-        watch.wait_or_abort(nb, comm, 5, 1.0, abort)
+        recover.wait_or_abort(nb, comm, 5, 1.0, abort)
     assert aborted == ([True, True] if abort else [])
 
 
@@ -1243,14 +1244,16 @@ class _StreamSim:
     def wait_value(self, addr, value, stream):
         self.put(stream, lambda: None, lambda: self.flags.get(addr, 0) >= value)
 
-    def run(self):
+    def run(self, stuck_ok: bool = False):
+        """Runs every stream as far as it can; a deadlock fails, or with ``stuck_ok`` returns the
+        operations each stream has left."""
         while True:
             heads = [st for st, q in self.queues.items() if self.done.get(st, 0) < len(q)
                      and q[self.done.get(st, 0)][1]()]
             if not heads:
                 left = {st: len(q) - self.done.get(st, 0) for st, q in self.queues.items()}
-                assert not any(left.values()), f"the streams deadlocked: {left}"
-                return
+                assert stuck_ok or not any(left.values()), f"the streams deadlocked: {left}"
+                return {st: n for st, n in left.items() if n}
             # each stream a speed of its own, drawn once: some ranks run far ahead of others
             w = np.array([self.speed.setdefault(h, self.rng.exponential()) for h in heads])
             st = heads[self.rng.choice(len(heads), p=w / w.sum())]
@@ -1359,6 +1362,45 @@ def test_the_ring_by_copy_engine_on_simulated_streams(world, causal, mods, seed,
         want = reference.attention(q, k, v, causal=causal, sinks=sinks, **kw)
         np.testing.assert_allclose(got, want, rtol=0, atol=4e-3)
     assert all(b.uses == bufs[0].uses for b in bufs) and sum(bufs[0].uses) > 0
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_released_copy_buffers_let_a_stuck_stream_run(steps, monkeypatch):
+    """A rank whose ring peer died: its stream waits on a flag the peer never writes (on the
+    simulated streams), until `peer_copy.release` (synchronize's, after its abort) writes its own
+    flags past every queued count from a side stream; the stream then runs to its end, and the
+    buffers refuse any later step."""
+    from cudattn.distributed import peer_copy
+
+    sim = _StreamSim(3)
+    monkeypatch.setattr(peer_copy, "write_value", sim.write_value)
+    monkeypatch.setattr(peer_copy, "wait_value", sim.wait_value)
+    monkeypatch.setattr(peer_copy, "copy", lambda dst, src, n, stream: sim.put(stream, lambda: None))
+    monkeypatch.setattr(peer_copy, "get_device", lambda d: None)
+    @contextlib.contextmanager
+    def side_stream():
+        yield "side"
+
+    monkeypatch.setattr(peer_copy, "side_stream", side_stream)
+    kv = tuple(_HostArray(np.zeros((1, 8, 2, 16), np.float16)) for _ in range(2))
+    nbytes = peer_copy.layout(*kv)[1]
+    mine = peer_copy.PeerBuffers(0, nbytes, 1 << 32, 2 << 32, 2 << 32)  # two ranks: the peer is prev and next
+    for s in range(steps):
+        mine.pass_on(kv, (s + 1) % 2, "comm0", "ring_attention")
+    sim.put("comm0", lambda: sim.flags.__setitem__("finished", True))
+    # stuck at the first wait (the peer never freed its buffer): 6 operations a step, the first write done
+    assert sim.run(stuck_ok=True) == {"comm0": 6 * steps}
+    comm = type("Comm", (), {})()
+    monkeypatch.setattr(peer_copy, "_by_comm", {comm: mine})
+    assert peer_copy.release(comm)
+    assert sim.run() == {} and sim.flags["finished"]
+    for b in (0, 1):
+        for kind in (peer_copy._FREE, peer_copy._DONE):
+            assert sim.flags[(1 << 32) + kind + 4 * b] == mine.uses[b] + (1 << 30)
+    with pytest.raises(RuntimeError, match="ring_attention: this communicator's copy-engine buffers were released"):
+        mine.pass_on(kv, 0, "comm0", "ring_attention")
+    assert not peer_copy.release(type("Comm", (), {})())  # a communicator without buffers: nothing to do
+    assert not peer_copy.release(types.SimpleNamespace())  # nor one no weak reference holds
 
 
 def test_ring_transport_is_checked_before_any_gpu_work(monkeypatch):

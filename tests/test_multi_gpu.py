@@ -390,13 +390,16 @@ def test_a_failing_rank_stops_the_others():
 _PEER_TIMEOUT_S = 5  # CUDATTN_NCCL_TIMEOUT in the ranks of the tests below
 
 
-def _rank_whose_peer_dies(rank: int, uid: bytes, when: str, blocking: bool, results, peer_gone) -> None:
+def _rank_whose_peer_dies(rank: int, uid: bytes, when: str, blocking: bool, transport: str, results,
+                          peer_gone) -> None:
     """A rank of two processes joined by their own communicator (no `launch.run`, which would stop the
     survivor itself). Rank 1 leaves without a word to NCCL (``os._exit``), before any call (``when``
     "before the first call"; "connected first": with NCCL's connections made at its init, so that the
     first call's all-gather is queued and then waits on the GPU) or after a first ring call
     ("mid-ring"). Rank 0 then calls the ring and `synchronize`: it must raise within the timeout,
-    and its stream must be free after the abort (a plain call on it completes). Rank 0 reports
+    and its stream must be free after the abort (a plain call on it completes). ``transport``: the
+    ring's (with "copy" the survivor's stream waits on a flag in its own memory, which `synchronize`
+    releases after the abort). Rank 0 reports
     (what happened, message, seconds) on ``results``."""
     import time
 
@@ -420,14 +423,14 @@ def _rank_whose_peer_dies(rank: int, uid: bytes, when: str, blocking: bool, resu
     rng = np.random.default_rng(4910 + rank)
     x = cudattn.to_device(rng.standard_normal((1, 256, 2, 64)).astype(BF16), device=rank)
     if when == "mid-ring":
-        ring_attention(x, x, x, comm, causal=True)
+        ring_attention(x, x, x, comm, causal=True, transport=transport)
         synchronize(comm)
     if rank == 1:
         os._exit(0)
     peer_gone.wait(120)
     start = time.monotonic()
     try:
-        ring_attention(x, x, x, comm, causal=True)
+        ring_attention(x, x, x, comm, causal=True, transport=transport)
         synchronize(comm)
     except (TimeoutError, RuntimeError) as e:
         took = time.monotonic() - start
@@ -443,9 +446,10 @@ def _rank_whose_peer_dies(rank: int, uid: bytes, when: str, blocking: bool, resu
 # Not tested: a blocking communicator whose peer exited before the first call. NCCL's own call then
 # holds the host while it connects, until NCCL gives up (RemoteError after 59.5 s on 2 H200s), and no
 # deadline of cudattn's applies inside it.
-@pytest.mark.parametrize("when,blocking", [("before the first call", False), ("connected first", True),
-                                           ("mid-ring", True), ("mid-ring", False)])
-def test_a_rank_whose_peer_died_raises_instead_of_hanging(when, blocking):
+@pytest.mark.parametrize("when,blocking,transport", [("before the first call", False, "nccl"),
+                                                     ("connected first", True, "nccl"), ("mid-ring", True, "nccl"),
+                                                     ("mid-ring", False, "nccl"), ("mid-ring", False, "copy")])
+def test_a_rank_whose_peer_died_raises_instead_of_hanging(when, blocking, transport):
     """Without the launcher: a peer that died leaves this rank's NCCL work waiting for ever; the first
     call's check of the ranks' problems and `synchronize` wait with a deadline (CUDATTN_NCCL_TIMEOUT)
     and raise, `synchronize` aborting the communicator so that the stream runs again."""
@@ -456,7 +460,7 @@ def test_a_rank_whose_peer_died_raises_instead_of_hanging(when, blocking):
     ctx = mp.get_context("spawn")
     results, peer_gone = ctx.Queue(), ctx.Event()
     uid = bytes(nccl.get_unique_id())
-    procs = [ctx.Process(target=_rank_whose_peer_dies, args=(r, uid, when, blocking, results, peer_gone),
+    procs = [ctx.Process(target=_rank_whose_peer_dies, args=(r, uid, when, blocking, transport, results, peer_gone),
                          daemon=True) for r in range(2)]
     for p in procs:
         p.start()
@@ -482,7 +486,7 @@ def test_a_rank_whose_peer_died_raises_instead_of_hanging(when, blocking):
             if p.is_alive():
                 p.terminate()
     what, message, took = got
-    print(f"{when}, blocking={blocking}: {what} after {took:.1f} s: {message}")
+    print(f"{when}, blocking={blocking}, transport={transport}: {what} after {took:.1f} s: {message}")
     assert what in ("TimeoutError", "RuntimeError"), message
     assert message.startswith("synchronize" if when == "mid-ring" else "ring_attention"), message
     assert took < _PEER_TIMEOUT_S + 30 and "finite after: True" in message

@@ -21,10 +21,16 @@ size), so that all of them take the same path.
 
 A region lives as long as the process, or until a larger call replaces it (the ranks then drop
 the old one together: an exporter may not free memory a peer still maps).
+
+A peer that fails mid-ring leaves this rank's stream waiting on a flag no one will write, which no
+NCCL abort ends. :func:`release` (called by `synchronize` after its abort) writes this rank's flags
+itself, past every count a queued step waits for, from a stream of its own: the waits end, the
+stream runs again, and the buffers are not used again (what they received is garbage).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import socket
 import threading
@@ -76,6 +82,7 @@ class PeerBuffers:
         self.device_id, self.nbytes, self.mine, self.prev, self.succ = device_id, nbytes, mine, prev, succ
         self.opened = opened if opened is not None else []  # the neighbours' regions this process mapped by IPC
         self.uses = [0, 0]
+        self.released = False  # after a failed wait (release): no step may use the buffers again
 
     def buffer(self, region: int, b: int) -> int:
         return region + _DATA + b * self.nbytes
@@ -85,6 +92,9 @@ class PeerBuffers:
         and receives the previous rank's into this one's (steps 1-5 above). ``stream`` must already
         follow the calls that read this rank's buffer ``b``."""
         v_at, used = layout(*srcs)
+        if self.released:
+            raise RuntimeError(f"{what}: this communicator's copy-engine buffers were released after a failed "
+                               "wait (a peer that failed); make a new communicator")
         if used > self.nbytes:
             raise ValueError(f"{what}: K/V of {used} bytes do not fit the ring's {self.nbytes}-byte buffers")
         self.uses[b] += 1
@@ -102,6 +112,45 @@ class PeerBuffers:
         base = self.buffer(self.mine, b)
         return tuple(DeviceArray(base + at, x.shape, x.dtype, device_id=self.device_id, owner=self)
                      for x, at in zip(like, (0, layout(*like)[0])))
+
+
+    def release(self) -> None:
+        """Let every wait on this rank's flags end: each flag set 2**30 past its buffer's count of uses
+        (the waits compare wrap-safe, so every count queued so far is passed), written from a
+        non-blocking stream of its own, which the blocked stream does not hold up."""
+        self.released = True
+        with side_stream() as stream:
+            for b in (0, 1):
+                n = (self.uses[b] + (1 << 30)) & 0xFFFFFFFF
+                for kind in (_FREE, _DONE):
+                    write_value(self.mine + kind + 4 * b, n, stream)
+
+
+def release(comm) -> bool:
+    """After a failed wait on ``comm``'s work (`synchronize`, once the communicator is aborted): the
+    copy engine's ring steps this rank queued go past their flags (`PeerBuffers.release`), so that
+    its streams run again. Whether ``comm`` had such buffers."""
+    with _lock:
+        try:
+            bufs = _by_comm.get(comm)
+        except TypeError:  # an object no weak reference can hold was never a key
+            bufs = None
+    if not isinstance(bufs, PeerBuffers):
+        return False
+    get_device(bufs.device_id)
+    bufs.release()
+    return True
+
+
+@contextlib.contextmanager
+def side_stream():
+    """A non-blocking stream of the current context for the duration, synchronised before it goes."""
+    stream = check(driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+    try:
+        yield stream
+        check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize (the ring's flags released)")
+    finally:
+        driver.cuStreamDestroy(stream)
 
 
 def copy(dst: int, src: int, nbytes: int, stream: int) -> None:

@@ -1,8 +1,8 @@
 """Host waits on NCCL work that always end. A peer that died or hangs leaves a communicator that
 never takes a call (:func:`settle`), or a stream whose NCCL kernels never finish (:func:`wait`,
-and the public :func:`synchronize`): a plain synchronisation would wait forever. Each wait here
-polls with a deadline (``CUDATTN_NCCL_TIMEOUT`` seconds, default 600), watches NCCL's own error
-state while it waits, and raises naming the call.
+behind the public `synchronize` in :mod:`.recover`): a plain synchronisation would wait forever.
+Each wait here polls with a deadline (``CUDATTN_NCCL_TIMEOUT`` seconds, default 600), watches
+NCCL's own error state while it waits, and raises naming the call.
 """
 
 from __future__ import annotations
@@ -14,16 +14,14 @@ from collections.abc import Callable
 
 from cuda.bindings import driver
 
-from .._runtime.device import get_device, restores_caller_context
 from .._runtime.errors import check
 from .._runtime.launch import Event
-from .._runtime.stream import as_stream
 from .nccl_lib import nccl
 
 TIMEOUT_ENV = "CUDATTN_NCCL_TIMEOUT"
 _IN_PROGRESS = 7  # ncclInProgress
 _NOT_READY = driver.CUresult.CUDA_ERROR_NOT_READY
-_ABORT = "abort the communicator"  # what a caller must do after a failed wait
+ABORT = "abort the communicator"  # what a caller must do after a failed wait
 # The longest sleep between two polls: what a wait may add to a healthy stream's end, against a
 # poll's ~2 µs of host time (1 % of a core at this pace).
 _MAX_PAUSE_S = 2e-4
@@ -44,7 +42,7 @@ def timeout_s() -> float:
     return value
 
 
-def _nccl_error(nb, state: int, what: str, then: str = _ABORT) -> RuntimeError:
+def _nccl_error(nb, state: int, what: str, then: str = ABORT) -> RuntimeError:
     try:
         name = nb.Result(state).name
     except Exception:  # no enum, or a code it does not know
@@ -52,7 +50,7 @@ def _nccl_error(nb, state: int, what: str, then: str = _ABORT) -> RuntimeError:
     return RuntimeError(f"{what}: NCCL reported {name} ({state}); {then}")
 
 
-def _state(nb, handle, what: str, then: str = _ABORT) -> int:
+def _state(nb, handle, what: str, then: str = ABORT) -> int:
     """NCCL's state of the communicator (0, ncclInProgress or an error code); an error of the query
     itself (nccl4py's NCCLError) as RuntimeError naming ``what``."""
     try:
@@ -69,7 +67,7 @@ def _is_nccl_error(nb, e: BaseException) -> bool:
 
 
 def _poll(done: Callable[[], bool], nb, handle, what: str, waiting_for: str, timeout: float | None,
-          then: str = _ABORT) -> None:
+          then: str = ABORT) -> None:
     """Poll ``done()`` and NCCL's state of ``handle`` until ``done()`` holds; RuntimeError for an
     error NCCL reports, TimeoutError after ``timeout`` seconds (default :func:`timeout_s`); ``then``
     ends their messages (what the caller must do next)."""
@@ -117,7 +115,7 @@ def nccl_call(nb, handle, what: str):
         yield
     except Exception as e:
         if _is_nccl_error(nb, e):
-            raise RuntimeError(f"{what}: NCCL reported {e}; {_ABORT}") from e
+            raise RuntimeError(f"{what}: NCCL reported {e}; {ABORT}") from e
         raise
     settle(nb, handle, what)
 
@@ -141,7 +139,7 @@ def nccl_group(nb, handle, what: str):
                 nb.group_end()
             if isinstance(e, Exception) and not _is_nccl_error(nb, e):
                 raise RuntimeError(f"{what}: {type(e).__name__} inside an NCCL group, whose calls so far were "
-                                   f"queued; {_ABORT}") from e
+                                   f"queued; {ABORT}") from e
             raise
         nb.group_end()
 
@@ -156,48 +154,9 @@ def event_done(event: Event) -> bool:
     return True
 
 
-def wait(nb, handle, stream: int, what: str, timeout: float | None = None, then: str = _ABORT) -> None:
+def wait(nb, handle, stream: int, what: str, timeout: float | None = None, then: str = ABORT) -> None:
     """Wait on the host for the work queued on ``stream`` so far, NCCL's included, as a stream
     synchronisation would, but ending: TimeoutError after the deadline, RuntimeError as soon as NCCL
     reports an error (the communicator must then be aborted; its kernels hold the stream until then)."""
     ev = Event(stream).record(stream)
     _poll(lambda: event_done(ev), nb, handle, what, "the stream's work had not finished", timeout, then)
-
-
-@restores_caller_context
-def synchronize(comm, stream=None, *, timeout: float | None = None, abort: bool = True) -> None:
-    """Wait on the host until the work queued on ``stream`` has finished, for at most ``timeout``
-    seconds (default ``CUDATTN_NCCL_TIMEOUT``, else 600).
-
-    Use it in place of a stream synchronisation after the calls of this package when a rank may
-    fail: a stream that waits for a peer that died never finishes, and a plain synchronisation
-    would wait forever. ``stream``: the stream the calls ran on (their ``stream``, or q's), as
-    anything they take (a cuda.core stream, a torch or CuPy stream, a handle); default the device's
-    own stream. The deadline covers all the work queued on the stream, so it must exceed what that
-    work takes. While it waits it watches ``comm``'s error state, so an error NCCL reports (a peer
-    it saw fail) ends the wait at once.
-
-    On a timeout (TimeoutError) or an error (RuntimeError: NCCL's, or the driver's) it aborts
-    ``comm`` first (``comm.abort()``: its kernels end, the stream's later work can run, and the
-    communicator can no longer be used), unless ``abort=False``, which leaves that to you. A ring
-    with ``transport="copy"`` waits on flags in the ranks' memory, not in NCCL: after a peer's
-    failure no abort releases those waits, and the stream stays blocked until the process ends.
-    """
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0):
-        raise ValueError(f"synchronize: timeout must be a positive number of seconds (or None); got {timeout!r}")
-    _, nb = nccl()
-    dev = int(comm.device.device_id)
-    get_device(dev)
-    wait_or_abort(nb, comm, as_stream(stream, dev).handle, timeout, abort)
-
-
-def wait_or_abort(nb, comm, stream: int, timeout: float | None, abort: bool) -> None:
-    """`synchronize` once the stream is known: `wait`, and ``comm.abort()`` before its error goes on
-    (an error of the abort itself is raised instead, this one as its context)."""
-    try:
-        wait(nb, nb.Comm(int(comm.ptr)), stream, "synchronize", timeout,
-             "the communicator was aborted" if abort else _ABORT)
-    except (TimeoutError, RuntimeError):  # the driver's CudaError too
-        if abort:
-            comm.abort()
-        raise
