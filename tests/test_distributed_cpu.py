@@ -1367,7 +1367,7 @@ def test_the_ring_by_copy_engine_on_simulated_streams(world, causal, mods, seed,
 @pytest.mark.parametrize("steps", [1, 3])
 def test_released_copy_buffers_let_a_stuck_stream_run(steps, monkeypatch):
     """A rank whose ring peer died: its stream waits on a flag the peer never writes (on the
-    simulated streams), until `peer_copy.release` (synchronize's, after its abort) writes its own
+    simulated streams), until `peer_copy.release` (synchronize's, before its abort) writes its own
     flags past every queued count from a side stream; the stream then runs to its end, and the
     buffers refuse any later step."""
     from cudattn.distributed import peer_copy

@@ -23,9 +23,10 @@ A region lives as long as the process, or until a larger call replaces it (the r
 the old one together: an exporter may not free memory a peer still maps).
 
 A peer that fails mid-ring leaves this rank's stream waiting on a flag no one will write, which no
-NCCL abort ends. :func:`release` (called by `synchronize` after its abort) writes this rank's flags
-itself, past every count a queued step waits for, from a stream of its own: the waits end, the
-stream runs again, and the buffers are not used again (what they received is garbage).
+NCCL abort ends. :func:`release` (called by `synchronize` before its abort, which waits for the
+device) writes this rank's flags itself, past every count a queued step waits for, from a stream
+of its own: the waits end, the stream runs again, and the buffers are not used again (what they
+received is garbage).
 """
 
 from __future__ import annotations
@@ -113,7 +114,6 @@ class PeerBuffers:
         return tuple(DeviceArray(base + at, x.shape, x.dtype, device_id=self.device_id, owner=self)
                      for x, at in zip(like, (0, layout(*like)[0])))
 
-
     def release(self) -> None:
         """Let every wait on this rank's flags end: each flag set 2**30 past its buffer's count of uses
         (the waits compare wrap-safe, so every count queued so far is passed), written from a
@@ -127,7 +127,7 @@ class PeerBuffers:
 
 
 def release(comm) -> bool:
-    """After a failed wait on ``comm``'s work (`synchronize`, once the communicator is aborted): the
+    """After a failed wait on ``comm``'s work (`synchronize`, before it aborts the communicator): the
     copy engine's ring steps this rank queued go past their flags (`PeerBuffers.release`), so that
     its streams run again. Whether ``comm`` had such buffers."""
     with _lock:

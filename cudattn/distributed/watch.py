@@ -16,7 +16,6 @@ from cuda.bindings import driver
 
 from .._runtime.errors import check
 from .._runtime.launch import Event
-from .nccl_lib import nccl
 
 TIMEOUT_ENV = "CUDATTN_NCCL_TIMEOUT"
 _IN_PROGRESS = 7  # ncclInProgress
