@@ -1376,9 +1376,9 @@ def test_released_copy_buffers_let_a_stuck_stream_run(steps, monkeypatch):
     monkeypatch.setattr(peer_copy, "write_value", sim.write_value)
     monkeypatch.setattr(peer_copy, "wait_value", sim.wait_value)
     monkeypatch.setattr(peer_copy, "copy", lambda dst, src, n, stream: sim.put(stream, lambda: None))
-    monkeypatch.setattr(peer_copy, "get_device", lambda d: None)
     @contextlib.contextmanager
-    def side_stream():
+    def side_stream(device_id):
+        assert device_id == 0
         yield "side"
 
     monkeypatch.setattr(peer_copy, "side_stream", side_stream)

@@ -41,6 +41,7 @@ import zlib
 
 import numpy as np
 from cuda.bindings import driver
+from cuda.core import StreamOptions
 
 from .._arrays.array import DeviceArray
 from .._runtime.device import get_device
@@ -119,7 +120,7 @@ class PeerBuffers:
         (the waits compare wrap-safe, so every count queued so far is passed), written from a
         non-blocking stream of its own, which the blocked stream does not hold up."""
         self.released = True
-        with side_stream() as stream:
+        with side_stream(self.device_id) as stream:
             for b in (0, 1):
                 n = (self.uses[b] + (1 << 30)) & 0xFFFFFFFF
                 for kind in (_FREE, _DONE):
@@ -137,20 +138,20 @@ def release(comm) -> bool:
             bufs = None
     if not isinstance(bufs, PeerBuffers):
         return False
-    get_device(bufs.device_id)
     bufs.release()
     return True
 
 
 @contextlib.contextmanager
-def side_stream():
-    """A non-blocking stream of the current context for the duration, synchronised before it goes."""
-    stream = check(driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+def side_stream(device_id: int):
+    """A non-blocking stream of device ``device_id`` for the duration (its handle), synchronised
+    before it goes. Not the library's stream of that device: that may be the one blocked."""
+    stream = get_device(device_id).create_stream(options=StreamOptions(nonblocking=True))
     try:
-        yield stream
-        check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize (the ring's flags released)")
+        yield int(stream.handle)
+        stream.sync()
     finally:
-        driver.cuStreamDestroy(stream)
+        stream.close()
 
 
 def copy(dst: int, src: int, nbytes: int, stream: int) -> None:
