@@ -238,7 +238,7 @@ struct FwdSm80 {
         cp_async_wait<0>();  // no copy may still target shared memory when the block exits
 
         float inv[MF][2], lse[MF][2];
-        softmax.finish(inv, lse, sink_log2_of(p.sinks, hq));
+        softmax.finish(inv, lse, sink_log2_of(p.sinks, hq), p.write_lse);
         if constexpr (FP8) {
 #pragma unroll
             for (int mf = 0; mf < MF; ++mf) {

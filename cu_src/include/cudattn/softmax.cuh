@@ -147,9 +147,11 @@ struct OnlineSoftmax {
     // natural-log LSE (-inf for an empty row) in lse. A row is empty iff its sum is exactly 0 (its
     // max key alone contributes ~1 otherwise): a NaN sum, from a NaN or +inf score, must stay NaN
     // in O and LSE rather than pass for an empty row (the max reductions skip NaN scores).
-    // sink_log2: an attention sink's logit times log2 e (mods.cuh), or -inf for none.
+    // sink_log2: an attention sink's logit times log2 e (mods.cuh), or -inf for none. want_lse
+    // false (a call that stores no LSE): lse is left 0, without the precise log2f (~30
+    // instructions a row at every tile's end).
     __device__ __forceinline__ void finish(float (&inv)[MF][2], float (&lse)[MF][2],
-                                           float sink_log2 = -CUDATTN_INF) {
+                                           float sink_log2 = -CUDATTN_INF, bool want_lse = true) {
 #pragma unroll
         for (int mf = 0; mf < MF; ++mf)
 #pragma unroll
@@ -163,7 +165,8 @@ struct OnlineSoftmax {
                 }
                 const bool empty = l == 0.f;
                 inv[mf][h] = empty ? 0.f : __frcp_rn(l);
-                lse[mf][h] = empty ? -CUDATTN_INF : (m_log2[mf][h] + log2f(l)) * 0.6931471805599453f;
+                lse[mf][h] = 0.f;
+                if (want_lse) lse[mf][h] = empty ? -CUDATTN_INF : (m_log2[mf][h] + log2f(l)) * 0.6931471805599453f;
             }
     }
 };

@@ -216,7 +216,7 @@ struct Sm90Consumer {
     // A tile's normalisation (times the v descale, FP8) and LSE, from its final row sums.
     static __device__ __forceinline__ void finish_rows(OnlineSoftmax<1>& softmax, float (&inv)[1][2],
                                                        float (&lse)[1][2], const Tile& x, const FwdParams& p) {
-        softmax.finish(inv, lse, sink_log2_of(p.sinks, x.c.h));
+        softmax.finish(inv, lse, sink_log2_of(p.sinks, x.c.h), p.write_lse);
         inv[0][0] *= x.out_scale;
         inv[0][1] *= x.out_scale;
     }
