@@ -165,7 +165,7 @@ struct OnlineSoftmax {
                 }
                 const bool empty = l == 0.f;
                 inv[mf][h] = empty ? 0.f : __frcp_rn(l);
-                lse[mf][h] = 0.f;
+                lse[mf][h] = 0.f;  // an if, not a select: the compiler folds a select and keeps the log2f
                 if (want_lse) lse[mf][h] = empty ? -CUDATTN_INF : (m_log2[mf][h] + log2f(l)) * 0.6931471805599453f;
             }
     }
