@@ -111,6 +111,8 @@ DEFAULT_TILES = [
     (2, 257, 190, 8, 8, True, "bshd"),
     (1, 1023, 1024, 2, 1, True, "bhsd"),
     (2, 113, 203, 6, 3, False, "bshd"),
+    (2, 229, 240, 4, 2, True, "bshd"),
+    (3, 256, 301, 4, 4, False, "bhsd"),
 ]
 
 
@@ -130,7 +132,43 @@ def test_default_tiles_on_small_problems(B, Sq, Sk, Hq, Hkv, causal, layout, D, 
     if next(iter(_plan._plans.values())).variant.family == "sm90":
         rows = {p.variant.tiles.block_m for p in _plan._plans.values()}
         two_ctas = D <= 64 and causal and 512 < Sq <= 1024 and Sk <= Sq  # 64-row tiles, two CTAs an SM (tile_tables)
-        assert rows == ({64} if two_ctas else {128} if D > 64 or causal and Sq <= 128 else {192})
+        two_128 = 192 < Sq <= 256  # head dim 64: two 128-row tiles rather than 192 and 1-64 rows
+        assert rows == ({64} if two_ctas else {128} if D > 64 or causal and Sq <= 128 or two_128 else {192})
+
+
+@pytest.mark.parametrize("causal,Sq,Sk", [(True, 256, 256), (True, 200, 450), (False, 193, 301), (False, 256, 77)])
+def test_two_128_row_tiles_equal_the_192_row_tiles(monkeypatch, kernel_family, causal, Sq, Sk):
+    """Head dim 64 at 193-256 query rows takes two 128-row tiles (tile_tables); each row sees the
+    same 128-key tiles in the same order as in the 192-row build, so the two give the same bits."""
+    from cudattn._calls import call as _call
+    from cudattn._kernels import plan as _plan
+    from cudattn._kernels import traits as _traits
+    from cudattn._runtime import device as _device
+
+    if kernel_family != "fastest" or _device.device_properties(0).arch not in _traits.HOPPER_ARCHS:
+        pytest.skip("a rule of the Hopper builds (the small-grid rule is off here, as in 'usual-tiles')")
+    monkeypatch.setattr(_traits, "small_grid_rows", lambda *a: None)
+    rng = np.random.default_rng(next(_seed))
+    qs, ks = _shapes(3, Sq, Sk, 6, 2, 64, "bshd")
+    q, k, v = (cudattn.to_device(_rand(rng, s, ml_dtypes.bfloat16)) for s in (qs, ks, ks))
+
+    def run(rows):
+        monkeypatch.setattr(_plan, "_plans", {})
+        monkeypatch.setattr(_call, "_plans", {})
+        out = _poisoned_out(qs, ml_dtypes.bfloat16)
+        cudattn.attention(q, k, v, causal=causal, out=out)
+        assert {p.variant.tiles.block_m for p in _plan._plans.values()} == {rows}
+        return cudattn.to_host(out)
+
+    two = run(128)
+    monkeypatch.setattr(_traits, "_SM90_TWO_128_ROW_TILES", {})
+    one = run(192)
+    assert not np.isnan(two.astype(np.float32)).any()
+    assert np.array_equal(two.view(np.uint16), one.view(np.uint16))
+    ref = reference.attention(*(cudattn.to_host(x) for x in (q, k, v)), causal=causal)
+    naive = reference.attention_naive(*(cudattn.to_host(x) for x in (q, k, v)), causal=causal, dtype=ml_dtypes.bfloat16)
+    ok, err, bound = reference.check_close(two.astype(np.float64), ref, naive)
+    assert ok, (err, bound)
 
 
 # (Sq, Sk, Hq, Hkv, D, causal, query rows a tile on a GPU of 114 to 132 SMs)

@@ -92,13 +92,14 @@ def test_selection_table_picks_what_python_picks(exported, arch):
             for d in _traits.SUPPORTED_HEAD_DIMS:
                 tile = min(t for t in dims if t >= d)
                 for causal in (False, True):
-                    for seqlen in (1, 128, 129, 512, 513, 1024, 1025, 2048, 2049, None):
+                    for seqlen in (1, 128, 129, 192, 193, 256, 257, 512, 513, 1024, 1025, 2048, 2049, None):
                         spec = _traits.select(dt, d, causal, limit, fam, seqlen_q=seqlen)
                         rows = [r for r in entry["selection"] if r["kind"] == "prefill" and r["family"] == fam
                                 and r["dtype"] == dt and r["tile_dim"] == tile and r["causal"] == causal]
                         short = [r for r in rows if r["seqlen_q_max"] is not None and seqlen is not None
                                  and seqlen <= r["seqlen_q_max"]]
-                        row = short[0] if short else next(r for r in rows if r["seqlen_q_max"] is None)
+                        row = (min(short, key=lambda r: r["seqlen_q_max"]) if short
+                               else next(r for r in rows if r["seqlen_q_max"] is None))
                         assert row["file"] == _file_of(entry, spec), (fam, dt, d, causal, seqlen)
         if arch in _traits.FP8_ARCHS:
             for d in range(16, 257, 16):

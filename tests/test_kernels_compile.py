@@ -194,12 +194,14 @@ def test_decode_params_structs_match_header():
 @pytest.mark.parametrize("seqlen_q,causal,block_m,per_sm", [
     (None, True, 192, 1), (512, True, 192, 1), (513, True, 64, 2), (1024, True, 64, 2), (1025, True, 192, 1),
     (2048, True, 192, 1), (128, True, 128, 1), (1, True, 128, 1), (512, False, 192, 1), (1024, False, 192, 1),
-    (None, False, 192, 1)])
+    (None, False, 192, 1), (129, True, 192, 1), (192, True, 192, 1), (193, True, 128, 1), (256, True, 128, 1),
+    (257, True, 192, 1), (192, False, 192, 1), (193, False, 128, 1), (256, False, 128, 1), (257, False, 192, 1)])
 def test_hopper_head_dim_64_tiles_follow_the_query_length(seqlen_q, causal, block_m, per_sm):
     """Head dim 64 runs three consumer warpgroups (BM = 192; causal, each skips the key tiles its
-    rows do not see), except causal calls of at most 128 query rows a sequence (one 128-row tile) and
-    of 513 to 1024 rows: 64-row tiles of one consumer, two CTAs an SM (their build is told so:
-    CUDATTN_MIN_BLOCKS), each with the same 128-key tiles."""
+    rows do not see), except causal calls of at most 128 query rows a sequence (one 128-row tile),
+    calls of 193 to 256 rows (two 128-row tiles, causal or not) and causal calls of 513 to 1024 rows:
+    64-row tiles of one consumer, two CTAs an SM (their build is told so: CUDATTN_MIN_BLOCKS), each
+    with the same 128-key tiles."""
     for dt in ("float16", "bfloat16"):
         v = _traits.select(dt, 64, causal, 232448, "sm90", seqlen_q=seqlen_q, two_ctas=True)
         d = v.defines()

@@ -492,8 +492,8 @@ static inline cudattn_status cudattn_preload(cudattn_handle* h) {
     return CUDATTN_OK;
 }
 
-/* The prefill row the Python path would pick: the smallest tile >= head_dim; for causal calls a
- * row bounded by the query length where one applies. -1 if none. */
+/* The prefill row the Python path would pick: the smallest tile >= head_dim, and of its rows the
+ * one of the tightest query-length bound that holds, where one does. -1 if none. */
 static inline int cudattn__select(const cudattn_handle* h, int family, int dtype, int out_dtype, int head_dim,
                                   int causal, int seqlen_q) {
     int i, best = -1;
@@ -504,7 +504,10 @@ static inline int cudattn__select(const cudattn_handle* h, int family, int dtype
             r->out_dtype != out_dtype || r->causal != causal || r->tile_dim < head_dim)
             continue;
         if (r->seqlen_q_max >= 0 && seqlen_q > r->seqlen_q_max) continue;
-        if (!b || r->tile_dim < b->tile_dim || (r->tile_dim == b->tile_dim && r->seqlen_q_max >= 0)) best = i;
+        if (!b || r->tile_dim < b->tile_dim ||
+            (r->tile_dim == b->tile_dim && r->seqlen_q_max >= 0 &&
+             (b->seqlen_q_max < 0 || r->seqlen_q_max < b->seqlen_q_max)))
+            best = i;
     }
     return best;
 }

@@ -20,7 +20,8 @@ import numpy as np
 
 from .._spec.modifiers import MOD_ALIBI, MOD_SOFTCAP, MOD_WINDOW
 from .tile_tables import (_CANDIDATES, _FP8_CANDIDATES, _FP8_SM90_NARROW_KEYS, _FP8_SM90_TILES, _MODS_CANDIDATES,
-                          _SM90_SHORT_CAUSAL, _SM90_SMALL_GRID, _SM90_TILES, _SM90_TWO_CTAS, CAUSAL_TWO_WAVES_ROWS,
+                          _SM90_SHORT_CAUSAL, _SM90_SMALL_GRID, _SM90_TILES, _SM90_TWO_128_ROW_TILES, _SM90_TWO_CTAS,
+                          CAUSAL_TWO_WAVES_ROWS,
                           FP8_SM90_TILE_DIMS, FP8_TILE_DIMS, SM90_TILE_DIMS, Tiles)
 
 FAMILIES = ("sm80", "sm90")
@@ -69,12 +70,20 @@ def small_grid_rows(dtype, head_dim: int, causal: bool, family: str, units: int,
     return None
 
 
-def short_causal_rows(tile_dim: int, family: str = "sm90") -> int | None:
-    """The most query rows a sequence for which a causal call at this tile width takes the short
-    causal tiles when `select` is not given ``two_ctas`` (as in the C launcher; the package's plan
-    may take two-CTA tiles for part of that range), or None where the width has no such rule."""
-    short = _SM90_SHORT_CAUSAL.get(tile_dim) if family == "sm90" else None
-    return None if short is None else short[0]
+def row_bounds(tile_dim: int, causal: bool, family: str = "sm90") -> list[int]:
+    """The query rows a sequence at which `select` (not given ``two_ctas``: the C launcher's choice)
+    may change its build at this tile width, ascending: for rows in (previous bound, b] it returns
+    the build of ``seqlen_q=b``, past the last bound that of ``seqlen_q=None`` (empty: one build)."""
+    if family != "sm90":
+        return []
+    bounds = set()
+    short = _SM90_SHORT_CAUSAL.get(tile_dim)
+    if causal and short is not None:
+        bounds.add(short[0])
+    pair = _SM90_TWO_128_ROW_TILES.get(tile_dim)
+    if pair is not None:
+        bounds.update((pair.above, pair.upto))
+    return sorted(bounds)
 
 
 @dataclass(frozen=True)
@@ -200,8 +209,8 @@ def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, 
            out_dtype: np.dtype | str | None = None, seqlen_q: int | None = None, mods: int = 0,
            small_rows: int | None = None, two_ctas: bool = False) -> Variant:
     """The variant for a problem; ``out_dtype`` matters only for FP8 (default bfloat16), ``seqlen_q``
-    (query rows a sequence; None: long) only for the Hopper family's short causal tiles (and the
-    two-CTA ones); ``mods``: the score modifiers the call needs (_modifiers.MOD_*), of which the
+    (query rows a sequence; None: long) only for the Hopper family's short-row tiles (short causal
+    rows, two 128-row tiles at head dim 64, and the two-CTA ones); ``mods``: the score modifiers the call needs (_modifiers.MOD_*), of which the
     build keeps those it compiles in: MOD_WINDOW only for the FP8 Hopper family (every other build
     takes a window); ``small_rows``: `small_grid_rows`'s answer for the problem (the Hopper family's
     small-grid tiles, where they hold fewer query rows than the build the other rules choose);
@@ -227,6 +236,9 @@ def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, 
         short = _SM90_SHORT_CAUSAL.get(d)
         if causal and short is not None and seqlen_q is not None and seqlen_q <= short[0]:
             tiles = short[1]
+        rows128 = _SM90_TWO_128_ROW_TILES.get(d) if seqlen_q is not None else None
+        if rows128 is not None and rows128.above < seqlen_q <= rows128.upto:
+            tiles = rows128.tiles
         pair = _SM90_TWO_CTAS.get(d) if two_ctas and causal and not small_rows and seqlen_q is not None else None
         if pair is not None and pair.above < seqlen_q <= pair.upto:
             tiles = pair.tiles
@@ -291,6 +303,10 @@ def all_variants(arch: str) -> list[Variant]:
         out += [select(dt, d, True, limit, "sm90", seqlen_q=rows.upto, two_ctas=True) for dt in DTYPE_NAMES.values()
                 for d, rows in _SM90_TWO_CTAS.items()]
         listed = {v.describe() for v in out}  # (the 128-row causal tiles are the short causal rows')
+        out += [v for v in (select(dt, d, c, limit, "sm90", seqlen_q=rows.upto) for dt in DTYPE_NAMES.values()
+                            for d, rows in _SM90_TWO_128_ROW_TILES.items() for c in (False, True))
+                if v.describe() not in listed]
+        listed = {v.describe() for v in out}
         out += [v for v in (select(dt, d, c, limit, "sm90", small_rows=rows) for dt in DTYPE_NAMES.values()
                             for d, c, rows in _SM90_SMALL_GRID) if v.describe() not in listed]
     return out
@@ -316,6 +332,9 @@ def mods_variants(arch: str) -> list[Variant]:
                                    two_ctas=True)
                             for d, rows in [(d, 1) for d in _SM90_SHORT_CAUSAL] +
                             [(d, r.upto) for d, r in _SM90_TWO_CTAS.items()]) if v.describe() not in listed]
+        listed = {v.describe() for v in out}
+        out += [v for v in (select("float16", d, False, limit, "sm90", mods=MOD_SOFTCAP | MOD_ALIBI, seqlen_q=r.upto)
+                            for d, r in _SM90_TWO_128_ROW_TILES.items()) if v.describe() not in listed]
     if arch in FP8_ARCHS:  # FP8 with every modifier (the window: Hopper's); one output dtype (the same code)
         fam, fp8_dims = ("sm90", FP8_SM90_TILE_DIMS) if arch in HOPPER_ARCHS else ("sm80", FP8_TILE_DIMS)
         out += [select(FP8, d, c, limit, fam, "bfloat16", mods=m)

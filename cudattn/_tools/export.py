@@ -106,10 +106,10 @@ def _selection_table(arch: str, files: dict) -> list[dict]:
             dims = _traits.SM90_TILE_DIMS if fam == "sm90" else _traits.TILE_DIMS
             for d in dims:
                 for causal in (False, True):
-                    short = _traits.short_causal_rows(d, fam) if causal else None
-                    if short is not None:
+                    # Rows bounded by the query length (the launcher takes the tightest that holds)
+                    for bound in reversed(_traits.row_bounds(d, causal, fam)):
                         add({"kind": "prefill", "family": fam, "dtype": dt, "tile_dim": d, "causal": causal,
-                             "seqlen_q_max": short}, _traits.select(dt, d, causal, limit, fam, seqlen_q=short))
+                             "seqlen_q_max": bound}, _traits.select(dt, d, causal, limit, fam, seqlen_q=bound))
                     add({"kind": "prefill", "family": fam, "dtype": dt, "tile_dim": d, "causal": causal,
                          "seqlen_q_max": None}, _traits.select(dt, d, causal, limit, fam))
         if arch in _traits.FP8_ARCHS:
@@ -173,8 +173,8 @@ def _rules() -> dict:
         "backward_family": f"sm90 on {list(_traits.HOPPER_ARCHS)} when the call has no softcap or ALiBi, head_dim "
                            f"<= {_bwd_traits.SM90_BWD_TILE_DIMS[-1]} and q/k/v/dout strides that fit a TMA map, "
                            "else sm80",
-        "seqlen_q_max": "a row with seqlen_q_max applies when seqlen_q <= it (causal only); otherwise the row "
-                        "with null",
+        "seqlen_q_max": "of a tile width's rows with seqlen_q_max >= seqlen_q, the one with the smallest "
+                        "applies; where none holds, the row with null",
         "rows_max": "decode: a row with rows_max applies when (heads_q / heads_kv) * seqlen_q <= it; otherwise "
                     "the row with null",
         "decode_blocks_per_sm": "the split heuristic's blocks an SM: 2 where two of the row's blocks (dynamic "
