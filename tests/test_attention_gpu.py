@@ -161,7 +161,7 @@ def test_two_128_row_tiles_equal_the_192_row_tiles(monkeypatch, kernel_family, c
         return cudattn.to_host(out)
 
     two = run(128)
-    monkeypatch.setattr(_traits, "_SM90_TWO_128_ROW_TILES", {})
+    monkeypatch.setattr(_traits, "_SM90_SHORT_ROWS", {})
     one = run(192)
     assert not np.isnan(two.astype(np.float32)).any()
     assert np.array_equal(two.view(np.uint16), one.view(np.uint16))

@@ -99,8 +99,8 @@ def main():
                 _traits._SM90_SHORT_CAUSAL[d] = (_traits._SM90_SHORT_CAUSAL[d][0], t)
             if args.causal and d in _traits._SM90_TWO_CTAS:
                 _traits._SM90_TWO_CTAS[d] = _traits._SM90_TWO_CTAS[d]._replace(tiles=t)
-            if d in _traits._SM90_TWO_128_ROW_TILES:
-                _traits._SM90_TWO_128_ROW_TILES[d] = _traits._SM90_TWO_128_ROW_TILES[d]._replace(tiles=t)
+            if d in _traits._SM90_SHORT_ROWS:
+                _traits._SM90_SHORT_ROWS[d] = tuple(r._replace(tiles=t) for r in _traits._SM90_SHORT_ROWS[d])
         _plan._plans.clear(); _callpath._plans.clear()
         _kernels._loaded.clear()
         ours = lambda q, k, v: cudattn.attention(q, k, v, causal=args.causal, layout="bhsd", stream=stream)

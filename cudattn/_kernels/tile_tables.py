@@ -92,13 +92,18 @@ class RowRange(NamedTuple):
 # that one (it sizes its grids one CTA an SM); `_plan` takes it only outside an SM margin, without a
 # window and with no more keys than rows (the shapes measured).
 _SM90_TWO_CTAS = {64: RowRange(512, 1024, Tiles(64, 128, 8, 2, 2, False, 2))}
-# Head dim 64 at 193-256 query rows a sequence, causal or not: two 128-row tiles of two consumers
-# (three K/V stages) rather than a full 192-row tile and one of 1-64 rows, whose one consumer runs
-# its chain of key tiles alone. On an H200 (bf16, GPU time, cuDNN in the same process): 224 rows
-# +15 % causal (0.91 -> 1.04x cuDNN), +5 % not; 256 rows +14-18 % causal (0.80-0.82 -> 0.94-0.95x),
-# +5-8 % not. One 192-row tile (129-192 rows) stays 17-35 % faster, and so do 192-row tiles at 320
-# and 448 rows. The same key tiles as the 192-row build, so the same bits (benchmarks/NOTES.md).
-_SM90_TWO_128_ROW_TILES = {64: RowRange(192, 256, Tiles(128, 128, 12, 3, 1, True, 2))}
+# Tiles by query rows a sequence, causal or not (RowRange: above < seqlen_q <= upto). Head dim 64:
+# - 193-256 rows: two 128-row tiles of two consumers (three K/V stages) rather than a full 192-row
+#   tile and one of 1-64 rows, whose one consumer runs its chain of key tiles alone. On an H200
+#   (bf16, GPU time, cuDNN in the same process): 224 rows +15 % causal (0.91 -> 1.04x cuDNN), +5 %
+#   not; 256 rows +14-18 % causal (0.80-0.82 -> 0.94-0.95x), +5-8 % not. One 192-row tile (129-192
+#   rows) stays 17-35 % faster, and so do 192-row tiles at 320 and 448 rows. The same key tiles as
+#   the 192-row build, so the same bits.
+# - 257-512 rows: the 192-row tiles with three K/V stages (two above): 384 rows +2.0-2.4 % causal,
+#   +0.5-1 % not, 512 rows 0 to +1 % (tune_tiles, three runs); from 1500 rows no gain (within
+#   +-0.6 %, 2048 rows -0.5 %). (benchmarks/NOTES.md)
+_SM90_SHORT_ROWS = {64: (RowRange(192, 256, Tiles(128, 128, 12, 3, 1, True, 2)),
+                         RowRange(256, 512, Tiles(192, 128, 16, 3, 1, True, 2)))}
 # Small grids. A problem whose tiles all fit in one wave of the persistent grid (one a CTA) takes
 # the call's time from each CTA's chain of key tiles, not from the SMs' shared throughput: there
 # fewer consumer warpgroups a CTA (fewer query rows a tile, more CTAs) run shorter chains. On an

@@ -20,7 +20,7 @@ import numpy as np
 
 from .._spec.modifiers import MOD_ALIBI, MOD_SOFTCAP, MOD_WINDOW
 from .tile_tables import (_CANDIDATES, _FP8_CANDIDATES, _FP8_SM90_NARROW_KEYS, _FP8_SM90_TILES, _MODS_CANDIDATES,
-                          _SM90_SHORT_CAUSAL, _SM90_SMALL_GRID, _SM90_TILES, _SM90_TWO_128_ROW_TILES, _SM90_TWO_CTAS,
+                          _SM90_SHORT_CAUSAL, _SM90_SMALL_GRID, _SM90_SHORT_ROWS, _SM90_TILES, _SM90_TWO_CTAS,
                           CAUSAL_TWO_WAVES_ROWS, FP8_SM90_TILE_DIMS, FP8_TILE_DIMS, SM90_TILE_DIMS, Tiles)
 
 FAMILIES = ("sm80", "sm90")
@@ -79,9 +79,8 @@ def row_bounds(tile_dim: int, causal: bool, family: str = "sm90") -> list[int]:
     short = _SM90_SHORT_CAUSAL.get(tile_dim)
     if causal and short is not None:
         bounds.add(short[0])
-    pair = _SM90_TWO_128_ROW_TILES.get(tile_dim)
-    if pair is not None:
-        bounds.update((pair.above, pair.upto))
+    for rows in _SM90_SHORT_ROWS.get(tile_dim, ()):
+        bounds.update((rows.above, rows.upto))
     return sorted(bounds)
 
 
@@ -236,9 +235,9 @@ def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, 
         short = _SM90_SHORT_CAUSAL.get(d)
         if causal and short is not None and seqlen_q is not None and seqlen_q <= short[0]:
             tiles = short[1]
-        rows128 = _SM90_TWO_128_ROW_TILES.get(d) if seqlen_q is not None else None
-        if rows128 is not None and rows128.above < seqlen_q <= rows128.upto:
-            tiles = rows128.tiles
+        for rows in _SM90_SHORT_ROWS.get(d, ()) if seqlen_q is not None else ():
+            if rows.above < seqlen_q <= rows.upto:
+                tiles = rows.tiles
         pair = _SM90_TWO_CTAS.get(d) if two_ctas and causal and not small_rows and seqlen_q is not None else None
         if pair is not None and pair.above < seqlen_q <= pair.upto:
             tiles = pair.tiles
@@ -303,10 +302,11 @@ def all_variants(arch: str) -> list[Variant]:
         out += [select(dt, d, True, limit, "sm90", seqlen_q=rows.upto, two_ctas=True) for dt in DTYPE_NAMES.values()
                 for d, rows in _SM90_TWO_CTAS.items()]
         listed = {v.describe() for v in out}  # (the 128-row causal tiles are the short causal rows')
-        out += [v for v in (select(dt, d, c, limit, "sm90", seqlen_q=rows.upto) for dt in DTYPE_NAMES.values()
-                            for d, rows in _SM90_TWO_128_ROW_TILES.items() for c in (False, True))
-                if v.describe() not in listed]
-        listed = {v.describe() for v in out}
+        for v in (select(dt, d, c, limit, "sm90", seqlen_q=rows.upto) for dt in DTYPE_NAMES.values()
+                  for d, ranges in _SM90_SHORT_ROWS.items() for rows in ranges for c in (False, True)):
+            if v.describe() not in listed:
+                out.append(v)
+                listed.add(v.describe())
         out += [v for v in (select(dt, d, c, limit, "sm90", small_rows=rows) for dt in DTYPE_NAMES.values()
                             for d, c, rows in _SM90_SMALL_GRID) if v.describe() not in listed]
     return out
@@ -333,8 +333,11 @@ def mods_variants(arch: str) -> list[Variant]:
                             for d, rows in [(d, 1) for d in _SM90_SHORT_CAUSAL] +
                             [(d, r.upto) for d, r in _SM90_TWO_CTAS.items()]) if v.describe() not in listed]
         listed = {v.describe() for v in out}
-        out += [v for v in (select("float16", d, False, limit, "sm90", mods=MOD_SOFTCAP | MOD_ALIBI, seqlen_q=r.upto)
-                            for d, r in _SM90_TWO_128_ROW_TILES.items()) if v.describe() not in listed]
+        for v in (select("float16", d, c, limit, "sm90", mods=MOD_SOFTCAP | MOD_ALIBI, seqlen_q=rows.upto)
+                  for d, ranges in _SM90_SHORT_ROWS.items() for rows in ranges for c in (False, True)):
+            if v.describe() not in listed:
+                out.append(v)
+                listed.add(v.describe())
     if arch in FP8_ARCHS:  # FP8 with every modifier (the window: Hopper's); one output dtype (the same code)
         fam, fp8_dims = ("sm90", FP8_SM90_TILE_DIMS) if arch in HOPPER_ARCHS else ("sm80", FP8_TILE_DIMS)
         out += [select(FP8, d, c, limit, fam, "bfloat16", mods=m)
