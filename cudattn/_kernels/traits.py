@@ -20,7 +20,7 @@ import numpy as np
 
 from .._spec.modifiers import MOD_ALIBI, MOD_SOFTCAP, MOD_WINDOW
 from .tile_tables import (_CANDIDATES, _FP8_CANDIDATES, _FP8_SM90_NARROW_KEYS, _FP8_SM90_TILES, _MODS_CANDIDATES,
-                          _SM90_SHORT_CAUSAL, _SM90_SMALL_GRID, _SM90_SHORT_ROWS, _SM90_TILES, _SM90_TWO_CTAS,
+                          _SM90_SHORT_CAUSAL, _SM90_SHORT_ROWS, _SM90_SMALL_GRID, _SM90_TILES, _SM90_TWO_CTAS,
                           CAUSAL_TWO_WAVES_ROWS, FP8_SM90_TILE_DIMS, FP8_TILE_DIMS, SM90_TILE_DIMS, Tiles)
 
 FAMILIES = ("sm80", "sm90")
@@ -208,7 +208,7 @@ def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, 
            small_rows: int | None = None, two_ctas: bool = False) -> Variant:
     """The variant for a problem; ``out_dtype`` matters only for FP8 (default bfloat16), ``seqlen_q``
     (query rows a sequence; None: long) only for the Hopper family's short-row tiles (short causal
-    rows, two 128-row tiles at head dim 64, and the two-CTA ones); ``mods``: the score modifiers the
+    rows, those of `_SM90_SHORT_ROWS`, and the two-CTA ones); ``mods``: the score modifiers the
     call needs (_modifiers.MOD_*), of which the build keeps those it compiles in: MOD_WINDOW only for
     the FP8 Hopper family (every other build takes a window); ``small_rows``: `small_grid_rows`'s
     answer for the problem (the Hopper family's small-grid tiles, where they hold fewer query rows
