@@ -291,6 +291,17 @@ def all_fp8_variants(arch: str) -> list[Variant]:
             for out in FP8_OUT_CODES]
 
 
+def _unlisted(out: list[Variant], candidates) -> list[Variant]:
+    """The candidates whose builds neither ``out`` nor an earlier candidate lists."""
+    listed = {v.describe() for v in out}
+    new = []
+    for v in candidates:
+        if v.describe() not in listed:
+            listed.add(v.describe())
+            new.append(v)
+    return new
+
+
 def all_variants(arch: str) -> list[Variant]:
     """Every variant `select` can return on a device of this compile target (on Hopper, both families)."""
     limit = ARCH_SMEM_LIMIT[arch]
@@ -301,12 +312,10 @@ def all_variants(arch: str) -> list[Variant]:
         out += [select(dt, d, True, limit, "sm90", seqlen_q=1) for dt in DTYPE_NAMES.values() for d in _SM90_SHORT_CAUSAL]
         out += [select(dt, d, True, limit, "sm90", seqlen_q=rows.upto, two_ctas=True) for dt in DTYPE_NAMES.values()
                 for d, rows in _SM90_TWO_CTAS.items()]
-        listed = {v.describe() for v in out}  # (the 128-row causal tiles are the short causal rows')
-        for v in (select(dt, d, c, limit, "sm90", seqlen_q=rows.upto) for dt in DTYPE_NAMES.values()
-                  for d, ranges in _SM90_SHORT_ROWS.items() for rows in ranges for c in (False, True)):
-            if v.describe() not in listed:
-                out.append(v)
-                listed.add(v.describe())
+        # (the 128-row causal tiles of the short-row rule are the short causal rows')
+        out += _unlisted(out, (select(dt, d, c, limit, "sm90", seqlen_q=rows.upto) for dt in DTYPE_NAMES.values()
+                               for d, ranges in _SM90_SHORT_ROWS.items() for rows in ranges for c in (False, True)))
+        listed = {v.describe() for v in out}
         out += [v for v in (select(dt, d, c, limit, "sm90", small_rows=rows) for dt in DTYPE_NAMES.values()
                             for d, c, rows in _SM90_SMALL_GRID) if v.describe() not in listed]
     return out
@@ -324,7 +333,7 @@ def mods_variants(arch: str) -> list[Variant]:
     dims = {"sm80": TILE_DIMS, "sm90": SM90_TILE_DIMS}
     out = [select("float16", d, c, limit, fam, mods=MOD_SOFTCAP | MOD_ALIBI)
            for fam in fams for d in dims[fam] for c in (False, True)]
-    if arch in HOPPER_ARCHS:  # the small-grid tiles, the short causal tiles and the two-CTA tiles
+    if arch in HOPPER_ARCHS:  # the small-grid, short causal, two-CTA and short-row tiles
         out += [select("float16", d, c, limit, "sm90", mods=MOD_SOFTCAP | MOD_ALIBI, small_rows=rows)
                 for d, c, rows in _SM90_SMALL_GRID]
         listed = {v.describe() for v in out}
@@ -332,12 +341,8 @@ def mods_variants(arch: str) -> list[Variant]:
                                    two_ctas=True)
                             for d, rows in [(d, 1) for d in _SM90_SHORT_CAUSAL] +
                             [(d, r.upto) for d, r in _SM90_TWO_CTAS.items()]) if v.describe() not in listed]
-        listed = {v.describe() for v in out}
-        for v in (select("float16", d, c, limit, "sm90", mods=MOD_SOFTCAP | MOD_ALIBI, seqlen_q=rows.upto)
-                  for d, ranges in _SM90_SHORT_ROWS.items() for rows in ranges for c in (False, True)):
-            if v.describe() not in listed:
-                out.append(v)
-                listed.add(v.describe())
+        out += _unlisted(out, (select("float16", d, c, limit, "sm90", mods=MOD_SOFTCAP | MOD_ALIBI, seqlen_q=rows.upto)
+                               for d, ranges in _SM90_SHORT_ROWS.items() for rows in ranges for c in (False, True)))
     if arch in FP8_ARCHS:  # FP8 with every modifier (the window: Hopper's); one output dtype (the same code)
         fam, fp8_dims = ("sm90", FP8_SM90_TILE_DIMS) if arch in HOPPER_ARCHS else ("sm80", FP8_TILE_DIMS)
         out += [select(FP8, d, c, limit, fam, "bfloat16", mods=m)
