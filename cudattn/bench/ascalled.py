@@ -81,8 +81,8 @@ def interleaved(entries: list, stream_handle: int, *, iters: int = 30, warmup: i
                 refusable=None, device_id: int = 0) -> list[dict]:
     """`measure` for several calls whose figures will be compared: ``entries`` = ``(fn, scope)``
     pairs (``scope()``: a context manager entered around each turn, as the caller would hold it),
-    timed in turns, `timing.rounds_for` rounds of a share of the samples each, the order rotated
-    every round (`timing.turn_order`), each turn after a spin kernel of SETTLE_MS on the stream
+    timed in turns, `timing.rounds_for` rounds of a share of the samples each, in a balanced order
+    (`timing.turn_order`), each turn after a spin kernel of SETTLE_MS on the stream
     (``device_id``'s), waited for. The GPU's clocks follow the load of the last milliseconds: one
     16384-row call took 7-20 % longer right after another's burst of calls than right after a
     slower peer's, and a drift over the seconds of a row (seen: 470 -> 545 us for one 4096-key

@@ -159,8 +159,8 @@ def markdown(report: dict, command: str, plot_name: str | None = None) -> str:
                f"- method: CUDA events around each call queued behind a spin kernel, median (and p90) of "
                f"{report['iters']} calls after warm-up, inputs rotated over copies larger than 3x L2, a row's "
                f"calls (cudattn and each peer) timed in turns, at least {ROUNDS} rounds of a share of the "
-               f"samples, the order rotated and reversed from round to round (the clocks follow the load "
-               f"of the calls before); "
+               f"samples, in a balanced order (each call first, and right after each other call, equally "
+               f"often: the clocks follow the load of the calls before); "
                f"ratio = cudattn speed / peer speed (above 1: cudattn is faster); each cudattn row checked "
                f"against the float64 reference on a subsample (FlashAttention's rule: max|out - ref| <= "
                f"2·max|naive - ref| + 1e-5)",

@@ -74,7 +74,7 @@ class Turns:
     """A row's calls, collected while the row is set up (`time_ours`, `time_peer`), then timed in
     turns (`time`): first on the GPU, then as called. Timed one after another, a call timed right
     after an idle moment (the row's check) ran at higher clocks than the calls after it; in turns,
-    rotated each round, the row's ratios compare figures of the same seconds."""
+    in a balanced order (`timing.turn_order`), the row's ratios compare figures of the same seconds."""
 
     def __init__(self, case: Case):
         self.case = case

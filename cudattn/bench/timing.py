@@ -48,18 +48,28 @@ ROUNDS = 3  # turns each call gets at least, where calls are timed in turns
 
 
 def turn_order(n: int, r: int) -> list[int]:
-    """The order of ``n`` entries in round ``r`` of calls timed in turns: rotated by one every other
-    round, and reversed in the rounds between, so that each entry goes first in some round and
-    follows each of its neighbours alike. The GPU's clocks follow the load of the last milliseconds:
-    one 16384-row call timed as called took 7-20 % longer right after another call's burst than
-    right after a slower peer's, and in a fixed cycle an entry would always follow the same one."""
-    order = [(r // 2 + j) % n for j in range(n)]
-    return order if r % 2 == 0 else order[::-1]
+    """The order of ``n`` entries in round ``r`` of calls timed in turns: a Williams design, the
+    sequence 0, 1, n-1, 2, n-2, ... shifted by ``r``, and reversed in rounds n..2n-1, so that over
+    2n rounds every entry takes every place twice and follows every other entry twice. The GPU's
+    clocks follow the load of the last milliseconds: one 16384-row call timed as called took 7-20 %
+    longer right after another call's burst than right after a slower peer's. The order used
+    before (rotated every other round, reversed between) balanced only neighbours: of four entries
+    the second never followed the fourth, the slowest peer, and read up to 7 % slower as called
+    than the same call as the first entry."""
+    base, lo, hi = [0], 1, n - 1
+    while len(base) < n:
+        base.append(lo)
+        lo += 1
+        if len(base) < n:
+            base.append(hi)
+            hi -= 1
+    order = [(b + r) % n for b in base]
+    return order if (r // n) % 2 == 0 else order[::-1]
 
 
 def rounds_for(n: int, iters: int | None = None) -> int:
-    """Rounds for ``n`` entries timed in turns: enough for each to take every place once, forward
-    and reversed; no more than ``iters`` (each round takes a sample of each entry)."""
+    """Rounds for ``n`` entries timed in turns: enough for `turn_order` to balance places and
+    predecessors (2n); no more than ``iters`` (each round takes a sample of each entry)."""
     rounds = max(ROUNDS, 2 * n)
     return rounds if iters is None else max(1, min(rounds, iters))
 
