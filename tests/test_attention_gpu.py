@@ -131,7 +131,8 @@ def test_default_tiles_on_small_problems(B, Sq, Sk, Hq, Hkv, causal, layout, D, 
     assert _plan._plans, "the call was planned afresh"
     if next(iter(_plan._plans.values())).variant.family == "sm90":
         rows = {p.variant.tiles.block_m for p in _plan._plans.values()}
-        two_ctas = D <= 64 and causal and 512 < Sq <= 1024 and Sk <= Sq  # 64-row tiles, two CTAs an SM (tile_tables)
+        # 64-row tiles, two CTAs an SM, where 192-row tiles would end in one of 1-64 rows (tile_tables)
+        two_ctas = D <= 64 and causal and 512 < Sq <= 1024 and 0 < Sq % 192 <= 64 and Sk <= Sq
         two_128 = 192 < Sq <= 256  # head dim 64: two 128-row tiles rather than 192 and 1-64 rows
         assert rows == ({64} if two_ctas else {128} if D > 64 or causal and Sq <= 128 or two_128 else {192})
 

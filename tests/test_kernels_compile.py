@@ -192,7 +192,9 @@ def test_decode_params_structs_match_header():
 
 
 @pytest.mark.parametrize("seqlen_q,causal,block_m,per_sm", [
-    (None, True, 192, 1), (512, True, 192, 1), (513, True, 64, 2), (1024, True, 64, 2), (1025, True, 192, 1),
+    (None, True, 192, 1), (512, True, 192, 1), (513, True, 192, 1), (576, True, 192, 1), (577, True, 64, 2),
+    (640, True, 64, 2), (641, True, 192, 1), (768, True, 192, 1), (800, True, 64, 2), (896, True, 192, 1),
+    (1000, True, 64, 2), (1024, True, 64, 2), (1025, True, 192, 1),
     (2048, True, 192, 1), (128, True, 128, 1), (1, True, 128, 1), (512, False, 192, 1), (1024, False, 192, 1),
     (None, False, 192, 1), (129, True, 192, 1), (192, True, 192, 1), (193, True, 128, 1), (256, True, 128, 1),
     (257, True, 192, 1), (192, False, 192, 1), (193, False, 128, 1), (256, False, 128, 1), (257, False, 192, 1),
@@ -201,15 +203,16 @@ def test_hopper_head_dim_64_tiles_follow_the_query_length(seqlen_q, causal, bloc
     """Head dim 64 runs three consumer warpgroups (BM = 192; causal, each skips the key tiles its
     rows do not see), except causal calls of at most 128 query rows a sequence (one 128-row tile),
     calls of 193 to 256 rows (two 128-row tiles, causal or not) and causal calls of 513 to 1024
-    rows (64-row tiles of one consumer, two CTAs an SM: their build is told so, CUDATTN_MIN_BLOCKS),
-    each with the same 128-key tiles; from 193 to 512 rows with three K/V stages."""
+    rows whose last 192-row tile would hold at most 64 rows (64-row tiles of one consumer, two CTAs
+    an SM: their build is told so, CUDATTN_MIN_BLOCKS), each with the same 128-key tiles; from 193
+    to 1024 rows with three K/V stages (but the two-CTA tiles)."""
     for dt in ("float16", "bfloat16"):
         v = _traits.select(dt, 64, causal, 232448, "sm90", seqlen_q=seqlen_q, two_ctas=True)
         d = v.defines()
         assert (v.tiles.block_m, v.threads, d["CUDATTN_CONSUMERS"]) == (block_m, 128 * (block_m // 64 + 1), block_m // 64)
         assert (v.tiles.min_blocks, d.get("CUDATTN_MIN_BLOCKS", 1), v.tiles.block_n) == (per_sm, per_sm, 128)
-        # three K/V stages: the short causal rows' tiles, and the rule of 193-512 rows a sequence
-        three = seqlen_q is not None and (192 < seqlen_q <= 512 or causal and seqlen_q <= 128)
+        # three K/V stages: the short causal rows' tiles, and the rule of 193-1024 rows a sequence
+        three = per_sm == 1 and seqlen_q is not None and (192 < seqlen_q <= 1024 or causal and seqlen_q <= 128)
         assert v.tiles.stages == (3 if three else 2), (seqlen_q, causal, v.tiles)
         if per_sm == 2:  # two CTAs' shared memory (and the driver's 1 KiB each) in one SM's 228 KiB
             assert 2 * (v.smem_bytes + 1024 + 1024) <= 233472

@@ -131,8 +131,9 @@ def test_the_small_grid_builds_are_listed_for_warming_and_compile_checks():
 
 def test_two_ctas_only_for_causal_self_attention_outside_a_margin():
     """The two-CTA tiles (64 rows, two CTAs an SM) serve causal calls at head dim 64 of 513-1024
-    rows with no more keys than rows; not with a window, inside an SM margin (the spare CTAs would
-    leave halves of SMs), nor with more keys than rows (chunked prefill: not measured)."""
+    rows with no more keys than rows, where 192-row tiles would end in one of 1-64 rows; not with
+    a window, inside an SM margin (the spare CTAs would leave halves of SMs), nor with more keys
+    than rows (chunked prefill: not measured)."""
     from cudattn._kernels import sm_margin
 
     p = _plan(8, 1024, 16, 64, causal=True)
@@ -147,6 +148,8 @@ def test_two_ctas_only_for_causal_self_attention_outside_a_margin():
     p = plan.make_plan(validate(q, k, v, causal=True, host=False), H200)
     assert (p.variant.tiles.block_m, p.variant.tiles.min_blocks) == (192, 1)
     assert _plan(8, 2048, 16, 64, causal=True).variant.tiles.block_m == 192  # past the two-CTA rows
+    # 768 rows are four whole 192-row tiles, 704 leave a last tile of 128 rows: the 192-row tiles
+    assert [_plan(8, s, 16, 64, causal=True).variant.tiles.block_m for s in (600, 704, 768, 832)] == [64, 192, 192, 64]
 
 
 

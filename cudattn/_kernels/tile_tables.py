@@ -90,8 +90,13 @@ class RowRange(NamedTuple):
 # but -5 % at 2048, hence up to 1024; not kept at head dim 128 (-1 to -16 %) or without a mask (-8 to
 # -10 %). The same key tile as the 192-row build, so the same bits as the C launcher's, which runs
 # that one (it sizes its grids one CTA an SM); `_plan` takes it only outside an SM margin, without a
-# window and with no more keys than rows (the shapes measured).
+# window and with no more keys than rows (the shapes measured). Only where the 192-row tiles would
+# end in one of at most 64 rows (`traits.select`, TWO_CTAS_TAIL_ROWS): a sweep of 520-1024 rows
+# (causal, bf16, tune_tiles) found the two-CTA tiles 0-3 % faster where the rows a sequence leave
+# 1-64 past a multiple of 192 (600, 640, 800, 832, 1000, 1024), and the 192-row tiles with three
+# K/V stages 2-11 % faster everywhere else (520, 544, 576, 672, 704, 768, 864, 896, 960).
 _SM90_TWO_CTAS = {64: RowRange(512, 1024, Tiles(64, 128, 8, 2, 2, False, 2))}
+TWO_CTAS_TAIL_ROWS = 64  # the two-CTA tiles where the other tiles' last one would hold at most this many rows
 # Tiles by query rows a sequence, causal or not (RowRange: above < seqlen_q <= upto). Head dim 64:
 # - 193-256 rows: two 128-row tiles of two consumers (three K/V stages) rather than a full 192-row
 #   tile and one of 1-64 rows, whose one consumer runs its chain of key tiles alone. On an H200
@@ -99,11 +104,11 @@ _SM90_TWO_CTAS = {64: RowRange(512, 1024, Tiles(64, 128, 8, 2, 2, False, 2))}
 #   not; 256 rows +14-18 % causal (0.80-0.82 -> 0.94-0.95x), +5-8 % not. One 192-row tile (129-192
 #   rows) stays 17-35 % faster, and so do 192-row tiles at 320 and 448 rows. The same key tiles as
 #   the 192-row build, so the same bits.
-# - 257-512 rows: the 192-row tiles with three K/V stages (two above): 384 rows +2.0-2.4 % causal,
-#   +0.5-1 % not, 512 rows 0 to +1 % (tune_tiles, three runs); from 1500 rows no gain (within
-#   +-0.6 %, 2048 rows -0.5 %). (benchmarks/NOTES.md)
+# - 257-1024 rows: the 192-row tiles with three K/V stages (two above): 384 rows +2.0-2.4 % causal,
+#   +0.5-1 % not, 512 rows 0 to +1 % (tune_tiles, three runs), 640-1024 rows causal +0.7-1.7 %; from
+#   1280 rows no gain (within +-0.6 %, 2048 rows -0.5 %). (benchmarks/NOTES.md)
 _SM90_SHORT_ROWS = {64: (RowRange(192, 256, Tiles(128, 128, 12, 3, 1, True, 2)),
-                         RowRange(256, 512, Tiles(192, 128, 16, 3, 1, True, 2)))}
+                         RowRange(256, 1024, Tiles(192, 128, 16, 3, 1, True, 2)))}
 # Small grids. A problem whose tiles all fit in one wave of the persistent grid (one a CTA) takes
 # the call's time from each CTA's chain of key tiles, not from the SMs' shared throughput: there
 # fewer consumer warpgroups a CTA (fewer query rows a tile, more CTAs) run shorter chains. On an

@@ -21,7 +21,8 @@ import numpy as np
 from .._spec.modifiers import MOD_ALIBI, MOD_SOFTCAP, MOD_WINDOW
 from .tile_tables import (_CANDIDATES, _FP8_CANDIDATES, _FP8_SM90_NARROW_KEYS, _FP8_SM90_TILES, _MODS_CANDIDATES,
                           _SM90_SHORT_CAUSAL, _SM90_SHORT_ROWS, _SM90_SMALL_GRID, _SM90_TILES, _SM90_TWO_CTAS,
-                          CAUSAL_TWO_WAVES_ROWS, FP8_SM90_TILE_DIMS, FP8_TILE_DIMS, SM90_TILE_DIMS, Tiles)
+                          CAUSAL_TWO_WAVES_ROWS, FP8_SM90_TILE_DIMS, FP8_TILE_DIMS, SM90_TILE_DIMS,
+                          TWO_CTAS_TAIL_ROWS, Tiles)
 
 FAMILIES = ("sm80", "sm90")
 KERNEL_SOURCE = {"sm80": "flash_fwd_sm80.cu", "sm90": "flash_fwd_sm90.cu"}
@@ -213,8 +214,9 @@ def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, 
     the FP8 Hopper family (every other build takes a window); ``small_rows``: `small_grid_rows`'s
     answer for the problem (the Hopper family's small-grid tiles, where they hold fewer query rows
     than the build the other rules choose); ``two_ctas``: the call may run the two-CTA tiles of its
-    row range (`_SM90_TWO_CTAS`; the plan says when; not on small grids). Without it the answer is
-    the C launcher's build too."""
+    row range (`_SM90_TWO_CTAS`; the plan says when; not on small grids), which it does where the
+    other tiles would end in one of at most TWO_CTAS_TAIL_ROWS rows. Without it the answer is the C
+    launcher's build too."""
     name = _dtype_name(dtype)
     if name == FP8:
         v = _select_fp8(head_dim, causal, smem_limit, family, out_dtype)
@@ -239,7 +241,7 @@ def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, 
             if rows.above < seqlen_q <= rows.upto:
                 tiles = rows.tiles
         pair = _SM90_TWO_CTAS.get(d) if two_ctas and causal and not small_rows and seqlen_q is not None else None
-        if pair is not None and pair.above < seqlen_q <= pair.upto:
+        if pair is not None and pair.above < seqlen_q <= pair.upto and 0 < seqlen_q % tiles.block_m <= TWO_CTAS_TAIL_ROWS:
             tiles = pair.tiles
         small = _SM90_SMALL_GRID.get((d, bool(causal), small_rows)) if small_rows else None
         if small is not None and small.block_m < tiles.block_m:
@@ -310,6 +312,7 @@ def all_variants(arch: str) -> list[Variant]:
         out += [select(dt, d, causal, limit, "sm90") for dt in DTYPE_NAMES.values() for d in SM90_TILE_DIMS
                 for causal in (False, True)]
         out += [select(dt, d, True, limit, "sm90", seqlen_q=1) for dt in DTYPE_NAMES.values() for d in _SM90_SHORT_CAUSAL]
+        # (rows.upto, 1024 rows at head dim 64, is one the two-CTA tiles take: 192-row tiles would end in 64)
         out += [select(dt, d, True, limit, "sm90", seqlen_q=rows.upto, two_ctas=True) for dt in DTYPE_NAMES.values()
                 for d, rows in _SM90_TWO_CTAS.items()]
         # (the 128-row causal tiles of the short-row rule are the short causal rows')
