@@ -212,7 +212,8 @@ def test_hopper_head_dim_64_tiles_follow_the_query_length(seqlen_q, causal, bloc
         assert (v.tiles.block_m, v.threads, d["CUDATTN_CONSUMERS"]) == (block_m, 128 * (block_m // 64 + 1), block_m // 64)
         assert (v.tiles.min_blocks, d.get("CUDATTN_MIN_BLOCKS", 1), v.tiles.block_n) == (per_sm, per_sm, 128)
         # three K/V stages: the short causal rows' tiles, and the rule of 193-1024 rows a sequence
-        three = per_sm == 1 and seqlen_q is not None and (192 < seqlen_q <= 1024 or causal and seqlen_q <= 128)
+        rows = seqlen_q or 0
+        three = per_sm == 1 and (192 < rows <= 1024 or causal and 0 < rows <= 128)
         assert v.tiles.stages == (3 if three else 2), (seqlen_q, causal, v.tiles)
         if per_sm == 2:  # two CTAs' shared memory (and the driver's 1 KiB each) in one SM's 228 KiB
             assert 2 * (v.smem_bytes + 1024 + 1024) <= 233472

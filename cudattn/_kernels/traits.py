@@ -241,7 +241,8 @@ def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, 
             if rows.above < seqlen_q <= rows.upto:
                 tiles = rows.tiles
         pair = _SM90_TWO_CTAS.get(d) if two_ctas and causal and not small_rows and seqlen_q is not None else None
-        if pair is not None and pair.above < seqlen_q <= pair.upto and 0 < seqlen_q % tiles.block_m <= TWO_CTAS_TAIL_ROWS:
+        tail = seqlen_q % tiles.block_m if seqlen_q is not None else 0  # rows of the other tiles' last one
+        if pair is not None and pair.above < seqlen_q <= pair.upto and 0 < tail <= TWO_CTAS_TAIL_ROWS:
             tiles = pair.tiles
         small = _SM90_SMALL_GRID.get((d, bool(causal), small_rows)) if small_rows else None
         if small is not None and small.block_m < tiles.block_m:
@@ -312,7 +313,7 @@ def all_variants(arch: str) -> list[Variant]:
         out += [select(dt, d, causal, limit, "sm90") for dt in DTYPE_NAMES.values() for d in SM90_TILE_DIMS
                 for causal in (False, True)]
         out += [select(dt, d, True, limit, "sm90", seqlen_q=1) for dt in DTYPE_NAMES.values() for d in _SM90_SHORT_CAUSAL]
-        # (rows.upto, 1024 rows at head dim 64, is one the two-CTA tiles take: 192-row tiles would end in 64)
+        # (rows.upto, 1024 rows at head dim 64, is one the two-CTA tiles take: 192-row tiles end in 64)
         out += [select(dt, d, True, limit, "sm90", seqlen_q=rows.upto, two_ctas=True) for dt in DTYPE_NAMES.values()
                 for d, rows in _SM90_TWO_CTAS.items()]
         # (the 128-row causal tiles of the short-row rule are the short causal rows')
