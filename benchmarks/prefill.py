@@ -59,28 +59,11 @@ class Prefill(PrefillCase):
     track_tflops_as_called.unit = "TFLOP/s"
 
 
-class PrefillShortRows(PrefillCase):
+class PrefillShortRows(Prefill):
     """Short sequences (256–1024 rows), where a tile's fixed costs and the last wave's balance
     weigh most: the query-tile rules by row count, causal (the longest rows' tiles at the bottom,
-    the shortest at the top) and not."""
+    the shortest at the top) and not. Prefill's tracks on other shapes."""
 
     version = "1"
     params = ([("bfloat16", 64, 256, True), ("bfloat16", 64, 384, True), ("bfloat16", 64, 512, True),
                ("bfloat16", 64, 1024, True), ("bfloat16", 64, 512, False), ("bfloat16", 128, 512, True)],)
-    param_names = ["dtype_D_S_causal"]
-
-    def setup(self, case):
-        _common.require_gpu()
-        self.prepare(*case, out_bytes=2)
-
-    def track_tflops(self, case):
-        """GPU time: calls queued back to back, the host's time hidden behind the GPU's."""
-        return self._tflops(_common.gpu_ms_per_call(self._call, self.sets))
-
-    track_tflops.unit = "TFLOP/s"
-
-    def track_tflops_as_called(self, case):
-        """As called: one call on an idle stream, the host's time of the call included."""
-        return self._tflops(_common.as_called_ms(self._call, self.sets))
-
-    track_tflops_as_called.unit = "TFLOP/s"
