@@ -117,7 +117,7 @@ DEFAULT_TILES = [
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("D", [64, 128, 192, 256])
 @pytest.mark.parametrize("B,Sq,Sk,Hq,Hkv,causal,layout", DEFAULT_TILES)
 def test_default_tiles_on_small_problems(B, Sq, Sk, Hq, Hkv, causal, layout, D, dtype, monkeypatch):
     from cudattn._calls import call as _call
@@ -134,7 +134,11 @@ def test_default_tiles_on_small_problems(B, Sq, Sk, Hq, Hkv, causal, layout, D, 
         # 64-row tiles, two CTAs an SM, where 192-row tiles would end in one of 1-64 rows (tile_tables)
         two_ctas = D <= 64 and causal and 512 < Sq <= 1024 and 0 < Sq % 192 <= 64 and Sk <= Sq
         two_128 = 192 < Sq <= 256  # head dim 64: two 128-row tiles rather than 192 and 1-64 rows
-        assert rows == ({64} if two_ctas else {128} if D > 64 or causal and Sq <= 128 or two_128 else {192})
+        if D <= 64:
+            want = {64} if two_ctas else {128} if causal and Sq <= 128 or two_128 else {192}
+        else:  # three consumers at head dim 128 past 1536 rows, at 192 past 128
+            want = {192} if D in (128, 192) and Sq > {128: 1536, 192: 128}[D] else {128}
+        assert rows == want
 
 
 @pytest.mark.parametrize("causal,Sq,Sk", [(True, 256, 256), (True, 200, 450), (False, 193, 301), (False, 256, 77)])
@@ -169,6 +173,57 @@ def test_two_128_row_tiles_equal_the_192_row_tiles(monkeypatch, kernel_family, c
     ref = reference.attention(*(cudattn.to_host(x) for x in (q, k, v)), causal=causal)
     naive = reference.attention_naive(*(cudattn.to_host(x) for x in (q, k, v)), causal=causal, dtype=ml_dtypes.bfloat16)
     ok, err, bound = reference.check_close(two.astype(np.float64), ref, naive)
+    assert ok, (err, bound)
+
+
+
+@pytest.mark.parametrize("D,causal,Sq,Sk,mods", [
+    (128, False, 177, 301, False), (128, True, 400, 400, False), (128, True, 300, 517, True),
+    (128, False, 999, 64, True), (192, False, 201, 333, False), (192, True, 450, 450, True),
+    (160, True, 385, 300, False), (96, False, 250, 130, True)])
+def test_three_consumers_equal_two_from_head_dim_128(monkeypatch, kernel_family, D, causal, Sq, Sk, mods):
+    """From head dim 128 the long rows take three consumers, each waiting for its P V before its
+    next S = Q K^T (sm90/consumer.cuh, SERIAL); shorter rows take two. A row sees the same key
+    tiles in the same order in both, so the two give the same bits; forced here on short rows,
+    with softcap, ALiBi and sinks in some cases (builds of their own)."""
+    from cudattn._calls import call as _call
+    from cudattn._kernels import plan as _plan
+    from cudattn._kernels import traits as _traits
+    from cudattn._kernels.tile_tables import RowRange
+    from cudattn._runtime import device as _device
+
+    if kernel_family != "fastest" or _device.device_properties(0).arch not in _traits.HOPPER_ARCHS:
+        pytest.skip("a rule of the Hopper builds (the small-grid rule is off here, as in 'usual-tiles')")
+    monkeypatch.setattr(_traits, "small_grid_rows", lambda *a: None)
+    rng = np.random.default_rng(next(_seed))
+    Hq, Hkv, B = 6, 2, 2
+    qs, ks = _shapes(B, Sq, Sk, Hq, Hkv, D, "bshd")
+    q, k, v = (cudattn.to_device(_rand(rng, s, ml_dtypes.bfloat16)) for s in (qs, ks, ks))
+    kw = {}
+    if mods:
+        kw = dict(softcap=30.0, sinks=rng.uniform(-2, 2, Hq).astype(np.float32),
+                  alibi_slopes=(2.0 ** -rng.uniform(1, 8, Hq)).astype(np.float32))
+
+    def run(rows):
+        monkeypatch.setattr(_plan, "_plans", {})
+        monkeypatch.setattr(_call, "_plans", {})
+        out = _poisoned_out(qs, ml_dtypes.bfloat16)
+        cudattn.attention(q, k, v, causal=causal, out=out,
+                          **{n: cudattn.to_device(x) if isinstance(x, np.ndarray) else x for n, x in kw.items()})
+        assert {p.variant.tiles.block_m for p in _plan._plans.values()} == {rows}
+        return cudattn.to_host(out)
+
+    dim = _traits.tile_dim_for(D, _traits.SM90_TILE_DIMS)
+    monkeypatch.setitem(_traits._SM90_SHORT_ROWS, dim, (RowRange(0, 1 << 30, _traits._SM90_SHORT_ROWS[dim][0].tiles),))
+    two = run(128)
+    monkeypatch.setitem(_traits._SM90_SHORT_ROWS, dim, ())
+    three = run(192)
+    assert not np.isnan(two.astype(np.float32)).any()
+    assert np.array_equal(two.view(np.uint16), three.view(np.uint16))
+    host = [cudattn.to_host(x) for x in (q, k, v)]
+    ref = reference.attention(*host, causal=causal, **kw)
+    naive = reference.attention_naive(*host, causal=causal, dtype=ml_dtypes.bfloat16, **kw)
+    ok, err, bound = reference.check_close(three.astype(np.float64), ref, naive)
     assert ok, (err, bound)
 
 

@@ -85,6 +85,7 @@ PREFILL = [  # (B, Sq, Sk, Hq, Hkv, D, dtype)
     (1, 300, 300, 8, 8, 128, BF16),
     (2, 333, 150, 4, 1, 96, np.float16),
     (1, 200, 257, 2, 2, 256, BF16),
+    (1, 301, 280, 4, 2, 160, np.float16),  # three consumers (192-row tiles) but for windows
 ]
 
 

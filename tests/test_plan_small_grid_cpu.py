@@ -59,7 +59,10 @@ def _plan(B, S, H, D, dtype=F16, causal=False, props=H200, window=None):
     (1, 512, 16, 128, False, 64),  # 128 tiles of 64 rows
     (2, 1024, 8, 128, False, 128),  # 256 tiles of 64 rows: two waves, not causal
     (1, 2048, 8, 128, True, 64),  # 256, causal
-    (16, 4096, 16, 128, True, 128),
+    (16, 4096, 16, 128, True, 192),  # past the small grids and 1536 rows: three consumers
+    (16, 1024, 16, 128, False, 128),  # ... which shorter rows at head dim 128 do not take
+    (4, 4096, 16, 192, False, 192),
+    (64, 128, 16, 192, False, 128),  # rows one 128-row tile holds
     (1, 512, 8, 256, False, 64),
     (1, 512, 8, 256, True, 128),  # causal head dim 256 keeps its tiles (the short causal rows' 64 keys)
     (2, 1024, 8, 256, False, 128),
@@ -158,7 +161,8 @@ def test_two_ctas_only_for_causal_self_attention_outside_a_margin():
     (8, 1024, 16, 64, False, True),  # 1024 = 5 x 192 + 64: two consumers past the end
     (8, 960, 16, 64, False, False),  # 960 = 5 x 192: every tile whole
     (8, 1100, 16, 64, False, False),  # 1100 = 5 x 192 + 140: three consumers have rows
-    (4, 4096, 16, 128, False, False),  # 128-row tiles, 4096 = 32 x 128
+    (4, 3840, 16, 128, False, False),  # 192-row tiles, 3840 = 20 x 192
+    (4, 4096, 16, 128, False, True),  # 4096 = 21 x 192 + 64
     (8, 900, 16, 128, False, True),  # 900 = 7 x 128 + 4: the second consumer past the end
     (8, 1000, 16, 128, False, False),  # 1000 = 7 x 128 + 104: both consumers have rows
     (1, 512, 8, 64, False, False),  # one consumer a tile (the small grid): never past the end

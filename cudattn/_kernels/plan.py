@@ -130,7 +130,8 @@ def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, 
     windowed = problem.window is not None
     # Windows: Hopper builds of one or two consumer warpgroups only (fwd_sm90.cuh, WINDOW): at head
     # dim 64 the tiles the short-causal rule picks (seqlen_q 1) or the small-grid tiles, else the
-    # portable kernel; FP8 Hopper builds compile the window in only when asked (MOD_WINDOW, with
+    # portable kernel; at head dims 128 and 192 those of the shortest rows (seqlen_q 1: two
+    # consumers); FP8 Hopper builds compile the window in only when asked (MOD_WINDOW, with
     # narrower key tiles: _traits).
     mods = (problem.mods.bits if problem.mods is not None else 0) | (MOD_WINDOW if windowed else 0)
     # Tiles of fewer query rows where they fit in a wave or two of the persistent grid (_traits)
@@ -140,7 +141,7 @@ def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, 
     # no SMs to leave free (two CTAs an SM would leave halves of SMs, not whole ones: sm_margin)
     two_ctas = not (windowed or margin) and problem.seqlen_k <= problem.seqlen_q
     variant = _traits.select(problem.dtype, problem.head_dim, problem.causal, smem_limit, family, problem.out_dtype,
-                             1 if windowed and family == "sm90" and problem.head_dim <= 64 else problem.seqlen_q, mods,
+                             1 if windowed and family == "sm90" and problem.head_dim <= 192 else problem.seqlen_q, mods,
                              small_rows, two_ctas)
     if windowed and family == "sm90" and variant.tiles.block_m > 128:
         family = "sm80"

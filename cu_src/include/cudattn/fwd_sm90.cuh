@@ -8,9 +8,11 @@
 // Inside a consumer, the next tile's S = Q K^T is issued before the current P V, so the softmax
 // of one tile runs while the tensor cores work on the other (intra-warpgroup overlap). With
 // PINGPONG, the consumers also take turns issuing their products (named barriers, round robin),
-// so one's softmax runs under the others' GEMMs. Three consumers (head dim 64) give each SM
-// scheduler three warps to issue from where two leave the softmax's dependent chains exposed,
-// at 160 registers a consumer thread instead of 240. One consumer (no ping-pong) serves grids
+// so one's softmax runs under the others' GEMMs. Three consumers give each SM scheduler three
+// warps to issue from where two leave the softmax's dependent chains exposed, at 160 registers a
+// consumer thread instead of 240; from head dim 128 those hold O and S but not P beside them, so
+// there a consumer's P V completes before its next S = Q K^T is issued, and the other two
+// consumers' products cover its softmax (consumer.cuh, SERIAL). One consumer (no ping-pong) serves grids
 // too small to fill the GPU, where a CTA's chain of key tiles is the call's time, and, two CTAs
 // an SM (MIN_BLOCKS), causal rows of medium length: each CTA on tiles of its own.
 // The grid is persistent: in round r, CTA c takes tile r * gridDim.x + c. Causal tiles come

@@ -39,6 +39,11 @@ struct Sm90Consumer {
     // softcap, nor the state with three consumers (160 registers): there they spill.
     static constexpr bool OVERLAP_TAIL = !(FP8 && BN >= 256 && (MODS & MOD_SOFTCAP));
     static constexpr bool NEXT_UNDER_TAIL = OVERLAP_TAIL && Q_STAGES > 1 && CONSUMERS < 3;
+    // Three consumers from head dim 128 (128 and 192 run them): 160 registers hold O and S, or O and P, not all
+    // three, so in its turn a consumer issues P V, waits for all but its last k-step, then issues
+    // the next S = Q K^T (S and P never live together); the other two consumers' products, not its
+    // own P V, cover its softmax.
+    static constexpr bool SERIAL = CONSUMERS == 3 && D >= 128 && !FP8;
     typedef Sm90Epilogue<typename K::OutT, D, BM> Epilogue;
 
     // S = Q K^T for this warpgroup's 64 rows against one key stage (issued and committed, not waited).
@@ -57,11 +62,12 @@ struct Sm90Consumer {
 
     // O += P V for one value stage (O = P V when not `accumulate`). 16-bit: 16 keys (2048 bytes of
     // V rows) per k-step. FP8: 32 keys, 32 bytes along each Vt row, 4 steps per 128-key box.
+    template <int K0 = 0, int K1 = BN / PV_K>
     static __device__ __forceinline__ void issue_pv(float (&o)[1][D / 8][4], const unsigned (&pk)[BN / PV_K][4],
                                                     unsigned long long v_desc, bool accumulate) {
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < BN / PV_K; ++kk) {
+        for (int kk = K0; kk < K1; ++kk) {
             if constexpr (FP8)
                 Wgmma<T>::rs(flat<D>(o), pk[kk], v_desc + (kk % 4) * (32 >> 4) + (kk / 4) * (VT_BOX >> 4),
                              accumulate || kk > 0);
@@ -317,6 +323,31 @@ struct Sm90Consumer {
 
             for (int j = 1; j < cur.n_tiles; ++j) {
                 const int ik = it + j, iv = it + j - 1;
+                if constexpr (SERIAL) {
+                    mbar_wait(&bars.v_full[stage(iv)], phase(iv));
+                    turn_begin(cw);
+                    // The last k-step committed apart: it runs while this consumer learns that the
+                    // others are done and issues S, so the tensor cores do not wait for that; its 16
+                    // keys of P are all the registers S and O leave free.
+                    issue_pv<0, BN / PV_K - 1>(o, pk, v_desc(iv), j > 1);
+                    issue_pv<BN / PV_K - 1, BN / PV_K>(o, pk, v_desc(iv), true);
+                    wgmma_wait<1>();
+                    mbar_wait(&bars.k_full[stage(ik)], phase(ik));
+                    issue_qk(s, q_desc(n), k_desc(ik));
+                    turn_end(cw);
+                    wgmma_wait<1>();
+                    fence_operands(flat<D>(o));
+                    release(&bars.v_empty[stage(iv)], lane);
+                    wgmma_wait<0>();
+                    fence_operands(flat<BN>(s));
+                    release(&bars.k_empty[stage(ik)], lane);
+                    if (j == cur.n_tiles - 1) release(&bars.q_empty[n % Q_STAGES], lane);
+                    mask_tile(p, s, cur, j, cw, warp, lane);
+                    softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha, bounded);
+                    if (!bounded) rescale_if_needed(o, alpha);
+                    to_operand(pk, s);
+                    continue;
+                }
                 mbar_wait(&bars.k_full[stage(ik)], phase(ik));
                 turn_begin(cw);
                 issue_qk(s, q_desc(n), k_desc(ik));
