@@ -93,9 +93,15 @@ def test_other_builds_keep_their_tiles(D, dtype):
 def test_a_window_in_a_small_grid_stays_on_hopper():
     """Windows need a Hopper build of one or two consumers: a non-causal head-dim-64 call with a
     window takes the portable kernel where it would get 192-row tiles, the small-grid tiles
-    otherwise."""
+    otherwise; at head dims 128 and 192 (three consumers on long rows) it takes the two-consumer
+    tiles of their short rows, however long its rows."""
     assert _plan(1, 512, 8, 64, window=(100, 100)).variant.family == "sm90"
     assert _plan(16, 2048, 16, 64, window=(100, 100)).variant.family == "sm80"
+    for D in (96, 128, 160, 192):
+        assert _plan(4, 4096, 16, D).variant.tiles.block_m == 192
+        for causal in (False, True):
+            v = _plan(4, 4096, 16, D, causal=causal, window=(100, 0)).variant
+            assert v.family == "sm90" and v.tiles.block_m == 128, (D, causal, v.tiles)
 
 
 def test_small_grid_builds_keep_their_widths_key_tile():
