@@ -12,9 +12,9 @@
 // warps to issue from where two leave the softmax's dependent chains exposed, at 160 registers a
 // consumer thread instead of 240; from head dim 128 those hold O and S but not P beside them, so
 // there a consumer's P V completes before its next S = Q K^T is issued, and the other two
-// consumers' products cover its softmax (consumer.cuh, SERIAL). One consumer (no ping-pong) serves grids
-// too small to fill the GPU, where a CTA's chain of key tiles is the call's time, and, two CTAs
-// an SM (MIN_BLOCKS), causal rows of medium length: each CTA on tiles of its own.
+// consumers' products cover its softmax (consumer.cuh, SERIAL). One consumer (no ping-pong)
+// serves grids too small to fill the GPU, where a CTA's chain of key tiles is the call's time,
+// and, two CTAs an SM (MIN_BLOCKS), causal rows of medium length: each CTA on tiles of its own.
 // The grid is persistent: in round r, CTA c takes tile r * gridDim.x + c. Causal tiles come
 // longest first (bottom row blocks of every head before any shorter one) and odd rounds go
 // right to left (a snake), so that the CTAs' sums of tile lengths come out nearly equal; given a

@@ -39,10 +39,10 @@ struct Sm90Consumer {
     // softcap, nor the state with three consumers (160 registers): there they spill.
     static constexpr bool OVERLAP_TAIL = !(FP8 && BN >= 256 && (MODS & MOD_SOFTCAP));
     static constexpr bool NEXT_UNDER_TAIL = OVERLAP_TAIL && Q_STAGES > 1 && CONSUMERS < 3;
-    // Three consumers from head dim 128 (128 and 192 run them): 160 registers hold O and S, or O and P, not all
-    // three, so in its turn a consumer issues P V, waits for all but its last k-step, then issues
-    // the next S = Q K^T (S and P never live together); the other two consumers' products, not its
-    // own P V, cover its softmax.
+    // Three consumers from head dim 128 (the builds of 128 and 192 run them): 160 registers hold O
+    // and S, or O and P, not all three, so in its turn a consumer issues P V, waits for all but its
+    // last k-step, then issues the next S = Q K^T (S and P never live together); the other two
+    // consumers' products, not its own P V, cover its softmax.
     static constexpr bool SERIAL = CONSUMERS == 3 && D >= 128 && !FP8;
     typedef Sm90Epilogue<typename K::OutT, D, BM> Epilogue;
 
