@@ -98,8 +98,10 @@ def _random_bits(rng, shape, dtype):
 def _free_bytes() -> int:
     from cuda.bindings import driver
 
+    cudattn._runtime.device.get_device()  # the context current: the test may be the process's first
     cudattn.empty_cache()  # earlier tests' freed arrays sit in the pool
     err, free, total = driver.cuMemGetInfo()
+    assert err == driver.CUresult.CUDA_SUCCESS, err
     return int(free)
 
 
