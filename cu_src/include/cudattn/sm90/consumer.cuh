@@ -323,7 +323,7 @@ struct Sm90Consumer {
 
             for (int j = 1; j < cur.n_tiles; ++j) {
                 const int ik = it + j, iv = it + j - 1;
-                if constexpr (SERIAL) {
+                if constexpr (SERIAL) {  // P V of tile j-1 done, then S of tile j issued
                     mbar_wait(&bars.v_full[stage(iv)], phase(iv));
                     turn_begin(cw);
                     // The last k-step committed apart: it runs while this consumer learns that the
@@ -339,30 +339,25 @@ struct Sm90Consumer {
                     fence_operands(flat<D>(o));
                     release(&bars.v_empty[stage(iv)], lane);
                     wgmma_wait<0>();
-                    fence_operands(flat<BN>(s));
-                    release(&bars.k_empty[stage(ik)], lane);
-                    if (j == cur.n_tiles - 1) release(&bars.q_empty[n % Q_STAGES], lane);
-                    mask_tile(p, s, cur, j, cw, warp, lane);
-                    softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha, bounded);
-                    if (!bounded) rescale_if_needed(o, alpha);
-                    to_operand(pk, s);
-                    continue;
+                } else {  // S of tile j issued before P V of tile j-1
+                    mbar_wait(&bars.k_full[stage(ik)], phase(ik));
+                    turn_begin(cw);
+                    issue_qk(s, q_desc(n), k_desc(ik));
+                    mbar_wait(&bars.v_full[stage(iv)], phase(iv));
+                    issue_pv(o, pk, v_desc(iv), j > 1);
+                    turn_end(cw);
+                    wgmma_wait<1>();  // S of tile j is in; P V of tile j-1 may still run
                 }
-                mbar_wait(&bars.k_full[stage(ik)], phase(ik));
-                turn_begin(cw);
-                issue_qk(s, q_desc(n), k_desc(ik));
-                mbar_wait(&bars.v_full[stage(iv)], phase(iv));
-                issue_pv(o, pk, v_desc(iv), j > 1);
-                turn_end(cw);
-                wgmma_wait<1>();  // S of tile j is in; P V of tile j-1 may still run
                 fence_operands(flat<BN>(s));
                 release(&bars.k_empty[stage(ik)], lane);
                 if (j == cur.n_tiles - 1) release(&bars.q_empty[n % Q_STAGES], lane);
                 mask_tile(p, s, cur, j, cw, warp, lane);
                 softmax.template exponentiate<BN / 8, FP8>(s, cur.scale_log2, cur.neg(), alpha, bounded);
-                wgmma_wait<0>();
-                fence_operands(flat<D>(o));
-                release(&bars.v_empty[stage(iv)], lane);
+                if constexpr (!SERIAL) {
+                    wgmma_wait<0>();
+                    fence_operands(flat<D>(o));
+                    release(&bars.v_empty[stage(iv)], lane);
+                }
                 if (!bounded) rescale_if_needed(o, alpha);  // bounded: alpha is 1
                 to_operand(pk, s);
             }
