@@ -81,7 +81,7 @@ def row_bounds(tile_dim: int, causal: bool, family: str = "sm90") -> list[int]:
     if causal and short is not None:
         bounds.add(short[0])
     for rows in _SM90_SHORT_ROWS.get(tile_dim, ()):
-        bounds.update((rows.above, rows.upto))
+        bounds.update(b for b in (rows.above, rows.upto) if b > 0)  # above 0: no lower bound
     return sorted(bounds)
 
 
