@@ -9,8 +9,9 @@ instruction class, for one kernel or two side by side (cudattn's and a peer's).
 
 A region is a run of consecutive SASS instructions that executed equally often (a straight-line
 stretch of code: a tile's start, the key-tile loop's body, a tile's end, the producer's loop);
-runs of fewer than --min-run instructions join the run before them, so that a predicated
-instruction or a short branch does not cut a region in two. For each region: its first SASS line,
+runs of fewer than --min-run instructions join their neighbours (a region then shows the highest
+count among its runs), so that a predicated instruction or a short branch does not cut a region in
+two; instructions that never ran are left out. For each region: its first SASS line,
 its length, the times it ran (warp-level: a count of 8,192 is a warp's pass through it 8,192
 times over the grid), the warp instructions it issued and its stall samples, with their shares of
 the kernel's. Then the instruction classes (the opcode without its modifiers: FFMA, MUFU, HGMMA)
