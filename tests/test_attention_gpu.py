@@ -182,7 +182,6 @@ def test_two_128_row_tiles_equal_the_192_row_tiles(monkeypatch, kernel_family, c
     assert ok, (err, bound)
 
 
-
 @pytest.mark.parametrize("D,causal,Sq,Sk,mods", [
     (128, False, 177, 301, False), (128, True, 400, 400, False), (128, True, 300, 517, True),
     (128, False, 999, 64, True), (192, False, 201, 333, False), (192, True, 450, 450, True),

@@ -241,8 +241,9 @@ def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, 
             if rows.above < seqlen_q <= rows.upto:
                 tiles = rows.tiles
         pair = _SM90_TWO_CTAS.get(d) if two_ctas and causal and not small_rows and seqlen_q is not None else None
-        tail = seqlen_q % tiles.block_m if seqlen_q is not None else 0  # rows of the other tiles' last one
-        if pair is not None and pair.above < seqlen_q <= pair.upto and 0 < tail <= TWO_CTAS_TAIL_ROWS:
+        # (seqlen_q % block_m: the rows of the other tiles' last one)
+        if (pair is not None and pair.above < seqlen_q <= pair.upto
+                and 0 < seqlen_q % tiles.block_m <= TWO_CTAS_TAIL_ROWS):
             tiles = pair.tiles
         small = _SM90_SMALL_GRID.get((d, bool(causal), small_rows)) if small_rows else None
         if small is not None and small.block_m < tiles.block_m:
