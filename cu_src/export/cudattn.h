@@ -618,12 +618,18 @@ static inline int cudattn__l2_section(const cudattn_handle* h, const cudattn_pre
     const double kv_per_pair = 2.0 * a->seqlen_k * a->head_dim * cudattn__item(a->dtype) /
                                (double)(a->heads_q / a->heads_kv);
     const long long budget = h->l2_bytes / 2;
-    long long fit, s;
+    long long fit, s, sections;
     if (pairs * kv_per_pair <= (double)budget) return (int)pairs;
-    fit = (long long)floor((double)budget / kv_per_pair);
-    s = fit > ctas / 4 ? fit : ctas / 4;
-    s = s < pairs ? s : pairs;
-    return (int)(s > 1 ? s : 1);
+    if (kv_per_pair > (double)budget) {
+        s = pairs < 2 ? pairs : 2;  /* plan.py's LONG_SECTION */
+    } else {
+        fit = (long long)floor((double)budget / kv_per_pair);
+        s = fit > ctas / 4 ? fit : ctas / 4;
+        s = s < pairs ? s : pairs;
+        s = s > 1 ? s : 1;
+    }
+    sections = (pairs + s - 1) / s;  /* as even as one size and a rest allow */
+    return (int)((pairs + sections - 1) / sections);
 }
 
 /* Attention over q, k, v into o (and lse), asynchronously on `stream`. */
