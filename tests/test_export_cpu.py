@@ -250,7 +250,7 @@ def test_launcher_and_example_compile(exported, tmp_path):
 def test_c_selection_and_splits_are_the_python_ones(exported, tmp_path):
     """The launcher's variant choice and split heuristic, compiled and run on the CPU (no CUDA call is
     made), against `_traits.select`, `_decode_traits.select_decode`, `_decode._blocks_per_sm`,
-    `_decode.choose_num_splits` and the causal tile order's L2 sections (`_plan._l2_section`) over a
+    `_decode.choose_num_splits` and the Hopper tile order's sections (`_plan._order_section`) over a
     grid of inputs."""
     from types import SimpleNamespace
 
@@ -296,17 +296,17 @@ int main(void) {
     h.l2_bytes = 62914560;
     {
         static const int Bs[5] = {1, 3, 8, 16, 32}, Hs[3] = {1, 16, 40}, Ss[6] = {512, 1000, 2048, 8192, 65536, 131072};
-        static const int Ds[3] = {64, 128, 256}, gs[2] = {1, 8}, ctas[2] = {132, 264};
-        int b, hq, s, g, n;
+        static const int Ds[3] = {64, 128, 256}, gs[2] = {1, 8}, ctas[2] = {132, 264}, bms[3] = {64, 128, 192};
+        int b, hq, s, g, n, m;
         cudattn_prefill_args a;
         for (b = 0; b < 5; ++b) for (hq = 0; hq < 3; ++hq) for (s = 0; s < 6; ++s) for (d = 0; d < 3; ++d)
-            for (g = 0; g < 2; ++g) for (n = 0; n < 2; ++n) {
+            for (g = 0; g < 2; ++g) for (n = 0; n < 2; ++n) for (c = 0; c < 2; ++c) for (m = 0; m < 3; ++m) {
                 if (Hs[hq] % gs[g]) continue;
                 memset(&a, 0, sizeof a);
                 a.batch = Bs[b]; a.heads_q = Hs[hq]; a.heads_kv = Hs[hq] / gs[g]; a.seqlen_k = Ss[s];
-                a.head_dim = Ds[d]; a.dtype = 2;
-                printf("L %d %d %d %d %d %d %d\n", Bs[b], Hs[hq], Ss[s], Ds[d], gs[g], ctas[n],
-                       cudattn__l2_section(&h, &a, ctas[n]));
+                a.seqlen_q = Ss[s] - 40 * m; a.head_dim = Ds[d]; a.dtype = 2; a.causal = c;
+                printf("L %d %d %d %d %d %d %d %d %d %d\n", Bs[b], Hs[hq], a.seqlen_q, Ss[s], Ds[d], gs[g], ctas[n],
+                       c, bms[m], cudattn__order_section(&h, &a, bms[m], ctas[n]));
             }
     }
     return 0;
@@ -338,10 +338,10 @@ int main(void) {
             assert per_sm == _decode._blocks_per_sm(spec, kv, props), line
             assert min_tiles == spec.tiles.split_tiles_min, line
         elif f[0] == "L":
-            B, H, S, D, group, ctas, got = map(int, f[1:])
-            problem = SimpleNamespace(batch=B, heads_q=H, seqlen_k=S, head_dim=D, group_size=group,
-                                      dtype=np.dtype(ml_dtypes.bfloat16))
-            assert got == _plan._l2_section(problem, 62914560, ctas), line
+            B, H, Sq, Sk, D, group, ctas, causal, bm, got = map(int, f[1:])
+            problem = SimpleNamespace(batch=B, heads_q=H, seqlen_q=Sq, seqlen_k=Sk, head_dim=D, group_size=group,
+                                      dtype=np.dtype(ml_dtypes.bfloat16), causal=bool(causal), varlen=None)
+            assert got == _plan._order_section(problem, bm, 62914560, ctas), line
         else:
             blocks, tiles, per_sm, rows_per_warp, min_tiles, got = map(int, f[1:])
             assert got == _decode.choose_num_splits(blocks, tiles, 132, per_sm, rows_per_warp, min_tiles), line

@@ -63,3 +63,22 @@ def test_no_section_holds_more_than_the_rule_nor_leaves_a_short_rest(B, S, D):
     sections = -(-pairs // got)
     assert got <= rule and sections == -(-pairs // rule)
     assert got - (pairs - (sections - 1) * got) < sections
+
+
+@pytest.mark.parametrize("S,bm,want", [
+    (512, 192, 1),  # 128 rows in the last block: its third consumer past the end, a short tile
+    (1000, 192, 1),  # 40 rows: two consumers past the end
+    (1024, 192, 1),
+    (576, 192, 0),  # whole blocks
+    (4000, 192, 0),  # 160 rows: every consumer has rows
+    (960, 128, 1),  # 64 rows: the second consumer past the end
+    (1000, 128, 0),  # 104 rows: both consumers have rows
+    (1000, 64, 0),  # one consumer: no tile is shorter than another
+])
+def test_full_order_puts_short_last_blocks_last(S, bm, want):
+    """Without causal masking the tile order is head-major, except that a padded batch whose last query
+    block leaves whole 64-row consumers past the sequence's end has those shorter tiles come last."""
+    p = types.SimpleNamespace(**vars(_problem(4, 16, S)), seqlen_q=S, causal=False, varlen=None)
+    assert plan._order_section(p, bm, L2, CTAS) == want
+    packed = types.SimpleNamespace(**vars(p) | {"varlen": object()})
+    assert plan._order_section(packed, bm, L2, CTAS) == 0  # packed sequences: each its own last block

@@ -48,7 +48,10 @@ __device__ __forceinline__ int tile_of_round(int r) {
 // L2 together (the host sizes it); inside a section, every pair's last query block (the longest)
 // comes first, then the ones above. Longest-first alone, across all heads, would have the CTAs
 // of one round each stream a different head's K/V from HBM (seen: 0.55-0.67x cuDNN at B*H >= 128).
-// Full: neighbouring tiles are one head's query blocks, which share its K and V in L2.
+// Full: neighbouring tiles are one head's query blocks, which share its K and V in L2; where the
+// host says each sequence's last query block is short (`section` nonzero: whole consumers past the
+// sequence's end), those blocks come after all the others, so that the last tiles taken are the
+// shortest.
 // Variable lengths: num_m_blocks covers the longest sequence, and the query blocks past a
 // shorter one's end are skipped (a few instructions each). Causal, that keeps the longest rows
 // first; full, the head-major order measured faster than longest-first on mixed lengths (the
@@ -63,9 +66,13 @@ __device__ __forceinline__ TileCoord tile_at(int t, const FwdParams& p, int sect
         const int in_sec = min(section, pairs - first), r = t - sec * section * num_m;
         c.m_block = num_m - 1 - r / in_sec;
         bh = first + r % in_sec;
+    } else if (section != 0 && t >= pairs * (num_m - 1)) {  // the short last blocks, after all the others
+        c.m_block = num_m - 1;
+        bh = t - pairs * (num_m - 1);
     } else {
-        c.m_block = t % num_m;
-        bh = t / num_m;
+        const int per = section != 0 ? num_m - 1 : num_m;
+        c.m_block = t % per;
+        bh = t / per;
     }
     c.h = bh % heads;
     c.b = bh / heads;
