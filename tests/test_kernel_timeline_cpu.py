@@ -44,3 +44,11 @@ def test_probe_applies_and_compiles_without_spills(tmp_path, monkeypatch, seqlen
     report = res.ptxas[variant.kernel_name]
     assert b"cudattn_tl" in res.cubin and b"cudattn_tl_cta" in res.cubin
     assert report.spill_stores == 0 and report.spill_loads == 0, report
+
+
+def test_probe_stamps_as_many_tiles_as_asked(tmp_path):
+    """`--tiles`: fewer stamps a CTA, for builds whose shared memory leaves no room for 32 tiles' worth."""
+    tool = _tool()
+    folder = tool.probe_sources(tmp_path, tiles=6)
+    probe = (folder / "include" / "cudattn" / "sm90" / "probe.cuh").read_text()
+    assert "#define TL_TILES 6\n" in probe and f"#define TL_TILES {tool.TILES}\n" not in probe

@@ -9,7 +9,9 @@ times); cudattn then compiles and calls that build, once warm, and the stamps ar
 the module's globals. Printed per shape: the spread of the CTAs' ends (the last wave's balance),
 each consumer's cycles by phase of a tile (by the tile's key tiles: waiting for its name, for the
 first key stage (passing the key tiles its rows do not see on the way), for its turn, for the first
-S; the key loop, the last P·V, the store) and their share of its time,
+S; the key loop, the last P·V, the store) and their share of its time, the waits at tile boundaries
+(where the next tile's name is read under the last P·V, its "name" and "first K" phases run beside
+the previous tile's tail, and the boundary line is the one to read),
 the producer's phases, and how far ahead of the consumers it names each tile. The raw stamps go to
 ``--out`` as ``tl_<shape>.npz`` (T: CTA x role x tile x slot, C: CTA x slot, as probe.cuh lists).
 The probe build runs within a few per cent of the plain kernel's time (32-bit stamps in shared
@@ -34,8 +36,9 @@ CTAS, ROLES, TILES, SLOTS = 264, 4, 32, 12  # probe.cuh's TL_CTAS, roles, TL_TIL
 PHASES = ("name", "first K", "turn", "first S", "key loop", "last PV", "store")
 
 
-def probe_sources(dest: pathlib.Path, root=None) -> pathlib.Path:
-    """The kernel sources (cudattn's, or ``root``) copied to ``dest/cu_src`` with the probe applied."""
+def probe_sources(dest: pathlib.Path, root=None, tiles: int = TILES) -> pathlib.Path:
+    """The kernel sources (cudattn's, or ``root``) copied to ``dest/cu_src`` with the probe applied,
+    stamping the first ``tiles`` tiles of each CTA."""
     from cudattn._kernels import registry
 
     src = pathlib.Path(str(root or registry.source_root()))
@@ -46,6 +49,8 @@ def probe_sources(dest: pathlib.Path, root=None) -> pathlib.Path:
                          capture_output=True, text=True)
     if res.returncode != 0:
         raise SystemExit(f"kernel_timeline.patch no longer applies to the sources:\n{res.stdout}{res.stderr}")
+    probe = dest / "cu_src" / "include" / "cudattn" / "sm90" / "probe.cuh"
+    probe.write_text(probe.read_text().replace(f"#define TL_TILES {TILES}\n", f"#define TL_TILES {tiles}\n"))
     return dest / "cu_src"
 
 
@@ -81,7 +86,7 @@ def _read(ptr, size, dtype):
     return a
 
 
-def record(B, H, S, D, causal, dtype):
+def record(B, H, S, D, causal, dtype, tiles: int = TILES):
     """One warm call's stamps: (T, C) of the CTAs that ran, or None if no probe build ran."""
     from cuda.bindings import driver
 
@@ -106,7 +111,7 @@ def record(B, H, S, D, causal, dtype):
         C = _read(cta, cta_size, np.uint64).reshape(CTAS, 8)
         ran = np.nonzero(C[:, 1])[0]
         if len(ran):
-            T = _read(tl, tl_size, np.uint32).reshape(CTAS, ROLES, TILES, SLOTS)
+            T = _read(tl, tl_size, np.uint32).reshape(CTAS, ROLES, tiles, SLOTS)
             return T[ran], C[ran]
     return None
 
@@ -147,6 +152,16 @@ def analyse(name: str, T, C) -> None:
             ok = (Rr[:, :, i + 1] >= 0) & (Rr[:, :, i] >= 0)
             share.append((np.where(ok, Rr[:, :, i + 1] - Rr[:, :, i], 0).sum(1) / ends[:, role]).mean())
         print("  share of its time: " + ", ".join(f"{p} {s * 100:.1f} %" for p, s in zip(PHASES, share)))
+        # Tile boundaries: from this consumer's store of tile n to the first K of tile n+1 (its wait
+        # there: builds that read the next tile's name under the last P V have stamped that earlier),
+        # and when the producer issued that K, from the start of this consumer's last P V of tile n
+        # (negative: before it).
+        end, nxt, issue = Rr[:, :-1, 7], Rr[:, 1:, 2], R[:, 0, 1:, 8]
+        b = (end >= 0) & (nxt >= 0) & (issue >= 0) & (Rr[:, :-1, 5] >= 0)
+        if b.any():
+            print(f"  at a tile boundary: the next tile's first K arrives {np.median((nxt - end)[b]):.0f} cycles "
+                  f"(median) after its store; the producer issued it {np.median((issue - Rr[:, :-1, 5])[b]):+.0f} "
+                  f"cycles from the start of its last P V, {np.median((nxt - issue)[b]):.0f} before it arrived")
         m = (Rr[:, :, 0] >= 0) & (R[:, 0, :, 3] >= 0)
         m[:, 0] = False
         if m.any():
@@ -166,13 +181,16 @@ def main(argv=None) -> None:
     ap.add_argument("shapes", nargs="+", help="B,H,S,D,causal")
     ap.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16")
     ap.add_argument("--out", help="folder for the raw stamps (tl_<shape>.npz)")
+    ap.add_argument("--tiles", type=int, default=TILES,
+                    help=f"tiles stamped a CTA (default {TILES}; fewer where the stamps' shared memory does not fit "
+                         "beside the build's, as in the 128-row head-dim-128 tiles)")
     args = ap.parse_args(argv)
     dtype = ml_dtypes.bfloat16 if args.dtype == "bfloat16" else np.float16
     with tempfile.TemporaryDirectory() as tmp:
-        use_sources(probe_sources(pathlib.Path(tmp)))
+        use_sources(probe_sources(pathlib.Path(tmp), tiles=args.tiles))
         for spec in args.shapes:
             B, H, S, D, causal = map(int, spec.split(","))
-            got = record(B, H, S, D, bool(causal), dtype)
+            got = record(B, H, S, D, bool(causal), dtype, args.tiles)
             name = f"{B}x{H}x{S}x{D}{' causal' if causal else ''}"
             if got is None:
                 print(f"== {name}: no Hopper forward build ran", file=sys.stderr)
