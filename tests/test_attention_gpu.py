@@ -142,8 +142,10 @@ def test_default_tiles_on_small_problems(B, Sq, Sk, Hq, Hkv, causal, layout, D, 
         two_128 = 192 < Sq <= 256  # head dim 64: two 128-row tiles rather than 192 and 1-64 rows
         if D <= 64:
             want = {64} if two_ctas else {128} if causal and Sq <= 128 or two_128 else {192}
-        else:  # three consumers at head dim 128 past 1536 rows, at 192 past 128
-            want = {192} if D in (128, 192) and Sq > {128: 1536, 192: 128}[D] else {128}
+        elif D == 128:  # three consumers: causal past 1536 rows; without a mask past 640 rows, but for 961-1024
+            want = {192} if (Sq > 1536 if causal else 640 < Sq <= 960 or Sq > 1024) else {128}
+        else:  # three consumers at head dim 192 past 128 rows
+            want = {192} if D == 192 and Sq > 128 else {128}
         assert rows == want
 
 
@@ -428,11 +430,11 @@ def test_causal_tile_order_in_sections(section, monkeypatch, kernel_family):
     check(2, 300, 300, 7, 7, 128, ml_dtypes.bfloat16, causal=True)
 
 
-@pytest.mark.parametrize("causal,B,S,D", [(True, 3, 1500, 64), (False, 6, 1000, 64), (False, 6, 900, 128)],
+@pytest.mark.parametrize("causal,B,S,D", [(True, 3, 1500, 64), (False, 6, 1000, 64), (False, 12, 516, 128)],
                          ids=["causal", "full-192-row-tiles", "full-128-row-tiles"])
 def test_tiles_taken_dynamically_equal_the_fixed_rounds(monkeypatch, kernel_family, causal, B, S, D):
     """Hopper calls whose tiles differ in length (causal ones; not causal, sequences whose last
-    query block leaves whole consumers past the end: 1000 rows in 192-row tiles, 900 in 128) take
+    query block leaves whole consumers past the end: 1000 rows in 192-row tiles, 516 in 128) take
     their tiles from a counter of the stream (the dynamic order); the kernel zeroes it again for
     the next call. Calls back to back on one stream, each into a poisoned output, must all be the
     fixed rounds' result bit for bit (a tile's arithmetic does not depend on which CTA takes it),

@@ -169,7 +169,8 @@ def test_two_ctas_only_for_causal_self_attention_outside_a_margin():
     (8, 1100, 16, 64, False, False),  # 1100 = 5 x 192 + 140: three consumers have rows
     (4, 3840, 16, 128, False, False),  # 192-row tiles, 3840 = 20 x 192
     (4, 4096, 16, 128, False, True),  # 4096 = 21 x 192 + 64
-    (8, 900, 16, 128, False, True),  # 900 = 7 x 128 + 4: the second consumer past the end
+    (8, 516, 16, 128, False, True),  # 128-row tiles, 516 = 4 x 128 + 4: the second consumer past the end
+    (8, 900, 16, 128, False, False),  # 192-row tiles, 900 = 4 x 192 + 132: three consumers have rows
     (8, 1000, 16, 128, False, False),  # 1000 = 7 x 128 + 104: both consumers have rows
     (1, 512, 8, 64, False, False),  # one consumer a tile (the small grid): never past the end
     (8, 1024, 16, 128, True, True),  # causal: always

@@ -63,7 +63,7 @@ _SM90_TILES = {
     # two others' products, not its own, cover its softmax; one Q stage (two do not fit). On an H200
     # against two consumers (bf16, GPU time, cuDNN in the same process): head dim 128 from 2048 rows
     # +5-6 % (4x16x4096 1.01-1.02 -> 1.07x cuDNN), causal +5 %; head dim 192 +6-8 % at 4096 rows,
-    # causal +6-8 % from 1536. Shorter rows at head dim 128 keep two consumers (_SM90_SHORT_ROWS).
+    # causal +6-8 % from 1536. Some shorter rows at head dim 128 keep two consumers (_SM90_SHORT_ROWS).
     (128, False): Tiles(192, 128, 16, 2, 1, True, 1),
     (128, True): Tiles(192, 128, 16, 2, 1, True, 1),
     (192, False): Tiles(192, 64, 16, 2, 1, True, 1),
@@ -85,6 +85,7 @@ class RowRange(NamedTuple):
     above: int  # query rows a sequence: more than this ...
     upto: int  # ... and at most this
     tiles: Tiles
+    causal: bool | None = None  # calls with this causal flag only (None: both)
 
 
 # Causal self-attention (no more keys than query rows) of a row range a sequence: 64-row tiles of one
@@ -113,15 +114,19 @@ TWO_CTAS_TAIL_ROWS = 64  # the two-CTA tiles where the other tiles' last one wou
 # - 257-1024 rows: the 192-row tiles with three K/V stages (two above): 384 rows +2.0-2.4 % causal,
 #   +0.5-1 % not, 512 rows 0 to +1 % (tune_tiles, three runs), 640-1024 rows causal +0.7-1.7 %; from
 #   1280 rows no gain (within +-0.6 %, 2048 rows -0.5 %). (benchmarks/NOTES.md)
-# Head dim 128, up to 1536 rows: two consumers (128-row tiles, two Q stages). Against the three of
-# the long rows, 1024 rows -4 % (causal -4 to -5 %), 1152 -2 %, 1280-1408 +-0.5 %, causal 1536 -2 %
-# and 1664 +0.4 %; where the rows are a few tiles of either, the wave that the last tiles leave
-# part-empty decides (not causal: 768 and 1536 rows +6 % in 192-row tiles, 1152 rows -2 %).
+# Head dim 128: two consumers (128-row tiles, two Q stages) for causal rows up to 1536 (against the
+# three of the long rows: causal 1024 rows -4 to -5 %, 1536 -2 %, 1664 +0.4 %), and without a mask
+# for rows up to 640 and 961-1024, where the 192-row tiles' last one would be short and there are
+# few of them a head. On an H200 against two consumers (bf16, GPU time, cuDNN in the same process,
+# with the short last tiles taken last): 512 rows -3 %, 640 -5 %, 1024 -2 %; but 720 +8 %, 768
+# +3.5-8 % (64 to 512 heads), 1408 +9 %, 1500 +8 %, 1536 +6.5 % (benchmarks/NOTES.md).
 # Head dim 192, up to 128 rows (one 128-row tile): two consumers.
 # Windowed calls ask for the tiles of one row (`_plan`): three consumers take no window.
 _SM90_SHORT_ROWS = {64: (RowRange(192, 256, Tiles(128, 128, 12, 3, 1, True, 2)),
                          RowRange(256, 1024, Tiles(192, 128, 16, 3, 1, True, 2))),
-                    128: (RowRange(0, 1536, Tiles(128, 128, 12, 2, 1, True, 2)),),
+                    128: (RowRange(0, 1536, Tiles(128, 128, 12, 2, 1, True, 2), causal=True),
+                          RowRange(0, 640, Tiles(128, 128, 12, 2, 1, True, 2), causal=False),
+                          RowRange(960, 1024, Tiles(128, 128, 12, 2, 1, True, 2), causal=False)),
                     192: (RowRange(0, 128, Tiles(128, 64, 12, 2, 1, True, 2)),)}
 # Small grids. A problem whose tiles all fit in one wave of the persistent grid (one a CTA) takes
 # the call's time from each CTA's chain of key tiles, not from the SMs' shared throughput: there
