@@ -7,14 +7,14 @@
  * `bound_hook(True)` hands the event calls to `lifetime` (before then no caller can reach them).
  * 1 bound, 0 not (or an exception pending). */
 int bound(void) {
-    if (!g_unbound) return g_launch != NULL;
+    if (!g_unbound) return g_launch != NULL && g_capturing != NULL;
     PyObject *r = PyObject_CallNoArgs(g_bind);
     unsigned long long a[5] = {0};
     int ok = r != NULL && PyTuple_Check(r) && PyTuple_Size(r) == 5;
     for (Py_ssize_t i = 0; ok && i < 5; i++) ok = as_u64(PyTuple_GetItem(r, i), &a[i]) && a[i];
     Py_XDECREF(r);
     soft_clear();
-    if (!ok) return g_launch != NULL;
+    if (!ok) return g_launch != NULL && g_capturing != NULL;
     g_launch = (launch_fn)(uintptr_t)a[0];
     g_capturing = (capturing_fn)(uintptr_t)a[1];
     g_record = (record_fn)(uintptr_t)a[2];
@@ -44,8 +44,8 @@ void unbind_events(void) {
 PyObject *set_driver(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     unsigned long long l, c;
-    if (nargs != 2 || !as_u64(args[0], &l) || !as_u64(args[1], &c)) {
-        PyErr_SetString(PyExc_TypeError, "set_driver(launch: int, is_capturing: int)");
+    if (nargs != 2 || !as_u64(args[0], &l) || !as_u64(args[1], &c) || !l != !c) {
+        PyErr_SetString(PyExc_TypeError, "set_driver(launch: int, is_capturing: int): both addresses, or 0, 0");
         return NULL;
     }
     g_launch = (launch_fn)(uintptr_t)l;
@@ -99,7 +99,7 @@ PyObject *capture_mode(PyObject *self, PyObject *arg) {
 PyObject *bind_now(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
-    if (g_bind == NULL) {
+    if (g_bind == NULL || !g_configured) {
         PyErr_SetString(PyExc_TypeError, "bind() after configure()");
         return NULL;
     }

@@ -100,7 +100,9 @@ python:;
 int release_holds(void) {
     PyObject *fn = module_global(g_lifetime_mod, s_release_done);
     PyObject *held = module_global(g_lifetime_mod, s_held), *lock = module_global(g_lifetime_mod, s_lock);
-    if (fn != g_lifetime_release || g_query == NULL || g_exchange == NULL || held == NULL || lock == NULL)
+    query_fn query = g_query;  /* one pair for the whole release (Python code runs between the calls) */
+    exchange_fn exchange = g_exchange;
+    if (fn != g_lifetime_release || query == NULL || exchange == NULL || held == NULL || lock == NULL)
         goto python;
     Py_ssize_t n = PyObject_Length(held);
     if (n <= 0) return n < 0 ? -1 : 0;
@@ -113,7 +115,7 @@ int release_holds(void) {
         return taken < 0 ? -1 : 0;
     }
     int prev = CAPTURE_MODE_RELAXED;  /* event queries never invalidate a capture on another stream */
-    int exchange_err = g_exchange(&prev), failed = 0;
+    int exchange_err = exchange(&prev), failed = 0;
     PyObject *done = exchange_err ? NULL : PyList_New(0);
     while (done != NULL && !failed && PyObject_Length(held) > 0) {
         PyObject *entry = PySequence_GetItem(held, 0);
@@ -125,7 +127,7 @@ int release_holds(void) {
             failed = 1;
             break;
         }
-        int err = g_query((void *)(uintptr_t)ev);
+        int err = query((void *)(uintptr_t)ev);
         if (err) {  /* still running; or failed, and the Python function queries again and names the error */
             Py_DECREF(entry);
             failed = err != CUDA_ERROR_NOT_READY;
@@ -143,7 +145,7 @@ int release_holds(void) {
     int restore_err = 0;
     if (!exchange_err) {
         int mode = prev;
-        restore_err = g_exchange(&mode);
+        restore_err = exchange(&mode);
     }
     Py_DECREF(lock);
     Py_DECREF(held);
@@ -163,7 +165,7 @@ python:;
  * them after its launch, for tests (the event entry points a test's stand-ins). */
 PyObject *hold_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (g_lifetime_mod == NULL) {
+    if (!g_configured) {
         PyErr_SetString(PyExc_TypeError, "hold() after configure()");
         return NULL;
     }
@@ -184,7 +186,7 @@ PyObject *hold_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 PyObject *release_py(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
-    if (g_lifetime_mod == NULL) {
+    if (!g_configured) {
         PyErr_SetString(PyExc_TypeError, "release_holds() after configure()");
         return NULL;
     }

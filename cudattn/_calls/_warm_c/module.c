@@ -15,6 +15,7 @@ record_fn g_record;
 query_fn g_query;
 exchange_fn g_exchange;
 int g_unbound = 1;  /* driver entry points not asked for yet (or set to none) */
+int g_configured;
 
 /* Objects `configure` hands over (strong references, kept for the process). */
 PyObject *g_known_jax_mod, *g_operands_mod;  /* `recall`, `consumer_stream`: looked up per call */
@@ -56,6 +57,7 @@ static PyObject *configure(PyObject *self, PyObject *d) {
         PyErr_SetString(PyExc_TypeError, "configure() takes a dict");
         return NULL;
     }
+    g_configured = 0;  /* until every object below is in place: no entry point reads a half-made state */
     struct { const char *name; PyObject **slot; } items[] = {
         {"miss", &g_miss}, {"device_array", &g_device_array}, {"recorded_call", &g_recorded_call},
         {"call_module", &g_call_mod}, {"traits_module", &g_traits_mod}, {"margin_local", &g_margin_local},
@@ -112,6 +114,7 @@ static PyObject *configure(PyObject *self, PyObject *d) {
     g_capturing = NULL;
     unbind_events();
     if (PyErr_Occurred()) return NULL;
+    g_configured = 1;
     Py_RETURN_NONE;
 }
 
@@ -119,6 +122,8 @@ static PyObject *configure(PyObject *self, PyObject *d) {
 /* stats(reset=False) -> (calls served, {source line: misses}) */
 static PyObject *stats(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
+    int reset = nargs > 0 ? PyObject_IsTrue(args[0]) : 0;  /* asked first: its error is the caller's */
+    if (reset < 0) return NULL;
     PyObject *d = PyDict_New();
     if (d == NULL) return NULL;
     for (int i = 0; i < MISS_LINES; i++) {
@@ -134,7 +139,7 @@ static PyObject *stats(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         Py_DECREF(v);
     }
     PyObject *r = Py_BuildValue("(LN)", g_served, d);
-    if (nargs > 0 && PyObject_IsTrue(args[0]) == 1) {
+    if (r != NULL && reset) {
         g_served = 0;
         memset(g_missed, 0, sizeof g_missed);
     }

@@ -201,6 +201,11 @@ PyObject *replay(PyObject *rep, Operand *ops, Py_ssize_t n, PyObject *ptrs, long
         }
         int err;
         launch_fn launch = g_launch;  /* read with the GIL held (set_driver may change it) */
+        if (launch == NULL) {
+            Py_DECREF(entry);
+            PyErr_SetString(PyExc_RuntimeError, "cudattn: no cuLaunchKernel entry point (set_driver(0, 0) meanwhile)");
+            goto done;
+        }
         Py_BEGIN_ALLOW_THREADS
         err = launch((void *)(uintptr_t)v[0], (unsigned)v[1], (unsigned)v[2], (unsigned)v[3], (unsigned)v[4],
                        (unsigned)v[5], (unsigned)v[6], (unsigned)v[7], (void *)(uintptr_t)consumer,

@@ -16,7 +16,7 @@ static PyObject *miss(void) {
 /* run(op, objs, names, stream, flags, key, out_index, more_outs, allocates) -> result or MISS */
 PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 9 || g_miss == NULL) {
+    if (nargs != 9 || !g_configured) {
         PyErr_SetString(PyExc_TypeError, "run() takes 9 arguments, after configure()");
         return NULL;
     }
@@ -220,7 +220,8 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (outside_capture) {
         int status = 0;
         int err;
-        capturing_fn capturing = g_capturing;
+        capturing_fn capturing = g_capturing;  /* read with the GIL held (set_driver may change it) */
+        if (capturing == NULL) MISS();
         Py_BEGIN_ALLOW_THREADS
         err = capturing((void *)(uintptr_t)consumer, &status);
         Py_END_ALLOW_THREADS

@@ -69,6 +69,7 @@ extern record_fn g_record;
 extern query_fn g_query;
 extern exchange_fn g_exchange;
 extern int g_unbound;  /* driver entry points not asked for yet (or set to none) */
+extern int g_configured;  /* the last configure() succeeded: every object it hands over is in place */
 
 /* Objects `configure` hands over (strong references, kept for the process). */
 extern PyObject *g_known_jax_mod, *g_operands_mod;  /* `recall`, `consumer_stream`: looked up per call */
