@@ -87,6 +87,10 @@ class RowRange(NamedTuple):
     tiles: Tiles
     causal: bool | None = None  # calls with this causal flag only (None: both)
 
+    def serves(self, causal: bool) -> bool:
+        """Whether the range applies to calls with this causal flag."""
+        return self.causal is None or self.causal == bool(causal)
+
 
 # Causal self-attention (no more keys than query rows) of a row range a sequence: 64-row tiles of one
 # consumer, two CTAs an SM (128 x 24 + 128 x 232 registers each; min_blocks = 2), each CTA on tiles of

@@ -81,7 +81,7 @@ def row_bounds(tile_dim: int, causal: bool, family: str = "sm90") -> list[int]:
     if causal and short is not None:
         bounds.add(short[0])
     for rows in _SM90_SHORT_ROWS.get(tile_dim, ()):
-        if rows.causal in (None, bool(causal)):
+        if rows.serves(causal):
             bounds.update(b for b in (rows.above, rows.upto) if b > 0)  # above 0: no lower bound
     return sorted(bounds)
 
@@ -239,7 +239,7 @@ def select(dtype: np.dtype | str, head_dim: int, causal: bool, smem_limit: int, 
         if causal and short is not None and seqlen_q is not None and seqlen_q <= short[0]:
             tiles = short[1]
         for rows in _SM90_SHORT_ROWS.get(d, ()) if seqlen_q is not None else ():
-            if rows.above < seqlen_q <= rows.upto and rows.causal in (None, bool(causal)):
+            if rows.above < seqlen_q <= rows.upto and rows.serves(causal):
                 tiles = rows.tiles
         pair = _SM90_TWO_CTAS.get(d) if two_ctas and causal and not small_rows and seqlen_q is not None else None
         # (seqlen_q % block_m: the rows of the other tiles' last one)
