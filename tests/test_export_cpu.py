@@ -250,7 +250,7 @@ def test_launcher_and_example_compile(exported, tmp_path):
 def test_c_selection_and_splits_are_the_python_ones(exported, tmp_path):
     """The launcher's variant choice and split heuristic, compiled and run on the CPU (no CUDA call is
     made), against `_traits.select`, `_decode_traits.select_decode`, `_decode._blocks_per_sm`,
-    `_decode.choose_num_splits` and the Hopper tile order's sections (`_plan._order_section`) over a
+    `_decode.choose_num_splits` and the Hopper tile order's sections (`_plan._tile_order`) over a
     grid of inputs."""
     from types import SimpleNamespace
 
@@ -306,7 +306,7 @@ int main(void) {
                 a.batch = Bs[b]; a.heads_q = Hs[hq]; a.heads_kv = Hs[hq] / gs[g]; a.seqlen_k = Ss[s];
                 a.seqlen_q = Ss[s] - 40 * m; a.head_dim = Ds[d]; a.dtype = 2; a.causal = c;
                 printf("L %d %d %d %d %d %d %d %d %d %d\n", Bs[b], Hs[hq], a.seqlen_q, Ss[s], Ds[d], gs[g], ctas[n],
-                       c, bms[m], cudattn__order_section(&h, &a, bms[m], ctas[n]));
+                       c, bms[m], cudattn__tile_order(&h, &a, bms[m], ctas[n]));
             }
     }
     return 0;
@@ -341,7 +341,7 @@ int main(void) {
             B, H, Sq, Sk, D, group, ctas, causal, bm, got = map(int, f[1:])
             problem = SimpleNamespace(batch=B, heads_q=H, seqlen_q=Sq, seqlen_k=Sk, head_dim=D, group_size=group,
                                       dtype=np.dtype(ml_dtypes.bfloat16), causal=bool(causal), varlen=None)
-            assert got == _plan._order_section(problem, bm, 62914560, ctas), line
+            assert got == _plan._tile_order(problem, bm, 62914560, ctas), line
         else:
             blocks, tiles, per_sm, rows_per_warp, min_tiles, got = map(int, f[1:])
             assert got == _decode.choose_num_splits(blocks, tiles, 132, per_sm, rows_per_warp, min_tiles), line

@@ -131,8 +131,8 @@ def test_sm90_params_struct_matches_header():
     body = headers["cudattn/sm90/params.cuh"].split("struct alignas(64) FwdSm90Params {", 1)[1].split("};", 1)[0]
     body = re.sub(r"//[^\n]*", "", body)
     assert re.sub(r"\s+", " ", body).strip() == ("cudattn::sm90::TmaDescriptor tma_q, tma_k, tma_v, tma_o; FwdParams p; "
-                                                 "int l2_section; int o_tma; int* tile_counter;")
-    assert [f[0] for f in FwdSm90Params._fields_] == ["tma_q", "tma_k", "tma_v", "tma_o", "p", "l2_section", "o_tma",
+                                                 "int tile_order; int o_tma; int* tile_counter;")
+    assert [f[0] for f in FwdSm90Params._fields_] == ["tma_q", "tma_k", "tma_v", "tma_o", "p", "tile_order", "o_tma",
                                                       "tile_counter", "pad_"]
     for i, name in enumerate(("tma_q", "tma_k", "tma_v", "tma_o")):
         assert getattr(FwdSm90Params, name).offset == 128 * i

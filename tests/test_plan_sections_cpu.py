@@ -79,6 +79,6 @@ def test_full_order_puts_short_last_blocks_last(S, bm, want):
     """Without causal masking the tile order is head-major, except that a padded batch whose last query
     block leaves whole 64-row consumers past the sequence's end has those shorter tiles come last."""
     p = types.SimpleNamespace(**vars(_problem(4, 16, S)), seqlen_q=S, causal=False, varlen=None)
-    assert plan._order_section(p, bm, L2, CTAS) == want
+    assert plan._tile_order(p, bm, L2, CTAS) == want
     packed = types.SimpleNamespace(**vars(p) | {"varlen": object()})
-    assert plan._order_section(packed, bm, L2, CTAS) == 0  # packed sequences: each its own last block
+    assert plan._tile_order(packed, bm, L2, CTAS) == 0  # packed sequences: each its own last block

@@ -632,10 +632,10 @@ static inline int cudattn__l2_section(const cudattn_handle* h, const cudattn_pre
     return (int)((pairs + sections - 1) / sections);
 }
 
-/* The Hopper kernel's l2_section (its tile order), as plan.py's _order_section: causal, the L2 sections; full, 1
+/* The Hopper kernel's tile_order argument, as plan.py's _tile_order: causal, the L2 sections; full, 1
    where the last query block leaves whole 64-row consumers past the end (those tiles come last). */
-static inline int cudattn__order_section(const cudattn_handle* h, const cudattn_prefill_args* a, int block_m,
-                                         long long ctas) {
+static inline int cudattn__tile_order(const cudattn_handle* h, const cudattn_prefill_args* a, int block_m,
+                                      long long ctas) {
     if (a->causal) return cudattn__l2_section(h, a, ctas);
     return a->seqlen_q % block_m > 0 && a->seqlen_q % block_m <= block_m - 64;
 }
@@ -753,7 +753,7 @@ static inline cudattn_status cudattn_prefill(cudattn_handle* h, const cudattn_pr
            registers (no map of O is made here) */
         memset(&P, 0, sizeof P);
         P.p = p;
-        P.l2_section = cudattn__order_section(h, a, r->block_m, ctas);
+        P.tile_order = cudattn__tile_order(h, a, r->block_m, ctas);
         CUDATTN__TRY(cudattn__map(h, P.tma_q, a->q.ptr, a->dtype, a->head_dim, a->seqlen_q, a->heads_q, a->batch,
                                   &a->q, r->block_m, row_bytes));
         CUDATTN__TRY(cudattn__map(h, P.tma_k, a->k.ptr, a->dtype, a->head_dim, a->seqlen_k, a->heads_kv, a->batch,

@@ -68,7 +68,7 @@ class FwdSm90Params(ctypes.Structure):
     _fields_ = [
         ("tma_q", _TensorMap), ("tma_k", _TensorMap), ("tma_v", _TensorMap), ("tma_o", _TensorMap),
         ("p", FwdParams),
-        ("l2_section", _c_i32),
+        ("tile_order", _c_i32),
         ("o_tma", _c_i32),
         ("tile_counter", _c_ptr),
         ("pad_", ctypes.c_uint8 * (-(4 * 128 + ctypes.sizeof(FwdParams) + 16) % 64)),

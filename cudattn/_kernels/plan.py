@@ -30,7 +30,7 @@ class Plan:
     block: tuple[int, int, int]
     smem: int
     num_m_blocks: int
-    l2_section: int = 0  # sm90: causal, (batch, head) pairs per L2-sized section of the tile order; full, 1
+    tile_order: int = 0  # sm90: causal, (batch, head) pairs per L2-sized section of the tile order; full, 1
     # where each sequence's last query block is short and comes last (_short_last_block)
     dynamic_order: bool = False  # sm90: tiles taken from the stream's counter (`_uneven_tiles`)
 
@@ -165,8 +165,8 @@ def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, 
         if tiles >= 2**31:
             raise ValueError(f"{tiles} tiles of {bm} query rows exceed the kernel's 32-bit tile index; split the call")
         ctas = min(tiles, sm_count * variant.tiles.min_blocks)
-        section = _order_section(problem, bm, l2_bytes, ctas)
-        return Plan(variant, (ctas, 1, 1), (variant.threads, 1, 1), variant.smem_bytes, num_m, section,
+        order = _tile_order(problem, bm, l2_bytes, ctas)
+        return Plan(variant, (ctas, 1, 1), (variant.threads, 1, 1), variant.smem_bytes, num_m, order,
                     _uneven_tiles(problem, bm))
     # Must match the kernel's reading of blockIdx (fwd_sm80.cuh): causal puts m last (longest first).
     grid = (problem.heads_q, problem.batch, num_m) if problem.causal else (num_m, problem.heads_q, problem.batch)
@@ -178,8 +178,8 @@ def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, 
     return Plan(variant, grid, (variant.threads, 1, 1), variant.smem_bytes, num_m)
 
 
-def _order_section(problem: Problem, bm: int, l2_bytes: int, ctas: int) -> int:
-    """The Hopper kernel's ``l2_section`` argument, which shapes its tile order (sm90/tile_scheduler.cuh,
+def _tile_order(problem: Problem, bm: int, l2_bytes: int, ctas: int) -> int:
+    """The Hopper kernel's ``tile_order`` argument, which shapes its tile order (sm90/tile_scheduler.cuh,
     tile_at): causal, the pairs a section (`_l2_section`); full, 1 where each sequence's last query
     block is short and comes after all the others (`_short_last_block`: 16×16×512×64 −2 %,
     8×16×1024×64 −4.5 %, H200), else 0."""
@@ -244,7 +244,7 @@ def make_params(problem: Problem, plan: Plan, q: int, k: int, v: int, o: int, ls
         return params
     P = FwdSm90Params()
     P.p = params
-    P.l2_section = plan.l2_section
+    P.tile_order = plan.tile_order
     dt, D = problem.dtype, problem.head_dim
     Hq, Hkv = problem.heads_q, problem.heads_kv
     (Sq, Bq), (Sk, Bk) = map_extents(problem)

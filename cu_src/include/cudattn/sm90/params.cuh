@@ -10,7 +10,10 @@ struct alignas(64) FwdSm90Params {
     // (one consumer's rows), used where o_tma is set.
     cudattn::sm90::TmaDescriptor tma_q, tma_k, tma_v, tma_o;
     FwdParams p;
-    int l2_section;  // causal tile order: (batch, head) pairs per L2-sized section (sm90/tile_scheduler.cuh)
+    // The tile order's argument (sm90/tile_scheduler.cuh, tile_at): causal, the (batch, head) pairs a
+    // section of it whose K/V fit in L2; full, nonzero where each sequence's short last query block
+    // comes after all the others.
+    int tile_order;
     int o_tma;  // 1: O leaves through tma_o from shared memory in builds that stage it (sm90/epilogue.cuh)
     int* tile_counter;  // two zeroed ints for the dynamic tile order (tile_scheduler.cuh); null: rounds
 };

@@ -44,7 +44,7 @@ struct Sm90Producer {
             else if (n > 0)
                 t = __shfl_sync(0xffffffffu, leader ? take_tile(counter) : 0, 0);
             if (t >= total) break;
-            const TileCoord c = tile_at<CAUSAL>(t, p, P.l2_section);
+            const TileCoord c = tile_at<CAUSAL>(t, p, P.tile_order);
             const SeqSpan sq = seq_span(p, c.b);
             const int m_start = c.m_block * BM;
             if (m_start >= sq.seqlen_q) continue;  // past a shorter sequence's end: no tile

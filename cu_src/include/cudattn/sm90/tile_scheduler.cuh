@@ -44,12 +44,13 @@ __device__ __forceinline__ int tile_of_round(int r) {
     return r * (int)gridDim.x + c;
 }
 
-// Causal: the (batch, head) pairs are cut into sections of `section` pairs whose K and V fit in
-// L2 together (the host sizes it); inside a section, every pair's last query block (the longest)
-// comes first, then the ones above. Longest-first alone, across all heads, would have the CTAs
-// of one round each stream a different head's K/V from HBM (seen: 0.55-0.67x cuDNN at B*H >= 128).
+// `order` is FwdSm90Params::tile_order, set by the host. Causal: the (batch, head) pairs are cut
+// into sections of `order` pairs whose K and V fit in L2 together; inside a section, every pair's
+// last query block (the longest) comes first, then the ones above. Longest-first alone, across all
+// heads, would have the CTAs of one round each stream a different head's K/V from HBM (seen:
+// 0.55-0.67x cuDNN at B*H >= 128).
 // Full: neighbouring tiles are one head's query blocks, which share its K and V in L2; where the
-// host says each sequence's last query block is short (`section` nonzero: whole consumers past the
+// host says each sequence's last query block is short (`order` nonzero: whole consumers past the
 // sequence's end), those blocks come after all the others, so that the last tiles taken are the
 // shortest.
 // Variable lengths: num_m_blocks covers the longest sequence, and the query blocks past a
@@ -57,20 +58,20 @@ __device__ __forceinline__ int tile_of_round(int r) {
 // first; full, the head-major order measured faster than longest-first on mixed lengths (the
 // latter has every CTA of a round on another head's K/V: up to 14 % slower, H200).
 template <bool CAUSAL>
-__device__ __forceinline__ TileCoord tile_at(int t, const FwdParams& p, int section) {
+__device__ __forceinline__ TileCoord tile_at(int t, const FwdParams& p, int order) {
     const int heads = p.heads_q, pairs = heads * p.batch, num_m = p.num_m_blocks;
     int bh;
     TileCoord c;
     if (CAUSAL) {
-        const int sec = t / (section * num_m), first = sec * section;
+        const int section = order, sec = t / (section * num_m), first = sec * section;
         const int in_sec = min(section, pairs - first), r = t - sec * section * num_m;
         c.m_block = num_m - 1 - r / in_sec;
         bh = first + r % in_sec;
-    } else if (section != 0 && t >= pairs * (num_m - 1)) {  // the short last blocks, after all the others
+    } else if (order != 0 && t >= pairs * (num_m - 1)) {  // the short last blocks, after all the others
         c.m_block = num_m - 1;
         bh = t - pairs * (num_m - 1);
     } else {
-        const int per = section != 0 ? num_m - 1 : num_m;
+        const int per = order != 0 ? num_m - 1 : num_m;
         c.m_block = t % per;
         bh = t / per;
     }
