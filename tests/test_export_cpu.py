@@ -9,7 +9,10 @@ import json
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
+import ml_dtypes
+import numpy as np
 import pytest
 
 import nvrtc_cache
@@ -17,10 +20,12 @@ from cudattn import __version__
 from cudattn._tools import cabi as _cabi
 from cudattn._tools import cbuild as _cbuild
 from cudattn._kernels import backward_traits as _bt
+from cudattn._kernels import decode as _decode
 from cudattn._kernels import decode_traits as _decode_traits
 from cudattn._tools import export as _export
 from cudattn._kernels import registry as _kernels
 from cudattn._kernels import catalog as _catalog
+from cudattn._kernels import plan as _plan
 from cudattn._kernels import traits as _traits
 
 ARCHS = ("sm_80", "sm_89", "sm_90a")
@@ -252,13 +257,6 @@ def test_c_selection_and_splits_are_the_python_ones(exported, tmp_path):
     made), against `_traits.select`, `_decode_traits.select_decode`, `_decode._blocks_per_sm`,
     `_decode.choose_num_splits` and the Hopper tile order's sections (`_plan._tile_order`) over a
     grid of inputs."""
-    from types import SimpleNamespace
-
-    from cudattn._kernels import decode as _decode
-    import ml_dtypes
-    import numpy as np
-
-    from cudattn._kernels import plan as _plan
     inc = _cbuild.cuda_include()
     if inc is None or shutil.which("cc") is None:
         pytest.skip("no cuda.h in the CUDA pip wheels, or no C compiler")
