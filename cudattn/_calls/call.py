@@ -50,6 +50,17 @@ _FULL_ONLY = object()  # a signature the replay cannot serve (empty problems, in
 _SPECIAL_STREAMS = (0, 1, 2)
 
 
+def _signature_tuple(sig: tuple, flags: tuple) -> tuple:
+    """The operand part of a call's key, and its flags' types (so that ``True``, ``1`` and ``1.0``, equal
+    and of equal hash, key apart), where the compiled extension is absent."""
+    return sig, (*map(type, flags),)  # (*map(...),) builds the tuple faster than tuple(map(...))
+
+
+# The compiled extension writes that part as bytes (hashed and compared in a fifth of the nest's time),
+# for the Python path as for its own warm calls, which must find the plans the Python path records.
+_signature = _warm.signature if _warm.signature is not None else _signature_tuple
+
+
 class Call:
     """One device call of a public entry point: its operands adapted for reading on the call's
     stream, and :meth:`run`, which finds its recorded plan or runs its full path.
@@ -125,12 +136,11 @@ class Call:
         from it. Returns what ``full`` returns."""
         try:
             objs, ops, names, consumer, keep = self.objs, self.ops, self.names, self.consumer, self.keep
-            # (*map(...),) builds the tuple faster than tuple(map(...)); tests may force the portable kernels,
-            # and a ring leaves SMs free (sm_margin) and moves ALiBi's diagonal (alibi_shift): all change what a
-            # call launches
-            key = (self.op, self.sig, flags, (*map(type, flags),), key, _traits.FORCED_FAMILY, _sm_margin.local.n,
-                   _alibi_shift.local.n)
+            # tests may force the portable kernels, and a ring leaves SMs free (sm_margin) and moves ALiBi's
+            # diagonal (alibi_shift): all change what a call launches
             try:
+                key = (self.op, _signature(self.sig, flags), flags, key, _traits.FORCED_FAMILY, _sm_margin.local.n,
+                       _alibi_shift.local.n)
                 plan = _plans.get(key)
             except TypeError:  # an unhashable argument: the full path says which
                 key, plan = None, _FULL_ONLY
@@ -165,7 +175,7 @@ class Call:
                             _plans.clear()
                         try:
                             _plans[key] = RecordedCall(_replay.record(full_path, ops, consumer), ops, tensors,
-                                                       out_index, more_outs)
+                                                       out_index, more_outs, self.sig)
                         except _replay.NotReplayable:
                             _plans[key] = _FULL_ONLY
                 finally:
@@ -203,10 +213,11 @@ class RecordedCall:
     """A recorded call signature: its replay, and what the per-call checks need, fixed by the
     signature: which operands are non-empty tensors, and the byte spans of the outputs and inputs."""
 
-    __slots__ = ("replay", "nonempty", "out_index", "out_span", "inputs", "more")
+    __slots__ = ("replay", "nonempty", "out_index", "out_span", "inputs", "more", "sig")
 
-    def __init__(self, replay, ops, tensors: int, out_index: int | None, more_outs: tuple = ()):
+    def __init__(self, replay, ops, tensors: int, out_index: int | None, more_outs: tuple = (), sig: tuple = ()):
         self.replay = replay
+        self.sig = sig  # the types and dtypes its key names by address or code, held while the plan lives
         spans = [None if a is None or 0 in a.shape else _span(a.shape, a.strides, a.dtype.itemsize)
                  for a in ops[:tensors]]
         self.nonempty = tuple(i for i, sp in enumerate(spans) if sp is not None)

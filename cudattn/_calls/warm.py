@@ -52,7 +52,7 @@ from .._runtime.stream import as_stream
 from . import operands as _operands
 from . import replay as _replay
 
-__all__ = ["MISS", "available", "run", "stamp_launches", "take_stamp"]
+__all__ = ["MISS", "available", "run", "signature", "stamp_launches", "take_stamp"]
 
 MISS = object()  # what `run` returns for a call it leaves to the Python path
 
@@ -60,6 +60,10 @@ try:
     from . import _warm as _native
 except ImportError:  # built without a compiler: the Python path serves every call
     _native = None
+
+# The operand part of a call signature's key as bytes (`_warm_c/signature.c`), or None without the
+# extension. Used with the extension present even where its calls are turned off: one key form a process.
+signature = None if _native is None else _native.signature
 
 
 _ENTRY_POINTS = ((b"cuLaunchKernel", 4000), (b"cuStreamIsCapturing", 10000), (b"cuEventRecord", 2000),

@@ -154,6 +154,8 @@ static PyMethodDef methods[] = {
     {"run", (PyCFunction)(void (*)(void))run, METH_FASTCALL,
      "run(op, objs, names, stream, flags, key, out_index, more_outs, allocates) -> result, or MISS"},
     {"configure", configure, METH_O, "configure(objects: dict)"},
+    {"signature", (PyCFunction)(void (*)(void))signature_py, METH_FASTCALL,
+     "signature(sig, flags) -> bytes: a call signature's operand part and its flags' types, as run() keys them"},
     {"bind", bind_now, METH_NOARGS, "bind() -> whether the driver's entry points are in place (asked for if not)"},
     {"event_record", (PyCFunction)(void (*)(void))event_record, METH_FASTCALL,
      "event_record(event, stream) -> CUresult of cuEventRecord"},

@@ -34,8 +34,9 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     memset(ops, 0, sizeof ops);
     Current cur;
     memset(&cur, 0, sizeof cur);
-    PyObject *keep = NULL, *consumer_o = NULL, *key = NULL, *sig = NULL, *types = NULL, *rec = NULL, *rep = NULL,
-             *ptrs = NULL, *result = NULL;
+    PyObject *keep = NULL, *consumer_o = NULL, *key = NULL, *sig = NULL, *rec = NULL, *rep = NULL, *ptrs = NULL,
+             *result = NULL;
+    Sig sg;
     unsigned long long consumer = 0;
     int st, miss_line = 0, torch_obj = 0;
 
@@ -126,11 +127,10 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         if (st == 0 || ops[0].kind == K_ABSENT) MISS();
     }
 
-    /* The operands, their part of the signature; those made on another stream are waited for before
-     * the launch and held after it (`operands.order_and_hold`) */
+    /* The operands, their part of the signature (signature.c); those made on another stream are waited
+     * for before the launch and held after it (`operands.order_and_hold`) */
     int foreign = 0;
-    sig = PyTuple_New(n);
-    if (sig == NULL) goto out_error;
+    sig_start(&sg);
     for (Py_ssize_t i = 0; i < n; i++) {
         Operand *a = &ops[i];
         if (i > 0) {
@@ -140,8 +140,7 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             if (st == 0) MISS();
         }
         if (a->kind == K_ABSENT) {
-            Py_INCREF(Py_None);
-            PyTuple_SetItem(sig, i, Py_None);
+            if (sig_absent(&sg) < 0) MISS();
             continue;
         }
         if (a->stream != Py_None) {
@@ -150,40 +149,35 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             a->foreign = h != consumer;
             foreign |= a->foreign;
         }
-        PyObject *dev = PyLong_FromLong(a->device_id);
-        PyObject *e = dev ? PyTuple_Pack(6, (PyObject *)Py_TYPE(a->obj), a->shape, a->strides, a->dtype, dev,
-                                         a->readonly) : NULL;
-        Py_XDECREF(dev);
-        if (e == NULL) goto out_error;
-        PyTuple_SetItem(sig, i, e);
+        if (sig_operand(&sg, (PyObject *)Py_TYPE(a->obj), a->shape, a->strides, a->dtype, a->device_id,
+                        a->readonly) < 0)
+            MISS();  /* not keyable: the Python path finds it so too */
     }
 
     /* The key, as `Call.run` builds it */
     {
-        Py_ssize_t nf = PyTuple_Size(flags);
-        types = PyTuple_New(nf);
-        if (types == NULL) goto out_error;
-        for (Py_ssize_t i = 0; i < nf; i++) {
-            PyObject *t = (PyObject *)Py_TYPE(PyTuple_GetItem(flags, i));
-            Py_INCREF(t);
-            PyTuple_SetItem(types, i, t);
-        }
-        PyObject *forced = PyObject_GetAttr(g_traits_mod, s_forced);
+        if (sig_flag_types(&sg, flags) < 0 || (sig = sig_bytes(&sg)) == NULL) MISS();
+        PyObject *forced = global_of(g_traits_mod, s_forced);
         PyObject *margin = forced ? PyObject_GetAttr(g_margin_local, s_n) : NULL;
         PyObject *shift = margin ? PyObject_GetAttr(g_shift_local, s_n) : NULL;
         if (shift != NULL)
-            key = PyTuple_Pack(8, op, sig, flags, types, ekey, forced, margin, shift);
+            key = PyTuple_Pack(7, op, sig, flags, ekey, forced, margin, shift);
         Py_XDECREF(forced);
         Py_XDECREF(margin);
         Py_XDECREF(shift);
         if (key == NULL) MISS();
     }
     {
-        int recording = attr_true(g_recording_mod, s_active);
+        int recording = global_true(g_recording_mod, s_active);
         if (recording != 0) MISS();  /* inside a recording: the Python path */
-        PyObject *plans = PyObject_GetAttr(g_call_mod, s_plans);
+        PyObject *plans = global_of(g_call_mod, s_plans);
         if (plans == NULL) MISS();
-        rec = PyObject_CallMethodObjArgs(plans, s_get, key, NULL);  /* a dict, or a test's stand-in */
+        if (PyDict_CheckExact(plans)) {
+            rec = PyDict_GetItemWithError(plans, key);
+            Py_XINCREF(rec);
+        } else {  /* a test's stand-in */
+            rec = PyObject_CallMethodObjArgs(plans, s_get, key, NULL);
+        }
         Py_DECREF(plans);
         if (rec == NULL || (PyObject *)Py_TYPE(rec) != g_recorded_call) MISS();
     }
@@ -287,7 +281,7 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         }
     }
     {
-        int pending = attr_true(g_lifetime_mod, s_pending);
+        int pending = global_true(g_lifetime_mod, s_pending);
         if (pending < 0) goto out_error;
         if (pending && release_holds() < 0) goto out_error;
     }
@@ -310,7 +304,6 @@ out:
     Py_XDECREF(consumer_o);
     Py_XDECREF(key);
     Py_XDECREF(sig);
-    Py_XDECREF(types);
     Py_XDECREF(rec);
     Py_XDECREF(rep);
     Py_XDECREF(ptrs);
@@ -318,7 +311,7 @@ out:
     if (result != g_miss) {
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
-        int pending = attr_true(g_device_mod, s_pending);
+        int pending = global_true(g_device_mod, s_pending);
         if (pending > 0) {
             PyObject *r = PyObject_CallMethodObjArgs(g_device_mod, s_restore, NULL);
             if (r == NULL) {

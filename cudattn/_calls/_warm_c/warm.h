@@ -28,7 +28,8 @@
  * checks), replay.c (a recorded call's memory, argument blocks and launches), memory.c (memory kept
  * from earlier calls, served without Python), lifetime.c (the keep-alive holds), driver.c (the driver's
  * entry points, the event calls, the benchmarks' stamp), module.c (the state `configure` hands over,
- * the module). Everything but the module's init is hidden from other libraries (-fvisibility=hidden).
+ * the module), signature.c (the signature key's operand part). Everything but the module's init is
+ * hidden from other libraries (-fvisibility=hidden).
  */
 #ifndef CUDATTN_WARM_H
 #define CUDATTN_WARM_H
@@ -114,6 +115,23 @@ static inline void operand_clear(Operand *a) {
     Py_CLEAR(a->stream);
 }
 
+/* A call signature's operand part and its flags' types as bytes (signature.c): both paths key plans so. */
+#define SIG_DIMS 16   /* an operand's dimensions, at most */
+#define SIG_FLAGS 32  /* an entry's flags, at most */
+#define SIG_OPERAND_BYTES (1 + 8 + 10 + 10 + 1 + 2 * (1 + 10 * SIG_DIMS))  /* integers take up to 10 */
+#define SIG_BYTES (MAX_OPERANDS * SIG_OPERAND_BYTES + 1 + 8 * SIG_FLAGS)
+typedef struct {
+    Py_ssize_t n;
+    unsigned char buf[SIG_BYTES];
+} Sig;
+void sig_start(Sig *s);
+int sig_absent(Sig *s);
+int sig_operand(Sig *s, PyObject *type, PyObject *shape, PyObject *strides, PyObject *dtype, long long device,
+                PyObject *readonly);
+int sig_flag_types(Sig *s, PyObject *flags);
+PyObject *sig_bytes(const Sig *s);
+PyObject *signature_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
 /* Attribute `name` of module-like `o` is truthy: 1, 0, or -1 with an exception set. */
 static inline int attr_true(PyObject *o, PyObject *name) {
     PyObject *v = PyObject_GetAttr(o, name);
@@ -147,6 +165,25 @@ static inline PyObject *module_global(PyObject *mod, PyObject *name) {
     PyObject *v = PyDict_GetItemWithError(PyModule_GetDict(mod), name);
     if (v == NULL) soft_clear();
     return v;
+}
+
+/* Module global `name` of `mod`, a new reference, read from the module's dictionary (half a getattr's
+ * time); another object's attribute where `mod` is no module. NULL with an exception where absent. */
+static inline PyObject *global_of(PyObject *mod, PyObject *name) {
+    if (!PyModule_Check(mod)) return PyObject_GetAttr(mod, name);
+    PyObject *v = PyDict_GetItemWithError(PyModule_GetDict(mod), name);
+    if (v == NULL && !PyErr_Occurred()) PyErr_SetObject(PyExc_AttributeError, name);
+    Py_XINCREF(v);
+    return v;
+}
+
+/* Module global `name` of `mod` is truthy: 1, 0, or -1 with an exception set. */
+static inline int global_true(PyObject *mod, PyObject *name) {
+    PyObject *v = global_of(mod, name);
+    if (v == NULL) return -1;
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
 }
 
 
