@@ -158,6 +158,31 @@ def test_a_replay_passes_the_new_addresses(world):
     assert world["compiled"] == (2 if _warm.run is not None else 0), "the warm calls' path"
 
 
+@pytest.mark.parametrize("n", [60, 200])
+def test_a_call_of_more_operands_than_the_compiled_path_takes_is_keyed(world, n):
+    """A call of 60 operands (a merge of many separate parts has two a part): the compiled path
+    leaves it to the Python path, whose signature key records and finds the plan; one of 200 (more
+    arrays than a recording holds) runs its full path each time, its key made all the same."""
+    ins = [_array(0x100000 * (i + 1), shape=(2, 64, 4, 8 + i)) for i in range(n - 1)]
+
+    def call(o):
+        def full(call, args, *ops):
+            if _recording.current() is None:
+                world["full"] += 1
+            _launch.launch(_Kernel, (1, 1, 1), (32, 1, 1), 0, CONSUMER, _Params(ops[0].ptr, ops[-1].ptr, n, 0))
+            return ops[-1]
+
+        return dispatch("many", [*ins, o], tuple(f"x{i}" for i in range(n)), None, (), None, full, None,
+                        tensors=n, out_index=n - 1, allocates=False)
+
+    for i in range(3):
+        o = _array(0x40000000 + 0x100000 * i)
+        assert call(o) is o
+    assert world["full"] == (1 if n <= 64 else 3) and world["compiled"] == 0
+    assert [p for _, _, p, _ in world["launches"]] == [0x40000000, 0x40100000, 0x40200000]
+    assert len(_callpath._plans) == 1, "one signature, keyed"
+
+
 def test_a_torch_stream_objects_handle_is_read_from_its_attribute_on_either_path(world):
     """A ``stream=`` object of torch's stream types gives its handle as its ``cuda_stream`` attribute
     (noted once `as_stream` has adapted one): the compiled path reads it there, for the same object

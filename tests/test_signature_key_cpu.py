@@ -99,3 +99,12 @@ def test_the_call_path_keys_plans_by_those_bytes_and_a_plan_holds_the_objects_th
     assert keys and keys[0][:3] == ("attention", sign((_op(),), FLAGS), FLAGS)
     rec = _call.RecordedCall(None, [], 0, None, (), (_op(),))
     assert rec.sig == (_op(),)
+
+
+def test_any_count_of_operands_is_keyed():
+    # a merge of many separate parts has more operands than the compiled path takes (it keeps to the
+    # Python path), whose key must still be made
+    many = tuple(_op(shape=(1, 8, 4, i + 1)) for i in range(400))
+    key = sign(many, FLAGS)
+    assert key == sign(tuple(many), FLAGS) and key != sign(many[:-1], FLAGS)
+    assert sign((None,) * 100, ()) != sign((None,) * 99, ())

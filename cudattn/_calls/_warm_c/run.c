@@ -37,6 +37,7 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *keep = NULL, *consumer_o = NULL, *key = NULL, *sig = NULL, *rec = NULL, *rep = NULL, *ptrs = NULL,
              *result = NULL;
     Sig sg;
+    unsigned char sig_buf[SIG_BYTES(MAX_OPERANDS)];
     unsigned long long consumer = 0;
     int st, miss_line = 0, torch_obj = 0;
 
@@ -130,7 +131,7 @@ PyObject *run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     /* The operands, their part of the signature (signature.c); those made on another stream are waited
      * for before the launch and held after it (`operands.order_and_hold`) */
     int foreign = 0;
-    sig_start(&sg);
+    sig_start(&sg, sig_buf, (Py_ssize_t)sizeof sig_buf);
     for (Py_ssize_t i = 0; i < n; i++) {
         Operand *a = &ops[i];
         if (i > 0) {

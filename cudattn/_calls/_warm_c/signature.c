@@ -7,10 +7,11 @@
  * its type (by address: a recorded call holds its signature's objects, so that no other type takes
  * that address while the plan lives), its dtype as a code (equal dtypes, one code), its device, its
  * read-only flag, then its shape and strides, each after its length (integers in as few bytes as
- * they need: `put_int`). Then the
- * types of the entry's flags (so that True, 1 and 1.0, equal and of equal hash, stay apart). What
- * cannot be written (a dimension count over SIG_DIMS, a non-integer extent, an unhashable dtype)
- * fails: a TypeError, which makes the call's signature unkeyable, as an unhashable tuple was. */
+ * they need: `put_int`). Then the types of the entry's flags (so that True, 1 and 1.0, equal and of
+ * equal hash, stay apart). Any count of operands is written (`run` takes at most MAX_OPERANDS; the
+ * Python path keys more: a merge of many parts). What cannot be written (a dimension count over
+ * SIG_DIMS, a non-integer extent, an unhashable dtype) fails: a TypeError, which makes the call's
+ * signature unkeyable, as an unhashable tuple was. */
 #include "warm.h"
 
 /* Codes of the dtypes met: equal dtypes share one (the dictionary compares them), the objects met
@@ -84,17 +85,26 @@ static int put_ints(Sig *s, PyObject *t) {
     return 0;
 }
 
-void sig_start(Sig *s) { s->n = 0; }
+void sig_start(Sig *s, unsigned char *buf, Py_ssize_t cap) {
+    s->n = 0;
+    s->cap = cap;
+    s->buf = buf;
+}
+
+/* Room for one more operand, the flags' room kept. */
+static int room(const Sig *s) {
+    return s->n + SIG_OPERAND_BYTES + SIG_FLAGS_BYTES <= s->cap ? 0 : too_much("more operands than its room");
+}
 
 int sig_absent(Sig *s) {
-    if (s->n + SIG_OPERAND_BYTES > SIG_BYTES) return too_much("too many operands");
+    if (room(s) < 0) return -1;
     s->buf[s->n++] = 0;
     return 0;
 }
 
 int sig_operand(Sig *s, PyObject *type, PyObject *shape, PyObject *strides, PyObject *dtype, long long device,
                 PyObject *readonly) {
-    if (s->n + SIG_OPERAND_BYTES > SIG_BYTES) return too_much("too many operands");
+    if (room(s) < 0) return -1;
     uint32_t code;
     if (dtype_code(dtype, &code) < 0) return -1;
     int ro = PyObject_IsTrue(readonly);
@@ -130,25 +140,30 @@ PyObject *signature_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         PyErr_SetString(PyExc_TypeError, "signature(sig: tuple, flags: tuple)");
         return NULL;
     }
+    PyObject *sig = args[0], *result = NULL;
+    Py_ssize_t n = PyTuple_Size(sig);
+    unsigned char stack[SIG_BYTES(MAX_OPERANDS)], *buf = stack;  /* any count of operands: a merge's parts */
+    if (n > MAX_OPERANDS && (buf = PyMem_Malloc((size_t)SIG_BYTES(n))) == NULL) return PyErr_NoMemory();
     Sig s;
-    sig_start(&s);
-    PyObject *sig = args[0];
-    for (Py_ssize_t i = 0; i < PyTuple_Size(sig); i++) {
+    sig_start(&s, buf, n > MAX_OPERANDS ? SIG_BYTES(n) : (Py_ssize_t)sizeof stack);
+    for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *e = PyTuple_GetItem(sig, i);
         if (e == Py_None) {
-            if (sig_absent(&s) < 0) return NULL;
+            if (sig_absent(&s) < 0) goto done;
             continue;
         }
         if (!PyTuple_Check(e) || PyTuple_Size(e) != 6) {
             too_much("an operand entry that is not (type, shape, strides, dtype, device, read-only)");
-            return NULL;
+            goto done;
         }
         long long dev = PyLong_AsLongLong(PyTuple_GetItem(e, 4));
-        if (dev == -1 && PyErr_Occurred()) return NULL;
-        if (sig_operand(&s, PyTuple_GetItem(e, 0), PyTuple_GetItem(e, 1), PyTuple_GetItem(e, 2),
+        if ((dev == -1 && PyErr_Occurred()) ||
+            sig_operand(&s, PyTuple_GetItem(e, 0), PyTuple_GetItem(e, 1), PyTuple_GetItem(e, 2),
                         PyTuple_GetItem(e, 3), dev, PyTuple_GetItem(e, 5)) < 0)
-            return NULL;
+            goto done;
     }
-    if (sig_flag_types(&s, args[1]) < 0) return NULL;
-    return sig_bytes(&s);
+    if (sig_flag_types(&s, args[1]) == 0) result = sig_bytes(&s);
+done:
+    if (buf != stack) PyMem_Free(buf);
+    return result;
 }

@@ -119,12 +119,13 @@ static inline void operand_clear(Operand *a) {
 #define SIG_DIMS 16   /* an operand's dimensions, at most */
 #define SIG_FLAGS 32  /* an entry's flags, at most */
 #define SIG_OPERAND_BYTES (1 + 8 + 10 + 10 + 1 + 2 * (1 + 10 * SIG_DIMS))  /* integers take up to 10 */
-#define SIG_BYTES (MAX_OPERANDS * SIG_OPERAND_BYTES + 1 + 8 * SIG_FLAGS)
+#define SIG_FLAGS_BYTES (1 + 8 * SIG_FLAGS)
+#define SIG_BYTES(operands) ((operands) * SIG_OPERAND_BYTES + SIG_FLAGS_BYTES)
 typedef struct {
-    Py_ssize_t n;
-    unsigned char buf[SIG_BYTES];
+    Py_ssize_t n, cap;  /* bytes written; bytes `buf` holds (room for the flags kept past the operands) */
+    unsigned char *buf;
 } Sig;
-void sig_start(Sig *s);
+void sig_start(Sig *s, unsigned char *buf, Py_ssize_t cap);
 int sig_absent(Sig *s);
 int sig_operand(Sig *s, PyObject *type, PyObject *shape, PyObject *strides, PyObject *dtype, long long device,
                 PyObject *readonly);
