@@ -15,8 +15,11 @@
 #include "warm.h"
 
 /* Codes of the dtypes met: equal dtypes share one (the dictionary compares them), the objects met
- * most are found by address first. Held for the process: a program meets a handful. */
+ * most are found by address first. Held for the process: a program meets a handful. Codes come
+ * from a counter taken before the dictionary is asked to store one, so that two dtypes never share
+ * a code even where comparing them ran Python code and let another thread in meanwhile. */
 static PyObject *g_dtype_codes;
+static long g_next_dtype_code;
 #define DTYPES_SEEN 16
 static PyObject *g_dtype_seen[DTYPES_SEEN];
 static uint32_t g_dtype_seen_code[DTYPES_SEEN];
@@ -32,7 +35,7 @@ static int dtype_code(PyObject *d, uint32_t *out) {
     PyObject *c = PyDict_GetItemWithError(g_dtype_codes, d);  /* borrowed */
     if (c == NULL) {
         if (PyErr_Occurred()) return -1;  /* unhashable */
-        c = PyLong_FromSsize_t(PyDict_Size(g_dtype_codes));
+        c = PyLong_FromLong(g_next_dtype_code++);
         int bad = c == NULL || PyDict_SetItem(g_dtype_codes, d, c) < 0;
         Py_XDECREF(c);  /* the dictionary holds it */
         if (bad) return -1;
