@@ -133,14 +133,17 @@ int sig_flag_types(Sig *s, PyObject *flags);
 PyObject *sig_bytes(const Sig *s);
 PyObject *signature_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
-/* Attribute `name` of module-like `o` is truthy: 1, 0, or -1 with an exception set. */
-static inline int attr_true(PyObject *o, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(o, name);
+/* The truth of new reference `v`, which it consumes: 1, 0, or -1 with an exception set (also where
+ * `v` is NULL, its lookup having failed). */
+static inline int truth_of(PyObject *v) {
     if (v == NULL) return -1;
     int r = PyObject_IsTrue(v);
     Py_DECREF(v);
     return r;
 }
+
+/* Attribute `name` of `o` is truthy: 1, 0, or -1 with an exception set. */
+static inline int attr_true(PyObject *o, PyObject *name) { return truth_of(PyObject_GetAttr(o, name)); }
 
 /* u64 of an int object; 0 and an exception when it is none or out of range. */
 static inline int as_u64(PyObject *v, unsigned long long *out) {
@@ -179,13 +182,7 @@ static inline PyObject *global_of(PyObject *mod, PyObject *name) {
 }
 
 /* Module global `name` of `mod` is truthy: 1, 0, or -1 with an exception set. */
-static inline int global_true(PyObject *mod, PyObject *name) {
-    PyObject *v = global_of(mod, name);
-    if (v == NULL) return -1;
-    int r = PyObject_IsTrue(v);
-    Py_DECREF(v);
-    return r;
-}
+static inline int global_true(PyObject *mod, PyObject *name) { return truth_of(global_of(mod, name)); }
 
 
 /* The current stream of a package on a device, remembered for the call (the operands of one call
