@@ -84,6 +84,17 @@ def test_forced_splits(splits, dtype):
     decode_case(2, 2, 3001, 8, 2, 128, dtype=dtype, causal=True, splits=splits)
 
 
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("hq", [8, 16])
+@pytest.mark.parametrize("splits,sk", [(47, 9000), (70, 9000), (128, 9000), (128, 1500)])
+def test_merge_of_many_splits(d, hq, splits, sk):
+    """The last split's merge of up to 128 parts, each lane's LSEs held at once: one kv head, so the
+    block's rows are 8 or 16 query heads, a warp's one row merged through registers and two or more
+    staged through shared memory a batch at a time (24 to 64 parts, by build): counts past one batch
+    and two, and at 1500 keys splits that saw no key on either side of a batch's edge."""
+    decode_case(1, 1, sk, hq, 1, d, dtype=BF16, splits=splits)
+
+
 def test_splits_beyond_keys_give_empty_splits():
     """64 splits of 17 keys: most splits see no key (LSE -inf) and the combine must skip them."""
     decode_case(3, 1, 17, 4, 4, 64, splits=64)

@@ -8,6 +8,7 @@
 // to cudattn.merge_attention_states) and by the decode kernel's last split of each block of rows.
 #pragma once
 #include "cudattn/elem.cuh"
+#include "cudattn/ptx.cuh"
 
 #ifndef CUDATTN_INF
 #define CUDATTN_INF __int_as_float(0x7f800000)
@@ -15,21 +16,37 @@
 
 namespace cudattn {
 
-// One output row, merged by one warp (all 32 lanes call it). lse_of(s): part s's LSE; load4(s, c):
-// part s's elements c..c+3 as float4; dst: the row's output (head_dim elements). Returns the merged
-// LSE (every lane), for the caller to store where it wants. Out: an Elem (elem.cuh). sink: an
-// attention sink's logit (a part of LSE `sink` and O = 0, counted once here, never in the parts),
-// or -inf for none. w_buf: 32 floats of shared memory for this warp alone. IN_FLIGHT: the O loads
-// a lane keeps in flight (registers: the merge kernel's 4, the decode kernel's tail 16 or 8).
-template <class Out, int IN_FLIGHT = 4, bool PAD = true, class LseOf, class Load4>
-__device__ __forceinline__ float combine_row(int num_parts, int head_dim, int lane, LseOf lse_of, Load4 load4,
-                                             typename Out::type* dst, float* w_buf, float sink = -CUDATTN_INF) {
-    // This lane's parts are lane, lane + 32, ...: the first one's LSE is read once, for all passes.
-    const float x0 = lane < num_parts ? lse_of(lane) : -CUDATTN_INF;
+// This lane's LSEs: parts lane + 32 j for j < R, read at once (one L2 round trip, where a loop that
+// reads each in turn waits one round trip a pass: for 64 parts the max, the sum and the weights each
+// took one more, microseconds at the end of a split decode); parts past 32 R are read as needed.
+template <int R>
+struct LanesLse {
+    float x[R];
+    template <class LseOf>
+    __device__ __forceinline__ void load(int num_parts, int lane, LseOf lse_of) {
+#pragma unroll
+        for (int j = 0; j < R; ++j) x[j] = lane + 32 * j < num_parts ? lse_of(lane + 32 * j) : -CUDATTN_INF;
+    }
+    // Part s = lane + 32 j's LSE (s < num_parts): held for j < R (selected without indexing, which
+    // would put the array in local memory), else read.
+    template <class LseOf>
+    __device__ __forceinline__ float of(int j, int s, LseOf lse_of) const {
+        float v = x[0];
+#pragma unroll
+        for (int i = 1; i < R; ++i) v = j == i ? x[i] : v;
+        return j < R ? v : lse_of(s);
+    }
+};
+
+// The row's weights' scale and sum over every lane: m = max of the parts' LSEs and the sink (NaN where
+// any LSE is NaN), wsum = sum of exp(LSE - m), each lane's parts in index order.
+template <int R, class LseOf>
+__device__ __forceinline__ void combine_scale(int num_parts, int lane, LseOf lse_of, float sink, const LanesLse<R>& xs,
+                                              float& m_out, float& wsum_out) {
     float m = lane == 0 ? sink : -CUDATTN_INF;
     bool nan = false;  // a NaN LSE makes the row NaN rather than being dropped by fmaxf
-    for (int s = lane; s < num_parts; s += 32) {
-        const float x = s < 32 ? x0 : lse_of(s);  // s = lane + 32 k
+    for (int s = lane, j = 0; s < num_parts; s += 32, ++j) {
+        const float x = xs.of(j, s, lse_of);
         m = fmaxf(m, x);
         nan |= x != x;
     }
@@ -38,14 +55,49 @@ __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int la
     for (int k = 16; k >= 1; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
     float wsum = 0.f;
     if (m != -CUDATTN_INF)  // NaN m: expf gives NaN, and so does the row
-        for (int s = lane; s < num_parts; s += 32) {
-            const float x = s < 32 ? x0 : lse_of(s);  // s = lane + 32 k
+        for (int s = lane, j = 0; s < num_parts; s += 32, ++j) {
+            const float x = xs.of(j, s, lse_of);
             if (x != -CUDATTN_INF) wsum += expf(x - m);
         }
     if (lane == 0 && sink != -CUDATTN_INF && m != -CUDATTN_INF) wsum += expf(sink - m);
 #pragma unroll
     for (int k = 16; k >= 1; k >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, k);
+    m_out = m;
+    wsum_out = wsum;
+}
 
+// A part's weight exp(LSE - m), or the mark -1 for a part that saw no key (its O may hold anything)
+// or a row of none.
+__device__ __forceinline__ float combine_weight(float x, float m, bool empty) {
+    return (empty || x == -CUDATTN_INF) ? -1.f : expf(x - m);
+}
+
+// A merged row's store: this lane's columns of the sums times 1 / wsum; returns the row's LSE.
+template <class Out>
+__device__ __forceinline__ float combine_store(const float4 (&acc)[2], bool empty, float inv, float m, float wsum,
+                                               int head_dim, int lane, typename Out::type* dst) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        const int c = lane * 4 + 128 * k;
+        if (c < head_dim) Out::store4(dst + c, make_float4(acc[k].x * inv, acc[k].y * inv, acc[k].z * inv, acc[k].w * inv));
+    }
+    return empty ? -CUDATTN_INF : m + logf(wsum);
+}
+
+// One output row, merged by one warp (all 32 lanes call it). lse_of(s): part s's LSE; load4(s, c):
+// part s's elements c..c+3 as float4; dst: the row's output (head_dim elements). Returns the merged
+// LSE (every lane), for the caller to store where it wants. Out: an Elem (elem.cuh). sink: an
+// attention sink's logit (a part of LSE `sink` and O = 0, counted once here, never in the parts),
+// or -inf for none. w_buf: 32 floats of shared memory for this warp alone. IN_FLIGHT: the O loads
+// a lane keeps in flight (registers: the merge kernel's 4, the decode kernel's tail 16 or 8).
+// LSE_REGS: the LSEs a lane holds (LanesLse).
+template <class Out, int IN_FLIGHT = 4, bool PAD = true, int LSE_REGS = 1, class LseOf, class Load4>
+__device__ __forceinline__ float combine_row(int num_parts, int head_dim, int lane, LseOf lse_of, Load4 load4,
+                                             typename Out::type* dst, float* w_buf, float sink = -CUDATTN_INF) {
+    LanesLse<LSE_REGS> xs;
+    xs.load(num_parts, lane, lse_of);
+    float m, wsum;
+    combine_scale(num_parts, lane, lse_of, sink, xs, m, wsum);
     const bool empty = m == -CUDATTN_INF;  // every part saw no key (and no sink): O = 0, LSE = -inf
     const float inv = empty ? 0.f : 1.f / wsum;
     // O: the weights of 32 parts at a time are computed a lane a part and handed over through
@@ -58,9 +110,9 @@ __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int la
 #pragma unroll
     for (int k = 0; k < 2; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int s0 = 0; s0 < num_parts; s0 += 32) {
-        const float x = s0 == 0 ? x0 : s0 + lane < num_parts ? lse_of(s0 + lane) : -CUDATTN_INF;
+        const float x = s0 + lane < num_parts ? xs.of(s0 / 32, s0 + lane, lse_of) : -CUDATTN_INF;
         __syncwarp();  // the previous chunk's reads are done
-        w_buf[lane] = (empty || x == -CUDATTN_INF) ? -1.f : expf(x - m);
+        w_buf[lane] = combine_weight(x, m, empty);
         __syncwarp();
         const int n = min(32, num_parts - s0);
         // Run to a multiple of IN_FLIGHT, a slot past n re-reading part n - 1 and not summed: the
@@ -85,12 +137,68 @@ __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int la
             }
         }
     }
+    return combine_store<Out>(acc, empty, inv, m, wsum, head_dim, lane, dst);
+}
+
+// combine_row with the parts' O rows staged through shared memory (the decode kernel's last split,
+// whose shared memory is free by then): this lane's columns of up to `cap` parts at a time are copied
+// by cp.async into `stage` (cap * head_dim floats, this warp's alone), the first batch issued before
+// the LSEs are read, so that every copy of a batch is in flight at once and beside the LSEs' round
+// trip, where loads into registers kept IN_FLIGHT a lane behind it. Each lane reads back only the
+// columns it copied, so a lane's own wait orders them. w_buf: num_parts floats for this warp (every
+// part's weight, computed once). The same sums in the same order as combine_row: the same bits.
+template <class Out, int LSE_REGS, class LseOf, class SrcOf>
+__device__ __forceinline__ float combine_row_staged(int num_parts, int head_dim, int lane, LseOf lse_of, SrcOf src_of,
+                                                    typename Out::type* dst, float* w_buf, float* stage, int cap,
+                                                    float sink = -CUDATTN_INF) {
+    auto issue = [&](int s0) {  // parts s0 .. s0 + cap - 1 (those that exist), this lane's columns
+        const int n = min(cap, num_parts - s0);
+        for (int i = 0; i < n; ++i)
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-        const int c = lane * 4 + 128 * k;
-        if (c < head_dim) Out::store4(dst + c, make_float4(acc[k].x * inv, acc[k].y * inv, acc[k].z * inv, acc[k].w * inv));
+            for (int k = 0; k < 2; ++k) {
+                const int c = lane * 4 + 128 * k;
+                if (c < head_dim) cp_async_16(smem_addr(stage + i * head_dim + c), src_of(s0 + i, c), true);
+            }
+        cp_async_commit();
+    };
+    issue(0);
+    LanesLse<LSE_REGS> xs;
+    xs.load(num_parts, lane, lse_of);
+    float m, wsum;
+    combine_scale(num_parts, lane, lse_of, sink, xs, m, wsum);
+    const bool empty = m == -CUDATTN_INF;
+    const float inv = empty ? 0.f : 1.f / wsum;
+    for (int s = lane, j = 0; s < num_parts; s += 32, ++j) w_buf[s] = combine_weight(xs.of(j, s, lse_of), m, empty);
+    __syncwarp();
+    float4 acc[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s0 = 0; s0 < num_parts; s0 += cap) {
+        const int n = min(cap, num_parts - s0);
+        cp_async_wait<0>();  // this lane's copies of the batch have landed
+        // Run to a multiple of 8, a slot past n re-reading part n - 1 and not summed, so that the
+        // unrolled body's shared-memory reads issue together rather than each after the last's sum.
+        const int n_pad = (n + 7) / 8 * 8;
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            const int c = lane * 4 + 128 * k;
+            if (c >= head_dim) break;
+#pragma unroll 8
+            for (int i = 0; i < n_pad; ++i) {
+                const int part = min(i, n - 1);
+                const float w = w_buf[s0 + part];
+                const float4 v = *reinterpret_cast<const float4*>(stage + part * head_dim + c);
+                const bool use = i < n && !(w < 0.f);  // NaN too
+                acc[k].x = use ? fmaf(w, v.x, acc[k].x) : acc[k].x;
+                acc[k].y = use ? fmaf(w, v.y, acc[k].y) : acc[k].y;
+                acc[k].z = use ? fmaf(w, v.z, acc[k].z) : acc[k].z;
+                acc[k].w = use ? fmaf(w, v.w, acc[k].w) : acc[k].w;
+            }
+        }
+        if (s0 + cap < num_parts) issue(s0 + cap);  // (the reads above have completed: their sums used them)
     }
-    return empty ? -CUDATTN_INF : m + logf(wsum);
+    __syncwarp();  // every lane is done with w_buf before the warp's next row writes it
+    return combine_store<Out>(acc, empty, inv, m, wsum, head_dim, lane, dst);
 }
 
 }  // namespace cudattn

@@ -17,6 +17,21 @@ struct DecodeStore {
     // register used by their main loop; anything more spilled) keep the plain loop of 8.
     static constexpr bool MERGE_TIGHT = K::KV8 || (K::MODS && K::MF > 1);
     static constexpr int MERGE_IN_FLIGHT = MERGE_TIGHT ? 8 : 16;
+    // The most splits a call has (_spec/validate.py's MAX_SPLITS, cudattn.h's CUDATTN_MAX_SPLITS).
+    static constexpr int MAX_SPLITS = 128;
+    // The LSEs a lane holds in the merge (combine.cuh's LanesLse): every split's, read at once.
+    static constexpr int MERGE_LSE_REGS = MAX_SPLITS / 32;
+    // Where a warp merges more than one row and shared memory holds 8 parts or more a warp, the merge
+    // stages the parts there (combine_row_staged: after a 128-byte flag, MAX_SPLITS weights a warp,
+    // then each warp's MERGE_PARTS parts of head-dim floats), so that a row's copies are all in flight
+    // beside its LSEs' round trip rather than each row's round trips in turn: 8 rows of 64 splits on
+    // 4 warps merged 4-5 us sooner (H200). A warp of one row keeps the loads into registers, which
+    // were as quick or quicker there. Not the tight builds: their registers are spoken for (the staged
+    // sums' unrolled reads spilled in the 8-warp FP8-cache build).
+    static constexpr int MERGE_STAGE_OFF = 128 + NW * MAX_SPLITS * 4;
+    static constexpr int MERGE_FIT = (SMEM_BYTES - MERGE_STAGE_OFF) / NW / (K::D * 4);
+    static constexpr int MERGE_PARTS = MERGE_FIT < MAX_SPLITS ? MERGE_FIT : MAX_SPLITS;
+    static constexpr bool MERGE_STAGED = !MERGE_TIGHT && MERGE_PARTS >= 8;
 
     // With splits: count this block's arrival at its block of rows; the last of the num_splits
     // blocks to arrive merges their partials into the output (and LSE) and resets the counter for
@@ -40,7 +55,7 @@ struct DecodeStore {
         if (!*last) return;
         __threadfence();
         static_assert(SMEM_BYTES >= 128 + NW * 32 * 4, "the merge's weight buffers fit in shared memory");
-        float* w_buf = reinterpret_cast<float*>(smem_raw + 128);  // 32 part weights a warp (combine_row)
+        float* w_all = reinterpret_cast<float*>(smem_raw + 128);  // part weights, per warp
         typedef typename ElemOf<T>::type Out;
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
         const long long part_rows = (long long)p.batch * p.heads_q * p.seqlen_q;
@@ -51,11 +66,22 @@ struct DecodeStore {
             const float* lse_row = p.lse_part + row;
             const float* o_row = p.o_part + row * p.head_dim;
             const long long o_part_stride = part_rows * p.head_dim;
-            const float lse = combine_row<Out, MERGE_IN_FLIGHT, !MERGE_TIGHT>(  // the partials exclude the sink: it joins here, once
-                p.num_splits, p.head_dim, lane, [lse_row, part_rows](int s) { return __ldcg(lse_row + s * part_rows); },
-                [o_row, o_part_stride](int s, int c) { return Elem<0>::load4_l2(o_row + s * o_part_stride + c); },
-                static_cast<T*>(p.o) + b * p.o_stride_b + t * p.o_stride_s + hq * p.o_stride_h, w_buf + 32 * warp,
-                p.sinks != nullptr ? p.sinks[hq] : -CUDATTN_INF);
+            const auto lse_of = [lse_row, part_rows](int s) { return __ldcg(lse_row + s * part_rows); };
+            T* dst = static_cast<T*>(p.o) + b * p.o_stride_b + t * p.o_stride_s + hq * p.o_stride_h;
+            const float sink = p.sinks != nullptr ? p.sinks[hq] : -CUDATTN_INF;  // the partials exclude it: it joins here, once
+            float lse;
+            if (MERGE_STAGED && rows_valid > NW) {
+                float* stage = reinterpret_cast<float*>(smem_raw + MERGE_STAGE_OFF) + warp * MERGE_PARTS * K::D;
+                lse = combine_row_staged<Out, MERGE_LSE_REGS>(
+                    p.num_splits, p.head_dim, lane, lse_of,
+                    [o_row, o_part_stride](int s, int c) { return o_row + s * o_part_stride + c; }, dst,
+                    w_all + MAX_SPLITS * warp, stage, MERGE_PARTS, sink);
+            } else {
+                lse = combine_row<Out, MERGE_IN_FLIGHT, !MERGE_TIGHT, MERGE_TIGHT ? 1 : MERGE_LSE_REGS>(
+                    p.num_splits, p.head_dim, lane, lse_of,
+                    [o_row, o_part_stride](int s, int c) { return Elem<0>::load4_l2(o_row + s * o_part_stride + c); },
+                    dst, w_all + 32 * warp, sink);
+            }
             if (p.write_lse && lane == 0) p.lse[row] = lse;
         }
     }
