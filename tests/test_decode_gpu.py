@@ -88,7 +88,7 @@ def test_forced_splits(splits, dtype):
 @pytest.mark.parametrize("hq", [8, 16])
 @pytest.mark.parametrize("splits,sk", [(47, 9000), (70, 9000), (128, 9000), (128, 1500)])
 def test_merge_of_many_splits(d, hq, splits, sk):
-    """The last split's merge of up to 128 parts, each lane's LSEs held at once: one kv head, so the
+    """The last split's merge of 33 to 128 parts, each lane's LSEs held at once: one kv head, so the
     block's rows are 8 or 16 query heads, a warp's one row merged through registers and two or more
     staged through shared memory a batch at a time (24 to 64 parts, by build): counts past one batch
     and two, and at 1500 keys splits that saw no key on either side of a batch's edge."""

@@ -191,6 +191,18 @@ def test_decode_params_structs_match_header():
     assert ctypes.sizeof(_params.KvCacheGeom) == 40
 
 
+def test_decode_merge_knows_the_most_splits():
+    """The decode merge holds every split's LSE and weight (decode/store.cuh's MAX_SPLITS): the same
+    count as the call path's limit and the C export's."""
+    from cudattn._spec.validate import MAX_SPLITS
+
+    _, headers = _kernels.sources()
+    store = re.search(r"static constexpr int MAX_SPLITS = (\d+);", headers["cudattn/decode/store.cuh"])
+    assert store is not None and int(store.group(1)) == MAX_SPLITS
+    exported = _kernels.source_root().joinpath("export", "cudattn.h").read_text(encoding="utf-8")
+    assert re.search(rf"#define CUDATTN_MAX_SPLITS {MAX_SPLITS}\b", exported)
+
+
 @pytest.mark.parametrize("seqlen_q,causal,block_m,per_sm", [
     (None, True, 192, 1), (512, True, 192, 1), (513, True, 192, 1), (576, True, 192, 1), (577, True, 64, 2),
     (640, True, 64, 2), (641, True, 192, 1), (768, True, 192, 1), (800, True, 64, 2), (896, True, 192, 1),

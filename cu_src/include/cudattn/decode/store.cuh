@@ -21,12 +21,13 @@ struct DecodeStore {
     static constexpr int MAX_SPLITS = 128;
     // The LSEs a lane holds in the merge (combine.cuh's LanesLse): every split's, read at once.
     static constexpr int MERGE_LSE_REGS = MAX_SPLITS / 32;
-    // Where a warp merges more than one row and shared memory holds 8 parts or more a warp, the merge
-    // stages the parts there (combine_row_staged: after a 128-byte flag, MAX_SPLITS weights a warp,
-    // then each warp's MERGE_PARTS parts of head-dim floats), so that a row's copies are all in flight
-    // beside its LSEs' round trip rather than each row's round trips in turn: 8 rows of 64 splits on
-    // 4 warps merged 4-5 us sooner (H200). A warp of one row keeps the loads into registers, which
-    // were as quick or quicker there. Not the tight builds: their registers are spoken for (the staged
+    // Where a warp merges more than one row of more than 32 parts and shared memory holds 8 parts or
+    // more a warp, the merge stages the parts there (combine_row_staged: after a 128-byte flag,
+    // MAX_SPLITS weights a warp, then each warp's MERGE_PARTS parts of head-dim floats), so that a
+    // row's copies are all in flight beside its LSEs' round trip rather than each row's round trips
+    // in turn: 8 rows of 64 splits on 4 warps merged 3.5-4 us sooner (H200). A warp of one row, or
+    // rows of 32 parts or fewer (a round trip or two a row), keep the loads into registers, which were
+    // as quick or quicker there. Not the tight builds: their registers are spoken for (the staged
     // sums' unrolled reads spilled in the 8-warp FP8-cache build).
     static constexpr int MERGE_STAGE_OFF = 128 + NW * MAX_SPLITS * 4;
     static constexpr int MERGE_FIT = (SMEM_BYTES - MERGE_STAGE_OFF) / NW / (K::D * 4);
@@ -70,7 +71,7 @@ struct DecodeStore {
             T* dst = static_cast<T*>(p.o) + b * p.o_stride_b + t * p.o_stride_s + hq * p.o_stride_h;
             const float sink = p.sinks != nullptr ? p.sinks[hq] : -CUDATTN_INF;  // the partials exclude it: it joins here, once
             float lse;
-            if (MERGE_STAGED && rows_valid > NW) {
+            if (MERGE_STAGED && rows_valid > NW && p.num_splits > 32) {
                 float* stage = reinterpret_cast<float*>(smem_raw + MERGE_STAGE_OFF) + warp * MERGE_PARTS * K::D;
                 lse = combine_row_staged<Out, MERGE_LSE_REGS>(
                     p.num_splits, p.head_dim, lane, lse_of,
