@@ -28,13 +28,18 @@ struct LanesLse {
         for (int j = 0; j < R; ++j) x[j] = lane + 32 * j < num_parts ? lse_of(lane + 32 * j) : -CUDATTN_INF;
     }
     // Part s = lane + 32 j's LSE (s < num_parts): held for j < R (selected without indexing, which
-    // would put the array in local memory), else read.
+    // would put the array in local memory), else read. One register: the form the merge kernel and
+    // the decode builds short of registers compiled to before the others held more (the same SASS).
     template <class LseOf>
     __device__ __forceinline__ float of(int j, int s, LseOf lse_of) const {
-        float v = x[0];
+        if constexpr (R == 1) {
+            return s < 32 ? x[0] : lse_of(s);
+        } else {
+            float v = x[0];
 #pragma unroll
-        for (int i = 1; i < R; ++i) v = j == i ? x[i] : v;
-        return j < R ? v : lse_of(s);
+            for (int i = 1; i < R; ++i) v = j == i ? x[i] : v;
+            return j < R ? v : lse_of(s);
+        }
     }
 };
 
@@ -110,7 +115,11 @@ __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int la
 #pragma unroll
     for (int k = 0; k < 2; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int s0 = 0; s0 < num_parts; s0 += 32) {
-        const float x = s0 + lane < num_parts ? xs.of(s0 / 32, s0 + lane, lse_of) : -CUDATTN_INF;
+        float x;
+        if constexpr (LSE_REGS == 1)  // (as LanesLse::of: the one-register builds' code as it was)
+            x = s0 == 0 ? xs.x[0] : s0 + lane < num_parts ? lse_of(s0 + lane) : -CUDATTN_INF;
+        else
+            x = s0 + lane < num_parts ? xs.of(s0 / 32, s0 + lane, lse_of) : -CUDATTN_INF;
         __syncwarp();  // the previous chunk's reads are done
         w_buf[lane] = combine_weight(x, m, empty);
         __syncwarp();

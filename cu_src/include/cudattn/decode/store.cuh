@@ -19,7 +19,8 @@ struct DecodeStore {
     static constexpr int MERGE_IN_FLIGHT = MERGE_TIGHT ? 8 : 16;
     // The most splits a call has (_spec/validate.py's MAX_SPLITS, cudattn.h's CUDATTN_MAX_SPLITS).
     static constexpr int MAX_SPLITS = 128;
-    // The LSEs a lane holds in the merge (combine.cuh's LanesLse): every split's, read at once.
+    // The LSEs a lane holds in the merge (combine.cuh's LanesLse): every split's, read at once; the
+    // tight builds hold one, as they always did (their SASS unchanged).
     static constexpr int MERGE_LSE_REGS = MAX_SPLITS / 32;
     // Where a warp merges more than one row of more than 32 parts and shared memory holds 8 parts or
     // more a warp, the merge stages the parts there (combine_row_staged: after a 128-byte flag,
