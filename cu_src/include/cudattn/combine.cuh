@@ -77,6 +77,14 @@ __device__ __forceinline__ float combine_weight(float x, float m, bool empty) {
     return (empty || x == -CUDATTN_INF) ? -1.f : expf(x - m);
 }
 
+// acc += w * v where `use` (else acc unchanged): one part's columns into a lane's sums.
+__device__ __forceinline__ void add_weighted(float4& acc, float w, const float4& v, bool use) {
+    acc.x = use ? fmaf(w, v.x, acc.x) : acc.x;
+    acc.y = use ? fmaf(w, v.y, acc.y) : acc.y;
+    acc.z = use ? fmaf(w, v.z, acc.z) : acc.z;
+    acc.w = use ? fmaf(w, v.w, acc.w) : acc.w;
+}
+
 // A merged row's store: this lane's columns of the sums times 1 / wsum; returns the row's LSE.
 template <class Out>
 __device__ __forceinline__ float combine_store(const float4 (&acc)[2], bool empty, float inv, float m, float wsum,
@@ -139,10 +147,7 @@ __device__ __forceinline__ float combine_row(int num_parts, int head_dim, int la
                 const float w = w_buf[part];
                 const float4 v = load4(s0 + part, c);
                 const bool use = (!PAD || i < n) && !(w < 0.f);  // NaN too
-                acc[k].x = use ? fmaf(w, v.x, acc[k].x) : acc[k].x;
-                acc[k].y = use ? fmaf(w, v.y, acc[k].y) : acc[k].y;
-                acc[k].z = use ? fmaf(w, v.z, acc[k].z) : acc[k].z;
-                acc[k].w = use ? fmaf(w, v.w, acc[k].w) : acc[k].w;
+                add_weighted(acc[k], w, v, use);
             }
         }
     }
@@ -198,10 +203,7 @@ __device__ __forceinline__ float combine_row_staged(int num_parts, int head_dim,
                 const float w = w_buf[s0 + part];
                 const float4 v = *reinterpret_cast<const float4*>(stage + part * head_dim + c);
                 const bool use = i < n && !(w < 0.f);  // NaN too
-                acc[k].x = use ? fmaf(w, v.x, acc[k].x) : acc[k].x;
-                acc[k].y = use ? fmaf(w, v.y, acc[k].y) : acc[k].y;
-                acc[k].z = use ? fmaf(w, v.z, acc[k].z) : acc[k].z;
-                acc[k].w = use ? fmaf(w, v.w, acc[k].w) : acc[k].w;
+                add_weighted(acc[k], w, v, use);
             }
         }
         if (s0 + cap < num_parts) issue(s0 + cap);  // (the reads above have completed: their sums used them)
