@@ -95,6 +95,120 @@ def test_merge_of_many_splits(d, hq, splits, sk):
     decode_case(1, 1, sk, hq, 1, d, dtype=BF16, splits=splits)
 
 
+@pytest.fixture
+def fresh_plans(monkeypatch):
+    """Calls planned afresh (no recorded call of an earlier test replayed), their plans kept here."""
+    from cudattn._calls import call as _call
+
+    monkeypatch.setattr(_decode, "_plans", {})
+    monkeypatch.setattr(_call, "_plans", {})
+
+
+def _plan_of_last_call(splits):
+    """The memoised plan with `splits` splits (the call just made; the plans start empty)."""
+    found = [p for p, _ in _decode._plans.values() if p.num_splits == splits]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def _merge_ctas_of_last_call(splits):
+    return _plan_of_last_call(splits).merge_ctas
+
+
+@pytest.mark.parametrize("d", [64, 96, 128, 256])
+@pytest.mark.parametrize("hq", [2, 8, 16])
+@pytest.mark.parametrize("splits,sk", [(2, 3000), (3, 3000), (33, 9000), (64, 33000), (128, 9000), (128, 1500)])
+def test_merge_spread_over_the_last_blocks(d, hq, splits, sk, fresh_plans):
+    """A grid no larger than the SM count, and more than 32 parts or more rows than warps: the merge is
+    shared by the last blocks of the block of rows to arrive, a warp a (row, 32 columns) piece, each
+    waiting block merging the share its arrival gives it once the last has arrived (the last takes
+    share 0). One to eight sharers, 2 to 128 parts, head dims that end a piece early (96) and parts
+    that saw no key (128 splits of 1500 keys)."""
+    decode_case(1, 1, sk, hq, 1, d, dtype=BF16, splits=splits)
+    plan = _plan_of_last_call(splits)
+    warps = plan.variant.threads // 32
+    spread = splits > 32 or hq > warps  # else the last block alone (a row a warp, 32 parts or fewer)
+    want = min(8, splits, -(-hq * -(-d // 32) // warps)) if spread else 1
+    assert plan.merge_ctas == want, "the case is not the one described"
+
+
+def test_spread_merge_with_sinks_lse_and_empty_splits(fresh_plans):
+    """Sinks join the spread merge once a row (the partials exclude them), the LSE is written by the
+    piece holding a row's first columns, and 128 splits of 700 keys leave most splits empty."""
+    rng = np.random.default_rng(next(_seed))
+    q, k, v = _rand(rng, (1, 1, 16, 128), BF16), _rand(rng, (1, 700, 1, 128), BF16), _rand(rng, (1, 700, 1, 128), BF16)
+    sinks = rng.uniform(-2, 6, 16).astype(np.float32)
+    for splits in (5, 128):
+        out = _poisoned(q.shape, BF16)
+        o, l = cudattn.attention(*(cudattn.to_device(x) for x in (q, k, v)), sinks=cudattn.to_device(sinks),
+                                 return_lse=True, num_splits=splits, out=out)
+        assert _merge_ctas_of_last_call(splits) > 1
+        ref, ref_lse = reference.attention(q, k, v, sinks=sinks, return_lse=True)
+        naive = reference.attention_naive(q, k, v, sinks=sinks, dtype=BF16)
+        _check(cudattn.to_host(o), cudattn.to_host(l), ref, ref_lse, naive)
+
+
+def test_spread_merge_back_to_back_leaves_counters_at_zero(fresh_plans):
+    """Sixty spread-merge calls queued back to back on one stream, three shapes in turn (2, 4 and 8
+    sharers): each equals the first call of its shape bit for bit (a share merged twice or not at
+    all, or a claim crossing into the next kernel, would move bits or leave NaN), and the stream's
+    arrival counters are zero afterwards."""
+    from cudattn._arrays import stream_memory as sm
+    from cudattn._runtime import launch as _launch
+
+    cudattn.empty_cache()
+    rng = np.random.default_rng(next(_seed))
+    shapes = [((1, 1, 4, 128), (1, 12000, 1, 128), 40), ((1, 1, 8, 64), (1, 20000, 1, 64), 40),
+              ((1, 1, 16, 128), (1, 33000, 1, 128), 64)]
+    ops = [tuple(cudattn.to_device(_rand(rng, s, BF16)) for s in (qs, ks, ks)) + (n,) for qs, ks, n in shapes]
+    outs = []
+    for i in range(60):
+        q, k, v, n = ops[i % 3]
+        o = _poisoned(q.shape, BF16)
+        outs.append(cudattn.attention(q, k, v, num_splits=n, out=o))
+    assert sorted(_merge_ctas_of_last_call(n) for *_, n in ops) == [2, 4, 8]
+    _launch.synchronize(outs[0].stream_handle)
+    got = [cudattn.to_host(o) for o in outs]
+    for i, o in enumerate(got):
+        assert not np.isnan(o.astype(np.float32)).any(), f"call {i}: outputs left unwritten"
+        assert o.tobytes() == got[i % 3].tobytes(), f"call {i}: differs from the first call of its shape"
+    for q, k, v, n in ops:
+        host = [cudattn.to_host(x) for x in (q, k, v)]
+        _check(cudattn.to_host(cudattn.attention(q, k, v, num_splits=n)), None, reference.attention(*host), None,
+               reference.attention_naive(*host, dtype=BF16))
+    block = sm._blocks[(0, outs[0].stream_handle, sm._COUNTERS)]
+    host = cudattn.to_host(cudattn._arrays.array.DeviceArray(block.ptr, (block.count,), np.int32, device_id=0))
+    assert not host.any(), f"{np.count_nonzero(host)} arrival counters left non-zero"
+
+
+def test_spread_merge_shares_given_up_go_to_the_last(fresh_plans, monkeypatch):
+    """The decode builds compiled with no wait (CUDATTN_SPREAD_WAIT_NS=0): a block waiting for the last
+    gives its share up unless the last has arrived by its first look, and the last merges every share
+    given up (read from its own arrival). Results within the rule, calls of a shape bit-identical to
+    each other (the shares' sums are the same whoever merges them), counters zero afterwards."""
+    from cudattn._arrays import stream_memory as sm
+    from cudattn._kernels import registry
+    from cudattn._runtime import launch as _launch
+
+    plain = registry.options_for
+    monkeypatch.setattr(registry, "options_for", lambda v: plain(v) + (
+        ["-DCUDATTN_SPREAD_WAIT_NS=0"] if v.source == "flash_decode.cu" else []))
+    monkeypatch.setattr(registry, "_loaded", {})
+    rng = np.random.default_rng(next(_seed))
+    for qs, ks, n in (((1, 1, 16, 128), (1, 33000, 1, 128), 64), ((1, 1, 8, 64), (1, 9000, 1, 64), 33)):
+        q, k, v = (_rand(rng, s, BF16) for s in (qs, ks, ks))
+        dq, dk, dv = (cudattn.to_device(x) for x in (q, k, v))
+        outs = [cudattn.attention(dq, dk, dv, num_splits=n, out=_poisoned(qs, BF16)) for _ in range(20)]
+        assert _merge_ctas_of_last_call(n) > 1
+        _launch.synchronize(outs[0].stream_handle)
+        got = [cudattn.to_host(o) for o in outs]
+        assert all(o.tobytes() == got[0].tobytes() for o in got), "results moved between calls"
+        _check(got[0], None, reference.attention(q, k, v), None, reference.attention_naive(q, k, v, dtype=BF16))
+    block = sm._blocks[(0, outs[0].stream_handle, sm._COUNTERS)]
+    host = cudattn.to_host(cudattn._arrays.array.DeviceArray(block.ptr, (block.count,), np.int32, device_id=0))
+    assert not host.any(), f"{np.count_nonzero(host)} arrival counters left non-zero"
+
+
 def test_splits_beyond_keys_give_empty_splits():
     """64 splits of 17 keys: most splits see no key (LSE -inf) and the combine must skip them."""
     decode_case(3, 1, 17, 4, 4, 64, splits=64)
@@ -165,17 +279,20 @@ def test_last_split_merges_every_block_of_rows_back_to_back():
     assert not host.any(), f"{np.count_nonzero(host)} arrival counters left non-zero"
 
 
-def test_last_split_merge_on_concurrent_streams():
+@pytest.mark.parametrize("hq,hkv,batch", [(16, 2, 2), (16, 1, 1)])
+def test_last_split_merge_on_concurrent_streams(hq, hkv, batch, fresh_plans):
     """Split decode calls on four streams at once (each stream its own counters): every result
-    matches the same call made alone."""
+    matches the same call made alone. With one kv head, two rows a warp: the merge spread over the
+    last blocks to arrive, four such kernels sharing the SMs."""
     from cuda.core import Device
 
     dev = Device(0)
     dev.set_current()
     rng = np.random.default_rng(next(_seed))
-    q, k, v = (cudattn.to_device(_rand(rng, s, BF16)) for s in ((2, 1, 16, 128), (2, 6000, 2, 128),
-                                                                (2, 6000, 2, 128)))
+    q, k, v = (cudattn.to_device(_rand(rng, s, BF16)) for s in ((batch, 1, hq, 128), (batch, 6000, hkv, 128),
+                                                                (batch, 6000, hkv, 128)))
     alone = cudattn.to_host(cudattn.attention(q, k, v, num_splits=32))
+    assert _merge_ctas_of_last_call(32) == (8 if hkv == 1 else 1)
     streams = [dev.create_stream() for _ in range(4)]
     outs = [[cudattn.attention(q, k, v, num_splits=32, stream=s) for _ in range(10)] for s in streams]
     for s, row in zip(streams, outs):

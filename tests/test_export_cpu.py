@@ -255,8 +255,8 @@ def test_launcher_and_example_compile(exported, tmp_path):
 def test_c_selection_and_splits_are_the_python_ones(exported, tmp_path):
     """The launcher's variant choice and split heuristic, compiled and run on the CPU (no CUDA call is
     made), against `_traits.select`, `_decode_traits.select_decode`, `_decode._blocks_per_sm`,
-    `_decode.choose_num_splits` and the Hopper tile order's sections (`_plan._tile_order`) over a
-    grid of inputs."""
+    `_decode.choose_num_splits`, `_decode.choose_merge_ctas` and the Hopper tile order's sections
+    (`_plan._tile_order`) over a grid of inputs."""
     inc = _cbuild.cuda_include()
     if inc is None or shutil.which("cc") is None:
         pytest.skip("no cuda.h in the CUDA pip wheels, or no C compiler")
@@ -284,6 +284,14 @@ int main(void) {
     for (i = 1; i < 400; i += 3) for (d = 1; d < 600; d += 7) for (c = 1; c < 3; ++c) for (out = 1; out < 5; out += 3)
         for (sq = 1; sq <= 4; sq *= 2)
             printf("S %d %d %d %d %d %d\n", i, d, c, out, sq, cudattn__choose_num_splits(i, d, 132, c, out, sq));
+    {
+        static const int grids[5] = {1, 64, 132, 133, 512}, splits[6] = {1, 2, 3, 8, 64, 128}, rows[4] = {1, 8, 16, 32};
+        int gi, si, ri, w;
+        for (gi = 0; gi < 5; ++gi) for (si = 0; si < 6; ++si) for (ri = 0; ri < 4; ++ri) for (d = 8; d <= 256; d += 24)
+            for (w = 4; w <= 8; w += 4)
+                printf("M %d %d %d %d %d %d\n", grids[gi], splits[si], rows[ri], d, w,
+                       cudattn__merge_ctas(grids[gi], splits[si], rows[ri], d, w, 132));
+    }
     h.smem_per_sm = 233472;
     for (dt = 0; dt < 2; ++dt) for (d = 8; d <= 256; d += 8) for (i = 1; i <= 40; i += 3) for (c = 0; c < 2; ++c) {
         const int row = cudattn__select_decode(&h, dts[dt], d, i);
@@ -335,6 +343,9 @@ int main(void) {
             kv = SimpleNamespace(paged=paged, fp8=False)
             assert per_sm == _decode._blocks_per_sm(spec, kv, props), line
             assert min_tiles == spec.tiles.split_tiles_min, line
+        elif f[0] == "M":
+            grid, splits, rows, d, warps, got = map(int, f[1:])
+            assert got == _decode.choose_merge_ctas(grid, splits, rows, d, warps, 132), line
         elif f[0] == "L":
             B, H, Sq, Sk, D, group, ctas, causal, bm, got = map(int, f[1:])
             problem = SimpleNamespace(batch=B, heads_q=H, seqlen_q=Sq, seqlen_k=Sk, head_dim=D, group_size=group,

@@ -829,7 +829,7 @@ static inline cudattn_decode_args cudattn_decode_defaults(void) {
 }
 
 typedef struct cudattn__decode_plan {
-    int row, rows, num_m, splits, tiles_per_split, capacity;
+    int row, rows, num_m, splits, tiles_per_split, capacity, merge_ctas;
     size_t o_part, lse_part, counters, bytes; /* workspace offsets and size */
 } cudattn__decode_plan;
 
@@ -841,6 +841,21 @@ typedef struct cudattn__decode_plan {
 #define CUDATTN__WAVE_COST 200
 #define CUDATTN__SINGLE_BLOCK_SM_DIVISOR 2
 #define CUDATTN__SMEM_RESERVED_PER_BLOCK 1024
+#define CUDATTN__MERGE_SPREAD_MAX 8
+#define CUDATTN__MERGE_ALONE_PARTS 32
+
+/* How many of a block of rows' last blocks to arrive share its merge, as cudattn/_kernels/decode.py
+ * choose_merge_ctas (this launcher's builds are never the tight ones: 16-bit caches, no modifiers). */
+static inline int cudattn__merge_ctas(long long grid_blocks, int splits, int rows_in_block, int head_dim, int warps,
+                                      int sm_count) {
+    long long g;
+    if (splits < 2 || grid_blocks > sm_count) return 1;
+    if (splits <= CUDATTN__MERGE_ALONE_PARTS && rows_in_block <= warps) return 1;
+    g = ((long long)rows_in_block * ((head_dim + 31) / 32) + warps - 1) / warps;
+    if (g > CUDATTN__MERGE_SPREAD_MAX) g = CUDATTN__MERGE_SPREAD_MAX;
+    if (g > splits) g = splits;
+    return g < 1 ? 1 : (int)g;
+}
 
 /* The lower of FlashAttention's wave model (with the tiles' rounding) and the merge's cost against
  * the tiles (the cost alone where one row block of a build of one or two blocks an SM is capped at
@@ -951,6 +966,9 @@ static inline cudattn_status cudattn__decode_plan_of(cudattn_handle* h, const cu
                                                              r->threads / 32 - 1) / (r->threads / 32),
                                                             cudattn__split_tiles_min(r));
     pl->tiles_per_split = (int)((key_tiles + pl->splits - 1) / pl->splits);
+    pl->merge_ctas = cudattn__merge_ctas((long long)pl->num_m * pl->splits * a->heads_kv * a->batch, pl->splits,
+                                         pl->rows < r->block_m ? pl->rows : r->block_m, a->head_dim, r->threads / 32,
+                                         h->sm_count);
     if (pl->splits > 1) {
         const size_t rows_all = (size_t)a->batch * a->heads_q * a->seqlen_q;
         pl->o_part = 0;
@@ -1050,6 +1068,7 @@ static inline cudattn_status cudattn_decode(cudattn_handle* h, const cudattn_dec
     p.num_splits = pl.splits; p.tiles_per_split = pl.tiles_per_split; p.causal = a->causal != 0;
     p.scale_log2 = cudattn__scale_log2(scale);
     p.write_lse = a->lse != 0;
+    p.merge_ctas = pl.merge_ctas;
     args[0] = &p;
     return cudattn__cu(h, cuLaunchKernel(fn, (unsigned)(pl.num_m * pl.splits), (unsigned)a->heads_kv,
                                          (unsigned)a->batch, (unsigned)r->threads, 1, 1, (unsigned)r->dynamic_smem,

@@ -120,6 +120,33 @@ def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm:
     return min(cheapest, min(s for s, e in eff.items() if e >= EFFICIENCY_TOLERANCE * best))
 
 
+#: The most blocks one block of rows' merge is spread over (decode/store.cuh, combine_spread): the last
+#: blocks to arrive, each merging a share of the (row, 32 columns) pieces with a warp a piece.
+MERGE_SPREAD_MAX = 8
+#: Up to this many parts, a block of rows with a row a warp or fewer keeps the last block's merge:
+#: spread, it was slower there (H200, one kv head, bf16, D 128, one token, 32 splits: 8 query heads
+#: 12.5 us alone against 12.9 spread over 4, 4 x 8 heads 27.0 against 27.3), and quicker past it (64
+#: splits 17.7 against 16.6) or with two rows a warp or more (16 heads, 32 splits 22.3 against 20.4).
+MERGE_ALONE_PARTS = 32
+
+
+def choose_merge_ctas(grid_blocks: int, splits: int, rows_in_block: int, head_dim: int, warps: int, sm_count: int,
+                      tight: bool = False) -> int:
+    """How many of a block of rows' last blocks to arrive share its merge: enough for a warp a piece
+    (a row's 32 columns), up to MERGE_SPREAD_MAX and the split count. 1 (the last alone) without
+    splits; where the last alone merges a row a warp of at most MERGE_ALONE_PARTS parts; for the
+    builds whose registers are spoken for (``tight``: FP8 caches, two fragments with modifiers; the
+    kernel merges alone there whatever it is told); and where the grid has more blocks than SMs: the
+    waiting blocks would hold SMs that blocks not yet started need, where with the whole grid
+    resident they hold only their own."""
+    if splits < 2 or tight or grid_blocks > sm_count:
+        return 1
+    if splits <= MERGE_ALONE_PARTS and rows_in_block <= warps:
+        return 1
+    pieces = rows_in_block * -(-head_dim // 32)
+    return max(1, min(MERGE_SPREAD_MAX, splits, -(-pieces // warps)))
+
+
 @dataclass(frozen=True)
 class DecodePlan:
     variant: DecodeVariant
@@ -130,6 +157,7 @@ class DecodePlan:
     num_m_blocks: int
     num_splits: int
     tiles_per_split: int
+    merge_ctas: int  # of a block of rows' last blocks to arrive, how many share its merge
 
 
 _plans: dict = {}
@@ -166,7 +194,11 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
     if grid[0] > _launch.MAX_GRID_X or grid[1] > _launch.MAX_GRID_YZ or grid[2] > _launch.MAX_GRID_YZ:
         raise ValueError(f"the decode grid {grid} (row blocks x splits, kv heads, batch) exceeds the CUDA grid "
                          f"limits (x < 2**31, y and z <= 65535); split the call")
-    plan = DecodePlan(variant, grid, (variant.threads, 1, 1), variant.smem_bytes, rows, num_m, splits, tiles_per_split)
+    tight = variant.kv_fp8 or (variant.mods and t.row_frags > 1)  # decode/store.cuh's MERGE_TIGHT
+    merge_ctas = choose_merge_ctas(grid[0] * grid[1] * grid[2], splits, min(rows, t.block_m), problem.head_dim,
+                                   variant.threads // 32, props.sm_count, tight)
+    plan = DecodePlan(variant, grid, (variant.threads, 1, 1), variant.smem_bytes, rows, num_m, splits, tiles_per_split,
+                      merge_ctas)
     if len(_plans) > 4096:
         _plans.clear()
     _plans[key] = (plan, kernel)
@@ -247,6 +279,7 @@ def run(problem: Problem, q: int, k: int, v: int, o: int, lse: int, o_geom: Tens
         params.k_scale, params.v_scale = kv.k_scale * kv.q_scale, kv.v_scale  # q's scales the scores with k's
         params.k_descale, params.v_descale, params.q_descale = kv.k_descale_ptr, kv.v_descale_ptr, kv.q_descale_ptr
     params.has_window = int(problem.window is not None)
+    params.merge_ctas = plan.merge_ctas
     if problem.mods is not None:
         fill_params(params, problem.mods, scale)
     _launch.launch(kernel, plan.grid, plan.block, plan.smem, sref.handle, params)

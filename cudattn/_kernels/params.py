@@ -127,7 +127,7 @@ class DecodeParams(ctypes.Structure):
         ("sinks", _c_ptr), ("alibi", _c_ptr),
         ("alibi_stride_b", _c_i32), ("has_window", _c_i32),
         ("k_descale", _c_ptr), ("v_descale", _c_ptr), ("k_scale", ctypes.c_float), ("v_scale", ctypes.c_float),
-        ("q_descale", _c_ptr),
+        ("q_descale", _c_ptr), ("merge_ctas", _c_i32),
     ]
 
 

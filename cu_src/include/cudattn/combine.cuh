@@ -212,4 +212,53 @@ __device__ __forceinline__ float combine_row_staged(int num_parts, int head_dim,
     return combine_store<Out>(acc, empty, inv, m, wsum, head_dim, lane, dst);
 }
 
+// A share of a row's merge: its columns c0 .. c0 + 31, merged by one warp, for a merge spread over
+// several warps or blocks (the split decode's, store.cuh). Lane 8 g + q sums parts g, g + 4, g + 8, ...
+// of columns c0 + 4 q .. c0 + 4 q + 3, in index order, with its first IN_FLIGHT loads issued before the
+// LSEs are read (their round trips overlap); the four part groups' sums are then added by a fixed
+// shuffle tree ((g0 + g1) + (g2 + g3)), so a part count gives the same bits every call (not those of
+// combine_row, whose order differs). w_buf: num_parts floats, this warp's alone. Returns the row's LSE.
+template <class Out, int IN_FLIGHT, int LSE_REGS, class LseOf, class Load4>
+__device__ __forceinline__ float combine_cols32(int num_parts, int head_dim, int c0, int lane, LseOf lse_of, Load4 load4,
+                                                typename Out::type* dst, float* w_buf, float sink = -CUDATTN_INF) {
+    const int g = lane >> 3;
+    const int c = c0 + (lane & 7) * 4;
+    const int c_read = c < head_dim ? c : c0;  // a lane past the row's end reads a column that exists, stores none
+    const int per_lane = (num_parts + 3) >> 2;  // the most parts a lane sums (the same for every lane)
+    float4 v[IN_FLIGHT];
+    const auto issue = [&](int i0) {  // a slot past the last part re-reads it and is not summed
+#pragma unroll
+        for (int u = 0; u < IN_FLIGHT; ++u) v[u] = load4(min(g + 4 * (i0 + u), num_parts - 1), c_read);
+    };
+    issue(0);
+    LanesLse<LSE_REGS> xs;
+    xs.load(num_parts, lane, lse_of);
+    float m, wsum;
+    combine_scale(num_parts, lane, lse_of, sink, xs, m, wsum);
+    const bool empty = m == -CUDATTN_INF;
+    const float inv = empty ? 0.f : 1.f / wsum;
+    for (int s = lane, j = 0; s < num_parts; s += 32, ++j) w_buf[s] = combine_weight(xs.of(j, s, lse_of), m, empty);
+    __syncwarp();
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i0 = 0; i0 < per_lane; i0 += IN_FLIGHT) {
+        if (i0 > 0) issue(i0);
+#pragma unroll
+        for (int u = 0; u < IN_FLIGHT; ++u) {
+            const int s = g + 4 * (i0 + u);
+            const float w = w_buf[min(s, num_parts - 1)];
+            add_weighted(acc, w, v[u], s < num_parts && !(w < 0.f));  // NaN weights count
+        }
+    }
+#pragma unroll
+    for (int k = 8; k <= 16; k <<= 1) {
+        acc.x += __shfl_xor_sync(0xffffffffu, acc.x, k);
+        acc.y += __shfl_xor_sync(0xffffffffu, acc.y, k);
+        acc.z += __shfl_xor_sync(0xffffffffu, acc.z, k);
+        acc.w += __shfl_xor_sync(0xffffffffu, acc.w, k);
+    }
+    __syncwarp();  // every lane is done with w_buf before the warp's next share writes it
+    if (g == 0 && c < head_dim) Out::store4(dst + c, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+    return empty ? -CUDATTN_INF : m + logf(wsum);
+}
+
 }  // namespace cudattn

@@ -58,6 +58,9 @@ struct DecodeParams {
     const float* v_descale;
     float k_scale, v_scale;
     const float* q_descale;
+    // With splits: how many of the last blocks of a block of rows to arrive share its merge (0 or 1:
+    // the last alone). More only where every block of the grid is resident at once (decode/store.cuh).
+    int merge_ctas;
 };
 
 // Merges `num_parts` attention states over disjoint key sets: O = sum_s w_s O_s / sum_s w_s with

@@ -47,6 +47,9 @@ struct DecodeStore {
         volatile int* last = reinterpret_cast<volatile int*>(smem_raw);
         __threadfence();
         __syncthreads();  // every thread fenced; shared memory (the merge buffer) is free again
+        if constexpr (!MERGE_TIGHT) {
+            if (p.merge_ctas > 1) return combine_spread(p, b, hkv, m_block, m_start, rows_valid);
+        }
         if (threadIdx.x == 0) {
             int* c = p.counters + ((long long)b * p.heads_kv + hkv) * p.num_m_blocks + m_block;
             const bool is_last = atomicAdd(c, 1) == p.num_splits - 1;
@@ -85,6 +88,87 @@ struct DecodeStore {
                     dst, w_all + 32 * warp, sink);
             }
             if (p.write_lse && lane == 0) p.lse[row] = lse;
+        }
+    }
+
+    // The merge spread over the last g = merge_ctas blocks of a block of rows to arrive (the host asks
+    // for it where the whole grid fits on the SMs at once and there are few rows: the last block's
+    // merge of 64 parts alone was 3-5 us of a 17-35 us call). Each share is a set of (row, 32 columns)
+    // pieces, a warp a piece (combine_cols32). Arrival ticket t of n: the last (t = n - 1) takes share
+    // 0 and resets the counter at once; t >= n - g takes share n - 1 - t after waiting for the last
+    // (the counter at n, or reset below its ticket). The counter's low 16 bits count arrivals; a block
+    // that has waited SPREAD_WAIT_NS (a device shared with other work, where the blocks it waits for
+    // might not find an SM while it holds one) gives its share to the last by setting bit 16 + share,
+    // by compare-and-swap so that it can only do so before the last arrives: the last reads the bits in
+    // its own arrival's result, and merges those shares too. Every share is merged once, by one block.
+    // (A test builds it with 0, so that the waiting blocks give their shares up at once.)
+#ifndef CUDATTN_SPREAD_WAIT_NS
+#define CUDATTN_SPREAD_WAIT_NS 20000
+#endif
+    static constexpr unsigned long long SPREAD_WAIT_NS = CUDATTN_SPREAD_WAIT_NS;
+    static constexpr int SHARE_BIT = 16;
+
+    // True once the last block has arrived; false where this block gave its share to the last instead.
+    static __device__ __forceinline__ bool wait_for_last(int* c, int ticket, int n, int share) {
+        const unsigned long long t0 = globaltimer_ns();
+        for (;;) {
+            const int v = ld_acquire_gpu(c);
+            const int arrived = v & ((1 << SHARE_BIT) - 1);
+            if (arrived >= n || arrived <= ticket) return true;
+            if (globaltimer_ns() - t0 > SPREAD_WAIT_NS && atomicCAS(c, v, v | (1 << (SHARE_BIT + share))) == v)
+                return false;
+        }
+    }
+
+    static __device__ __noinline__ void combine_spread(const DecodeParams& p, int b, int hkv, int m_block, int m_start,
+                                                       int rows_valid) {
+        extern __shared__ __align__(128) unsigned char smem_raw[];
+        volatile int* shares = reinterpret_cast<volatile int*>(smem_raw);  // this block's shares, a bit each
+        const int n = p.num_splits, g = min(min(p.merge_ctas, n), 31 - SHARE_BIT);  // a bit each below the sign
+        int* c = p.counters + ((long long)b * p.heads_kv + hkv) * p.num_m_blocks + m_block;
+        if (threadIdx.x == 0) {
+            const int old = atomicAdd(c, 1);
+            const int ticket = old & ((1 << SHARE_BIT) - 1);
+            int mine = 0;
+            if (ticket == n - 1) {
+                atomicExch(c, 0);  // every split has arrived; the shares given up are in `old`
+                mine = 1 | (old >> SHARE_BIT);
+            } else if (ticket >= n - g && wait_for_last(c, ticket, n, n - 1 - ticket)) {
+                mine = 1 << (n - 1 - ticket);
+            }
+            *shares = mine;
+        }
+        __syncthreads();
+        const int mine = *shares;
+        if (mine == 0) return;
+        __threadfence();
+        for (int s = 0; s < g; ++s)
+            if (mine >> s & 1) merge_share(p, b, hkv, m_start, rows_valid, s, g);
+    }
+
+    // Share `share` of g: pieces (row, 32 columns) share * NW + warp, then every g * NW after it.
+    static __device__ __forceinline__ void merge_share(const DecodeParams& p, int b, int hkv, int m_start,
+                                                       int rows_valid, int share, int g) {
+        extern __shared__ __align__(128) unsigned char smem_raw[];
+        typedef typename ElemOf<T>::type Out;
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        float* w_buf = reinterpret_cast<float*>(smem_raw + 128) + MAX_SPLITS * warp;
+        const int col_pieces = (p.head_dim + 31) / 32;
+        const long long part_rows = (long long)p.batch * p.heads_q * p.seqlen_q;
+        const long long o_part_stride = part_rows * p.head_dim;
+        for (int it = share * NW + warp; it < rows_valid * col_pieces; it += g * NW) {
+            const int gr = m_start + it / col_pieces, c0 = it % col_pieces * 32;
+            const int t = gr / p.group, hq = hkv * p.group + gr % p.group;
+            const long long row = ((long long)b * p.heads_q + hq) * p.seqlen_q + t;
+            const float* lse_row = p.lse_part + row;
+            const float* o_row = p.o_part + row * p.head_dim;
+            T* dst = static_cast<T*>(p.o) + b * p.o_stride_b + t * p.o_stride_s + hq * p.o_stride_h;
+            const float sink = p.sinks != nullptr ? p.sinks[hq] : -CUDATTN_INF;
+            const float lse = combine_cols32<Out, MERGE_IN_FLIGHT, MERGE_LSE_REGS>(
+                p.num_splits, p.head_dim, c0, lane, [lse_row, part_rows](int s) { return __ldcg(lse_row + s * part_rows); },
+                [o_row, o_part_stride](int s, int c) { return Elem<0>::load4_l2(o_row + s * o_part_stride + c); }, dst,
+                w_buf, sink);
+            if (p.write_lse && c0 == 0 && lane == 0) p.lse[row] = lse;
         }
     }
 
