@@ -115,15 +115,15 @@ def _merge_ctas_of_last_call(splits):
     return _plan_of_last_call(splits).merge_ctas
 
 
-@pytest.mark.parametrize("d", [64, 96, 128, 256])
+@pytest.mark.parametrize("d", [40, 64, 80, 128, 256])
 @pytest.mark.parametrize("hq", [2, 8, 16])
 @pytest.mark.parametrize("splits,sk", [(2, 3000), (3, 3000), (33, 9000), (64, 33000), (128, 9000), (128, 1500)])
 def test_merge_spread_over_the_last_blocks(d, hq, splits, sk, fresh_plans):
     """A grid no larger than the SM count, and more than 32 parts or more rows than warps: the merge is
     shared by the last blocks of the block of rows to arrive, a warp a (row, 32 columns) piece, each
     waiting block merging the share its arrival gives it once the last has arrived (the last takes
-    share 0). One to eight sharers, 2 to 128 parts, head dims that end a piece early (96) and parts
-    that saw no key (128 splits of 1500 keys)."""
+    share 0). One to eight sharers, 2 to 128 parts, head dims whose last piece ends early (40, 80: 8
+    and 16 columns) and parts that saw no key (128 splits of 1500 keys)."""
     decode_case(1, 1, sk, hq, 1, d, dtype=BF16, splits=splits)
     plan = _plan_of_last_call(splits)
     warps = plan.variant.threads // 32
