@@ -115,6 +115,28 @@ def _merge_ctas_of_last_call(splits):
     return _plan_of_last_call(splits).merge_ctas
 
 
+def _queued_back_to_back(ops, calls, dtype):
+    """`calls` split decode calls queued on one stream without a wait, the (q, k, v, num_splits) sets
+    of `ops` in turn, each into its own NaN-poisoned output; returns them on the host, and the stream."""
+    from cudattn._runtime import launch as _launch
+
+    outs = []
+    for i in range(calls):
+        q, k, v, n = ops[i % len(ops)]
+        outs.append(cudattn.attention(q, k, v, num_splits=n, out=_poisoned(q.shape, dtype)))
+    _launch.synchronize(outs[0].stream_handle)
+    return [cudattn.to_host(o) for o in outs], outs[0].stream_handle
+
+
+def _counters_left(stream_handle):
+    """How many of the stream's arrival counters are not zero."""
+    from cudattn._arrays import stream_memory as sm
+
+    block = sm._blocks[(0, stream_handle, sm._COUNTERS)]
+    return np.count_nonzero(cudattn.to_host(cudattn._arrays.array.DeviceArray(block.ptr, (block.count,), np.int32,
+                                                                              device_id=0)))
+
+
 @pytest.mark.parametrize("d", [40, 64, 80, 128, 256])
 @pytest.mark.parametrize("hq", [2, 8, 16])
 @pytest.mark.parametrize("splits,sk", [(2, 3000), (3, 3000), (33, 9000), (64, 33000), (128, 9000), (128, 1500)])
@@ -153,22 +175,13 @@ def test_spread_merge_back_to_back_leaves_counters_at_zero(fresh_plans):
     sharers): each equals the first call of its shape bit for bit (a share merged twice or not at
     all, or a claim crossing into the next kernel, would move bits or leave NaN), and the stream's
     arrival counters are zero afterwards."""
-    from cudattn._arrays import stream_memory as sm
-    from cudattn._runtime import launch as _launch
-
     cudattn.empty_cache()
     rng = np.random.default_rng(next(_seed))
     shapes = [((1, 1, 4, 128), (1, 12000, 1, 128), 36), ((1, 1, 8, 64), (1, 20000, 1, 64), 40),
               ((1, 1, 16, 128), (1, 33000, 1, 128), 64)]
     ops = [tuple(cudattn.to_device(_rand(rng, s, BF16)) for s in (qs, ks, ks)) + (n,) for qs, ks, n in shapes]
-    outs = []
-    for i in range(60):
-        q, k, v, n = ops[i % 3]
-        o = _poisoned(q.shape, BF16)
-        outs.append(cudattn.attention(q, k, v, num_splits=n, out=o))
+    got, stream = _queued_back_to_back(ops, 60, BF16)
     assert sorted(_merge_ctas_of_last_call(n) for *_, n in ops) == [2, 4, 8]
-    _launch.synchronize(outs[0].stream_handle)
-    got = [cudattn.to_host(o) for o in outs]
     for i, o in enumerate(got):
         assert not np.isnan(o.astype(np.float32)).any(), f"call {i}: outputs left unwritten"
         assert o.tobytes() == got[i % 3].tobytes(), f"call {i}: differs from the first call of its shape"
@@ -176,9 +189,7 @@ def test_spread_merge_back_to_back_leaves_counters_at_zero(fresh_plans):
         host = [cudattn.to_host(x) for x in (q, k, v)]
         _check(cudattn.to_host(cudattn.attention(q, k, v, num_splits=n)), None, reference.attention(*host), None,
                reference.attention_naive(*host, dtype=BF16))
-    block = sm._blocks[(0, outs[0].stream_handle, sm._COUNTERS)]
-    host = cudattn.to_host(cudattn._arrays.array.DeviceArray(block.ptr, (block.count,), np.int32, device_id=0))
-    assert not host.any(), f"{np.count_nonzero(host)} arrival counters left non-zero"
+    assert not _counters_left(stream), "arrival counters left non-zero"
 
 
 def test_spread_merge_shares_given_up_go_to_the_last(fresh_plans, monkeypatch):
@@ -186,9 +197,7 @@ def test_spread_merge_shares_given_up_go_to_the_last(fresh_plans, monkeypatch):
     gives its share up unless the last has arrived by its first look, and the last merges every share
     given up (read from its own arrival). Results within the rule, calls of a shape bit-identical to
     each other (the shares' sums are the same whoever merges them), counters zero afterwards."""
-    from cudattn._arrays import stream_memory as sm
     from cudattn._kernels import registry
-    from cudattn._runtime import launch as _launch
 
     plain = registry.options_for
     monkeypatch.setattr(registry, "options_for", lambda v: plain(v) + (
@@ -197,16 +206,11 @@ def test_spread_merge_shares_given_up_go_to_the_last(fresh_plans, monkeypatch):
     rng = np.random.default_rng(next(_seed))
     for qs, ks, n in (((1, 1, 16, 128), (1, 33000, 1, 128), 64), ((1, 1, 8, 64), (1, 9000, 1, 64), 33)):
         q, k, v = (_rand(rng, s, BF16) for s in (qs, ks, ks))
-        dq, dk, dv = (cudattn.to_device(x) for x in (q, k, v))
-        outs = [cudattn.attention(dq, dk, dv, num_splits=n, out=_poisoned(qs, BF16)) for _ in range(20)]
+        got, stream = _queued_back_to_back([tuple(cudattn.to_device(x) for x in (q, k, v)) + (n,)], 20, BF16)
         assert _merge_ctas_of_last_call(n) > 1
-        _launch.synchronize(outs[0].stream_handle)
-        got = [cudattn.to_host(o) for o in outs]
         assert all(o.tobytes() == got[0].tobytes() for o in got), "results moved between calls"
         _check(got[0], None, reference.attention(q, k, v), None, reference.attention_naive(q, k, v, dtype=BF16))
-    block = sm._blocks[(0, outs[0].stream_handle, sm._COUNTERS)]
-    host = cudattn.to_host(cudattn._arrays.array.DeviceArray(block.ptr, (block.count,), np.int32, device_id=0))
-    assert not host.any(), f"{np.count_nonzero(host)} arrival counters left non-zero"
+    assert not _counters_left(stream), "arrival counters left non-zero"
 
 
 def test_splits_beyond_keys_give_empty_splits():
@@ -252,20 +256,13 @@ def test_last_split_merges_every_block_of_rows_back_to_back():
     output, all equal the first call of their shape bit for bit; a miscounted arrival (a merge
     before every split has written, or none) would leave NaN or move bits. The counters are zero
     again afterwards. The warm calls' partials share the stream's kept workspace."""
-    from cudattn._runtime import launch as _launch
     from cudattn._arrays import stream_memory as sm
 
     cudattn.empty_cache()  # earlier tests' kept blocks and spent workspace budget go
     rng = np.random.default_rng(next(_seed))
     shapes = [((3, 1, 16, 128), (3, 3000, 4, 128), 24), ((64, 2, 8, 64), (64, 700, 8, 64), 5)]
     ops = [tuple(cudattn.to_device(_rand(rng, s, F16)) for s in (qs, ks, ks)) + (n,) for qs, ks, n in shapes]
-    outs = []
-    for i in range(50):
-        q, k, v, n = ops[i % 2]
-        o = _poisoned(q.shape, F16)
-        outs.append(cudattn.attention(q, k, v, num_splits=n, out=o))
-    _launch.synchronize(outs[0].stream_handle)
-    got = [cudattn.to_host(o) for o in outs]
+    got, stream = _queued_back_to_back(ops, 50, F16)
     for i, o in enumerate(got):
         assert not np.isnan(o.astype(np.float32)).any(), f"call {i}: outputs left unwritten (no merge)"
         assert o.tobytes() == got[i % 2].tobytes(), f"call {i}: differs from the first call of its shape"
@@ -273,10 +270,8 @@ def test_last_split_merges_every_block_of_rows_back_to_back():
     ref = reference.attention(*(cudattn.to_host(x) for x in (q, k, v)))
     naive = reference.attention_naive(*(cudattn.to_host(x) for x in (q, k, v)), dtype=F16)
     _check(got[0], None, ref, None, naive)
-    assert (0, outs[0].stream_handle, sm._WORKSPACE) in sm._blocks, "the warm calls did not keep a workspace"
-    block = sm._blocks[(0, outs[0].stream_handle, sm._COUNTERS)]
-    host = cudattn.to_host(cudattn._arrays.array.DeviceArray(block.ptr, (block.count,), np.int32, device_id=0))
-    assert not host.any(), f"{np.count_nonzero(host)} arrival counters left non-zero"
+    assert (0, stream, sm._WORKSPACE) in sm._blocks, "the warm calls did not keep a workspace"
+    assert not _counters_left(stream), "arrival counters left non-zero"
 
 
 @pytest.mark.parametrize("hq,hkv,batch", [(16, 2, 2), (16, 1, 1)])

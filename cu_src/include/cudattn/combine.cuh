@@ -97,6 +97,21 @@ __device__ __forceinline__ float combine_store(const float4 (&acc)[2], bool empt
     return empty ? -CUDATTN_INF : m + logf(wsum);
 }
 
+// Every part's weight (combine_weight) into w_buf (num_parts floats, this warp's), from this lane's
+// LSEs read at once; the row's scale m, weight sum, whether it saw no key, and 1 / sum. For the merges
+// that compute every weight before their sums (combine_row_staged, combine_cols32).
+template <int LSE_REGS, class LseOf>
+__device__ __forceinline__ void combine_all_weights(int num_parts, int lane, LseOf lse_of, float sink, float* w_buf,
+                                                    float& m, float& wsum, bool& empty, float& inv) {
+    LanesLse<LSE_REGS> xs;
+    xs.load(num_parts, lane, lse_of);
+    combine_scale(num_parts, lane, lse_of, sink, xs, m, wsum);
+    empty = m == -CUDATTN_INF;  // every part saw no key (and no sink): O = 0, LSE = -inf
+    inv = empty ? 0.f : 1.f / wsum;
+    for (int s = lane, j = 0; s < num_parts; s += 32, ++j) w_buf[s] = combine_weight(xs.of(j, s, lse_of), m, empty);
+    __syncwarp();
+}
+
 // One output row, merged by one warp (all 32 lanes call it). lse_of(s): part s's LSE; load4(s, c):
 // part s's elements c..c+3 as float4; dst: the row's output (head_dim elements). Returns the merged
 // LSE (every lane), for the caller to store where it wants. Out: an Elem (elem.cuh). sink: an
@@ -176,14 +191,9 @@ __device__ __forceinline__ float combine_row_staged(int num_parts, int head_dim,
         cp_async_commit();
     };
     issue(0);
-    LanesLse<LSE_REGS> xs;
-    xs.load(num_parts, lane, lse_of);
-    float m, wsum;
-    combine_scale(num_parts, lane, lse_of, sink, xs, m, wsum);
-    const bool empty = m == -CUDATTN_INF;
-    const float inv = empty ? 0.f : 1.f / wsum;
-    for (int s = lane, j = 0; s < num_parts; s += 32, ++j) w_buf[s] = combine_weight(xs.of(j, s, lse_of), m, empty);
-    __syncwarp();
+    float m, wsum, inv;
+    bool empty;
+    combine_all_weights<LSE_REGS>(num_parts, lane, lse_of, sink, w_buf, m, wsum, empty, inv);
     float4 acc[2];
 #pragma unroll
     for (int k = 0; k < 2; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -231,14 +241,9 @@ __device__ __forceinline__ float combine_cols32(int num_parts, int head_dim, int
         for (int u = 0; u < IN_FLIGHT; ++u) v[u] = load4(min(g + 4 * (i0 + u), num_parts - 1), c_read);
     };
     issue(0);
-    LanesLse<LSE_REGS> xs;
-    xs.load(num_parts, lane, lse_of);
-    float m, wsum;
-    combine_scale(num_parts, lane, lse_of, sink, xs, m, wsum);
-    const bool empty = m == -CUDATTN_INF;
-    const float inv = empty ? 0.f : 1.f / wsum;
-    for (int s = lane, j = 0; s < num_parts; s += 32, ++j) w_buf[s] = combine_weight(xs.of(j, s, lse_of), m, empty);
-    __syncwarp();
+    float m, wsum, inv;
+    bool empty;
+    combine_all_weights<LSE_REGS>(num_parts, lane, lse_of, sink, w_buf, m, wsum, empty, inv);
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int i0 = 0; i0 < per_lane; i0 += IN_FLIGHT) {
         if (i0 > 0) issue(i0);

@@ -149,6 +149,7 @@ struct DecodeStore {
     // Share `share` of g: pieces (row, 32 columns) share * NW + warp, then every g * NW after it.
     static __device__ __forceinline__ void merge_share(const DecodeParams& p, int b, int hkv, int m_start,
                                                        int rows_valid, int share, int g) {
+        static_assert(SMEM_BYTES >= 128 + NW * MAX_SPLITS * 4, "every part's weight, a warp's, fits in shared memory");
         extern __shared__ __align__(128) unsigned char smem_raw[];
         typedef typename ElemOf<T>::type Out;
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
