@@ -8,6 +8,8 @@
   later ``-m`` replaces the default one.
 - The tests import the installed ``cudattn`` (the header line names the one under test).
 - Temporary files: a run that passes leaves none (``_temporary_files_removed``).
+- Random inputs: each test's seed counters start from its own id (``_seeds_of_this_test``), so a
+  test draws the same inputs whatever ran before it, in one process or split among workers (-n).
 - Host memory: the run's peak resident set size is printed at the end; with
   ``CUDATTN_TEST_MAX_RSS_MIB`` set (CI sets it), a larger peak fails the run, so no test can
   quietly build a multi-GiB host array.
@@ -16,10 +18,12 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import resource
 import shutil
 import sys
+import zlib
 
 import pytest
 
@@ -45,6 +49,23 @@ def kernel_cache(tmp_path_factory):
         cache = nvrtc_cache.Cache(tmp_path_factory.mktemp("kernels"))
     _warm.warm(COMPILE_ARCHS, cache=cache, progress=False)
     return cache
+
+
+_TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(autouse=True)
+def _seeds_of_this_test(request):
+    """Restart every module-level ``_seed`` counter (``itertools.count``) of the test modules and
+    their shared case modules at a number made from the test's id: drawn from a counter shared by
+    the whole run, a test's inputs depended on how many draws the tests before it in its process
+    made, so a failure on one input moved with the order and the split among workers, and looked
+    like a race. The id's CRC-32 keeps the seeds of different tests apart."""
+    base = zlib.crc32(request.node.nodeid.encode())
+    for mod in list(sys.modules.values()):
+        path = getattr(mod, "__file__", None) or ""
+        if path.startswith(_TESTS_DIR) and isinstance(getattr(mod, "_seed", None), itertools.count):
+            mod._seed = itertools.count(base)
 
 
 @pytest.fixture(scope="session", autouse=True)

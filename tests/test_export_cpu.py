@@ -268,7 +268,7 @@ def test_c_selection_and_splits_are_the_python_ones(exported, tmp_path):
 #include "cudattn.h"
 int main(void) {
     cudattn_handle h;
-    int fam, dt, out, d, c, sq, i;
+    int fam, dt, out, d, c, sq, i, w;
     static const int fams[2] = {80, 90}, dts[3] = {1, 2, 3}, sqs[10] = {1, 128, 129, 512, 513, 1024, 1025, 2048, 2049, 100000};
     memset(&h, 0, sizeof h);
     strcpy(h.arch, "sm_90a");
@@ -282,11 +282,11 @@ int main(void) {
             printf("P %d %d %d %d %d %d %s\n", fams[fam], dts[dt], out, d, c, sq, row < 0 ? "-" : cudattn_kernel_table[row].file);
         }
     for (i = 1; i < 400; i += 3) for (d = 1; d < 600; d += 7) for (c = 1; c < 3; ++c) for (out = 1; out < 5; out += 3)
-        for (sq = 1; sq <= 4; sq *= 2)
-            printf("S %d %d %d %d %d %d\n", i, d, c, out, sq, cudattn__choose_num_splits(i, d, 132, c, out, sq));
+        for (sq = 1; sq <= 4; sq *= 2) for (w = 0; w < 2; ++w)
+            printf("S %d %d %d %d %d %d %d\n", i, d, c, out, sq, w, cudattn__choose_num_splits(i, d, 132, c, out, sq, w));
     {
         static const int grids[5] = {1, 64, 132, 133, 512}, splits[6] = {1, 2, 3, 8, 64, 128}, rows[4] = {1, 8, 16, 32};
-        int gi, si, ri, w;
+        int gi, si, ri;
         for (gi = 0; gi < 5; ++gi) for (si = 0; si < 6; ++si) for (ri = 0; ri < 4; ++ri) for (d = 8; d <= 256; d += 24)
             for (w = 4; w <= 8; w += 4)
                 printf("M %d %d %d %d %d %d\n", grids[gi], splits[si], rows[ri], d, w,
@@ -352,8 +352,9 @@ int main(void) {
                                       dtype=np.dtype(ml_dtypes.bfloat16), causal=bool(causal), varlen=None)
             assert got == _plan._tile_order(problem, bm, 62914560, ctas), line
         else:
-            blocks, tiles, per_sm, rows_per_warp, min_tiles, got = map(int, f[1:])
-            assert got == _decode.choose_num_splits(blocks, tiles, 132, per_sm, rows_per_warp, min_tiles), line
+            blocks, tiles, per_sm, rows_per_warp, min_tiles, spread, got = map(int, f[1:])
+            assert got == _decode.choose_num_splits(blocks, tiles, 132, per_sm, rows_per_warp, min_tiles,
+                                                    spread_merge=bool(spread)), line
         checked += 1
     assert checked > 5000
 

@@ -113,6 +113,25 @@ def test_split_heuristic():
     assert all(c(1, t, sm, per_sm, 1, 2) <= sm // 2 for t in (512, 1024, 4096) for sm in (78, 108, 132)
                for per_sm in (1, 2))
     assert c(2, 1024, 132, 2, 1, 2) > 66 and c(1, 1024, 132, 4, 1, 2) > 66
+    # A single row block whose merge may be spread (the builds not short of registers): a split a key
+    # tile up to half the SMs (H200, 8 heads D 64: 8192 keys, 64 tiles, 64 splits 10.4 us against the
+    # models' 16 splits' 11.8), past half only while each keeps ONE_BLOCK_SPLIT_TILES (D 256, 131072
+    # keys: 128 splits 47.6 us against 64's 55.7; D 128, 65536 keys: 64 splits of 8 tiles 20.5 us
+    # against 128 of 4, 21.1), then the fewest splits of the same tiles a split
+    def spread(tiles, sm=132, per_sm=1, min_tiles=2, blocks=1):
+        return c(blocks, tiles, sm, per_sm, 1, min_tiles, spread_merge=True)
+
+    assert spread(4) == 4 and spread(8) == 8 and spread(64) == 64 and spread(3) == 1
+    assert spread(256) == 64 and spread(512) == 64 and spread(1024) == 128 and spread(2048) == 128
+    assert spread(100, min_tiles=4) == 50  # 66 splits would leave some 1 tile and some 2: 50 of 2
+    assert spread(800) == 100 and spread(4096, sm=108) == 108 and spread(4096, sm=78) == 78
+    assert spread(1024, per_sm=2) == 128 and spread(1024, per_sm=4) == c(1, 1024, 132, 4, 1, 2)
+    assert spread(1024, blocks=2) == c(2, 1024, 132, 1, 1, 2)  # several row blocks: the models
+    for sm in (16, 78, 108, 132):
+        for tiles in range(4, 5000, 37):
+            s = spread(tiles, sm=sm)
+            assert 1 <= s <= min(128, sm, tiles), (sm, tiles, s)
+            assert s == 1 or -(-tiles // (s - 1)) > -(-tiles // s), (sm, tiles, s)  # one fewer: more a split
     for blocks in range(1, 200, 7):
         for tiles in (1, 9, 100, 5000):
             s = c(blocks, tiles, 132)

@@ -840,6 +840,7 @@ typedef struct cudattn__decode_plan {
 #define CUDATTN__MERGE_COST_PER_SPLIT_ROW 8
 #define CUDATTN__WAVE_COST 200
 #define CUDATTN__SINGLE_BLOCK_SM_DIVISOR 2
+#define CUDATTN__ONE_BLOCK_SPLIT_TILES 8
 #define CUDATTN__SMEM_RESERVED_PER_BLOCK 1024
 #define CUDATTN__MERGE_SPREAD_MAX 8
 #define CUDATTN__MERGE_ALONE_PARTS 32
@@ -859,16 +860,25 @@ static inline int cudattn__merge_ctas(long long grid_blocks, int splits, int row
 
 /* The lower of FlashAttention's wave model (with the tiles' rounding) and the merge's cost against
  * the tiles (the cost alone where one row block of a build of one or two blocks an SM is capped at
- * half the SMs), as cudattn/_kernels/decode.py choose_num_splits (the same double and integer math). */
+ * half the SMs; a split a key tile where that block's merge may be spread: spread_merge), as
+ * cudattn/_kernels/decode.py choose_num_splits (the same double and integer math). */
 static inline int cudattn__choose_num_splits(long long blocks, long long key_tiles, int sm_count, int blocks_per_sm,
-                                             int merge_rows_per_warp, int min_tiles) {
+                                             int merge_rows_per_warp, int min_tiles, int spread_merge) {
     const long long slots = (long long)sm_count * blocks_per_sm;
     double eff[CUDATTN_MAX_SPLITS + 1], best = 0;
     long long top, s, cost, best_cost = -1, per_block, half;
     int cheapest = 1, capped;
     if ((double)blocks >= CUDATTN__FULL_GRID_FRACTION * sm_count || key_tiles < 2 * min_tiles) return 1;
-    top = key_tiles / min_tiles < CUDATTN_MAX_SPLITS ? key_tiles / min_tiles : CUDATTN_MAX_SPLITS;
     half = sm_count / CUDATTN__SINGLE_BLOCK_SM_DIVISOR > 1 ? sm_count / CUDATTN__SINGLE_BLOCK_SM_DIVISOR : 1;
+    if (blocks == 1 && blocks_per_sm <= 2 && spread_merge) {
+        s = key_tiles / CUDATTN__ONE_BLOCK_SPLIT_TILES > half ? key_tiles / CUDATTN__ONE_BLOCK_SPLIT_TILES : half;
+        if (s > CUDATTN_MAX_SPLITS) s = CUDATTN_MAX_SPLITS;
+        if (s > sm_count) s = sm_count;
+        if (s > key_tiles) s = key_tiles;
+        per_block = (key_tiles + s - 1) / s;
+        return (int)((key_tiles + per_block - 1) / per_block);
+    }
+    top = key_tiles / min_tiles < CUDATTN_MAX_SPLITS ? key_tiles / min_tiles : CUDATTN_MAX_SPLITS;
     capped = blocks == 1 && blocks_per_sm <= 2 && top > half;
     if (capped) top = half;
     for (s = 1; s <= top; ++s) {
@@ -964,7 +974,7 @@ static inline cudattn_status cudattn__decode_plan_of(cudattn_handle* h, const cu
                                                             cudattn__blocks_per_sm(h, r, a->block_table != 0),
                                                             ((pl->rows < r->block_m ? pl->rows : r->block_m) +
                                                              r->threads / 32 - 1) / (r->threads / 32),
-                                                            cudattn__split_tiles_min(r));
+                                                            cudattn__split_tiles_min(r), 1);
     pl->tiles_per_split = (int)((key_tiles + pl->splits - 1) / pl->splits);
     pl->merge_ctas = cudattn__merge_ctas((long long)pl->num_m * pl->splits * a->heads_kv * a->batch, pl->splits,
                                          pl->rows < r->block_m ? pl->rows : r->block_m, a->head_dim, r->threads / 32,

@@ -67,8 +67,20 @@ WAVE_COST = 200
 SINGLE_BLOCK_SM_DIVISOR = 2
 
 
+#: A single row block whose merge is spread over its last blocks (`choose_merge_ctas`) takes a split
+#: for each key tile up to half the SMs, and more, up to the SM count, only while each keeps at least
+#: this many key tiles. With the spread merge a split costs little more than its blocks' start, and
+#: the half of the SMs a single block's splits left idle paid (H200, bf16, one token, one kv head,
+#: against the models' choice: 8 heads D 64 8192 keys 64 splits of one tile 10.4 us against 16
+#: splits' 11.8; D 256 131072 keys 128 splits 47.6 us against 64 splits' 55.7; 32 heads D 128 131072
+#: keys 128 splits 41.8 against 57 splits' 51.2), but not where a split kept fewer tiles (8 heads, D
+#: 128, 65536 keys: 64 splits of 8 tiles 20.5 us, 128 of 4 21.1).
+ONE_BLOCK_SPLIT_TILES = 8
+
+
 def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm: int = 1,
-                      merge_rows_per_warp: int = 1, min_tiles: int = MIN_TILES_PER_SPLIT) -> int:
+                      merge_rows_per_warp: int = 1, min_tiles: int = MIN_TILES_PER_SPLIT,
+                      spread_merge: bool = False) -> int:
     """The heuristic behind ``num_splits=None``: the lower of two choices.
 
     ``blocks``: blocks without splitting (row blocks x kv heads x batch); ``key_tiles``: key tiles
@@ -92,13 +104,22 @@ def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm:
     count fills part of one wave, and the cost model alone chooses (the wave model's tolerance took
     63 splits of 2048 tiles, 33 tiles a split, where 64 give each 32: H200 50.4 us against 48.4).
 
+    Where that single row block's merge is spread over its last blocks (``spread_merge``: the
+    builds that are not short of registers, `choose_merge_ctas`), the models are not asked: a split
+    a key tile up to half the SMs, past that as many as keep ONE_BLOCK_SPLIT_TILES tiles each, up to
+    the SM count; then the fewest splits that keep the same tiles a split.
+
     ``blocks_per_sm`` comes from `_blocks_per_sm` (the build and the cache: one or two blocks, up
     to four for FP8 caches); ``merge_rows_per_warp`` from the build's warps and the packed rows.
     """
     if blocks >= FULL_GRID_FRACTION * sm_count or key_tiles < 2 * min_tiles:
         return 1
-    top = min(MAX_SPLITS, key_tiles // min_tiles)
     half = max(1, sm_count // SINGLE_BLOCK_SM_DIVISOR)
+    if blocks == 1 and blocks_per_sm <= 2 and spread_merge:
+        s = min(max(half, key_tiles // ONE_BLOCK_SPLIT_TILES), min(MAX_SPLITS, sm_count), key_tiles)
+        per_split = -(-key_tiles // s)
+        return -(-key_tiles // per_split)
+    top = min(MAX_SPLITS, key_tiles // min_tiles)
     capped = blocks == 1 and blocks_per_sm <= 2 and top > half
     if capped:
         top = half
@@ -183,10 +204,11 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
     num_m = -(-rows // t.block_m)
     key_tiles = max(1, _tiles_seen(problem, capacity, t.block_m, t.block_n))
     blocks = num_m * problem.heads_kv * problem.batch
+    tight = variant.kv_fp8 or (variant.mods and t.row_frags > 1)  # decode/store.cuh's MERGE_TIGHT
     if problem.num_splits is None:
         warps = variant.threads // 32
         splits = choose_num_splits(blocks, key_tiles, props.sm_count, _blocks_per_sm(variant, kv, props),
-                                   -(-min(rows, t.block_m) // warps), t.split_tiles_min)
+                                   -(-min(rows, t.block_m) // warps), t.split_tiles_min, spread_merge=not tight)
     else:
         splits = problem.num_splits
     tiles_per_split = -(-key_tiles // splits)
@@ -194,7 +216,6 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
     if grid[0] > _launch.MAX_GRID_X or grid[1] > _launch.MAX_GRID_YZ or grid[2] > _launch.MAX_GRID_YZ:
         raise ValueError(f"the decode grid {grid} (row blocks x splits, kv heads, batch) exceeds the CUDA grid "
                          f"limits (x < 2**31, y and z <= 65535); split the call")
-    tight = variant.kv_fp8 or (variant.mods and t.row_frags > 1)  # decode/store.cuh's MERGE_TIGHT
     merge_ctas = choose_merge_ctas(grid[0] * grid[1] * grid[2], splits, min(rows, t.block_m), problem.head_dim,
                                    variant.threads // 32, props.sm_count, tight)
     plan = DecodePlan(variant, grid, (variant.threads, 1, 1), variant.smem_bytes, rows, num_m, splits, tiles_per_split,
