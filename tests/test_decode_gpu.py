@@ -17,6 +17,7 @@ import pytest
 import cudattn
 from cudattn import reference
 from cudattn._kernels import decode as _decode
+from cudattn._runtime import device as _device
 
 pytestmark = pytest.mark.gpu
 
@@ -138,19 +139,22 @@ def _counters_left(stream_handle):
 
 
 @pytest.mark.parametrize("d", [40, 64, 80, 128, 256])
-@pytest.mark.parametrize("hq", [2, 8, 16])
+@pytest.mark.parametrize("hq", [2, 8, 16, 32])
 @pytest.mark.parametrize("splits,sk", [(2, 3000), (3, 3000), (33, 9000), (64, 33000), (128, 9000), (128, 1500)])
 def test_merge_spread_over_the_last_blocks(d, hq, splits, sk, fresh_plans):
     """A grid no larger than the SM count, and more than 32 parts or more rows than warps: the merge is
     shared by the last blocks of the block of rows to arrive, a warp a (row, 32 columns) piece, each
     waiting block merging the share its arrival gives it once the last has arrived (the last takes
     share 0). One to eight sharers, 2 to 128 parts, head dims whose last piece ends early (40, 80: 8
-    and 16 columns) and parts that saw no key (128 splits of 1500 keys)."""
+    and 16 columns), parts that saw no key (128 splits of 1500 keys), and 32 query heads: two row
+    fragments a block (8 warps at head dim 128), or two blocks of rows (head dim 256)."""
     decode_case(1, 1, sk, hq, 1, d, dtype=BF16, splits=splits)
     plan = _plan_of_last_call(splits)
     warps = plan.variant.threads // 32
-    spread = splits > 32 or hq > warps  # else the last block alone (a row a warp, 32 parts or fewer)
-    want = min(8, splits, -(-hq * -(-d // 32) // warps)) if spread else 1
+    rows = min(hq, plan.variant.tiles.block_m)
+    fits = plan.grid[0] * plan.grid[1] * plan.grid[2] <= _device.device_properties(0).sm_count
+    spread = fits and (splits > 32 or rows > warps)  # else the last block alone (a row a warp, 32 parts or fewer)
+    want = min(8, splits, -(-rows * -(-d // 32) // warps)) if spread else 1
     assert plan.merge_ctas == want, "the case is not the one described"
 
 

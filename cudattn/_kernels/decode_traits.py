@@ -84,6 +84,12 @@ _MODS_32 = {32: (DecodeTiles(4, 16, 3, 2), DecodeTiles(4, 16, 2, 2))}
 # the 4-warp build): 32 splits at 8192 keys.
 _ONE_FRAG = {**_CANDIDATES,
              128: (DecodeTiles(8, 16, 3, 1, min_blocks=1, split_tiles_min=2),) + _CANDIDATES[128]}
+# The same for two fragments (17-32 packed rows: 32 query heads on one kv head), no modifiers, head
+# dim 128: 8 warps of 16 keys, one block an SM (200 KiB of ring), so that a grid of few blocks, one
+# a split an SM, keeps 8 warps' loads in flight where the 4-warp build had 4. The registers are the
+# 4-warp build's (248, no spill: each warp holds the same fragments for its own keys).
+_TWO_FRAG = {**_CANDIDATES,
+             128: (DecodeTiles(8, 16, 3, 2, min_blocks=1, split_tiles_min=2),) + _CANDIDATES[128]}
 
 
 @dataclass(frozen=True)
@@ -170,7 +176,7 @@ def select_decode(dtype, head_dim: int, smem_limit: int, mods: bool = False, kv_
     name = dtype if isinstance(dtype, str) else DTYPE_NAMES[dtype]
     d = tile_dim_for(head_dim, DECODE_TILE_DIMS)
     one_frag = rows is not None and rows <= ONE_FRAG_ROWS
-    table = _ONE_FRAG if one_frag and not mods else _CANDIDATES
+    table = _CANDIDATES if mods else _ONE_FRAG if one_frag else _TWO_FRAG
     if kv_fp8:
         table = _KV8_ONE_FRAG if one_frag and not mods else _KV8_CANDIDATES
     if mods and d == 32:
