@@ -157,6 +157,24 @@ def gpu_ms_per_call(call, sets, *, samples=10, calls_per_sample=10) -> float:
     return statistics.median(_launch.time_ms(batch) / calls_per_sample for _ in range(samples))
 
 
+def gpu_ms_behind_spin(call, sets, *, samples=30) -> float:
+    """Median GPU time of one call, queued behind a spin kernel so that the host's time never shows
+    (what a small call costs the GPU; `gpu_ms_per_call`'s back-to-back calls are bound by the host
+    where a call's kernels take a few microseconds). Skipped (NotImplementedError) at a commit
+    without `cudattn.bench.timing.gpu_samples`."""
+    try:
+        from cudattn._runtime import stream as _stream
+        from cudattn.bench import timing as _timing
+
+        handle = int(_stream.default_stream(0).handle)
+        gpu_samples = _timing.gpu_samples
+    except (ImportError, AttributeError):
+        raise NotImplementedError("this cudattn has no spin-kernel GPU timing") from None
+    n = len(sets)
+    ms = gpu_samples(lambda i: call(*sets[i % n], stream=handle), handle, 0, iters=samples, warmup=5)
+    return statistics.median(ms)
+
+
 def as_called_ms(call, sets, *, samples=15) -> float:
     """Median over `samples` of one call as its caller sees it: CUDA events recorded on cudattn's
     stream around the call, the stream idle before it (the host's time of the call included)."""

@@ -54,3 +54,51 @@ class Decode(_common.GpuTrack):
         return self._bytes(shape) / _common.as_called_ms(self._call, self.sets) / 1e9
 
     track_tbps_as_called.unit = "TB/s"
+
+
+class TinyDecode(_common.GpuTrack):
+    """One token of one sequence whose query heads share one kv head (bf16, head dim 128): a few
+    microseconds of kernel, where the split count, the splits' merge and the host's time per call
+    decide the speed rather than bandwidth. Microseconds: GPU time with the host hidden behind a
+    spin kernel, and as called (one call on an idle stream, the host's time included)."""
+
+    version = "1"  # what it measures (see _common): bump only when that changes
+    # (query heads, KV length): 8 heads at a short and a long cache, 32 heads (two 16-row blocks or
+    # one of 32).
+    params = ([(8, 8192), (8, 131072), (32, 8192), (32, 131072)],)
+    param_names = ["Hq_Skv"]
+
+    def setup(self, shape):
+        _common.require_gpu()
+        self.sets = _common.memo(("tiny_decode", shape), lambda: self._make_sets(shape))
+
+    @staticmethod
+    def _make_sets(shape):
+        from cudattn._runtime import launch as _launch
+
+        Hq, S = shape
+        host = [_common.randn((1, 1, Hq, _D), "bfloat16", 0),
+                _common.randn((1, S, 1, _D), "bfloat16", 1),
+                _common.randn((1, S, 1, _D), "bfloat16", 2)]
+        sets = _common.device_sets(host, _common.rotation_count(2 * (2 * Hq * _D + 2 * S * _D)))
+        TinyDecode._call(*sets[0])  # compile or load the kernel outside the timings
+        _launch.synchronize()
+        return sets
+
+    @staticmethod
+    def _call(q, k, v, stream=None):
+        import cudattn
+
+        return cudattn.attention(q, k, v, stream=stream)
+
+    def track_gpu_us(self, shape):
+        """GPU time of one call, the host hidden behind a spin kernel."""
+        return 1e3 * _common.gpu_ms_behind_spin(self._call, self.sets)
+
+    track_gpu_us.unit = "us"
+
+    def track_as_called_us(self, shape):
+        """One call's time on an idle stream, the host's time included."""
+        return 1e3 * _common.as_called_ms(self._call, self.sets)
+
+    track_as_called_us.unit = "us"

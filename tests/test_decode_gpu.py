@@ -17,6 +17,7 @@ import pytest
 import cudattn
 from cudattn import reference
 from cudattn._kernels import decode as _decode
+from cudattn._kernels import decode_traits as _decode_traits
 from cudattn._runtime import device as _device
 
 pytestmark = pytest.mark.gpu
@@ -145,17 +146,26 @@ def test_merge_spread_over_the_last_blocks(d, hq, splits, sk, fresh_plans):
     """A grid no larger than the SM count, and more than 32 parts or more rows than warps: the merge is
     shared by the last blocks of the block of rows to arrive, a warp a (row, 32 columns) piece, each
     waiting block merging the share its arrival gives it once the last has arrived (the last takes
-    share 0). One to eight sharers, 2 to 128 parts, head dims whose last piece ends early (40, 80: 8
+    share 0). One to sixteen sharers, 2 to 128 parts, head dims whose last piece ends early (40, 80: 8
     and 16 columns), parts that saw no key (128 splits of 1500 keys), and 32 query heads: two row
-    fragments a block (8 warps at head dim 128), or two blocks of rows (head dim 256)."""
+    fragments a block (8 warps at head dim 128, 128 splits: 16 sharers), two one-fragment blocks of
+    16 rows (head dim 128 where the two-fragment grid would fill at most half the SMs), or two blocks
+    of rows (head dim 256)."""
     decode_case(1, 1, sk, hq, 1, d, dtype=BF16, splits=splits)
     plan = _plan_of_last_call(splits)
     warps = plan.variant.threads // 32
     rows = min(hq, plan.variant.tiles.block_m)
     fits = plan.grid[0] * plan.grid[1] * plan.grid[2] <= _device.device_properties(0).sm_count
     spread = fits and (splits > 32 or rows > warps)  # else the last block alone (a row a warp, 32 parts or fewer)
-    want = min(8, splits, -(-rows * -(-d // 32) // warps)) if spread else 1
+    want = min(16, splits, -(-rows * -(-d // 32) // warps)) if spread else 1
     assert plan.merge_ctas == want, "the case is not the one described"
+    props = _device.device_properties(0)
+    two = _decode_traits.select_decode("bfloat16", d, props.max_shared_memory_per_block_optin, rows=hq)
+    halved = two.tiles.row_frags == 2 and two.tiles.warps == 8 and 2 * splits <= props.sm_count
+    if halved:  # the two-fragment build on 8 warps, its grid at most half the SMs: two blocks of 16 rows
+        assert (plan.variant.tiles.row_frags, plan.variant.tiles.warps, plan.num_m_blocks) == (1, 8, 2)
+    else:
+        assert plan.variant == two
 
 
 def test_spread_merge_with_sinks_lse_and_empty_splits(fresh_plans):

@@ -299,6 +299,24 @@ int main(void) {
                row < 0 ? 0 : cudattn__blocks_per_sm(&h, &cudattn_kernel_table[row], c),
                row < 0 ? 0 : cudattn__split_tiles_min(&cudattn_kernel_table[row]));
     }
+    h.sm_count = 132;
+    {
+        static const int Bs[4] = {1, 2, 4, 16}, Hq[5] = {8, 16, 24, 32, 64}, Hkv[3] = {1, 2, 8}, Sq[2] = {1, 2};
+        static const int Ss[6] = {700, 2048, 8192, 32768, 131072, 400000}, Ds[4] = {64, 96, 128, 256};
+        int b, hq, hk, q, s, n;
+        cudattn_decode_args a;
+        cudattn__decode_plan pl;
+        for (dt = 0; dt < 2; ++dt) for (b = 0; b < 4; ++b) for (hq = 0; hq < 5; ++hq) for (hk = 0; hk < 3; ++hk)
+            for (q = 0; q < 2; ++q) for (s = 0; s < 6; ++s) for (d = 0; d < 4; ++d) for (n = 0; n < 2; ++n) {
+                memset(&a, 0, sizeof a);
+                a.dtype = dts[dt]; a.batch = Bs[b]; a.heads_q = Hq[hq]; a.heads_kv = Hkv[hk]; a.seqlen_q = Sq[q];
+                a.capacity = Ss[s]; a.head_dim = Ds[d]; a.num_splits = n ? 64 : 0;
+                if (cudattn__decode_plan_of(&h, &a, &pl) != CUDATTN_OK) { printf("Q fail\n"); continue; }
+                printf("Q %d %d %d %d %d %d %d %d %s %d %d %d %d\n", a.dtype, a.batch, a.heads_q, a.heads_kv, a.seqlen_q,
+                       a.capacity, a.head_dim, a.num_splits, cudattn_kernel_table[pl.row].file, pl.num_m, pl.splits,
+                       pl.tiles_per_split, pl.merge_ctas);
+            }
+    }
     h.l2_bytes = 62914560;
     {
         static const int Bs[5] = {1, 3, 8, 16, 32}, Hs[3] = {1, 16, 40}, Ss[6] = {512, 1000, 2048, 8192, 65536, 131072};
@@ -328,6 +346,7 @@ int main(void) {
     outs = {-1: None, 0: "float32", 1: "float16", 2: "bfloat16"}
     by_build = {(k["source"], tuple(k["options"])): k["file"] for k in entry["kernels"]}
     checked = 0
+    plans_seen = set()
     for line in lines:
         f = line.split()
         if f[0] == "P":
@@ -343,6 +362,20 @@ int main(void) {
             kv = SimpleNamespace(paged=paged, fp8=False)
             assert per_sm == _decode._blocks_per_sm(spec, kv, props), line
             assert min_tiles == spec.tiles.split_tiles_min, line
+        elif f[0] == "Q":
+            dt, B, hq, hkv, sq, cap, d, n = map(int, f[1:9])
+            problem = SimpleNamespace(dtype=names[dt], head_dim=d, seqlen_q=sq, heads_q=hq, heads_kv=hkv, batch=B,
+                                      group_size=hq // hkv, seqlen_k=cap, num_splits=n or None, kv_cache=None,
+                                      window=None, mods=None)
+            props = SimpleNamespace(sm_count=132, max_shared_memory_per_block_optin=_traits.ARCH_SMEM_LIMIT[arch],
+                                    max_shared_memory_per_multiprocessor=233472)
+            plan = _decode.choose_plan(problem, props)
+            spec = plan.variant
+            assert f[9] == f"{arch}/{by_build[(spec.source, tuple(_kernels.options_for(spec)))]}", line
+            assert list(map(int, f[10:])) == [plan.num_m_blocks, plan.num_splits, plan.tiles_per_split,
+                                              plan.merge_ctas], line
+            halved = plan.variant.tiles.row_frags == 1 and hq // hkv * sq > _decode_traits.ONE_FRAG_ROWS
+            plans_seen.add((halved, plan.merge_ctas > 8))
         elif f[0] == "M":
             grid, splits, rows, d, warps, got = map(int, f[1:])
             assert got == _decode.choose_merge_ctas(grid, splits, rows, d, warps, 132), line
@@ -357,6 +390,7 @@ int main(void) {
                                                     spread_merge=bool(spread)), line
         checked += 1
     assert checked > 5000
+    assert {(True, False), (False, True)} <= plans_seen  # rows halved over two blocks; 16 sharers
 
 
 def test_exports_one_target_at_a_time_add_up_to_one_export_of_all(exported, kernel_cache, tmp_path):

@@ -142,14 +142,16 @@ def test_split_heuristic():
 
 def test_merge_sharers():
     """How many of a block of rows' last blocks share its merge (decode/store.cuh, combine_spread): a
-    warp a (row, 32 columns) piece, at most 8 and the split count; the last alone without splits,
+    warp a (row, 32 columns) piece, at most 16 and the split count; the last alone without splits,
     with a row a warp of 32 parts or fewer, for the builds short of registers, and where the grid
     has more blocks than SMs (waiting blocks would hold SMs that blocks not yet started need)."""
     m = _decode.choose_merge_ctas
     assert m(64, 64, 8, 128, 8, 132) == 4  # 8 rows x 4 pieces on 8 warps
     assert m(32, 32, 8, 128, 8, 132) == 1 and m(128, 32, 8, 128, 8, 132) == 1  # a row a warp, 32 parts
     assert m(33, 33, 8, 128, 8, 132) == 4 and m(32, 32, 16, 128, 8, 132) == 8  # 33 parts; two rows a warp
-    assert m(64, 64, 16, 128, 8, 132) == 8 and m(64, 64, 16, 256, 8, 132) == 8  # capped at 8
+    assert m(64, 64, 16, 128, 8, 132) == 8 and m(64, 64, 32, 128, 8, 132) == 16  # a piece a warp
+    assert m(64, 64, 16, 256, 8, 132) == 16 and m(64, 64, 32, 256, 8, 132) == 16  # capped at 16
+    assert m(128, 8, 32, 128, 8, 132) == 8  # no more sharers than splits
     assert m(16, 16, 8, 64, 4, 132) == 4 and m(64, 64, 1, 64, 4, 132) == 1  # one row of 2 pieces: one block
     assert m(3, 3, 16, 128, 8, 132) == 3  # no more sharers than splits
     assert m(64, 1, 16, 128, 8, 132) == 1  # no splits, no merge

@@ -1,50 +1,135 @@
-"""Sweep num_splits for decode shapes: TB/s of K/V/q/out bytes per split count, and the count the
-heuristic (num_splits=None) picks. Device arrays, inputs rotated over copies larger than L2.
+"""GPU time of one-token decode calls by split count and merge sharers, beside cuDNN, in turns.
 
-    python tools/decode_splits.py 1,32,8,131072 8,32,8,32768 --splits 1,8,16,33,66,132
+    PYTHONPATH=. python tools/decode_splits.py 1,32,1,8192 1,8,1,32768,64 --splits 0,32,64 --merge 0,8,16
+    PYTHONPATH=. python tools/decode_splits.py 1,8,1,8192 --define "" --define CUDATTN_SPREAD_WAIT_NS=0
+
+Each shape is B,Hq,Hkv,Sk[,D] (one query token; D 128 unless given). Every (split count, sharer
+count) pair is a variant, 0 meaning the heuristic's choice (``num_splits=None``; for sharers,
+`_kernels.decode.choose_merge_ctas`); the variants of a shape and torch's cuDNN SDPA (where torch
+imports) are timed in turns (`bench.timing.gpu_times`: behind a spin kernel, so host time stays out;
+inputs rotated over copies 3x the L2) and printed in microseconds with cuDNN's time over each. A
+forced sharer count is given to the plan by replacing `choose_merge_ctas` for the variant's turns;
+the kernel clamps it to what its counter can hold and to the split count, and the plan's memo and
+the recorded calls are cleared at each turn so that the variant's own plan is recorded. Each
+``--define`` (repeatable; "" for the plain build) is a build of the decode kernel with those extra
+``-D`` options (comma-separated), loaded once and kept apart from the others' (a probe of a
+compile-time knob, or of cut points in a scratch copy of the sources).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import contextlib
+import itertools
 
 import numpy as np
 
 import cudattn
+from cudattn._calls import call as _call
 from cudattn._kernels import decode as _decode
+from cudattn._kernels import registry as _registry
 from cudattn._runtime import device as _device
-from cudattn._runtime import launch as _launch
 from cudattn._spec import validate as _validate
+from cudattn.bench import inputs, peers, timing
+from cudattn.bench.grids import Case
+
+
+def _parse(text: str) -> tuple[int, int, int, int, int]:
+    nums = [int(x) for x in text.split(",")]
+    if len(nums) not in (4, 5):
+        raise SystemExit(f"shape {text!r}: B,Hq,Hkv,Sk[,D]")
+    b, hq, hkv, sk = nums[:4]
+    return b, hq, hkv, sk, nums[4] if len(nums) == 5 else 128
+
+
+_PLAIN_OPTIONS = _registry.options_for
+_LOADED: dict[str, dict] = {}  # the kernels loaded for each build (`--define`)
+
+
+@contextlib.contextmanager
+def _variant(m: int, define: str, block_rows: int = 0):
+    """Plans made inside use ``m`` merge sharers (0: the heuristic's), decode kernels built with
+    ``define``'s extra options, and the build for at most ``block_rows`` packed rows (0: the rows'
+    own; fewer split the rows over more blocks); memoised plans and recorded calls forgotten on the
+    way in and out."""
+    real, real_select = _decode.choose_merge_ctas, _decode._decode_traits.select_decode
+    if m:
+        _decode.choose_merge_ctas = lambda grid, splits, *a, **k: m if splits > 1 else 1
+    if block_rows:
+        def select(dtype, head_dim, smem_limit, mods=False, kv_fp8=False, rows=None):
+            return real_select(dtype, head_dim, smem_limit, mods, kv_fp8,
+                               block_rows if rows is None else min(rows, block_rows))
+        _decode._decode_traits.select_decode = select
+    extra = [f"-D{d}" for d in define.split(",") if d]
+    _registry.options_for = lambda v: _PLAIN_OPTIONS(v) + (extra if v.source == "flash_decode.cu" else [])
+    plain_loaded = _registry._loaded
+    _registry._loaded = _LOADED.setdefault(define, {})
+    _decode._plans.clear()
+    _call._plans.clear()
+    try:
+        yield
+    finally:
+        _decode.choose_merge_ctas, _decode._decode_traits.select_decode = real, real_select
+        _registry.options_for = _PLAIN_OPTIONS
+        _registry._loaded = plain_loaded
+        _decode._plans.clear()
+        _call._plans.clear()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("shapes", nargs="+", help="B,Hq,Hkv,Sk (one query token, D=128, fp16)")
-    ap.add_argument("--splits", default="1,2,4,8,16,32,64,128")
-    ap.add_argument("--page-size", type=int, default=0)
+    ap.add_argument("shapes", nargs="+", help="B,Hq,Hkv,Sk[,D]")
+    ap.add_argument("--splits", default="0", help="split counts, 0 = the heuristic's (default: 0)")
+    ap.add_argument("--merge", default="0", help="merge sharer counts, 0 = the heuristic's (default: 0)")
+    ap.add_argument("--block-rows", default="0", help="builds for at most this many packed rows a block, "
+                    "0 = the rows' own (default: 0)")
+    ap.add_argument("--define", action="append", help="a build's extra -D options, comma-separated "
+                    "(repeatable; \"\" for the plain build; default: the plain build alone)")
+    ap.add_argument("--dtype", default="bfloat16", choices=("float16", "bfloat16"))
+    ap.add_argument("--iters", type=int, default=60)
+    ap.add_argument("--no-peers", action="store_true")
     args = ap.parse_args()
-    rng = np.random.default_rng(0)
+    splits = [int(x) for x in args.splits.split(",")]
+    sharers = [int(x) for x in args.merge.split(",")]
+    builds = args.define or [""]
+    block_rows = [int(x) for x in args.block_rows.split(",")]
+    torch = None if args.no_peers else peers.load_torch()
+    tp = peers.TorchPeers(torch) if torch is not None else None
+    h = tp.stream_handle if tp else 0
     props = _device.device_properties(0)
+    rng = np.random.default_rng(0)
+    print(f"{props.name}, {props.sm_count} SMs; {args.dtype}, one token, GPU us (median of {args.iters}), "
+          "x = cuDNN's time over the variant's", flush=True)
     for text in args.shapes:
-        B, Hq, Hkv, S = (int(x) for x in text.split(","))
-        D = 128
-        nbytes = 2 * D * B * (2 * Hq + 2 * S * Hkv)
-        sets = []
-        for _ in range(max(2, -(-3 * props.l2_cache_size // nbytes))):
-            q = rng.standard_normal((B, 1, Hq, D), dtype=np.float32).astype(np.float16)
-            k = rng.standard_normal((B, S, Hkv, D), dtype=np.float32).astype(np.float16)
-            sets.append(tuple(cudattn.to_device(x) for x in (q, k, k)))
-        auto = _decode.make_plan(_validate.validate(*sets[0]), props, _device.get_device(0))[0].num_splits
-        row = []
-        for s in [None] + [int(x) for x in args.splits.split(",")]:
-            def batch(s=s):  # 10 calls between two events: the host queues ahead of the GPU
-                for i in range(10):
-                    cudattn.attention(*sets[i % len(sets)], num_splits=s)
-
-            ms = statistics.median([_launch.time_ms(batch) / 10 for _ in range(7)][2:])
-            row.append(f"{'auto=' + str(auto) if s is None else s}: {nbytes / ms / 1e9:.2f}")
-        print(f"{B}x{Hq}/{Hkv}x1/{S}x{D}  TB/s by splits  " + "  ".join(row), flush=True)
+        B, Hq, Hkv, Sk, D = _parse(text)
+        case = Case(args.dtype, B, Hq, Hkv, 1, Sk, D, False)
+        sets = inputs.device_sets(inputs.host_inputs(case, rng), inputs.set_count(case, props.l2_cache_size), h)
+        n = len(sets)
+        entries, names = [], []
+        for define, r, s, m in itertools.product(builds, block_rows, splits, sharers):
+            with _variant(m, define, r):
+                plan = _decode.make_plan(_validate.validate(*sets[0], num_splits=s or None), props,
+                                         _device.get_device(0))[0]
+            tag = f"[{define}] " if len(builds) > 1 else ""
+            tag += f"{plan.variant.tiles.block_m}r x{plan.num_m_blocks} " if len(block_rows) > 1 else ""
+            names.append(f"{tag}s{plan.num_splits}/g{plan.merge_ctas}" + ("*" if not (s or m or r) else ""))
+            entries.append((lambda i, s=s: cudattn.attention(*sets[i % n], num_splits=s or None, stream=h),
+                            lambda m=m, define=define, r=r: _variant(m, define, r)))
+        refusable = [False] * len(entries)
+        if tp is not None:
+            tsets = [tp.tensors(st) for st in sets]
+            sdpa = tp.bare(case)
+            entries.append((lambda i: sdpa(*tsets[i % n]), lambda: tp.scope("cudnn")))
+            refusable.append(True)
+        times = timing.gpu_times(entries, h, 0, iters=args.iters, refusable=refusable)
+        peer = times[-1] if tp is not None else None
+        peer_us = peer.median_ms * 1e3 if peer is not None and not isinstance(peer, str) else None
+        cells = []
+        for name, t in zip(names, times):
+            us = t.median_ms * 1e3
+            cells.append(f"{name} {us:.1f}" + (f" ({peer_us / us:.2f}x)" if peer_us else ""))
+        tail = f"  cuDNN {peer_us:.1f}" if peer_us else (f"  cuDNN: {peer}" if isinstance(peer, str) else "")
+        print(f"{B}x{Hq}/{Hkv} Sk {Sk} D {D}: " + "  ".join(cells) + tail, flush=True)
 
 
 if __name__ == "__main__":

@@ -842,8 +842,9 @@ typedef struct cudattn__decode_plan {
 #define CUDATTN__SINGLE_BLOCK_SM_DIVISOR 2
 #define CUDATTN__ONE_BLOCK_SPLIT_TILES 8
 #define CUDATTN__SMEM_RESERVED_PER_BLOCK 1024
-#define CUDATTN__MERGE_SPREAD_MAX 8
+#define CUDATTN__MERGE_SPREAD_MAX 16
 #define CUDATTN__MERGE_ALONE_PARTS 32
+#define CUDATTN__ONE_FRAG_ROWS 16
 
 /* How many of a block of rows' last blocks to arrive share its merge, as cudattn/_kernels/decode.py
  * choose_merge_ctas (this launcher's builds are never the tight ones: 16-bit caches, no modifiers). */
@@ -975,6 +976,20 @@ static inline cudattn_status cudattn__decode_plan_of(cudattn_handle* h, const cu
                                                             ((pl->rows < r->block_m ? pl->rows : r->block_m) +
                                                              r->threads / 32 - 1) / (r->threads / 32),
                                                             cudattn__split_tiles_min(r), 1);
+    if (r->block_m == 32 && r->threads == 256 &&
+        2 * (long long)pl->num_m * pl->splits * a->heads_kv * a->batch <= h->sm_count) {
+        /* the two-fragment build on 8 warps filling at most half the SMs: one-fragment row blocks, twice
+         * as many, with its splits (decode.py _halve_row_blocks) */
+        const int one = cudattn__select_decode(h, a->dtype, a->head_dim, CUDATTN__ONE_FRAG_ROWS);
+        if (one >= 0) {
+            pl->row = one;
+            r = &cudattn_kernel_table[one];
+            pl->num_m = (pl->rows + r->block_m - 1) / r->block_m;
+            key_tiles = cudattn__tiles_seen(pl->capacity, r->block_n);
+            if (key_tiles < 1) key_tiles = 1;
+            blocks = (long long)pl->num_m * a->heads_kv * a->batch;
+        }
+    }
     pl->tiles_per_split = (int)((key_tiles + pl->splits - 1) / pl->splits);
     pl->merge_ctas = cudattn__merge_ctas((long long)pl->num_m * pl->splits * a->heads_kv * a->batch, pl->splits,
                                          pl->rows < r->block_m ? pl->rows : r->block_m, a->head_dim, r->threads / 32,

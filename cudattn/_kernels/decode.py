@@ -142,8 +142,12 @@ def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm:
 
 
 #: The most blocks one block of rows' merge is spread over (decode/store.cuh, combine_spread): the last
-#: blocks to arrive, each merging a share of the (row, 32 columns) pieces with a warp a piece.
-MERGE_SPREAD_MAX = 8
+#: blocks to arrive, each merging a share of the (row, 32 columns) pieces with a warp a piece. 16, a
+#: warp a piece for 32 rows of head dim 128 on 8 warps (the kernel's counter holds 16 shares): with 8,
+#: each warp merged two pieces in turn (H200, bf16, one token, 32 query heads on one kv head, D 128:
+#: 8192 keys, 64 splits 18.1 us against 16.4 with 16; 131072 keys, 128 splits 39.7 against 36.0;
+#: 4 x 32/1 at 32768 keys, 32 splits 33.4 against 31.3).
+MERGE_SPREAD_MAX = 16
 #: Up to this many parts, a block of rows with a row a warp or fewer keeps the last block's merge:
 #: spread, it was slower there (H200, one kv head, bf16, D 128, one token, 32 splits: 8 query heads
 #: 12.5 us alone against 12.9 spread over 4, 4 x 8 heads 27.0 against 27.3), and quicker past it (64
@@ -194,23 +198,34 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
     hit = _plans.get(key)
     if hit is not None:
         return hit
+    plan = choose_plan(problem, props)
+    kernel = _kernels.get_kernel(plan.variant, device, props.device_id, props.arch)
+    if len(_plans) > 4096:
+        _plans.clear()
+    _plans[key] = (plan, kernel)
+    return plan, kernel
+
+
+def choose_plan(problem: Problem, props) -> DecodePlan:
+    """The build, grid, splits and merge sharers for this problem (no kernel loaded: the C launcher's
+    copy, cudattn.h's ``cudattn__decode_plan_of``, is checked against it on the CPU)."""
+    kv = problem.kv_cache
+    capacity = problem.seqlen_k
     mods = problem.window is not None or problem.mods is not None and problem.mods.bits != 0
     fp8 = kv is not None and kv.fp8  # (sm_89+: checked by _kvcache before any append)
     rows = problem.group_size * problem.seqlen_q
     variant = _decode_traits.select_decode(problem.dtype, problem.head_dim, props.max_shared_memory_per_block_optin,
                                            mods, fp8, rows)
-    kernel = _kernels.get_kernel(variant, device, props.device_id, props.arch)
+    num_m, key_tiles, splits = _rows_and_splits(problem, variant, rows, capacity, props)
+    if _halve_row_blocks(variant, num_m * splits * problem.heads_kv * problem.batch, props.sm_count):
+        variant = _decode_traits.select_decode(problem.dtype, problem.head_dim,
+                                               props.max_shared_memory_per_block_optin, mods, fp8,
+                                               _decode_traits.ONE_FRAG_ROWS)
+        # twice the row blocks, each with the splits chosen for the two-fragment build (the same key tiles)
+        num_m = -(-rows // variant.tiles.block_m)
+        key_tiles = max(1, _tiles_seen(problem, capacity, variant.tiles.block_m, variant.tiles.block_n))
     t = variant.tiles
-    num_m = -(-rows // t.block_m)
-    key_tiles = max(1, _tiles_seen(problem, capacity, t.block_m, t.block_n))
-    blocks = num_m * problem.heads_kv * problem.batch
     tight = variant.kv_fp8 or (variant.mods and t.row_frags > 1)  # decode/store.cuh's MERGE_TIGHT
-    if problem.num_splits is None:
-        warps = variant.threads // 32
-        splits = choose_num_splits(blocks, key_tiles, props.sm_count, _blocks_per_sm(variant, kv, props),
-                                   -(-min(rows, t.block_m) // warps), t.split_tiles_min, spread_merge=not tight)
-    else:
-        splits = problem.num_splits
     tiles_per_split = -(-key_tiles // splits)
     grid = (num_m * splits, problem.heads_kv, problem.batch)
     if grid[0] > _launch.MAX_GRID_X or grid[1] > _launch.MAX_GRID_YZ or grid[2] > _launch.MAX_GRID_YZ:
@@ -218,12 +233,41 @@ def make_plan(problem: Problem, props, device) -> tuple[DecodePlan, object]:
                          f"limits (x < 2**31, y and z <= 65535); split the call")
     merge_ctas = choose_merge_ctas(grid[0] * grid[1] * grid[2], splits, min(rows, t.block_m), problem.head_dim,
                                    variant.threads // 32, props.sm_count, tight)
-    plan = DecodePlan(variant, grid, (variant.threads, 1, 1), variant.smem_bytes, rows, num_m, splits, tiles_per_split,
+    return DecodePlan(variant, grid, (variant.threads, 1, 1), variant.smem_bytes, rows, num_m, splits, tiles_per_split,
                       merge_ctas)
-    if len(_plans) > 4096:
-        _plans.clear()
-    _plans[key] = (plan, kernel)
-    return plan, kernel
+
+
+def _rows_and_splits(problem: Problem, variant: DecodeVariant, rows: int, capacity: int, props) -> tuple[int, int, int]:
+    """(row blocks, key tiles a row block visits, splits) of ``variant`` for this problem."""
+    t = variant.tiles
+    num_m = -(-rows // t.block_m)
+    key_tiles = max(1, _tiles_seen(problem, capacity, t.block_m, t.block_n))
+    if problem.num_splits is not None:
+        return num_m, key_tiles, problem.num_splits
+    tight = variant.kv_fp8 or (variant.mods and t.row_frags > 1)  # decode/store.cuh's MERGE_TIGHT
+    blocks = num_m * problem.heads_kv * problem.batch
+    splits = choose_num_splits(blocks, key_tiles, props.sm_count, _blocks_per_sm(variant, problem.kv_cache, props),
+                               -(-min(rows, t.block_m) // (variant.threads // 32)), t.split_tiles_min,
+                               spread_merge=not tight)
+    return num_m, key_tiles, splits
+
+
+#: The two-fragment build on 8 warps (17-32 packed rows, head dim 128, 16-bit caches, no modifiers)
+#: whose grid fills at most this fraction of the SMs runs as one-fragment row blocks instead, twice
+#: as many, each with the two-fragment plan's key tiles and splits: the SMs it left idle take the
+#: second half of the rows, and each block's warp merge and share of the split merge halve (H200,
+#: bf16, one token, 32 query heads on one kv head: 8192 keys, 64 splits 16.4 us with 16 merge
+#: sharers against 14.1-14.7 as two blocks of 16 rows; 32768 keys 21.6 against 19.2-19.4; 2 x 32/1 at
+#: 8192 keys 19.6 against 15.9). Where its grid fills more of the SMs, twice the blocks would mean a
+#: second wave or twice the key tiles a block (1 x 32/1, 131072 keys, 128 splits: 36.0 us, against
+#: 37.8 as two blocks of 64 splits; 4 x 32/1 at 32768 keys 31.3 against 33.4).
+HALVE_ROW_BLOCKS_GRID_FRACTION = 0.5
+
+
+def _halve_row_blocks(variant: DecodeVariant, grid_blocks: int, sm_count: int) -> bool:
+    t = variant.tiles
+    return (t.row_frags == 2 and t.warps == 8 and not variant.mods and not variant.kv_fp8
+            and grid_blocks <= HALVE_ROW_BLOCKS_GRID_FRACTION * sm_count)
 
 
 def _blocks_per_sm(variant: DecodeVariant, kv, props) -> int:

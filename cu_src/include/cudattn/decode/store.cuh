@@ -96,9 +96,10 @@ struct DecodeStore {
     // merge of 64 parts alone was 3-9 us of a 17-35 us call, H200). Each share is a set of (row, 32 columns)
     // pieces, a warp a piece (combine_cols32). Arrival ticket t of n: the last (t = n - 1) takes share
     // 0 and resets the counter at once; t >= n - g takes share n - 1 - t after waiting for the last
-    // (the counter at n, or reset below its ticket). The counter's low 16 bits count arrivals; a block
+    // (the counter at n, or reset below its ticket). The counter's low 15 bits count arrivals (128 splits
+    // at most), bits 15-30 the shares given up (16 sharers at most); a block
     // that has waited SPREAD_WAIT_NS (a device shared with other work, where the blocks it waits for
-    // might not find an SM while it holds one) gives its share to the last by setting bit 16 + share,
+    // might not find an SM while it holds one) gives its share to the last by setting bit 15 + share,
     // by compare-and-swap so that it can only do so before the last arrives: the last reads the bits in
     // its own arrival's result, and merges those shares too. Every share is merged once, by one block.
     // (A test builds it with 0, so that the waiting blocks give their shares up at once.)
@@ -106,7 +107,7 @@ struct DecodeStore {
 #define CUDATTN_SPREAD_WAIT_NS 20000
 #endif
     static constexpr unsigned long long SPREAD_WAIT_NS = CUDATTN_SPREAD_WAIT_NS;
-    static constexpr int SHARE_BIT = 16;
+    static constexpr int SHARE_BIT = 15;
 
     // True once the last block has arrived; false where this block gave its share to the last instead.
     static __device__ __forceinline__ bool wait_for_last(int* c, int ticket, int n, int share) {
