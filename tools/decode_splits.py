@@ -13,7 +13,9 @@ the kernel clamps it to what its counter can hold and to the split count, and th
 the recorded calls are cleared at each turn so that the variant's own plan is recorded. Each
 ``--define`` (repeatable; "" for the plain build) is a build of the decode kernel with those extra
 ``-D`` options (comma-separated), loaded once and kept apart from the others' (a probe of a
-compile-time knob, or of cut points in a scratch copy of the sources).
+compile-time knob, or of cut points in a scratch copy of the sources). ``--block-rows R`` runs the
+build for at most R packed rows a block, the rows split over as many blocks as that takes (0: the
+plan's own choice).
 """
 
 from __future__ import annotations
@@ -49,10 +51,11 @@ _LOADED: dict[str, dict] = {}  # the kernels loaded for each build (`--define`)
 @contextlib.contextmanager
 def _variant(m: int, define: str, block_rows: int = 0):
     """Plans made inside use ``m`` merge sharers (0: the heuristic's), decode kernels built with
-    ``define``'s extra options, and the build for at most ``block_rows`` packed rows (0: the rows'
-    own; fewer split the rows over more blocks); memoised plans and recorded calls forgotten on the
-    way in and out."""
+    ``define``'s extra options, and the build for at most ``block_rows`` packed rows, as given (0:
+    the plan's own choice, which may halve 17-32 rows into two blocks); memoised plans and recorded
+    calls forgotten on the way in and out."""
     real, real_select = _decode.choose_merge_ctas, _decode._decode_traits.select_decode
+    real_halve = _decode._halve_row_blocks
     if m:
         _decode.choose_merge_ctas = lambda grid, splits, *a, **k: m if splits > 1 else 1
     if block_rows:
@@ -60,6 +63,7 @@ def _variant(m: int, define: str, block_rows: int = 0):
             return real_select(dtype, head_dim, smem_limit, mods, kv_fp8,
                                block_rows if rows is None else min(rows, block_rows))
         _decode._decode_traits.select_decode = select
+        _decode._halve_row_blocks = lambda *a: False  # the rows a block as given
     extra = [f"-D{d}" for d in define.split(",") if d]
     _registry.options_for = lambda v: _PLAIN_OPTIONS(v) + (extra if v.source == "flash_decode.cu" else [])
     plain_loaded = _registry._loaded
@@ -70,6 +74,7 @@ def _variant(m: int, define: str, block_rows: int = 0):
         yield
     finally:
         _decode.choose_merge_ctas, _decode._decode_traits.select_decode = real, real_select
+        _decode._halve_row_blocks = real_halve
         _registry.options_for = _PLAIN_OPTIONS
         _registry._loaded = plain_loaded
         _decode._plans.clear()
@@ -82,7 +87,7 @@ def main() -> None:
     ap.add_argument("--splits", default="0", help="split counts, 0 = the heuristic's (default: 0)")
     ap.add_argument("--merge", default="0", help="merge sharer counts, 0 = the heuristic's (default: 0)")
     ap.add_argument("--block-rows", default="0", help="builds for at most this many packed rows a block, "
-                    "0 = the rows' own (default: 0)")
+                    "as given; 0 = the plan's choice (default: 0)")
     ap.add_argument("--define", action="append", help="a build's extra -D options, comma-separated "
                     "(repeatable; \"\" for the plain build; default: the plain build alone)")
     ap.add_argument("--dtype", default="bfloat16", choices=("float16", "bfloat16"))
