@@ -160,6 +160,37 @@ def test_merge_sharers():
     assert m(64, 64, 8, 96, 4, 132) == 6  # a row of 96 columns: 3 pieces, the last ending early
 
 
+def _decode_plan(hq, sk, d=128, batch=1, splits=None, **extra):
+    """`_decode.choose_plan` of one token, ``hq`` query heads on one kv head, on an H200's numbers."""
+    from types import SimpleNamespace
+
+    problem = SimpleNamespace(dtype="bfloat16", head_dim=d, seqlen_q=1, heads_q=hq, heads_kv=1, batch=batch,
+                              group_size=hq, seqlen_k=sk, num_splits=splits, kv_cache=None, window=None, mods=None)
+    for k, v in extra.items():
+        setattr(problem, k, v)
+    props = SimpleNamespace(sm_count=132, max_shared_memory_per_block_optin=232448,
+                            max_shared_memory_per_multiprocessor=233472)
+    p = _decode.choose_plan(problem, props)
+    t = p.variant.tiles
+    return t.row_frags, t.warps, p.num_m_blocks, p.num_splits, p.merge_ctas
+
+
+def test_rows_of_two_fragments_halved_where_the_grid_leaves_half_the_sms():
+    """17-32 packed rows on the 8-warp two-fragment build (head dim 128, no modifiers): where its
+    grid fills at most half the SMs, two one-fragment blocks of 16 rows with its splits (a warp a
+    piece of the merge: 8 sharers); past that, one block with up to 16 sharers."""
+    assert _decode_plan(32, 8192) == (1, 8, 2, 64, 8)  # 64 splits: 64 blocks -> 2 x 64
+    assert _decode_plan(24, 32768) == (1, 8, 2, 64, 8)
+    assert _decode_plan(32, 8192, batch=2)[:3] == (1, 8, 2)
+    assert _decode_plan(32, 8192, splits=66)[:3] == (1, 8, 2)  # a forced count the same way
+    assert _decode_plan(32, 8192, splits=67)[:3] == (2, 8, 1)  # 67 blocks: more than half of 132
+    assert _decode_plan(32, 131072) == (2, 8, 1, 128, 16)  # 128 splits: one block of 32 rows, 16 sharers
+    assert _decode_plan(32, 32768, batch=4) == (2, 8, 1, 32, 16)
+    assert _decode_plan(16, 8192)[:3] == (1, 8, 1)  # one fragment already
+    assert _decode_plan(32, 8192, d=64)[:3] == (2, 4, 1)  # the 4-warp build at head dim 64: not measured so
+    assert _decode_plan(32, 8192, window=(1024, 0))[:3] == (2, 4, 1)  # modifiers: the 4-warp build, as it was
+
+
 def test_one_buffer_as_both_caches_is_refused_when_appending():
     """Appending writes k_new and v_new into the caches in place: with k_cache and v_cache the same
     memory, v_new would overwrite the keys (found by the issue-7 review)."""
