@@ -9,33 +9,42 @@ from . import _common
 _D = 128
 
 
-class Decode(_common.GpuTrack):
+class _DecodeInputs(_common.GpuTrack):
+    """Rotated device copies of one decode call's q, k and v (no benchmark of its own):
+    ``_shape(param)`` gives (batch, query heads, kv heads, KV length), ``dtype`` their type."""
+
+    dtype = "float16"
+
+    @staticmethod
+    def _shape(param):
+        return param
+
+    def setup(self, param):
+        _common.require_gpu()
+        self.sets = _common.memo((type(self).__name__, param), lambda: self._make_sets(self._shape(param)))
+
+    def _make_sets(self, shape):
+        from cudattn._runtime import launch as _launch
+
+        B, Hq, Hkv, S = shape
+        host = [_common.randn((B, 1, Hq, _D), self.dtype, 0),
+                _common.randn((B, S, Hkv, _D), self.dtype, 1),
+                _common.randn((B, S, Hkv, _D), self.dtype, 2)]
+        sets = _common.device_sets(host, _common.rotation_count(self._bytes(shape)))
+        self._call(*sets[0])  # compile or load the kernel outside the timings
+        _launch.synchronize()
+        return sets
+
+    def _bytes(self, shape):
+        B, Hq, Hkv, S = shape
+        return 2 * (2 * B * Hq * _D + 2 * B * S * Hkv * _D)  # q + out, k + v; 16-bit
+
+
+class Decode(_DecodeInputs):
     version = "1"  # what it measures (see _common): bump only when that changes
     # (batch, query heads, KV heads, KV length): GQA at two batch sizes, and one long context.
     params = ([(32, 32, 8, 4096), (8, 32, 8, 32768), (1, 32, 8, 131072)],)
     param_names = ["B_Hq_Hkv_Skv"]
-
-    def setup(self, shape):
-        _common.require_gpu()
-        self.sets = _common.memo(("decode", shape), lambda: self._make_sets(shape))
-
-    @staticmethod
-    def _make_sets(shape):
-        from cudattn._runtime import launch as _launch
-
-        B, Hq, Hkv, S = shape
-        host = [_common.randn((B, 1, Hq, _D), "float16", 0),
-                _common.randn((B, S, Hkv, _D), "float16", 1),
-                _common.randn((B, S, Hkv, _D), "float16", 2)]
-        sets = _common.device_sets(host, _common.rotation_count(Decode._bytes(shape)))
-        Decode._call(*sets[0])  # compile or load the kernel outside the timings
-        _launch.synchronize()
-        return sets
-
-    @staticmethod
-    def _bytes(shape):
-        B, Hq, Hkv, S = shape
-        return 2 * (2 * B * Hq * _D + 2 * B * S * Hkv * _D)  # q + out, k + v; float16
 
     @staticmethod
     def _call(q, k, v):
@@ -56,7 +65,7 @@ class Decode(_common.GpuTrack):
     track_tbps_as_called.unit = "TB/s"
 
 
-class TinyDecode(_common.GpuTrack):
+class TinyDecode(_DecodeInputs):
     """One token of one sequence whose query heads share one kv head (bf16, head dim 128): a few
     microseconds of kernel, where the split count, the splits' merge and the host's time per call
     decide the speed rather than bandwidth. Microseconds: GPU time with the host hidden behind a
@@ -68,22 +77,12 @@ class TinyDecode(_common.GpuTrack):
     params = ([(8, 8192), (8, 131072), (32, 8192), (32, 131072)],)
     param_names = ["Hq_Skv"]
 
-    def setup(self, shape):
-        _common.require_gpu()
-        self.sets = _common.memo(("tiny_decode", shape), lambda: self._make_sets(shape))
+    dtype = "bfloat16"
 
     @staticmethod
-    def _make_sets(shape):
-        from cudattn._runtime import launch as _launch
-
-        Hq, S = shape
-        host = [_common.randn((1, 1, Hq, _D), "bfloat16", 0),
-                _common.randn((1, S, 1, _D), "bfloat16", 1),
-                _common.randn((1, S, 1, _D), "bfloat16", 2)]
-        sets = _common.device_sets(host, _common.rotation_count(2 * (2 * Hq * _D + 2 * S * _D)))
-        TinyDecode._call(*sets[0])  # compile or load the kernel outside the timings
-        _launch.synchronize()
-        return sets
+    def _shape(param):
+        Hq, S = param
+        return 1, Hq, 1, S
 
     @staticmethod
     def _call(q, k, v, stream=None):
