@@ -222,33 +222,40 @@ def choose_plan(problem: Problem, props) -> DecodePlan:
                                                props.max_shared_memory_per_block_optin, mods, fp8,
                                                _decode_traits.ONE_FRAG_ROWS)
         # twice the row blocks, each with the splits chosen for the two-fragment build (the same key tiles)
-        num_m = -(-rows // variant.tiles.block_m)
-        key_tiles = max(1, _tiles_seen(problem, capacity, variant.tiles.block_m, variant.tiles.block_n))
+        num_m, key_tiles = _row_blocks_and_tiles(problem, variant, rows, capacity)
     t = variant.tiles
-    tight = variant.kv_fp8 or (variant.mods and t.row_frags > 1)  # decode/store.cuh's MERGE_TIGHT
     tiles_per_split = -(-key_tiles // splits)
     grid = (num_m * splits, problem.heads_kv, problem.batch)
     if grid[0] > _launch.MAX_GRID_X or grid[1] > _launch.MAX_GRID_YZ or grid[2] > _launch.MAX_GRID_YZ:
         raise ValueError(f"the decode grid {grid} (row blocks x splits, kv heads, batch) exceeds the CUDA grid "
                          f"limits (x < 2**31, y and z <= 65535); split the call")
     merge_ctas = choose_merge_ctas(grid[0] * grid[1] * grid[2], splits, min(rows, t.block_m), problem.head_dim,
-                                   variant.threads // 32, props.sm_count, tight)
+                                   variant.threads // 32, props.sm_count, _merge_tight(variant))
     return DecodePlan(variant, grid, (variant.threads, 1, 1), variant.smem_bytes, rows, num_m, splits, tiles_per_split,
                       merge_ctas)
 
 
+def _merge_tight(variant: DecodeVariant) -> bool:
+    """decode/store.cuh's MERGE_TIGHT: builds whose registers are spoken for merge alone, unspread."""
+    return variant.kv_fp8 or (variant.mods and variant.tiles.row_frags > 1)
+
+
+def _row_blocks_and_tiles(problem: Problem, variant: DecodeVariant, rows: int, capacity: int) -> tuple[int, int]:
+    """(row blocks, key tiles a row block visits) of ``variant`` for this problem."""
+    t = variant.tiles
+    return -(-rows // t.block_m), max(1, _tiles_seen(problem, capacity, t.block_m, t.block_n))
+
+
 def _rows_and_splits(problem: Problem, variant: DecodeVariant, rows: int, capacity: int, props) -> tuple[int, int, int]:
     """(row blocks, key tiles a row block visits, splits) of ``variant`` for this problem."""
-    t = variant.tiles
-    num_m = -(-rows // t.block_m)
-    key_tiles = max(1, _tiles_seen(problem, capacity, t.block_m, t.block_n))
+    num_m, key_tiles = _row_blocks_and_tiles(problem, variant, rows, capacity)
     if problem.num_splits is not None:
         return num_m, key_tiles, problem.num_splits
-    tight = variant.kv_fp8 or (variant.mods and t.row_frags > 1)  # decode/store.cuh's MERGE_TIGHT
+    t = variant.tiles
     blocks = num_m * problem.heads_kv * problem.batch
     splits = choose_num_splits(blocks, key_tiles, props.sm_count, _blocks_per_sm(variant, problem.kv_cache, props),
                                -(-min(rows, t.block_m) // (variant.threads // 32)), t.split_tiles_min,
-                               spread_merge=not tight)
+                               spread_merge=not _merge_tight(variant))
     return num_m, key_tiles, splits
 
 
