@@ -863,6 +863,21 @@ static inline int cudattn__merge_ctas(long long grid_blocks, int splits, int row
  * the tiles (the cost alone where one row block of a build of one or two blocks an SM is capped at
  * half the SMs; a split a key tile where that block's merge may be spread: spread_merge), as
  * cudattn/_kernels/decode.py choose_num_splits (the same double and integer math). */
+static inline int cudattn__fewest_splits_of_as_many_tiles(long long key_tiles, long long splits) {
+    const long long per_split = (key_tiles + splits - 1) / splits;
+    return (int)((key_tiles + per_split - 1) / per_split);
+}
+
+/* The splits of a plan whose rows were halved into one-fragment blocks, as decode.py splits_filling_the_sms:
+ * a split a key tile, up to a block an SM, then the fewest splits of as many tiles. */
+static inline int cudattn__splits_filling_the_sms(long long blocks, long long key_tiles, int sm_count) {
+    long long s = sm_count / blocks;
+    if (s > key_tiles) s = key_tiles;
+    if (s > CUDATTN_MAX_SPLITS) s = CUDATTN_MAX_SPLITS;
+    if (s < 1) s = 1;
+    return cudattn__fewest_splits_of_as_many_tiles(key_tiles, s);
+}
+
 static inline int cudattn__choose_num_splits(long long blocks, long long key_tiles, int sm_count, int blocks_per_sm,
                                              int merge_rows_per_warp, int min_tiles, int spread_merge) {
     const long long slots = (long long)sm_count * blocks_per_sm;
@@ -876,8 +891,7 @@ static inline int cudattn__choose_num_splits(long long blocks, long long key_til
         if (s > CUDATTN_MAX_SPLITS) s = CUDATTN_MAX_SPLITS;
         if (s > sm_count) s = sm_count;
         if (s > key_tiles) s = key_tiles;
-        per_block = (key_tiles + s - 1) / s;
-        return (int)((key_tiles + per_block - 1) / per_block);
+        return cudattn__fewest_splits_of_as_many_tiles(key_tiles, s);
     }
     top = key_tiles / min_tiles < CUDATTN_MAX_SPLITS ? key_tiles / min_tiles : CUDATTN_MAX_SPLITS;
     capped = blocks == 1 && blocks_per_sm <= 2 && top > half;
@@ -976,10 +990,10 @@ static inline cudattn_status cudattn__decode_plan_of(cudattn_handle* h, const cu
                                                             ((pl->rows < r->block_m ? pl->rows : r->block_m) +
                                                              r->threads / 32 - 1) / (r->threads / 32),
                                                             cudattn__split_tiles_min(r), 1);
-    if (r->block_m == 32 && r->threads == 256 &&
+    if (r->block_m == 32 && (r->threads == 256 || r->tile_dim == 64) &&
         2 * (long long)pl->num_m * pl->splits * a->heads_kv * a->batch <= h->sm_count) {
-        /* the two-fragment build on 8 warps filling at most half the SMs: one-fragment row blocks, twice
-         * as many, with its splits (decode.py _halve_row_blocks) */
+        /* the two-fragment build on 8 warps (or at head dim 64) filling at most half the SMs: one-fragment
+         * row blocks, twice as many, their splits filling the SMs (decode.py _halve_row_blocks) */
         const int one = cudattn__select_decode(h, a->dtype, a->head_dim, CUDATTN__ONE_FRAG_ROWS);
         if (one >= 0) {
             pl->row = one;
@@ -988,6 +1002,7 @@ static inline cudattn_status cudattn__decode_plan_of(cudattn_handle* h, const cu
             key_tiles = cudattn__tiles_seen(pl->capacity, r->block_n);
             if (key_tiles < 1) key_tiles = 1;
             blocks = (long long)pl->num_m * a->heads_kv * a->batch;
+            if (!a->num_splits) pl->splits = cudattn__splits_filling_the_sms(blocks, key_tiles, h->sm_count);
         }
     }
     pl->tiles_per_split = (int)((key_tiles + pl->splits - 1) / pl->splits);

@@ -116,9 +116,8 @@ def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm:
         return 1
     half = max(1, sm_count // SINGLE_BLOCK_SM_DIVISOR)
     if blocks == 1 and blocks_per_sm <= 2 and spread_merge:
-        s = min(max(half, key_tiles // ONE_BLOCK_SPLIT_TILES), min(MAX_SPLITS, sm_count), key_tiles)
-        per_split = -(-key_tiles // s)
-        return -(-key_tiles // per_split)
+        return _fewest_splits_of_as_many_tiles(key_tiles, min(max(half, key_tiles // ONE_BLOCK_SPLIT_TILES),
+                                                              min(MAX_SPLITS, sm_count), key_tiles))
     top = min(MAX_SPLITS, key_tiles // min_tiles)
     capped = blocks == 1 and blocks_per_sm <= 2 and top > half
     if capped:
@@ -139,6 +138,21 @@ def choose_num_splits(blocks: int, key_tiles: int, sm_count: int, blocks_per_sm:
         return cheapest
     best = max(eff.values())
     return min(cheapest, min(s for s, e in eff.items() if e >= EFFICIENCY_TOLERANCE * best))
+
+
+def splits_filling_the_sms(blocks: int, key_tiles: int, sm_count: int) -> int:
+    """The splits of a plan whose rows were halved into one-fragment blocks (`_halve_row_blocks`): a
+    split a key tile, up to as many as give each of the SMs one block, then the fewest splits that
+    keep the same tiles a split. The models' choice for the two-fragment build's fewer blocks left
+    SMs idle once the rows were halved (H200, bf16, one token, 32 query heads on one kv head, head
+    dim 64, GPU us: 2 sequences at 8192 keys, 32 splits 12.8 against the models' 11, 14.8; at 32768
+    keys 32 splits 17.5 against 20's 19.9; 4 sequences at 8192 keys 16 splits 14.8 against 11's 15.4)."""
+    return _fewest_splits_of_as_many_tiles(key_tiles, max(1, min(key_tiles, sm_count // blocks, MAX_SPLITS)))
+
+
+def _fewest_splits_of_as_many_tiles(key_tiles: int, splits: int) -> int:
+    per_split = -(-key_tiles // splits)
+    return -(-key_tiles // per_split)
 
 
 #: The most blocks one block of rows' merge is spread over (decode/store.cuh, combine_spread): the last
@@ -221,8 +235,10 @@ def choose_plan(problem: Problem, props) -> DecodePlan:
         variant = _decode_traits.select_decode(problem.dtype, problem.head_dim,
                                                props.max_shared_memory_per_block_optin, mods, fp8,
                                                _decode_traits.ONE_FRAG_ROWS)
-        # twice the row blocks, each with the splits chosen for the two-fragment build (the same key tiles)
+        # twice the row blocks (the same key tiles), their splits filling the SMs
         num_m, key_tiles = _row_blocks_and_tiles(problem, variant, rows, capacity)
+        if problem.num_splits is None:
+            splits = splits_filling_the_sms(num_m * problem.heads_kv * problem.batch, key_tiles, props.sm_count)
     t = variant.tiles
     tiles_per_split = -(-key_tiles // splits)
     grid = (num_m * splits, problem.heads_kv, problem.batch)
@@ -259,22 +275,25 @@ def _rows_and_splits(problem: Problem, variant: DecodeVariant, rows: int, capaci
     return num_m, key_tiles, splits
 
 
-#: The two-fragment build on 8 warps (17-32 packed rows, head dim 128, 16-bit caches, no modifiers)
-#: whose grid fills at most this fraction of the SMs runs as one-fragment row blocks instead, twice
-#: as many, each with the two-fragment plan's key tiles and splits: the SMs it left idle take the
-#: second half of the rows, and each block's warp merge and share of the split merge halve (H200,
-#: bf16, one token, 32 query heads on one kv head: 8192 keys, 64 splits 16.4 us with 16 merge
-#: sharers against 14.1-14.7 as two blocks of 16 rows; 32768 keys 21.6 against 19.2-19.4; 2 x 32/1 at
-#: 8192 keys 19.6 against 15.9). Where its grid fills more of the SMs, twice the blocks would mean a
-#: second wave or twice the key tiles a block (1 x 32/1, 131072 keys, 128 splits: 36.0 us, against
-#: 37.8 as two blocks of 64 splits; 4 x 32/1 at 32768 keys 31.3 against 33.4).
+#: The two-fragment build (17-32 packed rows, 16-bit caches, no modifiers) on 8 warps (head dim 128)
+#: or at head dim 64 (4 warps), whose grid fills at most this fraction of the SMs, runs as
+#: one-fragment row blocks instead, twice as many, with the same key tiles and splits that fill the
+#: SMs (`splits_filling_the_sms`; for one sequence, the two-fragment plan's): the SMs it left idle
+#: take the second half of the rows, and each block's warp merge and share of the split merge halve
+#: (H200, bf16, one token, 32 query heads on one kv head, head dim 128: 8192 keys, 64 splits 16.4 us
+#: with 16 merge sharers against 14.1-14.7 as two blocks of 16 rows; 32768 keys 21.6 against
+#: 19.2-19.4; 2 x 32/1 at 8192 keys 19.6 against 15.9; head dim 64: 8192 keys 14.0 against 12.5, 32768
+#: keys 17.3 against 15.2, 2 x 32/1 at 8192 keys 18.9 against 14.9). Where its grid fills more of the
+#: SMs, twice the blocks would mean a second wave or twice the key tiles a block (1 x 32/1, 131072
+#: keys, 128 splits: 36.0 us, against 37.8 as two blocks of 64 splits; 4 x 32/1 at 32768 keys 31.3
+#: against 33.4). The 4-warp head-dim-128 build (sm_80, sm_89) is left as it is: not measured.
 HALVE_ROW_BLOCKS_GRID_FRACTION = 0.5
 
 
 def _halve_row_blocks(variant: DecodeVariant, grid_blocks: int, sm_count: int) -> bool:
     t = variant.tiles
-    return (t.row_frags == 2 and t.warps == 8 and not variant.mods and not variant.kv_fp8
-            and grid_blocks <= HALVE_ROW_BLOCKS_GRID_FRACTION * sm_count)
+    return (t.row_frags == 2 and (t.warps == 8 or variant.tile_dim == 64) and not variant.mods
+            and not variant.kv_fp8 and grid_blocks <= HALVE_ROW_BLOCKS_GRID_FRACTION * sm_count)
 
 
 def _blocks_per_sm(variant: DecodeVariant, kv, props) -> int:
