@@ -33,6 +33,16 @@ __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
     return v;
 }
 
+// Fetch-and-add that releases what this thread has seen written (its block's stores, once a block
+// barrier has passed) and acquires what earlier adders released (GPU scope): one thread's arrival
+// at a count other blocks keep, as CUTLASS's and cooperative groups' grid barriers arrive.
+__device__ __forceinline__ int atom_add_acq_rel_gpu(int* p, int v) {
+    int old;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
+__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
+
 // The GPU's nanosecond clock (the same on every SM): bounds on waits.
 __device__ __forceinline__ unsigned long long globaltimer_ns() {
     unsigned long long t;

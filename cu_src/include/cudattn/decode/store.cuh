@@ -37,28 +37,28 @@ struct DecodeStore {
 
     // With splits: count this block's arrival at its block of rows; the last of the num_splits
     // blocks to arrive merges their partials into the output (and LSE) and resets the counter for
-    // the next kernel on the stream. Release/acquire through fences around the atomic, as in the
-    // CUDA programming guide's last-block reduction: each thread fences its partial stores before
-    // the arrival is counted, and the last block reads the partials from L2 after its own fence.
+    // the next kernel on the stream. The block barrier orders every thread's partial stores before
+    // one thread's arrival, an add with release and acquire (GPU scope), as cooperative groups' and
+    // CUTLASS's grid barriers arrive; the last block's threads read the partials from L2 after the
+    // barrier that follows it. (Every thread's __threadfence before the arrival and again before the
+    // reads, as before, took 0.2-0.5 us more of a 10-27 us call, H200.)
     static __device__ __forceinline__ void combine_if_last(const DecodeParams& p, int b, int hkv, int m_block,
                                                            int m_start, int rows_valid) {
         if (p.num_splits == 1) return;
         extern __shared__ __align__(128) unsigned char smem_raw[];
         volatile int* last = reinterpret_cast<volatile int*>(smem_raw);
-        __threadfence();
-        __syncthreads();  // every thread fenced; shared memory (the merge buffer) is free again
+        __syncthreads();  // every thread's partial stores made; shared memory (the merge buffer) is free again
         if constexpr (!MERGE_TIGHT) {
             if (p.merge_ctas > 1) return combine_spread(p, b, hkv, m_block, m_start, rows_valid);
         }
         if (threadIdx.x == 0) {
             int* c = p.counters + ((long long)b * p.heads_kv + hkv) * p.num_m_blocks + m_block;
-            const bool is_last = atomicAdd(c, 1) == p.num_splits - 1;
+            const bool is_last = atom_add_acq_rel_gpu(c, 1) == p.num_splits - 1;
             if (is_last) *c = 0;  // every split has arrived; nothing else touches it in this kernel
             *last = is_last;
         }
         __syncthreads();
         if (!*last) return;
-        __threadfence();
         static_assert(SMEM_BYTES >= 128 + NW * 32 * 4, "the merge's weight buffers fit in shared memory");
         float* w_all = reinterpret_cast<float*>(smem_raw + 128);  // part weights, per warp
         typedef typename ElemOf<T>::type Out;
@@ -128,7 +128,7 @@ struct DecodeStore {
         const int n = p.num_splits, g = min(min(p.merge_ctas, n), 31 - SHARE_BIT);  // a bit each below the sign
         int* c = p.counters + ((long long)b * p.heads_kv + hkv) * p.num_m_blocks + m_block;
         if (threadIdx.x == 0) {
-            const int old = atomicAdd(c, 1);
+            const int old = atom_add_acq_rel_gpu(c, 1);  // releases this block's partials, acquires theirs
             const int ticket = old & ((1 << SHARE_BIT) - 1);
             int mine = 0;
             if (ticket == n - 1) {
@@ -141,8 +141,7 @@ struct DecodeStore {
         }
         __syncthreads();
         const int mine = *shares;
-        if (mine == 0) return;
-        __threadfence();
+        if (mine == 0) return;  // (the arrival or the wait's acquiring load, then the barrier, ordered the reads)
         for (int s = 0; s < g; ++s)
             if (mine >> s & 1) merge_share(p, b, hkv, m_start, rows_valid, s, g);
     }
