@@ -177,8 +177,9 @@ def _decode_plan(hq, sk, d=128, batch=1, splits=None, **extra):
 
 def test_rows_of_two_fragments_halved_where_the_grid_leaves_half_the_sms():
     """17-32 packed rows on the 8-warp two-fragment build (head dim 128, no modifiers) or head dim
-    64's: where its grid fills at most half the SMs, two one-fragment blocks of 16 rows with its splits (a warp a
-    piece of the merge: 8 sharers); past that, one block with up to 16 sharers."""
+    64's: where its grid fills at most half the SMs, two one-fragment blocks of 16 rows, their splits
+    a key tile each up to a block an SM (a warp a piece of the merge: 8 sharers); past that, one
+    block with up to 16 sharers."""
     assert _decode_plan(32, 8192) == (1, 8, 2, 64, 8)  # 64 splits: 64 blocks -> 2 x 64
     assert _decode_plan(24, 32768) == (1, 8, 2, 64, 8)
     assert _decode_plan(32, 8192, batch=2) == (1, 8, 2, 32, 8)  # 4 blocks of rows: 32 splits fill the SMs

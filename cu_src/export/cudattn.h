@@ -859,10 +859,6 @@ static inline int cudattn__merge_ctas(long long grid_blocks, int splits, int row
     return g < 1 ? 1 : (int)g;
 }
 
-/* The lower of FlashAttention's wave model (with the tiles' rounding) and the merge's cost against
- * the tiles (the cost alone where one row block of a build of one or two blocks an SM is capped at
- * half the SMs; a split a key tile where that block's merge may be spread: spread_merge), as
- * cudattn/_kernels/decode.py choose_num_splits (the same double and integer math). */
 static inline int cudattn__fewest_splits_of_as_many_tiles(long long key_tiles, long long splits) {
     const long long per_split = (key_tiles + splits - 1) / splits;
     return (int)((key_tiles + per_split - 1) / per_split);
@@ -878,6 +874,10 @@ static inline int cudattn__splits_filling_the_sms(long long blocks, long long ke
     return cudattn__fewest_splits_of_as_many_tiles(key_tiles, s);
 }
 
+/* The lower of FlashAttention's wave model (with the tiles' rounding) and the merge's cost against
+ * the tiles (the cost alone where one row block of a build of one or two blocks an SM is capped at
+ * half the SMs; a split a key tile where that block's merge may be spread: spread_merge), as
+ * cudattn/_kernels/decode.py choose_num_splits (the same double and integer math). */
 static inline int cudattn__choose_num_splits(long long blocks, long long key_tiles, int sm_count, int blocks_per_sm,
                                              int merge_rows_per_warp, int min_tiles, int spread_merge) {
     const long long slots = (long long)sm_count * blocks_per_sm;

@@ -41,7 +41,6 @@ __device__ __forceinline__ int atom_add_acq_rel_gpu(int* p, int v) {
     asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
     return old;
 }
-__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
 
 // The GPU's nanosecond clock (the same on every SM): bounds on waits.
 __device__ __forceinline__ unsigned long long globaltimer_ns() {
