@@ -301,12 +301,12 @@ int main(void) {
     }
     h.sm_count = 132;
     {
-        static const int Bs[4] = {1, 2, 4, 16}, Hq[5] = {8, 16, 24, 32, 64}, Hkv[3] = {1, 2, 8}, Sq[2] = {1, 2};
+        static const int Bs[5] = {1, 2, 4, 8, 16}, Hq[5] = {8, 16, 24, 32, 64}, Hkv[3] = {1, 2, 8}, Sq[2] = {1, 2};
         static const int Ss[6] = {700, 2048, 8192, 32768, 131072, 400000}, Ds[4] = {64, 96, 128, 256};
         int b, hq, hk, q, s, n;
         cudattn_decode_args a;
         cudattn__decode_plan pl;
-        for (dt = 0; dt < 2; ++dt) for (b = 0; b < 4; ++b) for (hq = 0; hq < 5; ++hq) for (hk = 0; hk < 3; ++hk)
+        for (dt = 0; dt < 2; ++dt) for (b = 0; b < 5; ++b) for (hq = 0; hq < 5; ++hq) for (hk = 0; hk < 3; ++hk)
             for (q = 0; q < 2; ++q) for (s = 0; s < 6; ++s) for (d = 0; d < 4; ++d) for (n = 0; n < 2; ++n) {
                 memset(&a, 0, sizeof a);
                 a.dtype = dts[dt]; a.batch = Bs[b]; a.heads_q = Hq[hq]; a.heads_kv = Hkv[hk]; a.seqlen_q = Sq[q];

@@ -175,21 +175,30 @@ def _decode_plan(hq, sk, d=128, batch=1, splits=None, **extra):
     return t.row_frags, t.warps, p.num_m_blocks, p.num_splits, p.merge_ctas
 
 
-def test_rows_of_two_fragments_halved_where_the_grid_leaves_half_the_sms():
+def test_rows_of_two_fragments_halved_where_the_halved_blocks_fit_one_wave_of_short_splits():
     """17-32 packed rows on the 8-warp two-fragment build (head dim 128, no modifiers) or head dim
-    64's: where its grid fills at most half the SMs, two one-fragment blocks of 16 rows, their splits
-    a key tile each up to a block an SM (a warp a piece of the merge: 8 sharers); past that, one
-    block with up to 16 sharers."""
+    64's: two one-fragment blocks of 16 rows, their splits a key tile each up to a block an SM (a
+    warp a piece of the merge: 8 sharers), where those blocks fit one wave and a split has at most 8
+    key tiles; else one block with up to 16 sharers."""
     assert _decode_plan(32, 8192) == (1, 8, 2, 64, 8)  # 64 splits: 64 blocks -> 2 x 64
     assert _decode_plan(24, 32768) == (1, 8, 2, 64, 8)
+    assert _decode_plan(32, 65536) == (1, 8, 2, 64, 8)  # 8 tiles a split
     assert _decode_plan(32, 8192, batch=2) == (1, 8, 2, 32, 8)  # 4 blocks of rows: 32 splits fill the SMs
     assert _decode_plan(32, 8192, d=64, batch=2) == (1, 4, 2, 32, 8)  # (the models gave 11 for 2 blocks)
     assert _decode_plan(32, 2048, d=64, batch=4) == (1, 4, 2, 16, 8)  # a split a key tile
     assert _decode_plan(32, 32768, d=64, batch=2)[3] == 32  # 8 tiles a split (33 would leave some 7)
+    # where the two-fragment grid's own splits fill more than half the SMs too (11 and 8 splits)
+    assert _decode_plan(32, 4096, batch=8) == (1, 8, 2, 8, 8)
+    assert _decode_plan(32, 4096, batch=16) == (1, 8, 2, 4, 4)
+    assert _decode_plan(32, 8192, d=64, batch=8) == (1, 4, 2, 8, 8)
+    assert _decode_plan(32, 512, batch=64) == (1, 8, 2, 1, 1)  # 128 blocks, unsplit
     assert _decode_plan(32, 8192, splits=66)[:3] == (1, 8, 2)  # a forced count the same way
-    assert _decode_plan(32, 8192, splits=67)[:3] == (2, 8, 1)  # 67 blocks: more than half of 132
-    assert _decode_plan(32, 131072) == (2, 8, 1, 128, 16)  # 128 splits: one block of 32 rows, 16 sharers
-    assert _decode_plan(32, 32768, batch=4) == (2, 8, 1, 32, 16)
+    assert _decode_plan(32, 8192, splits=67)[:3] == (2, 8, 1)  # 134 blocks: more than one wave
+    assert _decode_plan(32, 131072) == (2, 8, 1, 128, 16)  # halved, 16 tiles a split: one block of 32 rows
+    assert _decode_plan(32, 32768, batch=4) == (2, 8, 1, 32, 16)  # (16 tiles a split)
+    assert _decode_plan(32, 12288, batch=8)[:3] == (2, 8, 1)  # (12)
+    assert _decode_plan(32, 4096, batch=33)[:3] == (2, 8, 1)  # 66 blocks of 2 splits: 16 tiles each
+    assert _decode_plan(32, 4096, batch=67)[:3] == (2, 8, 1)  # 134 blocks: more than one wave
     assert _decode_plan(16, 8192)[:3] == (1, 8, 1)  # one fragment already
     assert _decode_plan(32, 8192, d=64)[:3] == (1, 4, 2)  # head dim 64's two-fragment build (4 warps) the same
     assert _decode_plan(32, 8192, d=40)[:3] == (1, 4, 2)  # (its head-dim tile)

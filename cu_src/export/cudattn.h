@@ -845,6 +845,7 @@ typedef struct cudattn__decode_plan {
 #define CUDATTN__MERGE_SPREAD_MAX 16
 #define CUDATTN__MERGE_ALONE_PARTS 32
 #define CUDATTN__ONE_FRAG_ROWS 16
+#define CUDATTN__HALVE_MAX_TILES_PER_SPLIT 8 /* decode.py HALVE_MAX_TILES_PER_SPLIT */
 
 /* How many of a block of rows' last blocks to arrive share its merge, as cudattn/_kernels/decode.py
  * choose_merge_ctas (this launcher's builds are never the tight ones: 16-bit caches, no modifiers). */
@@ -990,19 +991,26 @@ static inline cudattn_status cudattn__decode_plan_of(cudattn_handle* h, const cu
                                                             ((pl->rows < r->block_m ? pl->rows : r->block_m) +
                                                              r->threads / 32 - 1) / (r->threads / 32),
                                                             cudattn__split_tiles_min(r), 1);
-    if (r->block_m == 32 && (r->threads == 256 || r->tile_dim == 64) &&
-        2 * (long long)pl->num_m * pl->splits * a->heads_kv * a->batch <= h->sm_count) {
-        /* the two-fragment build on 8 warps (or at head dim 64) filling at most half the SMs: one-fragment
-         * row blocks, twice as many, their splits filling the SMs (decode.py _halve_row_blocks) */
+    if (r->block_m == 32 && (r->threads == 256 || r->tile_dim == 64)) {
+        /* the two-fragment build on 8 warps (or at head dim 64): one-fragment row blocks, twice as many,
+         * their splits filling the SMs, where they fit one wave with at most CUDATTN__HALVE_MAX_TILES_PER_SPLIT
+         * key tiles a split (decode.py _halve_row_blocks) */
         const int one = cudattn__select_decode(h, a->dtype, a->head_dim, CUDATTN__ONE_FRAG_ROWS);
         if (one >= 0) {
-            pl->row = one;
-            r = &cudattn_kernel_table[one];
-            pl->num_m = (pl->rows + r->block_m - 1) / r->block_m;
-            key_tiles = cudattn__tiles_seen(pl->capacity, r->block_n);
-            if (key_tiles < 1) key_tiles = 1;
-            blocks = (long long)pl->num_m * a->heads_kv * a->batch;
-            if (!a->num_splits) pl->splits = cudattn__splits_filling_the_sms(blocks, key_tiles, h->sm_count);
+            const cudattn_kernel_row* r1 = &cudattn_kernel_table[one];
+            const int num_m1 = (pl->rows + r1->block_m - 1) / r1->block_m;
+            long long tiles1 = cudattn__tiles_seen(pl->capacity, r1->block_n);
+            if (tiles1 < 1) tiles1 = 1;
+            const long long blocks1 = (long long)num_m1 * a->heads_kv * a->batch;
+            const int splits1 = a->num_splits ? a->num_splits : cudattn__splits_filling_the_sms(blocks1, tiles1, h->sm_count);
+            if (blocks1 * splits1 <= h->sm_count && (tiles1 + splits1 - 1) / splits1 <= CUDATTN__HALVE_MAX_TILES_PER_SPLIT) {
+                pl->row = one;
+                r = r1;
+                pl->num_m = num_m1;
+                key_tiles = tiles1;
+                blocks = blocks1;
+                pl->splits = splits1;
+            }
         }
     }
     pl->tiles_per_split = (int)((key_tiles + pl->splits - 1) / pl->splits);

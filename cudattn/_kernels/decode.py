@@ -231,14 +231,15 @@ def choose_plan(problem: Problem, props) -> DecodePlan:
     variant = _decode_traits.select_decode(problem.dtype, problem.head_dim, props.max_shared_memory_per_block_optin,
                                            mods, fp8, rows)
     num_m, key_tiles, splits = _rows_and_splits(problem, variant, rows, capacity, props)
-    if _halve_row_blocks(variant, num_m * splits * problem.heads_kv * problem.batch, props.sm_count):
-        variant = _decode_traits.select_decode(problem.dtype, problem.head_dim,
-                                               props.max_shared_memory_per_block_optin, mods, fp8,
-                                               _decode_traits.ONE_FRAG_ROWS)
-        # twice the row blocks (the same key tiles), their splits filling the SMs
-        num_m, key_tiles = _row_blocks_and_tiles(problem, variant, rows, capacity)
-        if problem.num_splits is None:
-            splits = splits_filling_the_sms(num_m * problem.heads_kv * problem.batch, key_tiles, props.sm_count)
+    if _halvable(variant):
+        # twice the row blocks of the one-fragment build (the same key tiles), their splits filling the SMs
+        one = _decode_traits.select_decode(problem.dtype, problem.head_dim, props.max_shared_memory_per_block_optin,
+                                           mods, fp8, _decode_traits.ONE_FRAG_ROWS)
+        num_m1, key_tiles1 = _row_blocks_and_tiles(problem, one, rows, capacity)
+        blocks1 = num_m1 * problem.heads_kv * problem.batch
+        splits1 = problem.num_splits or splits_filling_the_sms(blocks1, key_tiles1, props.sm_count)
+        if _halve_row_blocks(blocks1 * splits1, -(-key_tiles1 // splits1), props.sm_count):
+            variant, num_m, key_tiles, splits = one, num_m1, key_tiles1, splits1
     t = variant.tiles
     tiles_per_split = -(-key_tiles // splits)
     grid = (num_m * splits, problem.heads_kv, problem.batch)
@@ -276,24 +277,31 @@ def _rows_and_splits(problem: Problem, variant: DecodeVariant, rows: int, capaci
 
 
 #: The two-fragment build (17-32 packed rows, 16-bit caches, no modifiers) on 8 warps (head dim 128)
-#: or at head dim 64 (4 warps), whose grid fills at most this fraction of the SMs, runs as
-#: one-fragment row blocks instead, twice as many, with the same key tiles and splits that fill the
-#: SMs (`splits_filling_the_sms`; for one sequence, the two-fragment plan's): the SMs it left idle
-#: take the second half of the rows, and each block's warp merge and share of the split merge halve
-#: (H200, bf16, one token, 32 query heads on one kv head, head dim 128: 8192 keys, 64 splits 16.4 us
-#: with 16 merge sharers against 14.1-14.7 as two blocks of 16 rows; 32768 keys 21.6 against
-#: 19.2-19.4; 2 x 32/1 at 8192 keys 19.6 against 15.9; head dim 64: 8192 keys 14.0 against 12.5, 32768
-#: keys 17.3 against 15.2, 2 x 32/1 at 8192 keys 18.9 against 14.9). Where its grid fills more of the
-#: SMs, twice the blocks would mean a second wave or twice the key tiles a block (1 x 32/1, 131072
-#: keys, 128 splits: 36.0 us, against 37.8 as two blocks of 64 splits; 4 x 32/1 at 32768 keys 31.3
-#: against 33.4). The 4-warp head-dim-128 build (sm_80, sm_89) is left as it is: not measured.
-HALVE_ROW_BLOCKS_GRID_FRACTION = 0.5
+#: or at head dim 64 (4 warps) runs as one-fragment row blocks instead, twice as many, with the same
+#: key tiles and splits that fill the SMs (`splits_filling_the_sms`), where those blocks fit one wave
+#: and each split takes at most HALVE_MAX_TILES_PER_SPLIT key tiles: the SMs the two-fragment grid
+#: left idle, or its extra splits, take the second half of the rows, and each block's warp merge and
+#: share of the split merge halve (H200, bf16, one token, 32 query heads on one kv head, GPU us,
+#: halved against the two-fragment plan; head dim 128: 8192 keys 14.1-14.7 against 16.4, 32768 keys
+#: 19.2-19.4 against 21.6, 2 x 32/1 at 8192 keys 15.9 against 19.6, 8 x 32/1 at 4096 keys 16.6
+#: against 20.3 (11 splits), 16 x 32/1 at 4096 keys 22.1 against 23.5 (8 splits); head dim 64: 8192
+#: keys 12.5 against 14.0, 32768 keys 15.2 against 17.3, 2 x 32/1 at 8192 keys 14.9 against 18.9,
+#: 8 x 32/1 at 8192 keys 15.9 against 19.1, 16 x 32/1 at 4096 keys 17.1 against 17.8). With 16 tiles a
+#: split the doubled reads of K/V cost more than the shorter merges save (1 x 32/1 at 131072 keys,
+#: 128 splits: 36.0 us against 37.8 as two blocks of 64 splits; 4 x 32/1 at 32768 keys 30.4 against
+#: 32.3). The 4-warp head-dim-128 build (sm_80, sm_89) is left as it is: not measured.
+HALVE_MAX_TILES_PER_SPLIT = 8
 
 
-def _halve_row_blocks(variant: DecodeVariant, grid_blocks: int, sm_count: int) -> bool:
+def _halvable(variant: DecodeVariant) -> bool:
     t = variant.tiles
-    return (t.row_frags == 2 and (t.warps == 8 or variant.tile_dim == 64) and not variant.mods
-            and not variant.kv_fp8 and grid_blocks <= HALVE_ROW_BLOCKS_GRID_FRACTION * sm_count)
+    return t.row_frags == 2 and (t.warps == 8 or variant.tile_dim == 64) and not variant.mods and not variant.kv_fp8
+
+
+def _halve_row_blocks(halved_grid_blocks: int, halved_tiles_per_split: int, sm_count: int) -> bool:
+    """Whether a `_halvable` build's rows run as twice the one-fragment blocks: their grid (with its
+    splits) fits one wave and each split has at most HALVE_MAX_TILES_PER_SPLIT key tiles."""
+    return halved_grid_blocks <= sm_count and halved_tiles_per_split <= HALVE_MAX_TILES_PER_SPLIT
 
 
 def _blocks_per_sm(variant: DecodeVariant, kv, props) -> int:

@@ -87,8 +87,8 @@ _ONE_FRAG = {**_CANDIDATES,
 # The same for two fragments (17-32 packed rows: 32 query heads on one kv head), no modifiers, head
 # dim 128: 8 warps of 16 keys, one block an SM (200 KiB of ring), so that a grid of few blocks, one
 # a split an SM, keeps 8 warps' loads in flight where the 4-warp build had 4. The registers are the
-# 4-warp build's (248, no spill: each warp holds the same fragments for its own keys). Where its grid
-# would fill at most half the SMs, the plan runs the rows as two blocks of the one-fragment build
+# 4-warp build's (248, no spill: each warp holds the same fragments for its own keys). Where two
+# blocks of the one-fragment build fit one wave with short splits, the plan runs the rows as those
 # instead (`_kernels.decode._halve_row_blocks`).
 _TWO_FRAG = {**_CANDIDATES,
              128: (DecodeTiles(8, 16, 3, 2, min_blocks=1, split_tiles_min=2),) + _CANDIDATES[128]}
