@@ -149,7 +149,7 @@ def test_merge_spread_over_the_last_blocks(d, hq, splits, sk, fresh_plans):
     share 0). One to sixteen sharers, 2 to 128 parts, head dims whose last piece ends early (40, 80: 8
     and 16 columns), parts that saw no key (128 splits of 1500 keys), and 32 query heads: two row
     fragments a block (8 warps at head dim 128, 128 splits: 16 sharers), two one-fragment blocks of
-    16 rows (head dims 40, 64 and 128 where those blocks fit one wave and a split has at most 12 key
+    16 rows (head dims 40, 64 and 128 where those blocks fit one wave and a split has at most 8 key
     tiles), or two blocks of rows (head dim 256)."""
     decode_case(1, 1, sk, hq, 1, d, dtype=BF16, splits=splits)
     plan = _plan_of_last_call(splits)
@@ -163,8 +163,8 @@ def test_merge_spread_over_the_last_blocks(d, hq, splits, sk, fresh_plans):
     two = _decode_traits.select_decode("bfloat16", d, props.max_shared_memory_per_block_optin, rows=hq)
     one = _decode_traits.select_decode("bfloat16", d, props.max_shared_memory_per_block_optin, rows=16)
     halved = (two.tiles.row_frags == 2 and (two.tiles.warps == 8 or two.tile_dim == 64)
-              and 2 * splits <= props.sm_count and -(-sk // one.tiles.block_n) <= 12 * splits)
-    if halved:  # the two-fragment build on 8 warps or at head dim 64; two blocks of 16 rows fit a wave, 12 tiles a split at most
+              and 2 * splits <= props.sm_count and -(-sk // one.tiles.block_n) <= 8 * splits)
+    if halved:  # the two-fragment build on 8 warps or at head dim 64; two blocks of 16 rows fit a wave, 8 tiles a split at most
         assert (plan.variant, plan.num_m_blocks) == (one, 2)
     else:
         assert plan.variant == two

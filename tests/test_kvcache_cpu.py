@@ -178,7 +178,7 @@ def _decode_plan(hq, sk, d=128, batch=1, splits=None, **extra):
 def test_rows_of_two_fragments_halved_where_the_halved_blocks_fit_one_wave_of_short_splits():
     """17-32 packed rows on the 8-warp two-fragment build (head dim 128, no modifiers) or head dim
     64's: two one-fragment blocks of 16 rows, their splits a key tile each up to a block an SM (a
-    warp a piece of the merge: 8 sharers), where those blocks fit one wave and a split has at most 12
+    warp a piece of the merge: 8 sharers), where those blocks fit one wave and a split has at most 8
     key tiles; else one block with up to 16 sharers."""
     assert _decode_plan(32, 8192) == (1, 8, 2, 64, 8)  # 64 splits: 64 blocks -> 2 x 64
     assert _decode_plan(24, 32768) == (1, 8, 2, 64, 8)
@@ -196,9 +196,7 @@ def test_rows_of_two_fragments_halved_where_the_halved_blocks_fit_one_wave_of_sh
     assert _decode_plan(32, 8192, splits=67)[:3] == (2, 8, 1)  # 134 blocks: more than one wave
     assert _decode_plan(32, 131072) == (2, 8, 1, 128, 16)  # halved, 16 tiles a split: one block of 32 rows
     assert _decode_plan(32, 32768, batch=4) == (2, 8, 1, 32, 16)  # (16 tiles a split)
-    assert _decode_plan(32, 12288, batch=8) == (1, 8, 2, 8, 8)  # 12 tiles a split
-    assert _decode_plan(32, 98304) == (1, 8, 2, 64, 8)  # (12)
-    assert _decode_plan(32, 14336, batch=8)[:3] == (2, 8, 1)  # 14
+    assert _decode_plan(32, 12288, batch=8)[:3] == (2, 8, 1)  # (12)
     assert _decode_plan(32, 4096, batch=33)[:3] == (2, 8, 1)  # 66 blocks of 2 splits: 16 tiles each
     assert _decode_plan(32, 4096, batch=67)[:3] == (2, 8, 1)  # 134 blocks: more than one wave
     assert _decode_plan(16, 8192)[:3] == (1, 8, 1)  # one fragment already

@@ -845,7 +845,7 @@ typedef struct cudattn__decode_plan {
 #define CUDATTN__MERGE_SPREAD_MAX 16
 #define CUDATTN__MERGE_ALONE_PARTS 32
 #define CUDATTN__ONE_FRAG_ROWS 16
-#define CUDATTN__HALVE_MAX_TILES_PER_SPLIT 12 /* decode.py HALVE_MAX_TILES_PER_SPLIT */
+#define CUDATTN__HALVE_MAX_TILES_PER_SPLIT 8 /* decode.py HALVE_MAX_TILES_PER_SPLIT */
 
 /* How many of a block of rows' last blocks to arrive share its merge, as cudattn/_kernels/decode.py
  * choose_merge_ctas (this launcher's builds are never the tight ones: 16-bit caches, no modifiers). */

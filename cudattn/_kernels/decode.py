@@ -290,7 +290,7 @@ def _rows_and_splits(problem: Problem, variant: DecodeVariant, rows: int, capaci
 #: split the doubled reads of K/V cost more than the shorter merges save (1 x 32/1 at 131072 keys,
 #: 128 splits: 36.0 us against 37.8 as two blocks of 64 splits; 4 x 32/1 at 32768 keys 30.4 against
 #: 32.3). The 4-warp head-dim-128 build (sm_80, sm_89) is left as it is: not measured.
-HALVE_MAX_TILES_PER_SPLIT = 12
+HALVE_MAX_TILES_PER_SPLIT = 8
 
 
 def _halvable(variant: DecodeVariant) -> bool:
