@@ -288,11 +288,11 @@ def _rows_and_splits(problem: Problem, variant: DecodeVariant, rows: int, capaci
 #: keys 12.5 against 14.0, 32768 keys 15.2 against 17.3, 2 x 32/1 at 8192 keys 14.9 against 18.9,
 #: 8 x 32/1 at 8192 keys 15.9 against 19.1, 16 x 32/1 at 4096 keys 17.1 against 17.8; 64 x 32/1 at 512
 #: keys, unsplit, 13.3 against 28.7). With more tiles a split the doubled reads of K/V can cost more
-#: than the shorter merges save: at 12 the shapes split both ways (1 x 32/1 at 98304 keys 30.9 against
-#: 29.0, 2 x 32/1 at 49152 keys 28.2 against 30.9, 8 x 32/1 at 12288 keys 25.7-27.8 against 26.6-26.8
-#: in two runs), at 16 too (1 x 32/1 at 131072 keys, 128 splits: 36.0 us against 37.8 as two blocks
-#: of 64 splits; 4 x 32/1 at 32768 keys 30.6 against 32.8; 16 x 32/1 at 8192 keys 31.7 against 31.3).
-#: The 4-warp head-dim-128 build (sm_80, sm_89) is left as it is: not measured.
+#: than the shorter merges save, and the shapes went both ways (halved against the two-fragment
+#: plan): at 12 tiles, 1 x 32/1 at 98304 keys 30.9 against 29.0, 2 x 32/1 at 49152 keys 28.2 against
+#: 30.9, 8 x 32/1 at 12288 keys 25.7-27.8 against 26.6-26.8 in two runs; at 16, 1 x 32/1 at 131072
+#: keys 37.8 against 36.0 (128 splits), 4 x 32/1 at 32768 keys 32.8 against 30.6, 16 x 32/1 at 8192
+#: keys 31.3 against 31.7. The 4-warp head-dim-128 build (sm_80, sm_89) is left as it is: not measured.
 HALVE_MAX_TILES_PER_SPLIT = 8
 
 
