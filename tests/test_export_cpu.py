@@ -20,7 +20,7 @@ from cudattn import __version__
 from cudattn._tools import cabi as _cabi
 from cudattn._tools import cbuild as _cbuild
 from cudattn._kernels import backward_traits as _bt
-from cudattn._kernels import decode as _decode
+from cudattn._kernels import decode_plan as _decode_plan
 from cudattn._kernels import decode_traits as _decode_traits
 from cudattn._tools import export as _export
 from cudattn._kernels import registry as _kernels
@@ -254,8 +254,8 @@ def test_launcher_and_example_compile(exported, tmp_path):
 
 def test_c_selection_and_splits_are_the_python_ones(exported, tmp_path):
     """The launcher's variant choice and split heuristic, compiled and run on the CPU (no CUDA call is
-    made), against `_traits.select`, `_decode_traits.select_decode`, `_decode._blocks_per_sm`,
-    `_decode.choose_num_splits`, `_decode.choose_merge_ctas` and the Hopper tile order's sections
+    made), against `_traits.select`, `_decode_traits.select_decode`, `_decode_plan._blocks_per_sm`,
+    `_decode_plan.choose_num_splits`, `_decode_plan.choose_merge_ctas` and the Hopper tile order's sections
     (`_plan._tile_order`) over a grid of inputs."""
     inc = _cbuild.cuda_include()
     if inc is None or shutil.which("cc") is None:
@@ -360,7 +360,7 @@ int main(void) {
             assert got == f"{arch}/{by_build[(spec.source, tuple(_kernels.options_for(spec)))]}", line
             props = SimpleNamespace(max_shared_memory_per_multiprocessor=233472)
             kv = SimpleNamespace(paged=paged, fp8=False)
-            assert per_sm == _decode._blocks_per_sm(spec, kv, props), line
+            assert per_sm == _decode_plan._blocks_per_sm(spec, kv, props), line
             assert min_tiles == spec.tiles.split_tiles_min, line
         elif f[0] == "Q":
             dt, B, hq, hkv, sq, cap, d, n = map(int, f[1:9])
@@ -369,7 +369,7 @@ int main(void) {
                                       window=None, mods=None)
             props = SimpleNamespace(sm_count=132, max_shared_memory_per_block_optin=_traits.ARCH_SMEM_LIMIT[arch],
                                     max_shared_memory_per_multiprocessor=233472)
-            plan = _decode.choose_plan(problem, props)
+            plan = _decode_plan.choose_plan(problem, props)
             spec = plan.variant
             assert f[9] == f"{arch}/{by_build[(spec.source, tuple(_kernels.options_for(spec)))]}", line
             assert list(map(int, f[10:])) == [plan.num_m_blocks, plan.num_splits, plan.tiles_per_split,
@@ -378,7 +378,7 @@ int main(void) {
             plans_seen.add((halved, plan.merge_ctas > 8))
         elif f[0] == "M":
             grid, splits, rows, d, warps, got = map(int, f[1:])
-            assert got == _decode.choose_merge_ctas(grid, splits, rows, d, warps, 132), line
+            assert got == _decode_plan.choose_merge_ctas(grid, splits, rows, d, warps, 132), line
         elif f[0] == "L":
             B, H, Sq, Sk, D, group, ctas, causal, bm, got = map(int, f[1:])
             problem = SimpleNamespace(batch=B, heads_q=H, seqlen_q=Sq, seqlen_k=Sk, head_dim=D, group_size=group,
@@ -386,7 +386,7 @@ int main(void) {
             assert got == _plan._tile_order(problem, bm, 62914560, ctas), line
         else:
             blocks, tiles, per_sm, rows_per_warp, min_tiles, spread, got = map(int, f[1:])
-            assert got == _decode.choose_num_splits(blocks, tiles, 132, per_sm, rows_per_warp, min_tiles,
+            assert got == _decode_plan.choose_num_splits(blocks, tiles, 132, per_sm, rows_per_warp, min_tiles,
                                                     spread_merge=bool(spread)), line
         checked += 1
     assert checked > 5000

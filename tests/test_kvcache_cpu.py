@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import cudattn
-from cudattn._kernels import decode as _decode
+from cudattn._kernels import decode_plan as _decode_plan
 from cudattn._ops.kvcache import validate_kvcache
 
 F16 = np.float16
@@ -89,7 +89,7 @@ def test_shared_append_slot_is_refused():
 
 
 def test_split_heuristic():
-    c = _decode.choose_num_splits
+    c = _decode_plan.choose_num_splits
     assert c(8, 2048, 132) == 16  # one long sequence, 8 kv heads: about one block per SM
     assert c(64, 512, 132) == 2
     assert c(256, 64, 132) == 1 and c(106, 64, 132) == 1  # the grid already fills the GPU
@@ -135,7 +135,7 @@ def test_split_heuristic():
     for blocks in range(1, 200, 7):
         for tiles in (1, 9, 100, 5000):
             s = c(blocks, tiles, 132)
-            assert 1 <= s <= 128 and (s == 1 or s * _decode.MIN_TILES_PER_SPLIT <= tiles)
+            assert 1 <= s <= 128 and (s == 1 or s * _decode_plan.MIN_TILES_PER_SPLIT <= tiles)
             s = c(blocks, tiles, 132, 1, 1, 2)
             assert 1 <= s <= 128 and (s == 1 or s * 2 <= tiles)
 
@@ -145,7 +145,7 @@ def test_merge_sharers():
     warp a (row, 32 columns) piece, at most 16 and the split count; the last alone without splits,
     with a row a warp of 32 parts or fewer, for the builds short of registers, and where the grid
     has more blocks than SMs (waiting blocks would hold SMs that blocks not yet started need)."""
-    m = _decode.choose_merge_ctas
+    m = _decode_plan.choose_merge_ctas
     assert m(64, 64, 8, 128, 8, 132) == 4  # 8 rows x 4 pieces on 8 warps
     assert m(32, 32, 8, 128, 8, 132) == 1 and m(128, 32, 8, 128, 8, 132) == 1  # a row a warp, 32 parts
     assert m(33, 33, 8, 128, 8, 132) == 4 and m(32, 32, 16, 128, 8, 132) == 8  # 33 parts; two rows a warp
@@ -160,8 +160,8 @@ def test_merge_sharers():
     assert m(64, 64, 8, 96, 4, 132) == 6  # a row of 96 columns: 3 pieces, the last ending early
 
 
-def _decode_plan(hq, sk, d=128, batch=1, splits=None, **extra):
-    """`_decode.choose_plan` of one token, ``hq`` query heads on one kv head, on an H200's numbers."""
+def _one_token_plan(hq, sk, d=128, batch=1, splits=None, **extra):
+    """`_decode_plan.choose_plan` of one token, ``hq`` query heads on one kv head, on an H200's numbers."""
     from types import SimpleNamespace
 
     problem = SimpleNamespace(dtype="bfloat16", head_dim=d, seqlen_q=1, heads_q=hq, heads_kv=1, batch=batch,
@@ -170,7 +170,7 @@ def _decode_plan(hq, sk, d=128, batch=1, splits=None, **extra):
         setattr(problem, k, v)
     props = SimpleNamespace(sm_count=132, max_shared_memory_per_block_optin=232448,
                             max_shared_memory_per_multiprocessor=233472)
-    p = _decode.choose_plan(problem, props)
+    p = _decode_plan.choose_plan(problem, props)
     t = p.variant.tiles
     return t.row_frags, t.warps, p.num_m_blocks, p.num_splits, p.merge_ctas
 
@@ -180,30 +180,30 @@ def test_rows_of_two_fragments_halved_where_the_halved_blocks_fit_one_wave_of_sh
     64's: two one-fragment blocks of 16 rows, their splits a key tile each up to a block an SM (a
     warp a piece of the merge: 8 sharers), where those blocks fit one wave and a split has at most 8
     key tiles; else one block with up to 16 sharers."""
-    assert _decode_plan(32, 8192) == (1, 8, 2, 64, 8)  # 64 splits: 64 blocks -> 2 x 64
-    assert _decode_plan(24, 32768) == (1, 8, 2, 64, 8)
-    assert _decode_plan(32, 65536) == (1, 8, 2, 64, 8)  # 8 tiles a split
-    assert _decode_plan(32, 8192, batch=2) == (1, 8, 2, 32, 8)  # 4 blocks of rows: 32 splits fill the SMs
-    assert _decode_plan(32, 8192, d=64, batch=2) == (1, 4, 2, 32, 8)  # (the models gave 11 for 2 blocks)
-    assert _decode_plan(32, 2048, d=64, batch=4) == (1, 4, 2, 16, 8)  # a split a key tile
-    assert _decode_plan(32, 32768, d=64, batch=2)[3] == 32  # 8 tiles a split (33 would leave some 7)
+    assert _one_token_plan(32, 8192) == (1, 8, 2, 64, 8)  # 64 splits: 64 blocks -> 2 x 64
+    assert _one_token_plan(24, 32768) == (1, 8, 2, 64, 8)
+    assert _one_token_plan(32, 65536) == (1, 8, 2, 64, 8)  # 8 tiles a split
+    assert _one_token_plan(32, 8192, batch=2) == (1, 8, 2, 32, 8)  # 4 blocks of rows: 32 splits fill the SMs
+    assert _one_token_plan(32, 8192, d=64, batch=2) == (1, 4, 2, 32, 8)  # (the models gave 11 for 2 blocks)
+    assert _one_token_plan(32, 2048, d=64, batch=4) == (1, 4, 2, 16, 8)  # a split a key tile
+    assert _one_token_plan(32, 32768, d=64, batch=2)[3] == 32  # 8 tiles a split (33 would leave some 7)
     # where the two-fragment grid's own splits fill more than half the SMs too (11 and 8 splits)
-    assert _decode_plan(32, 4096, batch=8) == (1, 8, 2, 8, 8)
-    assert _decode_plan(32, 4096, batch=16) == (1, 8, 2, 4, 4)
-    assert _decode_plan(32, 8192, d=64, batch=8) == (1, 4, 2, 8, 8)
-    assert _decode_plan(32, 512, batch=64) == (1, 8, 2, 1, 1)  # 128 blocks, unsplit
-    assert _decode_plan(32, 8192, splits=66)[:3] == (1, 8, 2)  # a forced count the same way
-    assert _decode_plan(32, 8192, splits=67)[:3] == (2, 8, 1)  # 134 blocks: more than one wave
-    assert _decode_plan(32, 131072) == (2, 8, 1, 128, 16)  # halved, 16 tiles a split: one block of 32 rows
-    assert _decode_plan(32, 32768, batch=4) == (2, 8, 1, 32, 16)  # (16 tiles a split)
-    assert _decode_plan(32, 12288, batch=8)[:3] == (2, 8, 1)  # (12)
-    assert _decode_plan(32, 4096, batch=33)[:3] == (2, 8, 1)  # 66 blocks of 2 splits: 16 tiles each
-    assert _decode_plan(32, 4096, batch=67)[:3] == (2, 8, 1)  # 134 blocks: more than one wave
-    assert _decode_plan(16, 8192)[:3] == (1, 8, 1)  # one fragment already
-    assert _decode_plan(32, 8192, d=64)[:3] == (1, 4, 2)  # head dim 64's two-fragment build (4 warps) the same
-    assert _decode_plan(32, 8192, d=40)[:3] == (1, 4, 2)  # (its head-dim tile)
-    assert _decode_plan(32, 8192, d=256)[:3] == (1, 4, 2)  # head dim 256 had two blocks of 16 rows already
-    assert _decode_plan(32, 8192, window=(1024, 0))[:3] == (2, 4, 1)  # modifiers: the 4-warp build, as it was
+    assert _one_token_plan(32, 4096, batch=8) == (1, 8, 2, 8, 8)
+    assert _one_token_plan(32, 4096, batch=16) == (1, 8, 2, 4, 4)
+    assert _one_token_plan(32, 8192, d=64, batch=8) == (1, 4, 2, 8, 8)
+    assert _one_token_plan(32, 512, batch=64) == (1, 8, 2, 1, 1)  # 128 blocks, unsplit
+    assert _one_token_plan(32, 8192, splits=66)[:3] == (1, 8, 2)  # a forced count the same way
+    assert _one_token_plan(32, 8192, splits=67)[:3] == (2, 8, 1)  # 134 blocks: more than one wave
+    assert _one_token_plan(32, 131072) == (2, 8, 1, 128, 16)  # halved, 16 tiles a split: one block of 32 rows
+    assert _one_token_plan(32, 32768, batch=4) == (2, 8, 1, 32, 16)  # (16 tiles a split)
+    assert _one_token_plan(32, 12288, batch=8)[:3] == (2, 8, 1)  # (12)
+    assert _one_token_plan(32, 4096, batch=33)[:3] == (2, 8, 1)  # 66 blocks of 2 splits: 16 tiles each
+    assert _one_token_plan(32, 4096, batch=67)[:3] == (2, 8, 1)  # 134 blocks: more than one wave
+    assert _one_token_plan(16, 8192)[:3] == (1, 8, 1)  # one fragment already
+    assert _one_token_plan(32, 8192, d=64)[:3] == (1, 4, 2)  # head dim 64's two-fragment build (4 warps) the same
+    assert _one_token_plan(32, 8192, d=40)[:3] == (1, 4, 2)  # (its head-dim tile)
+    assert _one_token_plan(32, 8192, d=256)[:3] == (1, 4, 2)  # head dim 256 had two blocks of 16 rows already
+    assert _one_token_plan(32, 8192, window=(1024, 0))[:3] == (2, 4, 1)  # modifiers: the 4-warp build, as it was
 
 
 def test_one_buffer_as_both_caches_is_refused_when_appending():

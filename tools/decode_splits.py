@@ -5,7 +5,7 @@
 
 Each shape is B,Hq,Hkv,Sk[,D] (one query token; D 128 unless given). Every (split count, sharer
 count) pair is a variant, 0 meaning the heuristic's choice (``num_splits=None``; for sharers,
-`_kernels.decode.choose_merge_ctas`); the variants of a shape and torch's cuDNN SDPA (where torch
+`_kernels.decode_plan.choose_merge_ctas`); the variants of a shape and torch's cuDNN SDPA (where torch
 imports) are timed in turns (`bench.timing.gpu_times`: behind a spin kernel, so host time stays out;
 inputs rotated over copies 3x the L2) and printed in microseconds with cuDNN's time over each. A
 forced sharer count is given to the plan by replacing `choose_merge_ctas` for the variant's turns;
@@ -29,6 +29,7 @@ import numpy as np
 import cudattn
 from cudattn._calls import call as _call
 from cudattn._kernels import decode as _decode
+from cudattn._kernels import decode_plan as _decode_plan
 from cudattn._kernels import registry as _registry
 from cudattn._runtime import device as _device
 from cudattn._spec import validate as _validate
@@ -54,16 +55,16 @@ def _variant(m: int, define: str, block_rows: int = 0):
     ``define``'s extra options, and the build for at most ``block_rows`` packed rows, as given (0:
     the plan's own choice, which may halve 17-32 rows into two blocks); memoised plans and recorded
     calls forgotten on the way in and out."""
-    real, real_select = _decode.choose_merge_ctas, _decode._decode_traits.select_decode
-    real_halve = _decode._halve_row_blocks
+    real, real_select = _decode_plan.choose_merge_ctas, _decode_plan._decode_traits.select_decode
+    real_halve = _decode_plan._halve_row_blocks
     if m:
-        _decode.choose_merge_ctas = lambda grid, splits, *a, **k: m if splits > 1 else 1
+        _decode_plan.choose_merge_ctas = lambda grid, splits, *a, **k: m if splits > 1 else 1
     if block_rows:
         def select(dtype, head_dim, smem_limit, mods=False, kv_fp8=False, rows=None):
             return real_select(dtype, head_dim, smem_limit, mods, kv_fp8,
                                block_rows if rows is None else min(rows, block_rows))
-        _decode._decode_traits.select_decode = select
-        _decode._halve_row_blocks = lambda *a: False  # the rows a block as given
+        _decode_plan._decode_traits.select_decode = select
+        _decode_plan._halve_row_blocks = lambda *a: False  # the rows a block as given
     extra = [f"-D{d}" for d in define.split(",") if d]
     _registry.options_for = lambda v: _PLAIN_OPTIONS(v) + (extra if v.source == "flash_decode.cu" else [])
     plain_loaded = _registry._loaded
@@ -73,8 +74,8 @@ def _variant(m: int, define: str, block_rows: int = 0):
     try:
         yield
     finally:
-        _decode.choose_merge_ctas, _decode._decode_traits.select_decode = real, real_select
-        _decode._halve_row_blocks = real_halve
+        _decode_plan.choose_merge_ctas, _decode_plan._decode_traits.select_decode = real, real_select
+        _decode_plan._halve_row_blocks = real_halve
         _registry.options_for = _PLAIN_OPTIONS
         _registry._loaded = plain_loaded
         _decode._plans.clear()

@@ -833,7 +833,7 @@ typedef struct cudattn__decode_plan {
     size_t o_part, lse_part, counters, bytes; /* workspace offsets and size */
 } cudattn__decode_plan;
 
-/* The split heuristic's constants, as cudattn/_kernels/decode.py's of the same names. */
+/* The split heuristic's constants, as cudattn/_kernels/decode_plan.py's of the same names. */
 #define CUDATTN__FULL_GRID_FRACTION 0.8
 #define CUDATTN__EFFICIENCY_TOLERANCE 0.95
 #define CUDATTN__MIN_TILES_PER_SPLIT 4
@@ -845,9 +845,9 @@ typedef struct cudattn__decode_plan {
 #define CUDATTN__MERGE_SPREAD_MAX 16
 #define CUDATTN__MERGE_ALONE_PARTS 32
 #define CUDATTN__ONE_FRAG_ROWS 16
-#define CUDATTN__HALVE_MAX_TILES_PER_SPLIT 8 /* decode.py HALVE_MAX_TILES_PER_SPLIT */
+#define CUDATTN__HALVE_MAX_TILES_PER_SPLIT 8 /* decode_plan.py HALVE_MAX_TILES_PER_SPLIT */
 
-/* How many of a block of rows' last blocks to arrive share its merge, as cudattn/_kernels/decode.py
+/* How many of a block of rows' last blocks to arrive share its merge, as cudattn/_kernels/decode_plan.py
  * choose_merge_ctas (this launcher's builds are never the tight ones: 16-bit caches, no modifiers). */
 static inline int cudattn__merge_ctas(long long grid_blocks, int splits, int rows_in_block, int head_dim, int warps,
                                       int sm_count) {
@@ -865,7 +865,7 @@ static inline int cudattn__fewest_splits_of_as_many_tiles(long long key_tiles, l
     return (int)((key_tiles + per_split - 1) / per_split);
 }
 
-/* The splits of a plan whose rows were halved into one-fragment blocks, as decode.py splits_filling_the_sms:
+/* The splits of a plan whose rows were halved into one-fragment blocks, as decode_plan.py splits_filling_the_sms:
  * a split a key tile, up to a block an SM, then the fewest splits of as many tiles. */
 static inline int cudattn__splits_filling_the_sms(long long blocks, long long key_tiles, int sm_count) {
     long long s = sm_count / blocks;
@@ -878,7 +878,7 @@ static inline int cudattn__splits_filling_the_sms(long long blocks, long long ke
 /* The lower of FlashAttention's wave model (with the tiles' rounding) and the merge's cost against
  * the tiles (the cost alone where one row block of a build of one or two blocks an SM is capped at
  * half the SMs; a split a key tile where that block's merge may be spread: spread_merge), as
- * cudattn/_kernels/decode.py choose_num_splits (the same double and integer math). */
+ * cudattn/_kernels/decode_plan.py choose_num_splits (the same double and integer math). */
 static inline int cudattn__choose_num_splits(long long blocks, long long key_tiles, int sm_count, int blocks_per_sm,
                                              int merge_rows_per_warp, int min_tiles, int spread_merge) {
     const long long slots = (long long)sm_count * blocks_per_sm;
@@ -928,7 +928,7 @@ static inline int cudattn__select_decode(const cudattn_handle* h, int dtype, int
     return best;
 }
 
-/* Blocks an SM the split heuristic aims for, as cudattn/_kernels/decode.py _blocks_per_sm (16-bit caches). */
+/* Blocks an SM the split heuristic aims for, as cudattn/_kernels/decode_plan.py _blocks_per_sm (16-bit caches). */
 static inline int cudattn__blocks_per_sm(const cudattn_handle* h, const cudattn_kernel_row* r, int paged) {
     const int fit = h->smem_per_sm / (r->dynamic_smem + CUDATTN__SMEM_RESERVED_PER_BLOCK);
     if (paged) return fit >= 2 ? 2 : 1;
@@ -941,7 +941,7 @@ static inline int cudattn__split_tiles_min(const cudattn_kernel_row* r) {
     return r->split_tiles_min > 0 ? r->split_tiles_min : CUDATTN__MIN_TILES_PER_SPLIT;
 }
 
-/* The most key tiles one block of packed rows visits, as cudattn/_kernels/decode.py _tiles_seen (no windows here). */
+/* The most key tiles one block of packed rows visits, as cudattn/_kernels/decode_plan.py _tiles_seen (no windows here). */
 static inline long long cudattn__tiles_seen(int capacity, int block_n) { return (capacity + block_n - 1) / block_n; }
 
 static inline cudattn_status cudattn__decode_plan_of(cudattn_handle* h, const cudattn_decode_args* a,
@@ -994,7 +994,7 @@ static inline cudattn_status cudattn__decode_plan_of(cudattn_handle* h, const cu
     if (r->block_m == 32 && (r->threads == 256 || r->tile_dim == 64)) {
         /* the two-fragment build on 8 warps (or at head dim 64): one-fragment row blocks, twice as many,
          * their splits filling the SMs, where they fit one wave with at most CUDATTN__HALVE_MAX_TILES_PER_SPLIT
-         * key tiles a split (decode.py _halve_row_blocks) */
+         * key tiles a split (decode_plan.py _halve_row_blocks) */
         const int one = cudattn__select_decode(h, a->dtype, a->head_dim, CUDATTN__ONE_FRAG_ROWS);
         if (one >= 0) {
             const cudattn_kernel_row* r1 = &cudattn_kernel_table[one];

@@ -26,7 +26,7 @@ class DecodeTiles:
     row_frags: int  # 16-row fragments of packed query rows per block (BLOCK_M = 16 * row_frags)
     keys_as_m: bool = False  # 8 packed rows on the MMAs' 8-wide dimension, keys on the 16-wide one
     min_blocks: int = 2  # the kernel's __launch_bounds__ minimum of blocks an SM (its register budget)
-    split_tiles_min: int = 4  # the fewest key tiles a split takes (`_kernels.decode.choose_num_splits`)
+    split_tiles_min: int = 4  # the fewest key tiles a split takes (`_kernels.decode_plan.choose_num_splits`)
 
     @property
     def block_n(self) -> int:
@@ -89,7 +89,7 @@ _ONE_FRAG = {**_CANDIDATES,
 # a split an SM, keeps 8 warps' loads in flight where the 4-warp build had 4. The registers are the
 # 4-warp build's (248, no spill: each warp holds the same fragments for its own keys). Where two
 # blocks of the one-fragment build fit one wave with short splits, the plan runs the rows as those
-# instead (`_kernels.decode._halve_row_blocks`).
+# instead (`_kernels.decode_plan._halve_row_blocks`).
 _TWO_FRAG = {**_CANDIDATES,
              128: (DecodeTiles(8, 16, 3, 2, min_blocks=1, split_tiles_min=2),) + _CANDIDATES[128]}
 
