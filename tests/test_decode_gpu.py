@@ -229,6 +229,41 @@ def test_spread_merge_shares_given_up_go_to_the_last(fresh_plans, monkeypatch):
     assert not _counters_left(stream), "arrival counters left non-zero"
 
 
+@pytest.mark.parametrize("hq,d,sk,splits", [(32, 128, 3000, 2), (16, 128, 3000, 3), (16, 64, 2500, 2),
+                                             (32, 80, 3000, 4), (32, 128, 9000, 8)])
+def test_spread_merge_pieces_together_give_the_pieces_bits(hq, d, sk, splits, fresh_plans, monkeypatch):
+    """Where a warp has two or more pieces of the spread merge and few parts, it merges up to four of
+    them together (their loads all in flight at once); built with that off (CUDATTN_MERGE_BATCH=0),
+    a piece at a time: the outputs and LSEs are the same bits both ways, within the rule, with sinks,
+    head dims whose last piece ends early (40, 80), a part count that is not a power of two (3) and
+    the most parts a batch takes (8)."""
+    from cudattn._calls import call as _call
+    from cudattn._kernels import registry
+
+    rng = np.random.default_rng(next(_seed))
+    q = _rand(rng, (1, 1, hq, d), BF16)
+    k, v = (_rand(rng, (1, sk, 1, d), BF16) for _ in range(2))
+    sinks = rng.uniform(-2, 6, hq).astype(np.float32)
+    dev = [cudattn.to_device(x) for x in (q, k, v)]
+    plain = registry.options_for
+    got = []
+    for batch in (1, 0):
+        monkeypatch.setattr(registry, "options_for", lambda var, b=batch: plain(var) + (
+            [f"-DCUDATTN_MERGE_BATCH={b}"] if var.source == "flash_decode.cu" else []))
+        monkeypatch.setattr(registry, "_loaded", {})
+        _decode._plans.clear()  # (the memo holds the loaded kernel; the recorded calls too)
+        _call._plans.clear()
+        o, lse = cudattn.attention(*dev, sinks=cudattn.to_device(sinks), return_lse=True, num_splits=splits,
+                                   out=_poisoned(q.shape, BF16))
+        plan = _plan_of_last_call(splits)
+        pieces = min(hq, plan.variant.tiles.block_m) * -(-d // 32)
+        assert plan.merge_ctas * plan.variant.threads // 32 < pieces, "no warp has two pieces"
+        got.append((cudattn.to_host(o), cudattn.to_host(lse)))
+    assert got[0][0].tobytes() == got[1][0].tobytes() and got[0][1].tobytes() == got[1][1].tobytes()
+    ref, ref_lse = reference.attention(q, k, v, sinks=sinks, return_lse=True)
+    _check(got[0][0], got[0][1], ref, ref_lse, reference.attention_naive(q, k, v, sinks=sinks, dtype=BF16))
+
+
 def test_splits_beyond_keys_give_empty_splits():
     """64 splits of 17 keys: most splits see no key (LSE -inf) and the combine must skip them."""
     decode_case(3, 1, 17, 4, 4, 64, splits=64)

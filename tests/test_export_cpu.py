@@ -301,12 +301,12 @@ int main(void) {
     }
     h.sm_count = 132;
     {
-        static const int Bs[5] = {1, 2, 4, 8, 16}, Hq[5] = {8, 16, 24, 32, 64}, Hkv[3] = {1, 2, 8}, Sq[2] = {1, 2};
+        static const int Bs[6] = {1, 2, 4, 8, 16, 48}, Hq[5] = {8, 16, 24, 32, 64}, Hkv[3] = {1, 2, 8}, Sq[2] = {1, 2};
         static const int Ss[6] = {700, 2048, 8192, 32768, 131072, 400000}, Ds[4] = {64, 96, 128, 256};
         int b, hq, hk, q, s, n;
         cudattn_decode_args a;
         cudattn__decode_plan pl;
-        for (dt = 0; dt < 2; ++dt) for (b = 0; b < 5; ++b) for (hq = 0; hq < 5; ++hq) for (hk = 0; hk < 3; ++hk)
+        for (dt = 0; dt < 2; ++dt) for (b = 0; b < 6; ++b) for (hq = 0; hq < 5; ++hq) for (hk = 0; hk < 3; ++hk)
             for (q = 0; q < 2; ++q) for (s = 0; s < 6; ++s) for (d = 0; d < 4; ++d) for (n = 0; n < 2; ++n) {
                 memset(&a, 0, sizeof a);
                 a.dtype = dts[dt]; a.batch = Bs[b]; a.heads_q = Hq[hq]; a.heads_kv = Hkv[hk]; a.seqlen_q = Sq[q];
@@ -347,6 +347,7 @@ int main(void) {
     by_build = {(k["source"], tuple(k["options"])): k["file"] for k in entry["kernels"]}
     checked = 0
     plans_seen = set()
+    unsplit_long = False
     for line in lines:
         f = line.split()
         if f[0] == "P":
@@ -376,6 +377,7 @@ int main(void) {
                                               plan.merge_ctas], line
             halved = plan.variant.tiles.row_frags == 1 and hq // hkv * sq > _decode_traits.ONE_FRAG_ROWS
             plans_seen.add((halved, plan.merge_ctas > 8))
+            unsplit_long |= halved and plan.num_splits == 1 and plan.tiles_per_split > _decode_plan.HALVE_MAX_TILES_PER_SPLIT
         elif f[0] == "M":
             grid, splits, rows, d, warps, got = map(int, f[1:])
             assert got == _decode_plan.choose_merge_ctas(grid, splits, rows, d, warps, 132), line
@@ -391,6 +393,7 @@ int main(void) {
         checked += 1
     assert checked > 5000
     assert {(True, False), (False, True)} <= plans_seen  # rows halved over two blocks; 16 sharers
+    assert unsplit_long  # halved blocks that fill more than half the SMs, unsplit with more tiles than a split's
 
 
 def test_exports_one_target_at_a_time_add_up_to_one_export_of_all(exported, kernel_cache, tmp_path):

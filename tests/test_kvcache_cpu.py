@@ -179,7 +179,8 @@ def test_rows_of_two_fragments_halved_where_the_halved_blocks_fit_one_wave_of_sh
     """17-32 packed rows on the 8-warp two-fragment build (head dim 128, no modifiers) or head dim
     64's: two one-fragment blocks of 16 rows, their splits a key tile each up to a block an SM (a
     warp a piece of the merge: 8 sharers), where those blocks fit one wave and a split has at most 8
-    key tiles; else one block with up to 16 sharers."""
+    key tiles, or, where those blocks alone fill more than half the SMs, unsplit with at most 16; else
+    one block with up to 16 sharers."""
     assert _one_token_plan(32, 8192) == (1, 8, 2, 64, 8)  # 64 splits: 64 blocks -> 2 x 64
     assert _one_token_plan(24, 32768) == (1, 8, 2, 64, 8)
     assert _one_token_plan(32, 65536) == (1, 8, 2, 64, 8)  # 8 tiles a split
@@ -199,6 +200,14 @@ def test_rows_of_two_fragments_halved_where_the_halved_blocks_fit_one_wave_of_sh
     assert _one_token_plan(32, 12288, batch=8)[:3] == (2, 8, 1)  # (12)
     assert _one_token_plan(32, 4096, batch=33)[:3] == (2, 8, 1)  # 66 blocks of 2 splits: 16 tiles each
     assert _one_token_plan(32, 4096, batch=67)[:3] == (2, 8, 1)  # 134 blocks: more than one wave
+    # halved blocks that fill more than half the SMs alone: unsplit, up to 16 tiles
+    assert _one_token_plan(32, 2048, batch=48) == (1, 8, 2, 1, 1)  # 96 blocks of 16 tiles
+    assert _one_token_plan(32, 2048, batch=34) == (1, 8, 2, 1, 1)  # 68
+    assert _one_token_plan(32, 2048, batch=66) == (1, 8, 2, 1, 1)  # 132
+    assert _one_token_plan(32, 1536, d=64, batch=48) == (1, 4, 2, 1, 1)  # 12 tiles of 128 keys
+    assert _one_token_plan(32, 2048, batch=32) == (1, 8, 2, 2, 2)  # 64 blocks: two splits of 8 tiles
+    assert _one_token_plan(32, 2176, batch=48)[:3] == (2, 8, 1)  # 17 tiles
+    assert _one_token_plan(32, 2048, batch=67)[:3] == (2, 8, 1)  # 134 blocks: more than one wave
     assert _one_token_plan(16, 8192)[:3] == (1, 8, 1)  # one fragment already
     assert _one_token_plan(32, 8192, d=64)[:3] == (1, 4, 2)  # head dim 64's two-fragment build (4 warps) the same
     assert _one_token_plan(32, 8192, d=40)[:3] == (1, 4, 2)  # (its head-dim tile)

@@ -846,6 +846,7 @@ typedef struct cudattn__decode_plan {
 #define CUDATTN__MERGE_ALONE_PARTS 32
 #define CUDATTN__ONE_FRAG_ROWS 16
 #define CUDATTN__HALVE_MAX_TILES_PER_SPLIT 8 /* decode_plan.py HALVE_MAX_TILES_PER_SPLIT */
+#define CUDATTN__HALVE_MAX_TILES_UNSPLIT 16 /* decode_plan.py HALVE_MAX_TILES_UNSPLIT */
 
 /* How many of a block of rows' last blocks to arrive share its merge, as cudattn/_kernels/decode_plan.py
  * choose_merge_ctas (this launcher's builds are never the tight ones: 16-bit caches, no modifiers). */
@@ -994,7 +995,7 @@ static inline cudattn_status cudattn__decode_plan_of(cudattn_handle* h, const cu
     if (r->block_m == 32 && (r->threads == 256 || r->tile_dim == 64)) {
         /* the two-fragment build on 8 warps (or at head dim 64): one-fragment row blocks, twice as many,
          * their splits filling the SMs, where they fit one wave with at most CUDATTN__HALVE_MAX_TILES_PER_SPLIT
-         * key tiles a split (decode_plan.py _halve_row_blocks) */
+         * key tiles a split, or CUDATTN__HALVE_MAX_TILES_UNSPLIT unsplit (decode_plan.py _halve_row_blocks) */
         const int one = cudattn__select_decode(h, a->dtype, a->head_dim, CUDATTN__ONE_FRAG_ROWS);
         if (one >= 0) {
             const cudattn_kernel_row* r1 = &cudattn_kernel_table[one];
@@ -1003,7 +1004,8 @@ static inline cudattn_status cudattn__decode_plan_of(cudattn_handle* h, const cu
             if (tiles1 < 1) tiles1 = 1;
             const long long blocks1 = (long long)num_m1 * a->heads_kv * a->batch;
             const int splits1 = a->num_splits ? a->num_splits : cudattn__splits_filling_the_sms(blocks1, tiles1, h->sm_count);
-            if (blocks1 * splits1 <= h->sm_count && (tiles1 + splits1 - 1) / splits1 <= CUDATTN__HALVE_MAX_TILES_PER_SPLIT) {
+            const int bound = splits1 == 1 ? CUDATTN__HALVE_MAX_TILES_UNSPLIT : CUDATTN__HALVE_MAX_TILES_PER_SPLIT;
+            if (blocks1 * splits1 <= h->sm_count && (tiles1 + splits1 - 1) / splits1 <= bound) {
                 pl->row = one;
                 r = r1;
                 pl->num_m = num_m1;

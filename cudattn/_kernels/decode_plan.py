@@ -191,7 +191,7 @@ def choose_plan(problem: Problem, props) -> DecodePlan:
         num_m1, key_tiles1 = _row_blocks_and_tiles(problem, one, rows, capacity)
         blocks1 = num_m1 * problem.heads_kv * problem.batch
         splits1 = problem.num_splits or splits_filling_the_sms(blocks1, key_tiles1, props.sm_count)
-        if _halve_row_blocks(blocks1 * splits1, -(-key_tiles1 // splits1), props.sm_count):
+        if _halve_row_blocks(blocks1 * splits1, -(-key_tiles1 // splits1), splits1, props.sm_count):
             variant, num_m, key_tiles, splits = one, num_m1, key_tiles1, splits1
     t = variant.tiles
     tiles_per_split = -(-key_tiles // splits)
@@ -247,6 +247,16 @@ def _rows_and_splits(problem: Problem, variant: DecodeVariant, rows: int, capaci
 #: keys 37.8 against 36.0 (128 splits), 4 x 32/1 at 32768 keys 32.8 against 30.6, 16 x 32/1 at 8192
 #: keys 31.3 against 31.7. The 4-warp head-dim-128 build (sm_80, sm_89) is left as it is: not measured.
 HALVE_MAX_TILES_PER_SPLIT = 8
+#: Where the halved blocks alone fill more than half the SMs (one split each), they run unsplit with
+#: up to this many key tiles: no merge at all, where the two-fragment plan split its fewer blocks two
+#: or three ways and merged them (H200, bf16, one token, 32 query heads on one kv head, GPU us, halved
+#: unsplit against the two-fragment plan; head dim 128: 34 x 32/1 at 2048 keys 24.3 against 27.3,
+#: 40 x 32/1 24.5 against 28.0, 48 x 32/1 25.0 against 30.1, 64 x 32/1 25.9 against 33.7, 48 x 32/1 at
+#: 1536 keys 20.9 against 27.1, 64 x 32/1 21.7 against 30.0; head dim 64: 40 x 32/1 at 2048 keys 17.3
+#: against 21.3, 48 x 32/1 17.4 against 22.8, 64 x 32/1 18.0 against 23.4, 48 x 32/1 at 1536 keys 15.1
+#: against 21.1). Halved blocks that leave room for two splits keep HALVE_MAX_TILES_PER_SPLIT: 64
+#: halved blocks of 16 tiles, unsplit, 24.6 against two splits' 21.8 (32 x 32/1 at 2048 keys).
+HALVE_MAX_TILES_UNSPLIT = 16
 
 
 def _halvable(variant: DecodeVariant) -> bool:
@@ -254,10 +264,12 @@ def _halvable(variant: DecodeVariant) -> bool:
     return t.row_frags == 2 and (t.warps == 8 or variant.tile_dim == 64) and not variant.mods and not variant.kv_fp8
 
 
-def _halve_row_blocks(halved_grid_blocks: int, halved_tiles_per_split: int, sm_count: int) -> bool:
+def _halve_row_blocks(halved_grid_blocks: int, halved_tiles_per_split: int, splits: int, sm_count: int) -> bool:
     """Whether a `_halvable` build's rows run as twice the one-fragment blocks: their grid (with its
-    splits) fits one wave and each split has at most HALVE_MAX_TILES_PER_SPLIT key tiles."""
-    return halved_grid_blocks <= sm_count and halved_tiles_per_split <= HALVE_MAX_TILES_PER_SPLIT
+    splits) fits one wave and each split has at most HALVE_MAX_TILES_PER_SPLIT key tiles, or, unsplit,
+    at most HALVE_MAX_TILES_UNSPLIT."""
+    bound = HALVE_MAX_TILES_UNSPLIT if splits == 1 else HALVE_MAX_TILES_PER_SPLIT
+    return halved_grid_blocks <= sm_count and halved_tiles_per_split <= bound
 
 
 def _blocks_per_sm(variant: DecodeVariant, kv, props) -> int:

@@ -71,6 +71,21 @@ __device__ __forceinline__ void combine_scale(int num_parts, int lane, LseOf lse
     wsum_out = wsum;
 }
 
+// combine_scale where each part is one lane's (num_parts <= 32; x: this lane's part's LSE, -inf for a
+// lane past the last part), without its loops: the same values.
+__device__ __forceinline__ void combine_scale_lanes(int lane, float x, float sink, float& m_out, float& wsum_out) {
+    float m = fmaxf(lane == 0 ? sink : -CUDATTN_INF, x);
+    if (__any_sync(0xffffffffu, x != x)) m = __int_as_float(0x7fffffff);
+#pragma unroll
+    for (int k = 16; k >= 1; k >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, k));
+    float wsum = m != -CUDATTN_INF && x != -CUDATTN_INF ? expf(x - m) : 0.f;
+    if (lane == 0 && sink != -CUDATTN_INF && m != -CUDATTN_INF) wsum += expf(sink - m);
+#pragma unroll
+    for (int k = 16; k >= 1; k >>= 1) wsum += __shfl_xor_sync(0xffffffffu, wsum, k);
+    m_out = m;
+    wsum_out = wsum;
+}
+
 // A part's weight exp(LSE - m), or the mark -1 for a part that saw no key (its O may hold anything)
 // or a row of none.
 __device__ __forceinline__ float combine_weight(float x, float m, bool empty) {
@@ -264,6 +279,58 @@ __device__ __forceinline__ float combine_cols32(int num_parts, int head_dim, int
     __syncwarp();  // every lane is done with w_buf before the warp's next share writes it
     if (g == 0 && c < head_dim) Out::store4(dst + c, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     return empty ? -CUDATTN_INF : m + logf(wsum);
+}
+
+// combine_cols32 for K pieces at once where a lane sums at most PER parts of each (num_parts <=
+// min(32, 4 PER)): every piece's O loads and LSEs are issued before any piece's sums, so that the
+// pieces' round trips overlap where, one piece after another, each waited for its own (a warp with
+// four pieces of two parts took about 3 us more than with one, H200). The weights pass lane to lane
+// by shuffles (part s's at lane s). Each piece's sums are combine_cols32's, in its order: the same
+// bits. lse_of(k, s), load4(k, s, c): piece k's part s; store4(k, c, v): piece k's columns c..c+3
+// (called only where valid[k]; a piece not valid must still load from addresses that exist). lse:
+// each piece's LSE (every lane).
+template <class Out, int K, int PER, class LseOf, class Load4, class Store4>
+__device__ __forceinline__ void combine_cols32_batch(int num_parts, int head_dim, const int (&c0)[K],
+                                                     const bool (&valid)[K], int lane, LseOf lse_of, Load4 load4,
+                                                     const float (&sink)[K], Store4 store4, float (&lse)[K]) {
+    const int g = lane >> 3;
+    float4 v[K][PER];
+    int c[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        c[k] = c0[k] + (lane & 7) * 4;
+        const int c_read = c[k] < head_dim ? c[k] : c0[k];
+#pragma unroll
+        for (int u = 0; u < PER; ++u) v[k][u] = load4(k, min(g + 4 * u, num_parts - 1), c_read);
+    }
+    float x[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) x[k] = lane < num_parts ? lse_of(k, lane) : -CUDATTN_INF;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        float m, wsum;
+        combine_scale_lanes(lane, x[k], sink[k], m, wsum);
+        const bool empty = m == -CUDATTN_INF;
+        const float inv = empty ? 0.f : 1.f / wsum;
+        const float w_lane = combine_weight(x[k], m, empty);
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int u = 0; u < PER; ++u) {
+            const int s = g + 4 * u;
+            const float w = __shfl_sync(0xffffffffu, w_lane, min(s, num_parts - 1));
+            add_weighted(acc, w, v[k][u], s < num_parts && !(w < 0.f));  // NaN weights count
+        }
+#pragma unroll
+        for (int j = 8; j <= 16; j <<= 1) {
+            acc.x += __shfl_xor_sync(0xffffffffu, acc.x, j);
+            acc.y += __shfl_xor_sync(0xffffffffu, acc.y, j);
+            acc.z += __shfl_xor_sync(0xffffffffu, acc.z, j);
+            acc.w += __shfl_xor_sync(0xffffffffu, acc.w, j);
+        }
+        if (valid[k] && g == 0 && c[k] < head_dim)
+            store4(k, c[k], make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+        lse[k] = empty ? -CUDATTN_INF : m + logf(wsum);
+    }
 }
 
 }  // namespace cudattn
