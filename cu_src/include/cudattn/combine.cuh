@@ -237,6 +237,18 @@ __device__ __forceinline__ float combine_row_staged(int num_parts, int head_dim,
     return combine_store<Out>(acc, empty, inv, m, wsum, head_dim, lane, dst);
 }
 
+// The four part groups' sums of a (row, 32 columns) piece (lanes 8 g + q, g the group) added by a
+// fixed shuffle tree, (g0 + g1) + (g2 + g3), into every lane: the same bits every call.
+__device__ __forceinline__ void add_part_groups(float4& acc) {
+#pragma unroll
+    for (int k = 8; k <= 16; k <<= 1) {
+        acc.x += __shfl_xor_sync(0xffffffffu, acc.x, k);
+        acc.y += __shfl_xor_sync(0xffffffffu, acc.y, k);
+        acc.z += __shfl_xor_sync(0xffffffffu, acc.z, k);
+        acc.w += __shfl_xor_sync(0xffffffffu, acc.w, k);
+    }
+}
+
 // A share of a row's merge: its columns c0 .. c0 + 31, merged by one warp, for a merge spread over
 // several warps or blocks (the split decode's, store.cuh). Lane 8 g + q sums parts g, g + 4, g + 8, ...
 // of columns c0 + 4 q .. c0 + 4 q + 3, in index order, with its first IN_FLIGHT loads issued before the
@@ -269,13 +281,7 @@ __device__ __forceinline__ float combine_cols32(int num_parts, int head_dim, int
             add_weighted(acc, w, v[u], s < num_parts && !(w < 0.f));  // NaN weights count
         }
     }
-#pragma unroll
-    for (int k = 8; k <= 16; k <<= 1) {
-        acc.x += __shfl_xor_sync(0xffffffffu, acc.x, k);
-        acc.y += __shfl_xor_sync(0xffffffffu, acc.y, k);
-        acc.z += __shfl_xor_sync(0xffffffffu, acc.z, k);
-        acc.w += __shfl_xor_sync(0xffffffffu, acc.w, k);
-    }
+    add_part_groups(acc);
     __syncwarp();  // every lane is done with w_buf before the warp's next share writes it
     if (g == 0 && c < head_dim) Out::store4(dst + c, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     return empty ? -CUDATTN_INF : m + logf(wsum);
@@ -320,13 +326,7 @@ __device__ __forceinline__ void combine_cols32_batch(int num_parts, int head_dim
             const float w = __shfl_sync(0xffffffffu, w_lane, min(s, num_parts - 1));
             add_weighted(acc, w, v[k][u], s < num_parts && !(w < 0.f));  // NaN weights count
         }
-#pragma unroll
-        for (int j = 8; j <= 16; j <<= 1) {
-            acc.x += __shfl_xor_sync(0xffffffffu, acc.x, j);
-            acc.y += __shfl_xor_sync(0xffffffffu, acc.y, j);
-            acc.z += __shfl_xor_sync(0xffffffffu, acc.z, j);
-            acc.w += __shfl_xor_sync(0xffffffffu, acc.w, j);
-        }
+        add_part_groups(acc);
         if (valid[k] && g == 0 && c[k] < head_dim)
             store4(k, c[k], make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
         lse[k] = empty ? -CUDATTN_INF : m + logf(wsum);
