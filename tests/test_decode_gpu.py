@@ -235,7 +235,7 @@ def test_spread_merge_pieces_together_give_the_pieces_bits(hq, d, sk, splits, fr
     """Where a warp has two or more pieces of the spread merge and few parts, it merges up to four of
     them together (their loads all in flight at once); built with that off (CUDATTN_MERGE_BATCH=0),
     a piece at a time: the outputs and LSEs are the same bits both ways, within the rule, with sinks,
-    head dims whose last piece ends early (40, 80), a part count that is not a power of two (3) and
+    a head dim whose last piece ends early (80), a part count that is not a power of two (3) and
     the most parts a batch takes (8)."""
     from cudattn._calls import call as _call
     from cudattn._kernels import registry
