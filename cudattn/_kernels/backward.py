@@ -28,7 +28,6 @@ __all__ = ["run_backward"]
 
 _F32 = np.dtype(np.float32)
 _I32 = np.dtype(np.int32)
-_MAX_GRID_YZ = 65535
 
 
 def run_backward(problem, bwd, dout, q, k, v, out, lse, dq, dk, dv, device, device_id, sref, cu_q=None, cu_k=None):
@@ -70,9 +69,9 @@ def run_backward(problem, bwd, dout, q, k, v, out, lse, dq, dk, dv, device, devi
     t = kern.tiles
     num_m = -(-problem.seqlen_q // t.block_m)
     num_n = -(-problem.seqlen_k // t.block_n)
-    if Hkv > _MAX_GRID_YZ or problem.batch > _MAX_GRID_YZ:
-        raise ValueError(f"heads_kv ({Hkv}) and batch ({problem.batch}) must each be at most {_MAX_GRID_YZ} (CUDA "
-                         f"grid limit); split the call")
+    if Hkv > _launch.MAX_GRID_YZ or problem.batch > _launch.MAX_GRID_YZ:
+        raise ValueError(f"heads_kv ({Hkv}) and batch ({problem.batch}) must each be at most "
+                         f"{_launch.MAX_GRID_YZ} (CUDA grid limit); split the call")
     accum = _array.empty_on((rows_b * rows_s, Hq, kern.tile_dim), _F32, device, sref)
     dsum = _array.empty_on(tuple(lse.shape), _F32, device, sref)
     lse2 = _array.empty_on(tuple(lse.shape), _F32, device, sref)

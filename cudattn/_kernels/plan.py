@@ -13,14 +13,13 @@ from . import fp8 as _fp8
 from .._spec import geometry as _geometry
 from . import tma as _tma
 from . import traits as _traits
+from .._runtime.launch import MAX_GRID_YZ
 from .._spec.modifiers import MOD_WINDOW
 from .params import fill_params
 from .params import FwdParams, FwdSm90Params, scale_log2
 from .._spec.problem import Problem
 from .._spec.geometry import TensorGeom
 from .traits import Variant
-
-_MAX_GRID_YZ = 65535
 
 
 @dataclass(frozen=True)
@@ -170,10 +169,10 @@ def _make_plan(problem: Problem, smem_limit: int, sm_count: int, l2_bytes: int, 
                     _uneven_tiles(problem, bm))
     # Must match the kernel's reading of blockIdx (fwd_sm80.cuh): causal puts m last (longest first).
     grid = (problem.heads_q, problem.batch, num_m) if problem.causal else (num_m, problem.heads_q, problem.batch)
-    if grid[1] > _MAX_GRID_YZ or grid[2] > _MAX_GRID_YZ:
+    if grid[1] > MAX_GRID_YZ or grid[2] > MAX_GRID_YZ:
         raise ValueError(
             f"batch ({problem.batch}), heads_q ({problem.heads_q}) and, for causal, the {num_m} blocks of "
-            f"{bm} query rows must each be at most {_MAX_GRID_YZ} (CUDA grid limit); split the call"
+            f"{bm} query rows must each be at most {MAX_GRID_YZ} (CUDA grid limit); split the call"
         )
     return Plan(variant, grid, (variant.threads, 1, 1), variant.smem_bytes, num_m)
 
