@@ -230,13 +230,13 @@ def test_spread_merge_shares_given_up_go_to_the_last(fresh_plans, monkeypatch):
 
 
 @pytest.mark.parametrize("hq,d,sk,splits", [(32, 128, 3000, 2), (16, 128, 3000, 3), (16, 64, 2500, 2),
-                                             (32, 80, 3000, 4), (32, 128, 9000, 8)])
+                                             (32, 80, 3000, 4), (32, 128, 9000, 8), (16, 64, 200, 4)])
 def test_spread_merge_pieces_together_give_the_pieces_bits(hq, d, sk, splits, fresh_plans, monkeypatch):
     """Where a warp has two or more pieces of the spread merge and few parts, it merges up to four of
     them together (their loads all in flight at once); built with that off (CUDATTN_MERGE_BATCH=0),
     a piece at a time: the outputs and LSEs are the same bits both ways, within the rule, with sinks,
-    a head dim whose last piece ends early (80), a part count that is not a power of two (3) and
-    the most parts a batch takes (8)."""
+    a head dim whose last piece ends early (80), a part count that is not a power of two (3), the
+    most parts a batch takes (8) and splits that see no key (200 keys in two tiles over 4 splits)."""
     from cudattn._calls import call as _call
     from cudattn._kernels import registry
 

@@ -15,7 +15,9 @@ the recorded calls are cleared at each turn so that the variant's own plan is re
 ``-D`` options (comma-separated), loaded once and kept apart from the others' (a probe of a
 compile-time knob, or of cut points in a scratch copy of the sources). ``--block-rows R`` runs the
 build for at most R packed rows a block, the rows split over as many blocks as that takes (0: the
-plan's own choice).
+plan's own choice). ``--tiles W,K,S,B,T`` (repeatable; "" for the build's own) runs the build with
+W warps of K keys, S ring stages, a launch bound of B blocks an SM and at least T key tiles a
+split, its rows as the plan chose them (a probe of a tile table's entry before it is written in).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+from dataclasses import replace
 
 import numpy as np
 
@@ -50,21 +53,30 @@ _LOADED: dict[str, dict] = {}  # the kernels loaded for each build (`--define`)
 
 
 @contextlib.contextmanager
-def _variant(m: int, define: str, block_rows: int = 0):
+def _variant(m: int, define: str, block_rows: int = 0, tiles: str = ""):
     """Plans made inside use ``m`` merge sharers (0: the heuristic's), decode kernels built with
-    ``define``'s extra options, and the build for at most ``block_rows`` packed rows, as given (0:
-    the plan's own choice, which may halve 17-32 rows into two blocks); memoised plans and recorded
-    calls forgotten on the way in and out."""
+    ``define``'s extra options, the build for at most ``block_rows`` packed rows, as given (0:
+    the plan's own choice, which may halve 17-32 rows into two blocks), and ``tiles`` (W,K,S,B,T:
+    warps, keys a warp, stages, blocks an SM, key tiles a split at least; "": the build's own);
+    memoised plans and recorded calls forgotten on the way in and out."""
     real, real_select = _decode_plan.choose_merge_ctas, _decode_plan._decode_traits.select_decode
     real_halve = _decode_plan._halve_row_blocks
     if m:
         _decode_plan.choose_merge_ctas = lambda grid, splits, *a, **k: m if splits > 1 else 1
-    if block_rows:
+    if block_rows or tiles:
+        w, kk, st, mb, tm = (int(x) for x in tiles.split(",")) if tiles else (0,) * 5
+
         def select(dtype, head_dim, smem_limit, mods=False, kv_fp8=False, rows=None):
-            return real_select(dtype, head_dim, smem_limit, mods, kv_fp8,
-                               block_rows if rows is None else min(rows, block_rows))
+            if block_rows:
+                rows = block_rows if rows is None else min(rows, block_rows)
+            v = real_select(dtype, head_dim, smem_limit, mods, kv_fp8, rows)
+            if tiles:
+                v = replace(v, tiles=replace(v.tiles, warps=w, warp_keys=kk, stages=st, min_blocks=mb,
+                                             split_tiles_min=tm))
+            return v
         _decode_plan._decode_traits.select_decode = select
-        _decode_plan._halve_row_blocks = lambda *a: False  # the rows a block as given
+        if block_rows:
+            _decode_plan._halve_row_blocks = lambda *a: False  # the rows a block as given
     extra = [f"-D{d}" for d in define.split(",") if d]
     _registry.options_for = lambda v: _PLAIN_OPTIONS(v) + (extra if v.source == "flash_decode.cu" else [])
     plain_loaded = _registry._loaded
@@ -91,6 +103,8 @@ def main() -> None:
                     "as given; 0 = the plan's choice (default: 0)")
     ap.add_argument("--define", action="append", help="a build's extra -D options, comma-separated "
                     "(repeatable; \"\" for the plain build; default: the plain build alone)")
+    ap.add_argument("--tiles", action="append", help="W,K,S,B,T: the build with W warps of K keys, S stages, "
+                    "B blocks an SM, T tiles a split at least (repeatable; \"\" for the build's own)")
     ap.add_argument("--dtype", default="bfloat16", choices=("float16", "bfloat16"))
     ap.add_argument("--iters", type=int, default=60)
     ap.add_argument("--no-peers", action="store_true")
@@ -99,6 +113,7 @@ def main() -> None:
     sharers = [int(x) for x in args.merge.split(",")]
     builds = args.define or [""]
     block_rows = [int(x) for x in args.block_rows.split(",")]
+    tile_sets = args.tiles or [""]
     torch = None if args.no_peers else peers.load_torch()
     tp = peers.TorchPeers(torch) if torch is not None else None
     h = tp.stream_handle if tp else 0
@@ -112,15 +127,16 @@ def main() -> None:
         sets = inputs.device_sets(inputs.host_inputs(case, rng), inputs.set_count(case, props.l2_cache_size), h)
         n = len(sets)
         entries, names = [], []
-        for define, r, s, m in itertools.product(builds, block_rows, splits, sharers):
-            with _variant(m, define, r):
+        for define, tl, r, s, m in itertools.product(builds, tile_sets, block_rows, splits, sharers):
+            with _variant(m, define, r, tl):
                 plan = _decode.make_plan(_validate.validate(*sets[0], num_splits=s or None), props,
                                          _device.get_device(0))[0]
             tag = f"[{define}] " if len(builds) > 1 else ""
+            tag += f"<{tl}> " if len(tile_sets) > 1 else ""
             tag += f"{plan.variant.tiles.block_m}r x{plan.num_m_blocks} " if len(block_rows) > 1 else ""
-            names.append(f"{tag}s{plan.num_splits}/g{plan.merge_ctas}" + ("*" if not (s or m or r) else ""))
+            names.append(f"{tag}s{plan.num_splits}/g{plan.merge_ctas}" + ("*" if not (s or m or r or tl) else ""))
             entries.append((lambda i, s=s: cudattn.attention(*sets[i % n], num_splits=s or None, stream=h),
-                            lambda m=m, define=define, r=r: _variant(m, define, r)))
+                            lambda m=m, define=define, r=r, tl=tl: _variant(m, define, r, tl)))
         refusable = [False] * len(entries)
         if tp is not None:
             tsets = [tp.tensors(st) for st in sets]
