@@ -18,6 +18,9 @@ build for at most R packed rows a block, the rows split over as many blocks as t
 plan's own choice). ``--tiles W,K,S,B,T`` (repeatable; "" for the build's own) runs the build with
 W warps of K keys, S ring stages, a launch bound of B blocks an SM and at least T key tiles a
 split, its rows as the plan chose them (a probe of a tile table's entry before it is written in).
+``--page-size P`` reads the keys from a paged copy of the cache (shuffled pages of P keys, through
+``attention_with_kvcache``; cuDNN reads the contiguous one, as in the bench); ``--kv-fp8`` casts the
+cache to e4m3 (q stays 16-bit; cuDNN reads the 16-bit cache).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import contextlib
 import itertools
 from dataclasses import replace
 
+import ml_dtypes
 import numpy as np
 
 import cudattn
@@ -36,6 +40,7 @@ from cudattn._kernels import decode_plan as _decode_plan
 from cudattn._kernels import registry as _registry
 from cudattn._runtime import device as _device
 from cudattn._spec import validate as _validate
+from cudattn._spec.kvcache import validate_kvcache
 from cudattn.bench import inputs, peers, timing
 from cudattn.bench.grids import Case
 
@@ -105,6 +110,9 @@ def main() -> None:
                     "(repeatable; \"\" for the plain build; default: the plain build alone)")
     ap.add_argument("--tiles", action="append", help="W,K,S,B,T: the build with W warps of K keys, S stages, "
                     "B blocks an SM, T tiles a split at least (repeatable; \"\" for the build's own)")
+    ap.add_argument("--kv-fp8", action="store_true", help="the cache in e4m3 (q stays --dtype; cuDNN reads the "
+                    "16-bit cache)")
+    ap.add_argument("--page-size", type=int, default=0, help="a paged cache of this page size (default: contiguous)")
     ap.add_argument("--dtype", default="bfloat16", choices=("float16", "bfloat16"))
     ap.add_argument("--iters", type=int, default=60)
     ap.add_argument("--no-peers", action="store_true")
@@ -124,18 +132,32 @@ def main() -> None:
     for text in args.shapes:
         B, Hq, Hkv, Sk, D = _parse(text)
         case = Case(args.dtype, B, Hq, Hkv, 1, Sk, D, False)
-        sets = inputs.device_sets(inputs.host_inputs(case, rng), inputs.set_count(case, props.l2_cache_size), h)
+        host = inputs.host_inputs(case, rng)
+        sets = inputs.device_sets(host, inputs.set_count(case, props.l2_cache_size), h)
         n = len(sets)
+        ours, ours_problem = sets, lambda s: _validate.validate(*sets[0], num_splits=s or None)
+        call = lambda st, s: cudattn.attention(*st, num_splits=s or None, stream=h)  # noqa: E731
+        if args.page_size or args.kv_fp8:
+            kc, vc, table = (inputs.paged_host(host[1], host[2], args.page_size, rng) if args.page_size
+                             else (host[1], host[2], None))
+            if args.kv_fp8:
+                kc, vc = (x.astype(ml_dtypes.float8_e4m3fn) for x in (kc, vc))
+            ours = inputs.device_sets((host[0], kc, vc) + ((table,) if args.page_size else ()), n, h)
+            del kc, vc
+            ours_problem = lambda s: validate_kvcache(  # noqa: E731
+                ours[0][0], ours[0][1], ours[0][2], None, ours[0][3] if args.page_size else None, None, None, False,
+                None, False, s or None, host=False)[0]
+            call = lambda st, s: cudattn.attention_with_kvcache(  # noqa: E731
+                st[0], st[1], st[2], block_table=st[3] if args.page_size else None, num_splits=s or None, stream=h)
         entries, names = [], []
         for define, tl, r, s, m in itertools.product(builds, tile_sets, block_rows, splits, sharers):
             with _variant(m, define, r, tl):
-                plan = _decode.make_plan(_validate.validate(*sets[0], num_splits=s or None), props,
-                                         _device.get_device(0))[0]
+                plan = _decode.make_plan(ours_problem(s), props, _device.get_device(0))[0]
             tag = f"[{define}] " if len(builds) > 1 else ""
             tag += f"<{tl}> " if len(tile_sets) > 1 else ""
             tag += f"{plan.variant.tiles.block_m}r x{plan.num_m_blocks} " if len(block_rows) > 1 else ""
             names.append(f"{tag}s{plan.num_splits}/g{plan.merge_ctas}" + ("*" if not (s or m or r or tl) else ""))
-            entries.append((lambda i, s=s: cudattn.attention(*sets[i % n], num_splits=s or None, stream=h),
+            entries.append((lambda i, s=s: call(ours[i % n], s),
                             lambda m=m, define=define, r=r, tl=tl: _variant(m, define, r, tl)))
         refusable = [False] * len(entries)
         if tp is not None:
@@ -151,7 +173,8 @@ def main() -> None:
             us = t.median_ms * 1e3
             cells.append(f"{name} {us:.1f}" + (f" ({peer_us / us:.2f}x)" if peer_us else ""))
         tail = f"  cuDNN {peer_us:.1f}" if peer_us else (f"  cuDNN: {peer}" if isinstance(peer, str) else "")
-        print(f"{B}x{Hq}/{Hkv} Sk {Sk} D {D}: " + "  ".join(cells) + tail, flush=True)
+        paged = (f" pages {args.page_size}" if args.page_size else "") + (" kv-e4m3" if args.kv_fp8 else "")
+        print(f"{B}x{Hq}/{Hkv} Sk {Sk} D {D}{paged}: " + "  ".join(cells) + tail, flush=True)
 
 
 if __name__ == "__main__":
