@@ -128,10 +128,22 @@ struct FwdDecode {
         const u32 sQ_addr = smem_addr(sQ);
         const int warp_off = warp * WN * D * KB;  // this warp's slice of each tile, in bytes
 
+        constexpr bool PAGE_AHEAD = DecodeKvLoader<FwdDecode>::PAGE_AHEAD;
+        int next_page = PAGE_AHEAD ? load_kv.page_of(k.t_begin + STAGES - 1) : 0;  // (a paged cache's, a tile ahead)
         for (int it = 0; it < k.n_tiles; ++it) {  // the main loop: each warp on its slice of every tile
             cp_async_wait<STAGES - 2>();
             __syncthreads();
-            if (it + STAGES - 1 < k.n_tiles) load_kv(k.t_begin + it + STAGES - 1, (it + STAGES - 1) % STAGES);
+            // The table's entry for the tile after this one, read before this tile's copies: read
+            // after them, it waited for them to land (7 % slower with 16-key pages, H200).
+            const int page = next_page;
+            if (PAGE_AHEAD && it + STAGES < k.n_tiles) next_page = load_kv.page_of(k.t_begin + it + STAGES);
+            if (it + STAGES - 1 < k.n_tiles) {
+                const int tile = k.t_begin + it + STAGES - 1, slot = (it + STAGES - 1) % STAGES;
+                if (PAGE_AHEAD)
+                    load_kv(tile, slot, page);
+                else
+                    load_kv(tile, slot);
+            }
             cp_async_commit();
 
             const int slot_off = (it % STAGES) * BN * D * KB + warp_off;

@@ -11,10 +11,9 @@ __device__ __forceinline__ int kv_seqlen(const KvCacheGeom& kv, int b) {
     return min(max(kv.seqlens[b] + kv.seqlen_add, 0), kv.capacity);
 }
 
-// Where key j of sequence b lives: (page, row in page). A contiguous cache is one page per
-// sequence. Page ids read from the table are clamped into the cache, for the same reason.
-__device__ __forceinline__ int2 kv_locate(const KvCacheGeom& kv, int b, int j) {
-    if (kv.block_table == nullptr) return make_int2(b, j);
+// The block table's entry for key j of sequence b of a paged cache, as read (a page id that
+// kv_clamp_page must bound before any address is made from it), and the key's row in the page.
+__device__ __forceinline__ int2 kv_table_entry(const KvCacheGeom& kv, int b, int j) {
     const int ps = kv.page_size;
     int index, row;
     if ((ps & (ps - 1)) == 0) {  // a power of two (the usual page sizes): a shift, not a division
@@ -24,9 +23,21 @@ __device__ __forceinline__ int2 kv_locate(const KvCacheGeom& kv, int b, int j) {
         index = j / ps;
         row = j % ps;
     }
-    int page = kv.block_table[(long long)b * kv.max_pages + index];
-    page = min(max(page, 0), kv.num_pages - 1);
-    return make_int2(page, row);
+    return make_int2(kv.block_table[(long long)b * kv.max_pages + index], row);
+}
+
+// A page id read from the table, clamped into the cache, so that a bad id read from device memory
+// can never send a load outside it.
+__device__ __forceinline__ int kv_clamp_page(const KvCacheGeom& kv, int page) {
+    return min(max(page, 0), kv.num_pages - 1);
+}
+
+// Where key j of sequence b lives: (page, row in page). A contiguous cache is one page per
+// sequence.
+__device__ __forceinline__ int2 kv_locate(const KvCacheGeom& kv, int b, int j) {
+    if (kv.block_table == nullptr) return make_int2(b, j);
+    const int2 e = kv_table_entry(kv, b, j);
+    return make_int2(kv_clamp_page(kv, e.x), e.y);
 }
 
 __device__ __forceinline__ long long kv_offset(int2 loc, long long stride_page, long long stride_s) {
